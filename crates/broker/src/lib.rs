@@ -1,0 +1,1 @@
+//! Broker logic as plain state machines: vhosts, exchanges, bindings, queues, consumers.

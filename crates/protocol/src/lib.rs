@@ -1,0 +1,1 @@
+//! AMQP 0-9-1 codec: frames, methods and content headers, with no I/O.

@@ -1,0 +1,1 @@
+//! The network edge: sockets, connections, channels and authentication.
