@@ -182,6 +182,11 @@ impl TopicTrie {
         }
     }
 
+    #[cfg(test)]
+    pub(crate) fn set_epoch_for_test(&mut self, epoch: u32) {
+        self.epoch = epoch;
+    }
+
     fn next_epoch(&mut self) -> u32 {
         self.epoch = self.epoch.wrapping_add(1);
         if self.epoch == 0 {
