@@ -23,6 +23,9 @@ use warren_protocol::content::{encode_header, Properties};
 use warren_protocol::frame::encode_body;
 use warren_protocol::method::{encode_deliver, Method};
 
+/// Stands for a deleted queue in unacked entries, whose id may be reused.
+const GONE: QueueId = QueueId(u32::MAX);
+
 /// How many dead-letter hops one event may cause before we stop (cycles are dropped earlier).
 const DEAD_LETTER_HOPS_MAX: usize = 64;
 
@@ -59,6 +62,8 @@ pub struct VHost {
     channels: HashMap<ChannelKey, ChannelState>,
     next_exchange: u32,
     next_queue: u32,
+    free_exchange_ids: Vec<ExchangeId>,
+    free_queue_ids: Vec<QueueId>,
     scratch: Vec<QueueId>,
 }
 
@@ -82,6 +87,8 @@ impl VHost {
             channels: HashMap::new(),
             next_exchange: 1,
             next_queue: 1,
+            free_exchange_ids: Vec::new(),
+            free_queue_ids: Vec::new(),
             scratch: Vec::new(),
         };
         for (n, kind, internal) in STANDARD_EXCHANGES {
@@ -93,10 +100,12 @@ impl VHost {
     // ---- exchanges -------------------------------------------------------------------------
 
     fn create_exchange(&mut self, name: &str, kind: ExchangeKind, durable: bool, auto_delete: bool, internal: bool, arguments: FieldTable) -> ExchangeId {
-        let id = ExchangeId(self.next_exchange);
-        self.next_exchange += 1;
+        let id = self.free_exchange_ids.pop().unwrap_or_else(|| {
+            self.next_exchange += 1;
+            ExchangeId(self.next_exchange - 1)
+        });
         let alternate = arguments.inner().get("alternate-exchange").and_then(args::string);
-        self.routes.declare_exchange(id, kind);
+        self.routes.declare_exchange(id, kind).expect("exchange ids are allocated once");
         self.exchanges.insert(
             id,
             Exchange { id, name: name.to_string(), kind, durable, auto_delete, internal, arguments, alternate },
@@ -164,10 +173,10 @@ impl VHost {
     }
 
     fn delete_exchange_by_id(&mut self, id: ExchangeId) {
-        let orphaned = self.routes.remove_destination(Destination::Exchange(id));
-        self.routes.delete_exchange(id);
+        let orphaned = self.routes.delete_exchange(id).unwrap_or_default();
         if let Some(x) = self.exchanges.remove(&id) {
             self.exchanges_by_name.remove(&x.name);
+            self.free_exchange_ids.push(id);
         }
         self.delete_orphaned_auto_delete(orphaned);
     }
@@ -185,7 +194,7 @@ impl VHost {
         Self::refuse_default(source)?;
         let dst = self.exchange_id(destination)?;
         let src = self.exchange_id(source)?;
-        self.routes.bind(src, Destination::Exchange(dst), key, arguments).map_err(|e| AmqpError::precondition(e))?;
+        self.routes.bind(src, Destination::Exchange(dst), key.as_bytes(), arguments).map_err(routing_error)?;
         Ok(())
     }
 
@@ -194,8 +203,10 @@ impl VHost {
         Self::refuse_default(source)?;
         let dst = self.exchange_id(destination)?;
         let src = self.exchange_id(source)?;
-        let orphaned = self.routes.unbind(src, Destination::Exchange(dst), key, arguments);
-        self.delete_orphaned_auto_delete(orphaned);
+        let unbound = self.routes.unbind(src, Destination::Exchange(dst), key.as_bytes(), arguments).map_err(routing_error)?;
+        if unbound.source_unused {
+            self.delete_orphaned_auto_delete(vec![src]);
+        }
         Ok(())
     }
 
@@ -264,8 +275,10 @@ impl VHost {
                 )));
             }
         }
-        let id = QueueId(self.next_queue);
-        self.next_queue += 1;
+        let id = self.free_queue_ids.pop().unwrap_or_else(|| {
+            self.next_queue += 1;
+            QueueId(self.next_queue - 1)
+        });
         let owner = exclusive.then_some(conn);
         let q = Queue::new(id, name.clone(), durable, owner, auto_delete, arguments, config, now_ms);
         self.queues.insert(id, q);
@@ -277,7 +290,7 @@ impl VHost {
         Self::refuse_default(exchange)?;
         let qid = self.usable_queue(queue, conn)?.id;
         let xid = self.exchange_id(exchange)?;
-        self.routes.bind(xid, Destination::Queue(qid), key, arguments).map_err(|e| AmqpError::precondition(e))?;
+        self.routes.bind(xid, Destination::Queue(qid), key.as_bytes(), arguments).map_err(routing_error)?;
         Ok(())
     }
 
@@ -285,8 +298,10 @@ impl VHost {
         Self::refuse_default(exchange)?;
         let qid = self.usable_queue(queue, conn)?.id;
         let xid = self.exchange_id(exchange)?;
-        let orphaned = self.routes.unbind(xid, Destination::Queue(qid), key, arguments);
-        self.delete_orphaned_auto_delete(orphaned);
+        let unbound = self.routes.unbind(xid, Destination::Queue(qid), key.as_bytes(), arguments).map_err(routing_error)?;
+        if unbound.source_unused {
+            self.delete_orphaned_auto_delete(vec![xid]);
+        }
         Ok(())
     }
 
@@ -319,7 +334,15 @@ impl VHost {
             return 0;
         };
         self.queues_by_name.remove(&q.name);
-        let orphaned = self.routes.remove_destination(Destination::Queue(id));
+        let orphaned = self.routes.remove_destination(Destination::Queue(id)).unwrap_or_default();
+        // The id will be reused: deliveries still unacked elsewhere must not settle into the
+        // next queue that gets it. Acking them stays legal, as in RabbitMQ.
+        for ch in self.channels.values_mut() {
+            for u in ch.unacked.iter_mut().filter(|u| u.queue == id) {
+                u.queue = GONE;
+            }
+        }
+        self.free_queue_ids.push(id);
         for c in q.consumers.drain(..) {
             if let Some(ch) = self.channels.get_mut(&c.channel) {
                 ch.consumers.remove(&c.tag);
@@ -410,13 +433,13 @@ impl VHost {
 
     fn route_from(&mut self, id: ExchangeId, keys: &[Bytes], headers: Option<&FieldTable>, out: &mut Vec<QueueId>) {
         if keys.len() == 1 {
-            self.routes.route(id, &keys[0], headers, out);
+            let _ = self.routes.route(id, &keys[0], headers, out);
             return;
         }
         let mut one = Vec::new();
         for k in keys {
             one.clear();
-            self.routes.route(id, k, headers, &mut one);
+            let _ = self.routes.route(id, k, headers, &mut one);
             for q in &one {
                 if !out.contains(q) {
                     out.push(*q);
@@ -844,6 +867,10 @@ impl VHost {
     pub fn total_ready_bytes(&self) -> usize {
         self.queues.values().map(|q| q.backlog.bytes()).sum()
     }
+}
+
+fn routing_error(e: crate::routing::RoutingError) -> AmqpError {
+    AmqpError::new(e.reply_code(), e)
 }
 
 fn locked(name: &str, vhost: &str) -> AmqpError {
