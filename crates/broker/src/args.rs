@@ -92,7 +92,9 @@ pub fn render(v: &AMQPValue) -> String {
     match v {
         AMQPValue::Boolean(b) => b.to_string(),
         AMQPValue::LongString(_) | AMQPValue::ShortString(_) => string(v).unwrap_or_default(),
-        _ => integer(v).map(|i| i.to_string()).unwrap_or_else(|| format!("{v:?}")),
+        _ => integer(v)
+            .map(|i| i.to_string())
+            .unwrap_or_else(|| format!("{v:?}")),
     }
 }
 
@@ -100,12 +102,19 @@ impl QueueConfig {
     pub fn parse(args: &FieldTable, queue: &str, vhost: &str) -> Result<QueueConfig, AmqpError> {
         let mut c = QueueConfig::default();
         let bad = |key: &str, why: String| {
-            AmqpError::precondition(format!("invalid arg '{key}' for queue '{queue}' in vhost '{vhost}': {why}"))
+            AmqpError::precondition(format!(
+                "invalid arg '{key}' for queue '{queue}' in vhost '{vhost}': {why}"
+            ))
         };
         let int = |key: &str, v: &AMQPValue, min: i64| -> Result<u64, AmqpError> {
-            let i = integer(v).ok_or_else(|| bad(key, format!("{{unacceptable_type,{}}}", type_name(v))))?;
+            let i = integer(v)
+                .ok_or_else(|| bad(key, format!("{{unacceptable_type,{}}}", type_name(v))))?;
             if i < min {
-                let tag = if min == 1 && i == 0 { "value_zero" } else { "value_negative" };
+                let tag = if min == 1 && i == 0 {
+                    "value_zero"
+                } else {
+                    "value_negative"
+                };
                 return Err(bad(key, format!("{{{tag},{i}}}")));
             }
             Ok(i as u64)
@@ -140,14 +149,18 @@ impl QueueConfig {
                         "drop-head" => Overflow::DropHead,
                         "reject-publish" => Overflow::RejectPublish,
                         "reject-publish-dlx" => Overflow::RejectPublishDlx,
-                        other => return Err(bad(key, format!("{{invalid_value,<<\"{other}\">>}}"))),
+                        other => {
+                            return Err(bad(key, format!("{{invalid_value,<<\"{other}\">>}}")))
+                        }
                     }
                 }
                 "x-queue-mode" => {
                     c.lazy = match text(key, v)?.as_str() {
                         "default" => false,
                         "lazy" => true,
-                        other => return Err(bad(key, format!("{{invalid_value,<<\"{other}\">>}}"))),
+                        other => {
+                            return Err(bad(key, format!("{{invalid_value,<<\"{other}\">>}}")))
+                        }
                     }
                 }
                 "x-single-active-consumer" => match v {
@@ -167,7 +180,10 @@ impl QueueConfig {
             }
         }
         if c.dead_letter_routing_key.is_some() && c.dead_letter_exchange.is_none() {
-            return Err(bad("x-dead-letter-routing-key", "routing_key_but_no_dlx_defined".into()));
+            return Err(bad(
+                "x-dead-letter-routing-key",
+                "routing_key_but_no_dlx_defined".into(),
+            ));
         }
         Ok(c)
     }
@@ -204,8 +220,15 @@ mod tests {
 
     #[test]
     fn string_ttl_is_rejected_with_rabbitmq_wording() {
-        let err = QueueConfig::parse(&table(&[("x-message-ttl", AMQPValue::LongString(LongString::from("5")))]), "q", "/")
-            .unwrap_err();
+        let err = QueueConfig::parse(
+            &table(&[(
+                "x-message-ttl",
+                AMQPValue::LongString(LongString::from("5")),
+            )]),
+            "q",
+            "/",
+        )
+        .unwrap_err();
         assert_eq!(err.code, 406);
         assert_eq!(
             err.text,
@@ -215,8 +238,15 @@ mod tests {
 
     #[test]
     fn zero_expires_and_negative_length_are_rejected() {
-        assert!(QueueConfig::parse(&table(&[("x-expires", AMQPValue::LongInt(0))]), "q", "/").is_err());
-        assert!(QueueConfig::parse(&table(&[("x-max-length", AMQPValue::LongInt(-1))]), "q", "/").is_err());
+        assert!(
+            QueueConfig::parse(&table(&[("x-expires", AMQPValue::LongInt(0))]), "q", "/").is_err()
+        );
+        assert!(QueueConfig::parse(
+            &table(&[("x-max-length", AMQPValue::LongInt(-1))]),
+            "q",
+            "/"
+        )
+        .is_err());
     }
 
     #[test]
@@ -224,7 +254,10 @@ mod tests {
         let c = QueueConfig::parse(
             &table(&[
                 ("x-message-ttl", AMQPValue::LongInt(100)),
-                ("x-overflow", AMQPValue::LongString(LongString::from("reject-publish"))),
+                (
+                    "x-overflow",
+                    AMQPValue::LongString(LongString::from("reject-publish")),
+                ),
                 ("x-max-priority", AMQPValue::ShortShortUInt(10)),
                 ("x-whatever", AMQPValue::Boolean(true)),
             ]),

@@ -23,7 +23,11 @@ impl Default for Broker {
 impl Broker {
     /// A broker with RabbitMQ's defaults: vhost "/" and user guest/guest with all permissions.
     pub fn new() -> Self {
-        let b = Broker { vhosts: RwLock::new(HashMap::new()), users: RwLock::new(Users::default()), epoch: Instant::now() };
+        let b = Broker {
+            vhosts: RwLock::new(HashMap::new()),
+            users: RwLock::new(Users::default()),
+            epoch: Instant::now(),
+        };
         b.add_vhost("/");
         {
             let mut users = b.users.write().expect("users lock");
@@ -48,7 +52,11 @@ impl Broker {
     }
 
     pub fn delete_vhost(&self, name: &str) -> bool {
-        self.vhosts.write().expect("vhosts lock").remove(name).is_some()
+        self.vhosts
+            .write()
+            .expect("vhosts lock")
+            .remove(name)
+            .is_some()
     }
 
     pub fn vhost(&self, name: &str) -> Option<SharedVHost> {
@@ -56,7 +64,12 @@ impl Broker {
     }
 
     pub fn vhosts(&self) -> Vec<(String, SharedVHost)> {
-        self.vhosts.read().expect("vhosts lock").iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        self.vhosts
+            .read()
+            .expect("vhosts lock")
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
     }
 
     /// Runs time-driven work (TTL expiry, x-expires) in every vhost.

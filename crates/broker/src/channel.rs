@@ -55,7 +55,8 @@ impl ChannelState {
     }
 
     pub fn can_take(&self) -> bool {
-        self.flow_active && (self.channel_prefetch == 0 || self.unacked_live < self.channel_prefetch)
+        self.flow_active
+            && (self.channel_prefetch == 0 || self.unacked_live < self.channel_prefetch)
     }
 
     pub fn next_delivery_tag(&mut self) -> u64 {
@@ -65,7 +66,10 @@ impl ChannelState {
     }
 
     pub fn record(&mut self, u: Unacked) {
-        debug_assert!(self.unacked.back().is_none_or(|b| b.tag < u.tag), "delivery tags must increase");
+        debug_assert!(
+            self.unacked.back().is_none_or(|b| b.tag < u.tag),
+            "delivery tags must increase"
+        );
         self.unacked_live += 1;
         self.unacked.push_back(u);
     }

@@ -12,7 +12,10 @@ pub struct AmqpError {
 
 impl AmqpError {
     pub fn new(code: u16, detail: impl std::fmt::Display) -> Self {
-        AmqpError { code, text: format!("{} - {}", reply_code_name(code), detail) }
+        AmqpError {
+            code,
+            text: format!("{} - {}", reply_code_name(code), detail),
+        }
     }
 
     pub fn not_found(detail: impl std::fmt::Display) -> Self {

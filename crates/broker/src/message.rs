@@ -19,7 +19,13 @@ pub struct Message {
 
 impl Message {
     /// Builds a message from a publish, reading the properties the broker's semantics need.
-    pub fn new(exchange: Bytes, routing_key: Bytes, properties: Bytes, props: &Properties, body: Bytes) -> Self {
+    pub fn new(
+        exchange: Bytes,
+        routing_key: Bytes,
+        properties: Bytes,
+        props: &Properties,
+        body: Bytes,
+    ) -> Self {
         Message {
             exchange,
             routing_key,
@@ -27,7 +33,10 @@ impl Message {
             body,
             persistent: props.delivery_mode == Some(2),
             priority: props.priority.unwrap_or(0),
-            expiration_ms: props.expiration.as_ref().and_then(|e| parse_expiration(e).ok().flatten()),
+            expiration_ms: props
+                .expiration
+                .as_ref()
+                .and_then(|e| parse_expiration(e).ok()),
         }
     }
 
@@ -38,9 +47,13 @@ impl Message {
 
 pub type MessageRef = Arc<Message>;
 
+/// An `expiration` property that is not a non-negative integer: RabbitMQ's 406
+/// PRECONDITION_FAILED "invalid expiration".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InvalidExpiration;
+
 /// Parses an `expiration` property as RabbitMQ does: a non-negative integer in a string.
-/// `Err` is a 406 PRECONDITION_FAILED "invalid expiration" in RabbitMQ.
-pub fn parse_expiration(raw: &[u8]) -> Result<Option<u64>, ()> {
-    let s = std::str::from_utf8(raw).map_err(|_| ())?;
-    s.parse::<u64>().map(Some).map_err(|_| ())
+pub fn parse_expiration(raw: &[u8]) -> Result<u64, InvalidExpiration> {
+    let s = std::str::from_utf8(raw).map_err(|_| InvalidExpiration)?;
+    s.parse::<u64>().map_err(|_| InvalidExpiration)
 }

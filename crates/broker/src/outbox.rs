@@ -22,7 +22,12 @@ pub struct Outbox {
 impl Outbox {
     /// `wake` is called when bytes are added so the writer task sends them.
     pub fn new(frame_max: u32, wake: Box<dyn Fn() + Send + Sync>) -> Self {
-        Outbox { buf: Mutex::new(BytesMut::with_capacity(64 * 1024)), wake, frame_max, closed: AtomicBool::new(false) }
+        Outbox {
+            buf: Mutex::new(BytesMut::with_capacity(64 * 1024)),
+            wake,
+            frame_max,
+            closed: AtomicBool::new(false),
+        }
     }
 
     pub fn frame_max(&self) -> u32 {
@@ -65,6 +70,8 @@ impl Outbox {
 
 impl std::fmt::Debug for Outbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Outbox").field("frame_max", &self.frame_max).finish()
+        f.debug_struct("Outbox")
+            .field("frame_max", &self.frame_max)
+            .finish()
     }
 }

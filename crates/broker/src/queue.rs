@@ -55,7 +55,11 @@ pub struct Backlog {
 impl Backlog {
     pub fn new(max_priority: Option<u8>) -> Self {
         let n = max_priority.map(|p| p as usize + 1).unwrap_or(1);
-        Backlog { levels: (0..n).map(|_| VecDeque::new()).collect(), len: 0, bytes: 0 }
+        Backlog {
+            levels: (0..n).map(|_| VecDeque::new()).collect(),
+            len: 0,
+            bytes: 0,
+        }
     }
 
     fn level(&self, m: &QueuedMessage) -> usize {
@@ -128,7 +132,17 @@ pub struct Queue {
 }
 
 impl Queue {
-    pub fn new(id: QueueId, name: String, durable: bool, exclusive_owner: Option<ConnId>, auto_delete: bool, arguments: FieldTable, config: QueueConfig, now_ms: u64) -> Self {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: QueueId,
+        name: String,
+        durable: bool,
+        exclusive_owner: Option<ConnId>,
+        auto_delete: bool,
+        arguments: FieldTable,
+        config: QueueConfig,
+        now_ms: u64,
+    ) -> Self {
         Queue {
             id,
             name,
@@ -165,7 +179,12 @@ impl Queue {
             let c = &self.consumers[0];
             return (c.has_credit() && can_take(c)).then_some(0);
         }
-        let top = self.consumers.iter().filter(|c| c.has_credit() && can_take(c)).map(|c| c.priority).max()?;
+        let top = self
+            .consumers
+            .iter()
+            .filter(|c| c.has_credit() && can_take(c))
+            .map(|c| c.priority)
+            .max()?;
         for step in 0..n {
             let i = (self.next_consumer + step) % n;
             let c = &self.consumers[i];
@@ -179,7 +198,10 @@ impl Queue {
 
     /// Whether the queue is over a length limit, so the overflow rule applies.
     pub fn over_limit(&self, extra_bytes: usize) -> bool {
-        let len_over = self.config.max_length.is_some_and(|m| self.backlog.len() as u64 >= m);
+        let len_over = self
+            .config
+            .max_length
+            .is_some_and(|m| self.backlog.len() as u64 >= m);
         let bytes_over = self
             .config
             .max_length_bytes
@@ -189,8 +211,13 @@ impl Queue {
 
     /// Whether the length limits are exceeded right now (after an enqueue, for drop-head).
     pub fn exceeds_limit(&self) -> bool {
-        self.config.max_length.is_some_and(|m| self.backlog.len() as u64 > m)
-            || self.config.max_length_bytes.is_some_and(|m| self.backlog.bytes() as u64 > m)
+        self.config
+            .max_length
+            .is_some_and(|m| self.backlog.len() as u64 > m)
+            || self
+                .config
+                .max_length_bytes
+                .is_some_and(|m| self.backlog.bytes() as u64 > m)
     }
 }
 
@@ -224,7 +251,9 @@ mod tests {
         b.push_back(msg(9));
         b.push_back(msg(1));
         b.push_back(msg(3));
-        let order: Vec<u8> = std::iter::from_fn(|| b.pop_front()).map(|m| m.msg.priority).collect();
+        let order: Vec<u8> = std::iter::from_fn(|| b.pop_front())
+            .map(|m| m.msg.priority)
+            .collect();
         assert_eq!(order, vec![9, 3, 1, 1]);
         assert_eq!(b.bytes(), 0);
     }

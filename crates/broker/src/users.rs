@@ -50,7 +50,11 @@ pub struct Permissions {
 impl Permissions {
     pub fn all() -> Self {
         let p = Pattern::new(".*").expect("valid pattern");
-        Permissions { configure: p.clone(), write: p.clone(), read: p }
+        Permissions {
+            configure: p.clone(),
+            write: p.clone(),
+            read: p,
+        }
     }
 }
 
@@ -80,12 +84,22 @@ impl Users {
             return false;
         }
         let salt: [u8; 4] = rand::random();
-        self.users.insert(name.to_string(), User { name: name.to_string(), salt, hash: hash(&salt, password), tags });
+        self.users.insert(
+            name.to_string(),
+            User {
+                name: name.to_string(),
+                salt,
+                hash: hash(&salt, password),
+                tags,
+            },
+        );
         true
     }
 
     pub fn change_password(&mut self, name: &str, password: &str) -> bool {
-        let Some(u) = self.users.get_mut(name) else { return false };
+        let Some(u) = self.users.get_mut(name) else {
+            return false;
+        };
         u.salt = rand::random();
         u.hash = hash(&u.salt, password);
         true
@@ -97,7 +111,9 @@ impl Users {
     }
 
     pub fn authenticate(&self, name: &str, password: &str) -> bool {
-        self.users.get(name).is_some_and(|u| hash(&u.salt, password) == u.hash)
+        self.users
+            .get(name)
+            .is_some_and(|u| hash(&u.salt, password) == u.hash)
     }
 
     pub fn exists(&self, name: &str) -> bool {
@@ -109,11 +125,13 @@ impl Users {
     }
 
     pub fn set_permissions(&mut self, user: &str, vhost: &str, p: Permissions) {
-        self.permissions.insert((user.to_string(), vhost.to_string()), p);
+        self.permissions
+            .insert((user.to_string(), vhost.to_string()), p);
     }
 
     pub fn clear_permissions(&mut self, user: &str, vhost: &str) {
-        self.permissions.remove(&(user.to_string(), vhost.to_string()));
+        self.permissions
+            .remove(&(user.to_string(), vhost.to_string()));
     }
 
     pub fn permissions(&self, user: &str, vhost: &str) -> Option<&Permissions> {
@@ -125,7 +143,9 @@ impl Users {
     }
 
     pub fn check(&self, user: &str, vhost: &str, access: Access, resource: &str) -> bool {
-        let Some(p) = self.permissions(user, vhost) else { return false };
+        let Some(p) = self.permissions(user, vhost) else {
+            return false;
+        };
         match access {
             Access::Configure => p.configure.matches(resource),
             Access::Write => p.write.matches(resource),
@@ -148,7 +168,11 @@ mod tests {
         u.set_permissions(
             "bob",
             "/",
-            Permissions { configure: Pattern::new("^bob-").unwrap(), write: Pattern::new(".*").unwrap(), read: Pattern::new("").unwrap() },
+            Permissions {
+                configure: Pattern::new("^bob-").unwrap(),
+                write: Pattern::new(".*").unwrap(),
+                read: Pattern::new("").unwrap(),
+            },
         );
         assert!(u.check("bob", "/", Access::Configure, "bob-q"));
         assert!(!u.check("bob", "/", Access::Configure, "q"));
