@@ -52,6 +52,30 @@ pub enum GetResult {
     Delivered,
 }
 
+#[derive(Debug, Clone)]
+pub struct QueueInfo {
+    pub name: String,
+    pub durable: bool,
+    pub auto_delete: bool,
+    pub exclusive: bool,
+    pub queue_type: &'static str,
+    pub arguments: FieldTable,
+    pub messages_ready: u64,
+    pub messages_unacknowledged: u64,
+    pub message_bytes_ready: u64,
+    pub consumers: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct ExchangeInfo {
+    pub name: String,
+    pub kind: &'static str,
+    pub durable: bool,
+    pub auto_delete: bool,
+    pub internal: bool,
+    pub arguments: FieldTable,
+}
+
 pub struct VHost {
     pub name: String,
     exchanges_by_name: HashMap<String, ExchangeId>,
@@ -1256,6 +1280,61 @@ impl VHost {
     }
 
     // ---- introspection ---------------------------------------------------------------------
+
+    /// Every queue with its counters, for the management API and metrics.
+    pub fn queue_infos(&self) -> Vec<QueueInfo> {
+        let mut v: Vec<QueueInfo> = self
+            .queues
+            .values()
+            .map(|q| QueueInfo {
+                name: q.name.clone(),
+                durable: q.durable,
+                auto_delete: q.auto_delete,
+                exclusive: q.exclusive_owner.is_some(),
+                queue_type: if q.is_quorum() { "quorum" } else { "classic" },
+                arguments: q.arguments.clone(),
+                messages_ready: q.backlog.len() as u64,
+                messages_unacknowledged: q.unacked as u64,
+                message_bytes_ready: q.backlog.bytes() as u64,
+                consumers: q.consumers.len() as u64,
+            })
+            .collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    pub fn exchange_infos(&self) -> Vec<ExchangeInfo> {
+        let mut v: Vec<ExchangeInfo> = self
+            .exchanges
+            .values()
+            .map(|x| ExchangeInfo {
+                name: x.name.clone(),
+                kind: kind_name(x.kind),
+                durable: x.durable,
+                auto_delete: x.auto_delete,
+                internal: x.internal,
+                arguments: x.arguments.clone(),
+            })
+            .collect();
+        v.push(ExchangeInfo {
+            name: String::new(),
+            kind: "direct",
+            durable: true,
+            auto_delete: false,
+            internal: false,
+            arguments: FieldTable::default(),
+        });
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    pub fn binding_count(&self) -> usize {
+        self.routes.binding_count()
+    }
+
+    pub fn channel_count(&self) -> usize {
+        self.channels.len()
+    }
 
     pub fn queue_names(&self) -> Vec<String> {
         self.queues.values().map(|q| q.name.clone()).collect()

@@ -52,6 +52,8 @@ pub struct Channel {
     pub next_publish_seq: u64,
     /// Highest sequence number ready to be confirmed with one ack(multiple=true).
     pub ack_upto: Option<u64>,
+    /// Highest sequence number already confirmed, to count confirms for metrics.
+    pub confirmed_upto: u64,
     pub tx: Option<Vec<TxOp>>,
     /// The queue most recently declared on this channel: an empty queue name means it.
     pub last_queue: Option<String>,
@@ -67,6 +69,7 @@ impl Channel {
             confirm: false,
             next_publish_seq: 1,
             ack_upto: None,
+            confirmed_upto: 0,
             tx: None,
             last_queue: None,
         }
@@ -109,6 +112,11 @@ impl Connection {
     pub fn flush_confirms(&mut self) {
         for (number, ch) in self.channels.iter_mut() {
             if let Some(seq) = ch.ack_upto.take() {
+                self.shared.counters.confirmed.fetch_add(
+                    seq - ch.confirmed_upto,
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+                ch.confirmed_upto = seq;
                 let n = *number;
                 self.outbox.push(|b| method::encode_ack(b, n, seq, true));
             }
@@ -287,6 +295,15 @@ impl Connection {
             .lock()
             .expect("vhost lock")
             .publish(exchange, message, props, now)?;
+        let counters = &self.shared.counters;
+        counters
+            .published
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if !outcome.routed {
+            counters
+                .unroutable
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         if !outcome.routed && !outcome.rejected {
             if let Some((routing_key, properties, body)) = returned {
                 let frame_max = self.frame_max;

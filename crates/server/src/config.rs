@@ -22,6 +22,8 @@ pub struct ServerConfig {
     pub message_bytes_max: u64,
     /// Publishers are blocked (connection.blocked) while the broker's RSS is above this.
     pub memory_high_watermark_bytes: u64,
+    /// Where the HTTP management API and /metrics listen; none disables them.
+    pub management_listen: Option<SocketAddr>,
 }
 
 impl Default for ServerConfig {
@@ -34,6 +36,7 @@ impl Default for ServerConfig {
             frame_max_bytes: FRAME_MAX_DEFAULT_BYTES,
             message_bytes_max: MESSAGE_BYTES_MAX_DEFAULT,
             memory_high_watermark_bytes: default_memory_watermark(),
+            management_listen: Some("127.0.0.1:15672".parse().expect("valid address")),
         }
     }
 }

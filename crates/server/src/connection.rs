@@ -159,8 +159,10 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         finished: false,
     };
     tracing::debug!(conn = id, %peer, user = %c.user, vhost = %c.vhost_name, "connection opened");
+    shared.connections_open.fetch_add(1, Ordering::Relaxed);
     c.run(&mut rd, &mut buf).await;
     c.cleanup();
+    shared.connections_open.fetch_sub(1, Ordering::Relaxed);
     outbox.close();
     let _ = writer.await;
     tracing::debug!(conn = id, "connection closed");
