@@ -43,18 +43,5 @@ impl Default for ServerConfig {
 
 /// 40% of physical memory, RabbitMQ's default vm_memory_high_watermark.
 fn default_memory_watermark() -> u64 {
-    let total = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| {
-                    l.split_whitespace()
-                        .nth(1)
-                        .and_then(|kb| kb.parse::<u64>().ok())
-                })
-        })
-        .map(|kb| kb * 1024)
-        .unwrap_or(4 << 30);
-    total * 2 / 5
+    crate::memory::total_memory_bytes() * 2 / 5
 }

@@ -41,6 +41,8 @@ pub struct Shared {
     pub next_channel: AtomicU64,
     pub connections_open: AtomicUsize,
     pub counters: Counters,
+    /// The memory alarm's threshold; `warren ctl set_vm_memory_high_watermark` changes it.
+    pub memory_watermark_bytes: Arc<AtomicU64>,
 }
 
 /// Node-wide message counters for metrics; relaxed atomics, added to once per read batch.
@@ -66,10 +68,8 @@ pub async fn serve(
 ) {
     let management_listen = config.management_listen;
     let (alarm_tx, alarm_rx) = watch::channel(false);
-    tokio::spawn(memory::monitor(
-        config.memory_high_watermark_bytes,
-        alarm_tx,
-    ));
+    let memory_watermark_bytes = Arc::new(AtomicU64::new(config.memory_high_watermark_bytes));
+    tokio::spawn(memory::monitor(memory_watermark_bytes.clone(), alarm_tx));
     let ticker = broker.clone();
     tokio::spawn(async move {
         let mut t = tokio::time::interval(TICK_INTERVAL);
@@ -88,6 +88,7 @@ pub async fn serve(
         next_channel: AtomicU64::new(1),
         connections_open: AtomicUsize::new(0),
         counters: Counters::default(),
+        memory_watermark_bytes,
     });
     if let Some(addr) = management_listen {
         match tokio::net::TcpListener::bind(addr).await {

@@ -38,6 +38,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/api/queues/{vhost}", get(list_vhost_queues))
         .route("/api/queues/{vhost}/{queue}", get(get_queue))
         .route("/api/exchanges/{vhost}", get(list_exchanges))
+        .route("/api/warren/vm-memory-high-watermark", put(put_watermark))
         .route("/metrics", get(metrics))
         .with_state(shared)
 }
@@ -392,6 +393,38 @@ async fn list_exchanges(State(s): Api, headers: HeaderMap, Path(vhost): Path<Str
             .collect::<Vec<_>>(),
     )
     .into_response()
+}
+
+#[derive(Deserialize)]
+struct WatermarkBody {
+    fraction: Option<f64>,
+    bytes: Option<u64>,
+}
+
+/// rabbitmqctl set_vm_memory_high_watermark, over HTTP: a fraction of RAM or absolute bytes.
+async fn put_watermark(
+    State(s): Api,
+    headers: HeaderMap,
+    Json(body): Json<WatermarkBody>,
+) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    let bytes = match (body.fraction, body.bytes) {
+        (_, Some(b)) => b,
+        (Some(f), None) if (0.0..=1.0).contains(&f) => {
+            (crate::memory::total_memory_bytes() as f64 * f) as u64
+        }
+        _ => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "give \"fraction\" (0..1) or \"bytes\"",
+            )
+        }
+    };
+    s.memory_watermark_bytes.store(bytes, Ordering::Relaxed);
+    tracing::info!(bytes, "memory high watermark set");
+    StatusCode::NO_CONTENT.into_response()
 }
 
 /// Prometheus text exposition; unauthenticated, like RabbitMQ's prometheus plugin.

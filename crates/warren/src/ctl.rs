@@ -77,6 +77,10 @@ enum CtlCommand {
     },
     /// Node overview: totals of connections, channels, queues and messages.
     Status,
+    /// Set the memory alarm threshold: a fraction of RAM (0.4), or `absolute BYTES`.
+    SetVmMemoryHighWatermark {
+        args: Vec<String>,
+    },
 }
 
 struct Endpoint {
@@ -334,6 +338,27 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
                     x["type"].as_str().unwrap_or_default()
                 );
             }
+        }
+        CtlCommand::SetVmMemoryHighWatermark { args } => {
+            let body = match args.as_slice() {
+                [f] => {
+                    json!({ "fraction": f.parse::<f64>().map_err(|_| format!("not a fraction: '{f}'"))? })
+                }
+                [a, b] if a == "absolute" => {
+                    json!({ "bytes": b.parse::<u64>().map_err(|_| format!("not a byte count: '{b}'"))? })
+                }
+                _ => {
+                    return Err(
+                        "usage: set_vm_memory_high_watermark FRACTION | absolute BYTES".into(),
+                    )
+                }
+            };
+            expect_ok(request(
+                &ep,
+                "PUT",
+                "/api/warren/vm-memory-high-watermark",
+                Some(&body),
+            )?)?;
         }
         CtlCommand::Status => {
             let v: Value =
