@@ -114,8 +114,17 @@ def heartbeat_frame():
 
 
 def start_ok_args(mechanism=b"PLAIN", response=b"\x00guest\x00guest", client_properties=None):
-    props = client_properties if client_properties is not None else {"product": "warren-interop"}
+    props = client_properties if client_properties is not None else DEFAULT_CLIENT_PROPERTIES
     return table(props) + shortstr(mechanism) + longstr(response) + shortstr(b"en_US")
+
+
+# Like pika: without authentication_failure_close a broker may drop a failed login silently.
+DEFAULT_CLIENT_PROPERTIES = {
+    "product": "warren-interop",
+    "capabilities": {"authentication_failure_close": True, "basic.nack": True,
+                     "connection.blocked": True, "consumer_cancel_notify": True,
+                     "publisher_confirms": True},
+}
 
 
 def amqplain_response(login, password):
@@ -336,8 +345,10 @@ class RawConnection:
     # ------------------------------------------------------------ handshake
 
     def handshake(self, mechanism=b"PLAIN", response=b"\x00guest\x00guest", vhost="/",
-                  channel_max=None, frame_max=None, heartbeat=0, client_properties=None):
-        """Runs the connection handshake up to connection.open-ok; returns the negotiated tune."""
+                  channel_max=None, frame_max=None, heartbeat=0, client_properties=None,
+                  send_open=True):
+        """Runs the handshake; returns the broker's answer to connection.open (or the frame that
+        came instead of tune). With send_open=False it stops after tune-ok and returns None."""
         self.send(PROTOCOL_HEADER)
         start = self.expect_method(CONNECTION_START)
         r = start.args()
@@ -356,6 +367,8 @@ class RawConnection:
         fm = server_frame_max if frame_max is None else frame_max
         self.negotiated = (cm, fm, heartbeat)
         self.send(method_frame(0, CONNECTION_TUNE_OK, tune_ok_args(cm, fm, heartbeat)))
+        if not send_open:
+            return None
         self.send(method_frame(0, CONNECTION_OPEN, open_args(vhost)))
         return self.read_frame()
 
