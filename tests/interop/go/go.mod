@@ -2,4 +2,4 @@ module github.com/warren/interop
 
 go 1.22
 
-require github.com/rabbitmq/amqp091-go v1.16.0 // indirect
+require github.com/rabbitmq/amqp091-go v1.16.0
