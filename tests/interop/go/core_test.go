@@ -368,8 +368,8 @@ func TestHeaderTableWithEveryGoFieldTypeRoundTrips(t *testing.T) {
 		"int32": int32(-320000), "uint32": uint32(4000000000), "int64": int64(math.MinInt64),
 		"float32": float32(1.5), "float64": float64(-2.25), "string": "s", "bytes": []byte{0, 1, 255},
 		"decimal": amqp.Decimal{Scale: 3, Value: 31415}, "time": ts, "void": nil,
-		"table":   amqp.Table{"nested": amqp.Table{"k": "v"}},
-		"array":   []interface{}{int32(1), "two", nil, float64(3.5), []interface{}{true}},
+		"table": amqp.Table{"nested": amqp.Table{"k": "v"}},
+		"array": []interface{}{int32(1), "two", nil, float64(3.5), []interface{}{true}},
 	}
 	msg := amqp.Publishing{
 		Headers: headers, ContentType: "application/octet-stream", ContentEncoding: "identity",
