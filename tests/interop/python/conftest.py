@@ -182,6 +182,26 @@ def broker(tmp_path_factory):
     b.stop(signal.SIGTERM)
 
 
+@pytest.fixture(autouse=True)
+def broker_survives_the_test(request):
+    """Fails the test during which a broker process the suite started died, and starts it again
+    so that one crash does not fail every test after it."""
+    yield
+    if "broker" not in request.fixturenames:
+        return
+    b = request.getfixturevalue("broker")
+    if b.proc is None or b.proc.poll() is None:
+        return
+    code = b.proc.returncode
+    tail = ""
+    if b.log_path and os.path.exists(b.log_path):
+        with open(b.log_path, "rb") as f:
+            tail = f.read()[-2000:].decode(errors="replace")
+    b.extra_args = []
+    b._spawn()
+    pytest.fail(f"the broker process exited with {code} during this test; log tail:\n{tail}")
+
+
 @pytest.fixture
 def conn(broker):
     c = broker.connect()
