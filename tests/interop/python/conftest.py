@@ -85,6 +85,7 @@ class Broker:
     # ------------------------------------------------------------ process control (warren only)
 
     def _spawn(self):
+        os.makedirs(self.data_dir, exist_ok=True)
         args = [self.bin_path, "server", "--listen", f"{self.host}:{self.port}",
                 "--data-dir", self.data_dir] + self.extra_args
         log = open(self.log_path, "ab")

@@ -448,3 +448,43 @@ def test_single_active_consumer_redelivers_unacked_to_the_next_consumer(broker, 
     assert got2 == [(True, b"m")]
     ch2.queue_delete(name)
     c2.close()
+
+
+def test_x_death_count_grows_when_dead_lettered_again_for_the_same_reason(ch, name):
+    # the queue dead-letters rejections back into itself
+    ch.queue_declare(name, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": name})
+    ch.basic_publish("", name, b"boomerang")
+    for expected in (1, 2, 3):
+        m, _, _ = get(ch, name, auto_ack=False)
+        ch.basic_reject(m.delivery_tag, requeue=False)
+        m, props, _ = get(ch, name, auto_ack=False)
+        deaths = props.headers["x-death"]
+        assert len(deaths) == 1
+        assert (deaths[0]["count"], deaths[0]["reason"], deaths[0]["queue"]) == (expected, "rejected", name)
+        ch.basic_reject(m.delivery_tag, requeue=True)
+    ch.queue_delete(name)
+
+
+def test_expired_messages_in_a_dead_letter_cycle_are_dropped(ch, name):
+    # an automatic (expiry) cycle without any rejection is broken by dropping the message
+    ch.queue_declare(name, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": name,
+                                      "x-message-ttl": 50})
+    ch.basic_publish("", name, b"cycle")
+    time.sleep(0.5)
+    assert message_count(ch, name) == 0
+    ch.queue_delete(name)
+
+
+def test_dead_lettered_message_keeps_its_properties_and_body(ch, name):
+    dlq = _dlx_setup(ch, name)
+    sent = pika.BasicProperties(content_type="text/plain", correlation_id="c", priority=3,
+                                delivery_mode=2, headers={"k": [1, "two"]}, app_id="a")
+    ch.basic_publish("", name, b"payload", sent)
+    m, _, _ = get(ch, name, auto_ack=False)
+    ch.basic_nack(m.delivery_tag, requeue=False)
+    method, props, body = get(ch, dlq)
+    assert body == b"payload" and method.exchange == name + ".dlx" and method.routing_key == name
+    for key in ["content_type", "correlation_id", "priority", "delivery_mode", "app_id"]:
+        assert getattr(props, key) == getattr(sent, key), key
+    assert props.headers["k"] == [1, "two"]
+    _cleanup(ch, name)
