@@ -28,6 +28,31 @@ BROKER_STOP_TIMEOUT_S = 15.0
 CTL_TIMEOUT_S = 60.0
 
 
+# A broker that stops answering would otherwise cost the per-test timeout for every test left;
+# after this many timeouts in a row the rest of the run fails at once.
+CONSECUTIVE_TIMEOUTS_MAX = 3
+_timeouts_in_a_row = 0
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    global _timeouts_in_a_row
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call":
+        return
+    if report.failed and "Timeout" in str(report.longrepr):
+        _timeouts_in_a_row += 1
+    else:
+        _timeouts_in_a_row = 0
+
+
+def pytest_runtest_setup(item):
+    if _timeouts_in_a_row >= CONSECUTIVE_TIMEOUTS_MAX:
+        pytest.fail(f"not run: the broker stopped answering ({_timeouts_in_a_row} tests in a row "
+                    "timed out)", pytrace=False)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
