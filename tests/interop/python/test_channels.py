@@ -91,3 +91,40 @@ def test_channel_flow_active_false_is_not_implemented_540(broker, raw):
     code, text, class_id, method_id = c.expect_connection_close()
     assert (code, class_id, method_id) == (540, 20, 20)
     assert text.startswith("NOT_IMPLEMENTED - active=false"), text
+
+
+def _close_args(code=200, text=""):
+    return struct.pack(">H", code) + amqp.shortstr(text) + struct.pack(">HH", 0, 0)
+
+
+def test_frames_after_broker_channel_close_are_ignored_until_close_ok(broker, raw):
+    c = raw()
+    c.open()
+    c.open_channel(1)
+    c.send(amqp.method_frame(1, amqp.QUEUE_DECLARE, amqp.queue_declare_args("interop-missing-q", passive=True)))
+    assert c.expect_channel_close() == (404, "NOT_FOUND - no queue 'interop-missing-q' in vhost '/'", 50, 10)
+    # until the client's close-ok, methods and content on the channel are discarded silently
+    c.send(amqp.method_frame(1, amqp.QUEUE_DECLARE, amqp.queue_declare_args("", exclusive=True)))
+    c.send(amqp.method_frame(1, amqp.BASIC_PUBLISH, amqp.basic_publish_args("", "x"))
+           + amqp.header_frame(1, 1) + amqp.body_frame(1, b"x"))
+    with pytest.raises(TimeoutError):
+        c.read_frame(timeout=0.5)
+    c.send(amqp.method_frame(1, amqp.CHANNEL_CLOSE_OK))
+    c.open_channel(1)
+
+
+def test_method_on_a_channel_the_client_closed_is_504(broker, raw):
+    c = raw()
+    c.open()
+    c.open_channel(1)
+    c.send(amqp.method_frame(1, amqp.CHANNEL_CLOSE, _close_args()))
+    c.expect_method(amqp.CHANNEL_CLOSE_OK)
+    c.send(amqp.method_frame(1, amqp.QUEUE_DECLARE, amqp.queue_declare_args("", exclusive=True)))
+    assert c.expect_connection_close() == (504, "CHANNEL_ERROR - expected 'channel.open'", 50, 10)
+
+
+def test_closing_a_never_opened_channel_is_504(broker, raw):
+    c = raw()
+    c.open()
+    c.send(amqp.method_frame(5, amqp.CHANNEL_CLOSE, _close_args()))
+    assert c.expect_connection_close() == (504, "CHANNEL_ERROR - expected 'channel.open'", 20, 40)
