@@ -317,3 +317,19 @@ def test_redeclare_with_different_alternate_exchange_is_406(conn, name):
                                 name, "direct", arguments={"alternate-exchange": "b"})
     assert text.endswith("received 'b' but current is 'a'"), text
     conn.channel().exchange_delete(name)
+
+
+def test_redeclare_with_different_internal_is_406(conn, name):
+    conn.channel().exchange_declare(name, "direct")
+    text = expect_channel_error(406, "PRECONDITION_FAILED - inequivalent arg 'internal' for exchange "
+                                f"'{name}' in vhost '/'", conn.channel().exchange_declare, name,
+                                "direct", internal=True)
+    assert text.endswith("received 'true' but current is 'false'"), text
+    conn.channel().exchange_delete(name)
+
+
+def test_redeclare_with_other_custom_arguments_is_accepted(ch, name):
+    ch.exchange_declare(name, "direct", arguments={"x-foo": 1})
+    ch.exchange_declare(name, "direct", arguments={"x-foo": 2})
+    ch.exchange_declare(name, "direct")
+    ch.exchange_delete(name)

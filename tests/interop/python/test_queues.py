@@ -1,5 +1,7 @@
 """Queue declare, bind, unbind, purge, delete and the counts they report."""
 
+import uuid
+
 import pika
 import pytest
 
@@ -271,3 +273,62 @@ def test_messages_are_delivered_in_fifo_order(conn, ch, name):
     ch.queue_delete(name)
 
 
+
+
+LOCKED_SUFFIX = (". It could be originally declared on another connection or the exclusive property "
+                 "value does not match that of the original declaration.")
+
+
+def test_redeclare_exclusive_queue_as_non_exclusive_is_405_even_from_owner(conn):
+    name = "interop-excl-" + uuid.uuid4().hex[:8]  # short: the full reply text fits in 255 bytes
+    conn.channel().queue_declare(name, exclusive=True)
+    text = expect_channel_error(405, "RESOURCE_LOCKED - cannot obtain exclusive access to locked "
+                                f"queue '{name}' in vhost '/'", conn.channel().queue_declare, name)
+    assert text.endswith(LOCKED_SUFFIX), text
+
+
+def test_redeclare_plain_queue_as_exclusive_is_405(conn):
+    name = "interop-plain-" + uuid.uuid4().hex[:8]
+    conn.channel().queue_declare(name)
+    text = expect_channel_error(405, "RESOURCE_LOCKED - cannot obtain exclusive access to locked "
+                                f"queue '{name}' in vhost '/'", conn.channel().queue_declare, name,
+                                exclusive=True)
+    assert text.endswith(LOCKED_SUFFIX), text
+    conn.channel().queue_delete(name)
+
+
+def test_redeclare_with_explicit_classic_type_or_unknown_args_is_accepted(ch, name):
+    ch.queue_declare(name)
+    ch.queue_declare(name, arguments={"x-queue-type": "classic"})
+    ch.queue_declare(name, arguments={"x-unknown": 1})
+    ch.queue_delete(name)
+
+
+def test_max_length_counts_ready_messages_only(ch, name):
+    ch.queue_declare(name, arguments={"x-max-length": 1})
+    ch.basic_publish("", name, b"taken")
+    m, _, _ = get(ch, name, auto_ack=False)
+    ch.basic_publish("", name, b"ready")
+    wait_message_count(ch, name, 1)
+    ch.basic_reject(m.delivery_tag, requeue=True)  # back in: now 2 ready > max, head dropped
+    wait_message_count(ch, name, 1)
+    assert get(ch, name)[2] == b"ready"
+    ch.queue_delete(name)
+
+
+def test_auto_delete_queue_goes_when_the_consumers_channel_closes(conn, name):
+    ch = conn.channel()
+    ch.queue_declare(name, auto_delete=True)
+    ch2 = conn.channel()
+    ch2.basic_consume(name, lambda *a: None)
+    ch2.close()
+    wait_for(lambda: _missing(conn, name), what="auto-delete queue to go")
+
+
+def test_reply_text_longer_than_255_bytes_is_cut_to_252_plus_ellipsis(ch):
+    name = "q" * 250
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as excinfo:
+        ch.queue_declare(name, passive=True)
+    full = f"NOT_FOUND - no queue '{name}' in vhost '/'"
+    assert excinfo.value.reply_code == 404
+    assert excinfo.value.reply_text == full[:252] + "..."
