@@ -7,6 +7,9 @@ import pytest
 
 from helpers import (drain, expect_channel_error, get, wait_for, wait_message_count)
 
+LOCKED_SUFFIX = (". It could be originally declared on another connection or the exclusive property "
+                 "value does not match that of the original declaration.")
+
 
 def test_declare_ok_reports_name_and_zero_counts(ch, name):
     ok = ch.queue_declare(name, auto_delete=True).method
@@ -49,18 +52,22 @@ def test_passive_declare_reports_message_and_consumer_counts(conn, ch, name):
     ch.queue_delete(name)
 
 
-def test_exclusive_queue_is_locked_405_for_other_connections(broker, conn, name):
+def test_exclusive_queue_is_locked_405_for_other_connections(broker, conn):
+    name = "interop-locked-" + uuid.uuid4().hex[:8]  # short: the full reply text fits in 255 bytes
     conn.channel().queue_declare(name, exclusive=True)
     other = broker.connect()
     try:
         for op in [lambda c: c.queue_declare(name, passive=True),
                    lambda c: c.queue_declare(name, exclusive=True),
                    lambda c: c.basic_consume(name, lambda *a: None),
+                   lambda c: c.basic_get(name),
                    lambda c: c.queue_delete(name),
                    lambda c: c.queue_purge(name),
                    lambda c: c.queue_bind(name, "amq.fanout")]:
-            expect_channel_error(405, "RESOURCE_LOCKED - cannot obtain exclusive access to locked "
-                                 f"queue '{name}' in vhost '/'", op, other.channel())
+            text = expect_channel_error(405, "RESOURCE_LOCKED - cannot obtain exclusive access to "
+                                        f"locked queue '{name}' in vhost '/'", op, other.channel())
+            assert text.endswith(LOCKED_SUFFIX), text
+        other.channel().queue_unbind(name, "amq.fanout")  # RabbitMQ 3.10 lets unbind through
     finally:
         other.close()
 
@@ -273,10 +280,6 @@ def test_messages_are_delivered_in_fifo_order(conn, ch, name):
     ch.queue_delete(name)
 
 
-
-
-LOCKED_SUFFIX = (". It could be originally declared on another connection or the exclusive property "
-                 "value does not match that of the original declaration.")
 
 
 def test_redeclare_exclusive_queue_as_non_exclusive_is_405_even_from_owner(conn):
