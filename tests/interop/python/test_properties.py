@@ -154,3 +154,31 @@ def test_body_split_into_many_small_frames_is_reassembled(broker, raw):
         assert f.type == amqp.FRAME_BODY
         got += f.payload
     assert got == body
+
+
+def test_deliveries_are_split_into_frames_within_the_negotiated_frame_max(broker, raw):
+    frame_max = 4096
+    c = raw()
+    c.open(frame_max=frame_max)
+    c.open_channel(1)
+    c.send(amqp.method_frame(1, amqp.QUEUE_DECLARE, amqp.queue_declare_args("", exclusive=True)))
+    q = c.expect_method(amqp.QUEUE_DECLARE_OK).args().shortstr()
+    body = bytes(i % 253 for i in range(10_000))
+    chunk = frame_max - 8
+    c.send(amqp.method_frame(1, amqp.BASIC_PUBLISH, amqp.basic_publish_args("", q))
+           + amqp.header_frame(1, len(body))
+           + b"".join(amqp.body_frame(1, body[i:i + chunk]) for i in range(0, len(body), chunk)))
+    c.send(amqp.method_frame(1, amqp.BASIC_CONSUME, amqp.basic_consume_args(q, "t", no_ack=True)))
+    c.expect_method(amqp.BASIC_CONSUME_OK)
+    c.expect_method(amqp.BASIC_DELIVER)
+    header = c.read_frame()
+    assert header.type == amqp.FRAME_HEADER
+    assert struct.unpack(">Q", header.payload[4:12])[0] == len(body)
+    got, sizes = b"", []
+    while len(got) < len(body):
+        f = c.read_frame()
+        assert f.type == amqp.FRAME_BODY and f.channel == 1
+        sizes.append(len(f.payload))
+        got += f.payload
+    assert got == body
+    assert max(sizes) <= frame_max - 8, sizes
