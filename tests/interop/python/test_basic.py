@@ -541,3 +541,19 @@ def test_large_body_with_small_frame_max(broker):
     ch.basic_publish("", q, body)
     assert get(ch, q, timeout=15)[2] == body
     c.close()
+
+
+def test_changing_prefetch_applies_to_later_consumers_only(conn, ch, name):
+    ch.queue_declare(name)
+    fill(ch, name, 10)
+    ch.basic_qos(prefetch_count=1)
+    first = []
+    ch.basic_consume(name, lambda c, m, p, b: first.append(m), auto_ack=False)
+    pump(conn, lambda: first)
+    ch.basic_qos(prefetch_count=3)
+    second = []
+    ch.basic_consume(name, lambda c, m, p, b: second.append(m), auto_ack=False)
+    pump(conn, lambda: len(second) >= 3)
+    conn.process_data_events(time_limit=0.3)
+    assert (len(first), len(second)) == (1, 3)
+    ch.queue_delete(name)
