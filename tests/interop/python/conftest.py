@@ -13,7 +13,6 @@ import os
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 import urllib.parse
 import uuid
@@ -41,7 +40,7 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if report.when != "call":
         return
-    if report.failed and "Timeout" in str(report.longrepr):
+    if report.failed and "from pytest-timeout" in str(report.longrepr):
         _timeouts_in_a_row += 1
     else:
         _timeouts_in_a_row = 0
