@@ -222,3 +222,16 @@ def test_connection_close_releases_exclusive_queues(broker, name):
         ch.queue_declare(name, passive=True)
     assert excinfo.value.reply_code == 404
     c2.close()
+
+
+def test_bad_login_without_authentication_failure_close_capability_is_dropped_silently(broker, raw):
+    c = raw()
+    c.send(amqp.PROTOCOL_HEADER)
+    c.expect_method(amqp.CONNECTION_START)
+    c.send(amqp.method_frame(0, amqp.CONNECTION_START_OK, amqp.start_ok_args(
+        b"PLAIN", b"\x00guest\x00wrong", client_properties={"product": "old-client"})))
+    try:
+        f = c.read_frame(timeout=HANDSHAKE_ERROR_CLOSE_S)
+        raise AssertionError(f"expected the socket dropped without a frame, got {f}")
+    except amqp.Closed:
+        pass
