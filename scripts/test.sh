@@ -1,7 +1,20 @@
 #!/usr/bin/env bash
 # Runs every test of the project on a fresh machine: installs what the tests need first.
+#
+#   1. formatting and lints (cargo fmt, clippy -D warnings)
+#   2. the Rust tests of every crate (codec, routing, vhost state machines, store, perf)
+#   3. the interoperability suite: real clients (pika, amqp091-go) against the warren binary
+#
+# The same interop suite runs against the real RabbitMQ 3.10 with
+#   scripts/interop.sh --broker rabbitmq
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
+
+# Durability across restarts (tests marked `restart`) arrives with the storage engine (issue 3);
+# until the broker persists durable entities, those tests are deselected here, not skipped
+# silently: INTEROP_PYTEST_ARGS overrides this selection.
+./scripts/interop.sh --broker warren ${INTEROP_PYTEST_ARGS:--m "not restart"}

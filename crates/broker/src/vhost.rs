@@ -486,7 +486,9 @@ impl VHost {
         arguments: &FieldTable,
     ) -> Result<()> {
         Self::refuse_default(exchange)?;
-        let qid = self.usable_queue(queue, conn)?.id;
+        // RabbitMQ 3.10 lets unbind through on another connection's exclusive queue.
+        let _ = conn;
+        let qid = self.queue_id(queue)?;
         // RabbitMQ 3.10 answers unbind-ok when the exchange is already gone.
         let Some(&xid) = self.exchanges_by_name.get(exchange) else {
             return Ok(());
@@ -886,6 +888,18 @@ impl VHost {
             let Some(q) = queues.get_mut(&qid) else {
                 return;
             };
+            // A requeue can push a full queue over its limit: drop-head applies then too.
+            while q.config.overflow == Overflow::DropHead && q.exceeds_limit() {
+                let Some(m) = q.backlog.pop_front() else {
+                    break;
+                };
+                dead.push(DeadLetter {
+                    queue: q.name.clone(),
+                    config: q.config.clone(),
+                    message: m,
+                    reason: "maxlen",
+                });
+            }
             loop {
                 while let Some(head) = q.backlog.peek() {
                     if head.expires_at_ms.is_some_and(|t| t < now_ms) {
@@ -1571,10 +1585,20 @@ fn check_queue_equivalence(
             && (new.is_none() || cur.is_none())
             && new.or(cur).and_then(args::string).as_deref() == Some("classic");
         if !same_value(new, cur) && !classic_default {
+            // RabbitMQ names the type only when one side is missing.
+            let show = |v: Option<&AMQPValue>| match (v, new.is_some() && cur.is_some()) {
+                (Some(v), true) => format!("'{}'", args::render(v)),
+                (Some(v), false) => format!(
+                    "the value '{}' of type '{}'",
+                    args::render(v),
+                    args::type_name(v)
+                ),
+                (None, _) => "none".to_string(),
+            };
             return Err(AmqpError::precondition(format!(
                 "inequivalent arg '{key}' {what}: received {} but current is {}",
-                quoted(new),
-                quoted(cur)
+                show(new),
+                show(cur)
             )));
         }
     }

@@ -94,6 +94,12 @@ fn ctl(conn: &Connection, number: u16, class: AMQPClass) {
 
 impl Connection {
     fn check(&self, access: Access, kind: &str, name: &str) -> Result<(), AmqpError> {
+        // RabbitMQ checks the default exchange under the name amq.default.
+        let name = if kind == "exchange" && name.is_empty() {
+            "amq.default"
+        } else {
+            name
+        };
         let p = &self.permissions;
         let ok = match access {
             Access::Configure => p.configure.matches(name),

@@ -140,6 +140,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
     heartbeat.store(conn.heartbeat_s as u32, Ordering::Relaxed);
     let _ = vhost_slot.set((conn.vhost.clone(), id));
+    outbox.set_frame_max(conn.frame_max);
     let mut c = Connection {
         id,
         shared: shared.clone(),
@@ -226,16 +227,16 @@ pub fn send_connection_close(outbox: &Outbox, e: &AmqpError, class_id: u16, meth
     );
 }
 
-/// Reply texts are short strings: at most 255 bytes, cut on a character boundary.
+/// Reply texts are short strings: RabbitMQ cuts a longer one to 252 bytes and adds "...".
 pub fn truncate_text(s: &str) -> String {
     if s.len() <= 255 {
         return s.to_string();
     }
-    let mut end = 255;
+    let mut end = 252;
     while !s.is_char_boundary(end) {
         end -= 1;
     }
-    s[..end].to_string()
+    format!("{}...", &s[..end])
 }
 
 /// Reads the next frame during the handshake; `None` when the peer went away or sent garbage.

@@ -43,6 +43,7 @@ pub struct Shared {
     pub counters: Counters,
     /// The memory alarm's threshold; `warren ctl set_vm_memory_high_watermark` changes it.
     pub memory_watermark_bytes: Arc<AtomicU64>,
+    pub memory_alarm_setter: Arc<watch::Sender<bool>>,
 }
 
 /// Node-wide message counters for metrics; relaxed atomics, added to once per read batch.
@@ -68,8 +69,12 @@ pub async fn serve(
 ) {
     let management_listen = config.management_listen;
     let (alarm_tx, alarm_rx) = watch::channel(false);
+    let alarm_tx = Arc::new(alarm_tx);
     let memory_watermark_bytes = Arc::new(AtomicU64::new(config.memory_high_watermark_bytes));
-    tokio::spawn(memory::monitor(memory_watermark_bytes.clone(), alarm_tx));
+    tokio::spawn(memory::monitor(
+        memory_watermark_bytes.clone(),
+        alarm_tx.clone(),
+    ));
     let ticker = broker.clone();
     tokio::spawn(async move {
         let mut t = tokio::time::interval(TICK_INTERVAL);
@@ -89,6 +94,7 @@ pub async fn serve(
         connections_open: AtomicUsize::new(0),
         counters: Counters::default(),
         memory_watermark_bytes,
+        memory_alarm_setter: alarm_tx,
     });
     if let Some(addr) = management_listen {
         match tokio::net::TcpListener::bind(addr).await {

@@ -423,6 +423,7 @@ async fn put_watermark(
         }
     };
     s.memory_watermark_bytes.store(bytes, Ordering::Relaxed);
+    crate::memory::evaluate(bytes, &s.memory_alarm_setter);
     tracing::info!(bytes, "memory high watermark set");
     StatusCode::NO_CONTENT.into_response()
 }
