@@ -689,25 +689,22 @@ impl Connection {
         for n in numbers {
             self.close_channel_state(n);
         }
-        self.vhost
-            .lock()
-            .expect("vhost lock")
-            .connection_closed(self.id);
+        self.meta_vhost().connection_closed(self.id);
     }
 
     /// Forgets a channel in the broker (requeueing its unacked messages); the number stays
     /// reserved while a close handshake is in flight.
     pub fn close_channel_state(&mut self, number: u16) {
-        if let Some(ch) = self.channels.get_mut(&number) {
-            if ch.registered {
-                ch.registered = false;
-                let now = self.shared.broker.now_ms();
-                self.vhost
-                    .lock()
-                    .expect("vhost lock")
-                    .channel_close(ch.key, now);
-            }
+        let Some(ch) = self.channels.get_mut(&number) else {
+            return;
+        };
+        if !ch.registered {
+            return;
         }
+        ch.registered = false;
+        let key = ch.key;
+        let now = self.shared.broker.now_ms();
+        self.meta_vhost().channel_close(key, now);
     }
 
     fn handle_frame(&mut self, f: Frame) -> Result<(), Fault> {
@@ -922,7 +919,7 @@ impl Connection {
                     ));
                 }
                 let key = self.shared.next_channel.fetch_add(1, Ordering::Relaxed);
-                self.vhost.lock().expect("vhost lock").channel_open(
+                self.meta_vhost().channel_open(
                     key,
                     self.id,
                     number,

@@ -7,6 +7,7 @@
 //! - [`writer`]: drains a connection's outbox into its socket, sends heartbeats.
 //! - [`memory`]: the memory alarm that blocks publishers.
 //! - [`management`]: the HTTP management API and Prometheus metrics.
+//! - [`metadata`]: durable topology: the journal it is written to and replayed from.
 //!
 //! A frame flows: socket -> `connection` (decode) -> `channel` (command) -> the broker's vhost
 //! (route, enqueue, dispatch) -> consumer connection's outbox -> its `writer` -> socket.
@@ -16,6 +17,7 @@ pub mod config;
 pub mod connection;
 pub mod management;
 pub mod memory;
+pub mod metadata;
 pub mod writer;
 
 use config::ServerConfig;
@@ -44,6 +46,8 @@ pub struct Shared {
     /// The memory alarm's threshold; `warren ctl set_vm_memory_high_watermark` changes it.
     pub memory_watermark_bytes: Arc<AtomicU64>,
     pub memory_alarm_setter: Arc<watch::Sender<bool>>,
+    /// Where durable-topology changes are written before they are acknowledged.
+    pub journal: Option<std::sync::Mutex<warren_store::journal::Journal>>,
 }
 
 /// Node-wide message counters for metrics; relaxed atomics, added to once per read batch.
@@ -66,6 +70,7 @@ pub async fn serve(
     config: ServerConfig,
     broker: Arc<Broker>,
     mut shutdown: watch::Receiver<bool>,
+    journal: Option<warren_store::journal::Journal>,
 ) {
     let management_listen = config.management_listen;
     let (alarm_tx, alarm_rx) = watch::channel(false);
@@ -75,15 +80,6 @@ pub async fn serve(
         memory_watermark_bytes.clone(),
         alarm_tx.clone(),
     ));
-    let ticker = broker.clone();
-    tokio::spawn(async move {
-        let mut t = tokio::time::interval(TICK_INTERVAL);
-        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            t.tick().await;
-            ticker.tick();
-        }
-    });
     let shared = Arc::new(Shared {
         broker,
         config,
@@ -95,6 +91,16 @@ pub async fn serve(
         counters: Counters::default(),
         memory_watermark_bytes,
         memory_alarm_setter: alarm_tx,
+        journal: journal.map(std::sync::Mutex::new),
+    });
+    let ticking = shared.clone();
+    tokio::spawn(async move {
+        let mut t = tokio::time::interval(TICK_INTERVAL);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            t.tick().await;
+            metadata::tick(&ticking);
+        }
     });
     if let Some(addr) = management_listen {
         match tokio::net::TcpListener::bind(addr).await {
