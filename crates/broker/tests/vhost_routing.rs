@@ -1,0 +1,352 @@
+//! Routing through the vhost: every exchange type, exchange-to-exchange bindings, alternate
+//! exchanges and CC/BCC, observed as the deliveries a consumer gets.
+
+mod support;
+
+use support::*;
+use warren_protocol::content::Properties;
+
+/// Declares queues q1..qn, each with a no-ack consumer on its own channel.
+fn queues_with_consumers(h: &mut Harness, names: &[&str]) -> Vec<u64> {
+    names
+        .iter()
+        .map(|q| {
+            h.declare(q);
+            let ch = h.open(1);
+            h.consume(ch, q, "c", true);
+            ch
+        })
+        .collect()
+}
+
+#[test]
+fn default_exchange_routes_by_queue_name() {
+    let mut h = Harness::new();
+    let chans = queues_with_consumers(&mut h, &["a", "b"]);
+    let out = h.publish("", "b", "hello");
+    assert!(out.routed && !out.rejected);
+    assert!(h.bodies(chans[0]).is_empty());
+    let got = h.deliveries(chans[1]);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].exchange, "");
+    assert_eq!(got[0].routing_key, "b");
+    assert_eq!(got[0].consumer_tag.as_deref(), Some("c"));
+    assert_eq!(got[0].delivery_tag, 1);
+    assert!(!got[0].redelivered);
+    assert_eq!(got[0].body_str(), "hello");
+}
+
+#[test]
+fn default_exchange_to_a_missing_queue_is_unroutable() {
+    let mut h = Harness::new();
+    let out = h.publish("", "nobody", "x");
+    assert!(!out.routed);
+}
+
+#[test]
+fn publish_to_a_missing_exchange_is_404() {
+    let mut h = Harness::new();
+    let err = h
+        .publish_props("nope", "k", Properties::default(), "x")
+        .unwrap_err();
+    assert_eq!(err.code, 404);
+    assert_eq!(err.text, "NOT_FOUND - no exchange 'nope' in vhost '/'");
+}
+
+#[test]
+fn publish_to_an_internal_exchange_is_403() {
+    let mut h = Harness::new();
+    let err = h
+        .publish_props("amq.rabbitmq.trace", "k", Properties::default(), "x")
+        .unwrap_err();
+    assert_eq!(err.code, 403);
+    assert_eq!(
+        err.text,
+        "ACCESS_REFUSED - cannot publish to internal exchange 'amq.rabbitmq.trace' in vhost '/'"
+    );
+}
+
+#[test]
+fn direct_exchange_routes_on_exact_key_only() {
+    let mut h = Harness::new();
+    let chans = queues_with_consumers(&mut h, &["a", "b"]);
+    h.bind("a", "amq.direct", "red");
+    h.bind("b", "amq.direct", "blue");
+    h.bind("b", "amq.direct", "red");
+    h.publish("amq.direct", "red", "r");
+    h.publish("amq.direct", "blue", "b");
+    assert!(!h.publish("amq.direct", "green", "g").routed);
+    assert_eq!(h.bodies(chans[0]), ["r"]);
+    assert_eq!(h.bodies(chans[1]), ["r", "b"]);
+}
+
+#[test]
+fn fanout_exchange_ignores_the_key() {
+    let mut h = Harness::new();
+    let chans = queues_with_consumers(&mut h, &["a", "b"]);
+    h.bind("a", "amq.fanout", "");
+    h.bind("b", "amq.fanout", "whatever");
+    h.publish("amq.fanout", "anything", "m");
+    assert_eq!(h.bodies(chans[0]), ["m"]);
+    assert_eq!(h.bodies(chans[1]), ["m"]);
+}
+
+#[test]
+fn topic_exchange_matches_star_and_hash() {
+    let mut h = Harness::new();
+    let chans = queues_with_consumers(&mut h, &["star", "hash", "exact"]);
+    h.bind("star", "amq.topic", "stock.*.nyse");
+    h.bind("hash", "amq.topic", "stock.#");
+    h.bind("exact", "amq.topic", "stock.ibm.nyse");
+    h.publish("amq.topic", "stock.ibm.nyse", "1");
+    h.publish("amq.topic", "stock.nyse", "2");
+    h.publish("amq.topic", "stock", "3");
+    h.publish("amq.topic", "stock.a.b.nyse", "4");
+    assert!(!h.publish("amq.topic", "bond.ibm.nyse", "5").routed);
+    assert_eq!(h.bodies(chans[0]), ["1"]);
+    assert_eq!(h.bodies(chans[1]), ["1", "2", "3", "4"]);
+    assert_eq!(h.bodies(chans[2]), ["1"]);
+}
+
+#[test]
+fn headers_exchange_matches_all_and_any() {
+    let mut h = Harness::new();
+    let chans = queues_with_consumers(&mut h, &["all", "any"]);
+    h.bind_args(
+        "all",
+        "amq.headers",
+        "",
+        table(&[
+            ("x-match", long_str("all")),
+            ("format", long_str("pdf")),
+            ("type", long_str("report")),
+        ]),
+    );
+    h.bind_args(
+        "any",
+        "amq.headers",
+        "",
+        table(&[
+            ("x-match", long_str("any")),
+            ("format", long_str("pdf")),
+            ("type", long_str("report")),
+        ]),
+    );
+    let both = with_headers(table(&[
+        ("format", long_str("pdf")),
+        ("type", long_str("report")),
+    ]));
+    let one = with_headers(table(&[("format", long_str("pdf"))]));
+    let none = with_headers(table(&[("format", long_str("zip"))]));
+    h.publish_props("amq.headers", "", both, "both").unwrap();
+    h.publish_props("amq.headers", "", one, "one").unwrap();
+    let out = h.publish_props("amq.headers", "", none, "none").unwrap();
+    assert!(!out.routed);
+    assert_eq!(h.bodies(chans[0]), ["both"]);
+    assert_eq!(h.bodies(chans[1]), ["both", "one"]);
+}
+
+#[test]
+fn headers_binding_with_a_bad_x_match_is_406() {
+    let mut h = Harness::new();
+    h.declare("q");
+    let err =
+        h.vh.queue_bind(
+            1,
+            "q",
+            "amq.headers",
+            "",
+            &table(&[("x-match", long_str("some"))]),
+        )
+        .unwrap_err();
+    assert_eq!(err.code, 406);
+}
+
+#[test]
+fn exchange_to_exchange_bindings_forward_with_the_original_key() {
+    let mut h = Harness::new();
+    let chans = queues_with_consumers(&mut h, &["logs"]);
+    h.exchange("front", "fanout");
+    h.exchange("back", "topic");
+    h.vh.exchange_bind("back", "front", "", &Default::default())
+        .unwrap();
+    h.bind("logs", "back", "*.error");
+    h.publish("front", "app.error", "e");
+    assert!(!h.publish("front", "app.info", "i").routed);
+    let got = h.deliveries(chans[0]);
+    assert_eq!(got.len(), 1);
+    // The delivery names the exchange the publisher used, as RabbitMQ does.
+    assert_eq!(got[0].exchange, "front");
+    assert_eq!(got[0].routing_key, "app.error");
+}
+
+#[test]
+fn a_queue_reached_by_several_paths_gets_one_copy() {
+    let mut h = Harness::new();
+    let chans = queues_with_consumers(&mut h, &["q"]);
+    h.exchange("x", "topic");
+    h.bind("q", "x", "a.*");
+    h.bind("q", "x", "#");
+    h.bind("q", "amq.fanout", "");
+    h.vh.exchange_bind("amq.fanout", "x", "#", &Default::default())
+        .unwrap();
+    h.publish("x", "a.b", "once");
+    assert_eq!(h.bodies(chans[0]), ["once"]);
+}
+
+#[test]
+fn exchange_to_exchange_cycle_terminates() {
+    let mut h = Harness::new();
+    let chans = queues_with_consumers(&mut h, &["q"]);
+    h.exchange("x1", "fanout");
+    h.exchange("x2", "fanout");
+    h.vh.exchange_bind("x2", "x1", "", &Default::default())
+        .unwrap();
+    h.vh.exchange_bind("x1", "x2", "", &Default::default())
+        .unwrap();
+    h.bind("q", "x2", "");
+    h.publish("x1", "k", "m");
+    assert_eq!(h.bodies(chans[0]), ["m"]);
+}
+
+#[test]
+fn alternate_exchange_takes_unroutable_messages_only() {
+    let mut h = Harness::new();
+    let chans = queues_with_consumers(&mut h, &["main", "unrouted"]);
+    h.exchange("ae", "fanout");
+    h.bind("unrouted", "ae", "");
+    h.exchange_args(
+        "x",
+        "direct",
+        table(&[("alternate-exchange", long_str("ae"))]),
+    );
+    h.bind("main", "x", "good");
+    assert!(h.publish("x", "good", "routed").routed);
+    let out = h.publish("x", "bad", "lost");
+    assert!(out.routed, "a message the AE routed counts as routed");
+    assert_eq!(h.bodies(chans[0]), ["routed"]);
+    let got = h.deliveries(chans[1]);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].body_str(), "lost");
+    assert_eq!(got[0].exchange, "x");
+    assert_eq!(got[0].routing_key, "bad");
+}
+
+#[test]
+fn alternate_exchanges_chain_and_cycles_end() {
+    let mut h = Harness::new();
+    let chans = queues_with_consumers(&mut h, &["last"]);
+    h.exchange_args(
+        "a1",
+        "direct",
+        table(&[("alternate-exchange", long_str("a2"))]),
+    );
+    h.exchange_args(
+        "a2",
+        "direct",
+        table(&[("alternate-exchange", long_str("a1"))]),
+    );
+    assert!(!h.publish("a1", "k", "nowhere").routed);
+    h.exchange_args(
+        "a3",
+        "direct",
+        table(&[("alternate-exchange", long_str("a4"))]),
+    );
+    h.exchange("a4", "fanout");
+    h.bind("last", "a4", "");
+    assert!(h.publish("a3", "k", "via-chain").routed);
+    assert_eq!(h.bodies(chans[0]), ["via-chain"]);
+}
+
+#[test]
+fn alternate_exchange_that_does_not_exist_leaves_the_message_unrouted() {
+    let mut h = Harness::new();
+    h.exchange_args(
+        "x",
+        "direct",
+        table(&[("alternate-exchange", long_str("missing"))]),
+    );
+    assert!(!h.publish("x", "k", "m").routed);
+}
+
+#[test]
+fn cc_routes_to_extra_keys_and_stays_in_the_headers() {
+    let mut h = Harness::new();
+    let chans = queues_with_consumers(&mut h, &["a", "b", "c"]);
+    h.bind("a", "amq.direct", "ka");
+    h.bind("b", "amq.direct", "kb");
+    h.bind("c", "amq.direct", "kc");
+    let props = with_headers(table(&[("CC", str_array(&["kb"]))]));
+    h.publish_props("amq.direct", "ka", props, "m").unwrap();
+    let a = h.deliveries(chans[0]);
+    let b = h.deliveries(chans[1]);
+    assert_eq!(a.len(), 1);
+    assert_eq!(b.len(), 1);
+    assert!(h.bodies(chans[2]).is_empty());
+    assert_eq!(b[0].routing_key, "ka", "the delivery keeps the publish key");
+    assert_eq!(b[0].header("CC"), Some(str_array(&["kb"])));
+}
+
+#[test]
+fn bcc_routes_to_extra_keys_and_is_stripped_from_every_delivery() {
+    let mut h = Harness::new();
+    let chans = queues_with_consumers(&mut h, &["a", "b", "c"]);
+    h.bind("a", "amq.direct", "ka");
+    h.bind("b", "amq.direct", "kb");
+    h.bind("c", "amq.direct", "kc");
+    let props = with_headers(table(&[
+        ("BCC", str_array(&["kc"])),
+        ("keep", long_str("me")),
+    ]));
+    h.publish_props("amq.direct", "ka", props, "m").unwrap();
+    let a = h.deliveries(chans[0]);
+    let c = h.deliveries(chans[2]);
+    assert!(h.bodies(chans[1]).is_empty());
+    for d in a.iter().chain(c.iter()) {
+        assert_eq!(d.header("BCC"), None, "BCC must not reach consumers");
+        assert_eq!(d.header("keep"), Some(long_str("me")));
+    }
+    assert_eq!((a.len(), c.len()), (1, 1));
+}
+
+#[test]
+fn cc_and_bcc_work_through_the_default_exchange() {
+    let mut h = Harness::new();
+    let chans = queues_with_consumers(&mut h, &["a", "b", "c"]);
+    let props = with_headers(table(&[
+        ("CC", str_array(&["b"])),
+        ("BCC", str_array(&["c"])),
+    ]));
+    h.publish_props("", "a", props, "m").unwrap();
+    for ch in &chans {
+        let got = h.deliveries(*ch);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].header("BCC"), None);
+    }
+}
+
+#[test]
+fn cc_with_a_queue_already_routed_delivers_once() {
+    let mut h = Harness::new();
+    let chans = queues_with_consumers(&mut h, &["a"]);
+    h.bind("a", "amq.direct", "k1");
+    h.bind("a", "amq.direct", "k2");
+    let props = with_headers(table(&[("CC", str_array(&["k2", "k1"]))]));
+    h.publish_props("amq.direct", "k1", props, "m").unwrap();
+    assert_eq!(h.bodies(chans[0]), ["m"]);
+}
+
+#[test]
+fn properties_arrive_as_published() {
+    let mut h = Harness::new();
+    let chans = queues_with_consumers(&mut h, &["q"]);
+    let mut props = with_headers(table(&[("n", int(7))]));
+    props.content_type = Some("text/plain".into());
+    props.correlation_id = Some("corr".into());
+    props.message_id = Some("id-1".into());
+    props.delivery_mode = Some(2);
+    props.timestamp = Some(123);
+    h.publish_props("", "q", props.clone(), "m").unwrap();
+    let got = h.deliveries(chans[0]);
+    assert_eq!(got[0].properties, props);
+}
