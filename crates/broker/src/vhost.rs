@@ -464,7 +464,7 @@ impl VHost {
         }
         if if_empty && !q.backlog.is_empty() {
             return Err(AmqpError::precondition(format!(
-                "queue '{queue}' in vhost '{vhost}' is not empty"
+                "queue '{queue}' in vhost '{vhost}' not empty"
             )));
         }
         let id = q.id;
