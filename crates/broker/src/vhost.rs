@@ -854,6 +854,10 @@ impl VHost {
         if q.auto_delete && q.had_consumer && q.consumers.is_empty() {
             self.delete_queue_by_id(qid);
         } else {
+            // RabbitMQ restarts the x-expires timer when a queue becomes unused.
+            if let Some(q) = self.queues.get_mut(&qid).filter(|q| q.consumers.is_empty()) {
+                q.last_used_ms = now_ms;
+            }
             self.dispatch(qid, now_ms);
         }
     }
