@@ -901,17 +901,19 @@ impl VHost {
                 "attempt to reuse consumer tag '{tag}'"
             )));
         }
+        let vhost = self.name.clone();
+        let q = self.usable_queue(queue, conn)?;
+        // Checked after the queue, as RabbitMQ does (404/405 win), and worded like its
+        // check_consume_arguments.
         let priority = match arguments.inner().get("x-priority") {
             None => 0,
             Some(v) => args::integer(v).ok_or_else(|| {
                 AmqpError::precondition(format!(
-                    "invalid arg 'x-priority' for consumer '{tag}': {{unacceptable_type,{}}}",
+                    "invalid arg 'x-priority' for queue '{queue}' in vhost '{vhost}': \"expected integer, got {}\"",
                     args::type_name(v)
                 ))
             })? as i32,
         };
-        let vhost = self.name.clone();
-        let q = self.usable_queue(queue, conn)?;
         if q.consumers.iter().any(|c| c.exclusive) || (exclusive && !q.consumers.is_empty()) {
             return Err(AmqpError::access_refused(format!(
                 "queue '{queue}' in vhost '{vhost}' in exclusive use"
