@@ -353,14 +353,15 @@ impl VHost {
                     self.name
                 ))
             };
-            if !durable {
-                return Err(bad("non-durable"));
-            }
-            if exclusive {
-                return Err(bad("exclusive"));
-            }
+            // rabbit_queue_type_util's checks, in rabbit_quorum_queue:declare's order.
             if auto_delete {
                 return Err(bad("auto-delete"));
+            }
+            if exclusive {
+                return Err(bad("exclusive-owner"));
+            }
+            if !durable {
+                return Err(bad("non-durable"));
             }
             for unsupported in ["x-max-priority", "x-queue-mode"] {
                 if arguments.inner().contains_key(unsupported) {
