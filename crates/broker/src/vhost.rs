@@ -1473,6 +1473,13 @@ fn dead_lettered_message(d: &DeadLetter, props: &Properties, now_ms: u64) -> (Me
             AMQPValue::LongString(LongString::from(orig.exchange.to_vec())),
         );
     }
+    if d.config.dead_letter_routing_key.is_some() {
+        // RabbitMQ's make_msg: a replaced routing key also drops CC, so the dead letter is
+        // routed by that key alone (x-death's routing-keys still record the CC keys).
+        let mut inner = table.inner().clone();
+        inner.remove("CC");
+        table = FieldTable::from(inner);
+    }
     let mut p = props.clone();
     p.expiration = None;
     p.set_headers_table(Some(&table));
