@@ -23,6 +23,9 @@ pub struct QueuedMessage {
     pub delivery_count: u32,
     /// Milliseconds since the broker's epoch after which the message is dead.
     pub expires_at_ms: Option<u64>,
+    /// Arrival order in its queue, set by [`Backlog::push_back`]: a requeue puts the message
+    /// back at this position, as RabbitMQ's classic queues do.
+    pub seq: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -47,9 +50,11 @@ impl Consumer {
 /// Ready messages, one FIFO per priority level (one level without x-max-priority).
 #[derive(Debug, Default)]
 pub struct Backlog {
+    /// Each level is sorted by `seq`.
     levels: Vec<VecDeque<QueuedMessage>>,
     len: usize,
     bytes: usize,
+    next_seq: u64,
 }
 
 impl Backlog {
@@ -59,6 +64,7 @@ impl Backlog {
             levels: (0..n).map(|_| VecDeque::new()).collect(),
             len: 0,
             bytes: 0,
+            next_seq: 0,
         }
     }
 
@@ -66,19 +72,25 @@ impl Backlog {
         (m.msg.priority as usize).min(self.levels.len() - 1)
     }
 
-    pub fn push_back(&mut self, m: QueuedMessage) {
+    pub fn push_back(&mut self, mut m: QueuedMessage) {
+        m.seq = self.next_seq;
+        self.next_seq += 1;
         self.len += 1;
         self.bytes += m.msg.size_bytes();
         let l = self.level(&m);
         self.levels[l].push_back(m);
     }
 
-    /// Returns a message to the head of its level (a requeue keeps its place ahead of newer ones).
-    pub fn push_front(&mut self, m: QueuedMessage) {
+    /// Returns a delivered message to its original position, ahead of everything that arrived
+    /// after it, whatever order the requeues come in (several channels, single nacks). The
+    /// position is near the head in practice, so the insert moves few entries.
+    pub fn requeue(&mut self, m: QueuedMessage) {
         self.len += 1;
         self.bytes += m.msg.size_bytes();
         let l = self.level(&m);
-        self.levels[l].push_front(m);
+        let level = &mut self.levels[l];
+        let i = level.partition_point(|x| x.seq < m.seq);
+        level.insert(i, m);
     }
 
     pub fn peek(&self) -> Option<&QueuedMessage> {
@@ -241,6 +253,7 @@ mod tests {
             redelivered: false,
             delivery_count: 0,
             expires_at_ms: None,
+            seq: 0,
         }
     }
 
@@ -256,6 +269,22 @@ mod tests {
             .collect();
         assert_eq!(order, vec![9, 3, 1, 1]);
         assert_eq!(b.bytes(), 0);
+    }
+
+    #[test]
+    fn requeue_restores_the_original_order_whatever_order_messages_return_in() {
+        let mut b = Backlog::new(None);
+        for p in 0..5 {
+            b.push_back(msg(p));
+        }
+        let out: Vec<QueuedMessage> = (0..4).map(|_| b.pop_front().unwrap()).collect();
+        for i in [2, 0, 3, 1] {
+            b.requeue(out[i].clone());
+        }
+        let order: Vec<u8> = std::iter::from_fn(|| b.pop_front())
+            .map(|m| m.msg.priority)
+            .collect();
+        assert_eq!(order, vec![0, 1, 2, 3, 4]);
     }
 
     #[test]

@@ -687,6 +687,7 @@ impl VHost {
                         redelivered: false,
                         delivery_count: 0,
                         expires_at_ms: None,
+                        seq: 0,
                     };
                     dead.push(DeadLetter {
                         queue: q.name.clone(),
@@ -707,6 +708,7 @@ impl VHost {
                 redelivered: false,
                 delivery_count: 0,
                 expires_at_ms: ttl.map(|t| now_ms + t),
+                seq: 0,
             });
             while q.exceeds_limit() {
                 let Some(m) = q.backlog.pop_front() else {
@@ -820,13 +822,11 @@ impl VHost {
             self.remove_consumer(qid, key, &tag);
             touched.push(qid);
         }
-        for u in unacked.into_iter().rev() {
+        let mut dead = Vec::new();
+        for u in unacked {
             if let Some(q) = self.queues.get_mut(&u.queue) {
                 q.unacked = q.unacked.saturating_sub(1);
-                let mut m = u.message;
-                m.redelivered = true;
-                m.delivery_count += 1;
-                q.backlog.push_front(m);
+                return_to_queue(q, u.message, &mut dead);
                 if !touched.contains(&u.queue) {
                     touched.push(u.queue);
                 }
@@ -835,6 +835,7 @@ impl VHost {
         for qid in touched {
             self.after_consumer_change(qid, now_ms);
         }
+        self.dead_letter(dead, now_ms);
     }
 
     fn remove_consumer(&mut self, qid: QueueId, channel: ChannelKey, tag: &[u8]) {
@@ -1055,32 +1056,17 @@ impl VHost {
         let settled = self.settle(key, tag, multiple)?;
         let mut touched = Vec::new();
         let mut dead = Vec::new();
-        for u in settled.into_iter().rev() {
+        for u in settled {
             let Some(q) = self.queues.get_mut(&u.queue) else {
                 continue;
             };
-            let mut m = u.message;
             if requeue {
-                m.redelivered = true;
-                m.delivery_count += 1;
-                if q.config
-                    .delivery_limit
-                    .is_some_and(|l| m.delivery_count as u64 > l)
-                {
-                    dead.push(DeadLetter {
-                        queue: q.name.clone(),
-                        config: q.config.clone(),
-                        message: m,
-                        reason: "delivery_limit",
-                    });
-                } else {
-                    q.backlog.push_front(m);
-                }
+                return_to_queue(q, u.message, &mut dead);
             } else {
                 dead.push(DeadLetter {
                     queue: q.name.clone(),
                     config: q.config.clone(),
-                    message: m,
+                    message: u.message,
                     reason: "rejected",
                 });
             }
@@ -1124,7 +1110,8 @@ impl VHost {
         };
         let unacked = ch.drain_unacked();
         let mut touched = Vec::new();
-        for u in unacked.into_iter().rev() {
+        let mut dead = Vec::new();
+        for u in unacked {
             let Some(q) = self.queues.get_mut(&u.queue) else {
                 continue;
             };
@@ -1138,10 +1125,7 @@ impl VHost {
                     c.unacked = c.unacked.saturating_sub(1);
                 }
             }
-            let mut m = u.message;
-            m.redelivered = true;
-            m.delivery_count += 1;
-            q.backlog.push_front(m);
+            return_to_queue(q, u.message, &mut dead);
             if !touched.contains(&u.queue) {
                 touched.push(u.queue);
             }
@@ -1149,6 +1133,7 @@ impl VHost {
         for q in touched {
             self.dispatch(q, now_ms);
         }
+        self.dead_letter(dead, now_ms);
     }
 
     pub fn channel_flow(&mut self, key: ChannelKey, active: bool, now_ms: u64) {
@@ -1244,6 +1229,7 @@ impl VHost {
                         redelivered: false,
                         delivery_count: 0,
                         expires_at_ms: ttl.map(|t| now_ms + t),
+                        seq: 0,
                     });
                     while q.exceeds_limit() {
                         let Some(m) = q.backlog.pop_front() else {
@@ -1279,6 +1265,27 @@ impl VHost {
 
     pub fn total_ready_bytes(&self) -> usize {
         self.queues.values().map(|q| q.backlog.bytes()).sum()
+    }
+}
+
+/// Puts a delivered message back in its queue (nack/reject with requeue, recover, channel
+/// close): at its original position, or to the dead-letter exchange once it has exceeded the
+/// quorum queue's x-delivery-limit (rabbit_fifo's return_one counts every return alike).
+fn return_to_queue(q: &mut Queue, mut m: QueuedMessage, dead: &mut Vec<DeadLetter>) {
+    m.redelivered = true;
+    m.delivery_count += 1;
+    if q.config
+        .delivery_limit
+        .is_some_and(|l| m.delivery_count as u64 > l)
+    {
+        dead.push(DeadLetter {
+            queue: q.name.clone(),
+            config: q.config.clone(),
+            message: m,
+            reason: "delivery_limit",
+        });
+    } else {
+        q.backlog.requeue(m);
     }
 }
 
