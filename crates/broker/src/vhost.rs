@@ -363,20 +363,6 @@ impl VHost {
             if !durable {
                 return Err(bad("non-durable"));
             }
-            for unsupported in ["x-max-priority", "x-queue-mode"] {
-                if arguments.inner().contains_key(unsupported) {
-                    return Err(AmqpError::precondition(format!(
-                        "invalid arg '{unsupported}' for queue '{name}' in vhost '{}' of queue type rabbit_quorum_queue",
-                        self.name
-                    )));
-                }
-            }
-            if config.overflow == Overflow::RejectPublishDlx {
-                return Err(AmqpError::precondition(format!(
-                    "invalid arg 'x-overflow' with value 'reject-publish-dlx' for queue '{name}' in vhost '{}' of queue type rabbit_quorum_queue",
-                    self.name
-                )));
-            }
         }
         let id = self.free_queue_ids.pop().unwrap_or_else(|| {
             self.next_queue += 1;
