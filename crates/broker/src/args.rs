@@ -294,7 +294,7 @@ impl QueueConfig {
                 "routing_key_but_no_dlx_defined".into(),
             ));
         }
-        for (k, _) in args.inner() {
+        for k in args.inner().keys() {
             let key = k.as_str();
             let known = CLASSIC_ARGUMENTS
                 .iter()
