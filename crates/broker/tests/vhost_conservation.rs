@@ -11,9 +11,18 @@ use support::*;
 
 const CHANNELS: usize = 3;
 
+#[derive(Debug, Clone, Copy)]
+enum QueueKind {
+    Classic,
+    Priority,
+    Quorum,
+}
+
 #[derive(Debug, Clone)]
 enum Op {
-    Publish,
+    Publish {
+        priority: u8,
+    },
     Consume {
         ch: usize,
         no_ack: bool,
@@ -52,7 +61,7 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     let ch = 0..CHANNELS;
     prop_oneof![
-        4 => Just(Op::Publish),
+        4 => (0u8..4).prop_map(|priority| Op::Publish { priority }),
         1 => (ch.clone(), any::<bool>()).prop_map(|(ch, no_ack)| Op::Consume { ch, no_ack: no_ack && ch == 0 }),
         1 => (ch.clone(), 0u16..4, any::<bool>()).prop_map(|(ch, prefetch, global)| Op::Qos { ch, prefetch, global }),
         1 => (ch.clone(), any::<bool>()).prop_map(|(ch, no_ack)| Op::Get { ch, no_ack }),
@@ -74,12 +83,21 @@ struct Model {
     acked: HashMap<u32, u32>,
     published: u32,
     next_tag: u32,
+    kind: QueueKind,
+    priorities: Vec<u8>,
 }
 
 impl Model {
-    fn new() -> Self {
+    fn new(kind: QueueKind) -> Self {
         let mut h = Harness::new();
-        h.declare("q");
+        match kind {
+            QueueKind::Classic => h.declare_args("q", Default::default()),
+            QueueKind::Priority => h.declare_args("q", table(&[("x-max-priority", int(2))])),
+            QueueKind::Quorum => {
+                h.declare_with(1, "q", true, table(&[("x-queue-type", long_str("quorum"))]))
+            }
+        }
+        .expect("declare");
         let keys = [h.open(1), h.open(1), h.open(2)];
         Model {
             h,
@@ -89,6 +107,8 @@ impl Model {
             acked: HashMap::new(),
             published: 0,
             next_tag: 0,
+            kind,
+            priorities: Vec::new(),
         }
     }
 
@@ -162,10 +182,13 @@ impl Model {
 
     fn apply(&mut self, op: &Op) {
         match *op {
-            Op::Publish => {
+            Op::Publish { priority } => {
                 let id = self.published;
                 self.published += 1;
-                self.h.publish("", "q", &id.to_string());
+                self.priorities.push(priority);
+                self.h
+                    .publish_props("", "q", with_priority(priority), &id.to_string())
+                    .expect("publish");
             }
             Op::Consume { ch, no_ack } => {
                 let tag = format!("c{}", self.next_tag);
@@ -244,9 +267,26 @@ impl Model {
         }
         let drain = self.h.open(9);
         let mut remaining: HashMap<u32, u32> = HashMap::new();
-        for body in self.h.drain(drain, "q") {
-            *remaining.entry(body.parse().unwrap()).or_default() += 1;
+        let left: Vec<u32> = self
+            .h
+            .drain(drain, "q")
+            .iter()
+            .map(|b| b.parse().unwrap())
+            .collect();
+        for id in &left {
+            *remaining.entry(*id).or_default() += 1;
         }
+        // Classic queues put requeued messages back where they were: what is left comes out in
+        // publish order (within each priority level for a priority queue).
+        let order_key = |id: &u32| match self.kind {
+            QueueKind::Classic => Some((0, *id)),
+            QueueKind::Priority => Some((u8::MAX - self.priorities[*id as usize].min(2), *id)),
+            QueueKind::Quorum => None,
+        };
+        let keys: Vec<_> = left.iter().map(order_key).collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(keys, sorted, "remaining messages out of order: {left:?}");
         for id in 0..self.published {
             let acked = self.acked.get(&id).copied().unwrap_or(0);
             let left = remaining.get(&id).copied().unwrap_or(0);
@@ -267,8 +307,15 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 
     #[test]
-    fn no_message_is_lost_or_duplicated(ops in proptest::collection::vec(op(), 1..80)) {
-        let mut m = Model::new();
+    fn no_message_is_lost_or_duplicated(
+        kind in prop_oneof![
+            Just(QueueKind::Classic),
+            Just(QueueKind::Priority),
+            Just(QueueKind::Quorum)
+        ],
+        ops in proptest::collection::vec(op(), 1..80),
+    ) {
+        let mut m = Model::new(kind);
         for op in &ops {
             m.apply(op);
         }
