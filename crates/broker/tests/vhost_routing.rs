@@ -350,3 +350,233 @@ fn properties_arrive_as_published() {
     let got = h.deliveries(chans[0]);
     assert_eq!(got[0].properties, props);
 }
+
+// ---- exchange declare / delete ---------------------------------------------------------------
+
+fn declare_x(
+    h: &mut Harness,
+    name: &str,
+    kind: &str,
+    durable: bool,
+    auto_delete: bool,
+    args: warren_protocol::FieldTable,
+) -> Result<(), warren_broker::error::AmqpError> {
+    h.vh.exchange_declare(name, kind, false, durable, auto_delete, false, args)
+}
+
+#[test]
+fn exchange_redeclare_must_match_type_and_flags() {
+    let mut h = Harness::new();
+    h.exchange("x", "direct");
+    h.exchange("x", "direct");
+    let err = declare_x(&mut h, "x", "fanout", false, false, Default::default()).unwrap_err();
+    assert_eq!(err.code, 406);
+    assert_eq!(
+        err.text,
+        "PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'x' in vhost '/': received 'fanout' but current is 'direct'"
+    );
+    let err = declare_x(&mut h, "x", "direct", true, false, Default::default()).unwrap_err();
+    assert_eq!(
+        err.text,
+        "PRECONDITION_FAILED - inequivalent arg 'durable' for exchange 'x' in vhost '/': received 'true' but current is 'false'"
+    );
+    let err = declare_x(&mut h, "x", "direct", false, true, Default::default()).unwrap_err();
+    assert_eq!(
+        err.text,
+        "PRECONDITION_FAILED - inequivalent arg 'auto_delete' for exchange 'x' in vhost '/': received 'true' but current is 'false'"
+    );
+}
+
+#[test]
+fn exchange_redeclare_must_match_the_alternate_exchange() {
+    let mut h = Harness::new();
+    h.exchange_args(
+        "x",
+        "direct",
+        table(&[("alternate-exchange", long_str("ae"))]),
+    );
+    h.exchange_args(
+        "x",
+        "direct",
+        table(&[("alternate-exchange", long_str("ae"))]),
+    );
+    let err = declare_x(
+        &mut h,
+        "x",
+        "direct",
+        false,
+        false,
+        table(&[("alternate-exchange", long_str("other"))]),
+    )
+    .unwrap_err();
+    assert_eq!(err.code, 406);
+    assert_eq!(
+        err.text,
+        "PRECONDITION_FAILED - inequivalent arg 'alternate-exchange' for exchange 'x' in vhost '/': received the value 'other' of type 'longstr' but current is the value 'ae' of type 'longstr'"
+    );
+    let err = declare_x(&mut h, "x", "direct", false, false, Default::default()).unwrap_err();
+    assert_eq!(
+        err.text,
+        "PRECONDITION_FAILED - inequivalent arg 'alternate-exchange' for exchange 'x' in vhost '/': received none but current is the value 'ae' of type 'longstr'"
+    );
+    // Other arguments are not compared.
+    h.exchange_args(
+        "x",
+        "direct",
+        table(&[("alternate-exchange", long_str("ae")), ("other", int(1))]),
+    );
+}
+
+#[test]
+fn exchange_declare_errors_match_rabbitmq() {
+    let mut h = Harness::new();
+    let err = declare_x(&mut h, "x", "fifo", false, false, Default::default()).unwrap_err();
+    assert_eq!(err.code, 503);
+    assert_eq!(err.text, "COMMAND_INVALID - unknown exchange type 'fifo'");
+    let err = declare_x(
+        &mut h,
+        "amq.mine",
+        "direct",
+        false,
+        false,
+        Default::default(),
+    )
+    .unwrap_err();
+    assert_eq!(err.code, 403);
+    assert_eq!(
+        err.text,
+        "ACCESS_REFUSED - exchange name 'amq.mine' contains reserved prefix 'amq.*'"
+    );
+    let err = declare_x(&mut h, "", "direct", false, false, Default::default()).unwrap_err();
+    assert_eq!(err.code, 403);
+    assert_eq!(
+        err.text,
+        "ACCESS_REFUSED - operation not permitted on the default exchange"
+    );
+    let err =
+        h.vh.exchange_declare(
+            "nope",
+            "direct",
+            true,
+            false,
+            false,
+            false,
+            Default::default(),
+        )
+        .unwrap_err();
+    assert_eq!(err.code, 404);
+    assert_eq!(err.text, "NOT_FOUND - no exchange 'nope' in vhost '/'");
+    // Redeclaring a standard exchange with its own properties is fine.
+    h.vh.exchange_declare(
+        "amq.direct",
+        "direct",
+        false,
+        true,
+        false,
+        false,
+        Default::default(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn exchange_delete_errors_match_rabbitmq() {
+    let mut h = Harness::new();
+    let err = h.vh.exchange_delete("amq.direct", false).unwrap_err();
+    assert_eq!(err.code, 403);
+    assert_eq!(
+        err.text,
+        "ACCESS_REFUSED - deletion of system exchange 'amq.direct' in vhost '/' not allowed"
+    );
+    // RabbitMQ refuses the amq. prefix before looking the exchange up.
+    let err = h.vh.exchange_delete("amq.missing", false).unwrap_err();
+    assert_eq!(err.code, 403);
+    let err = h.vh.exchange_delete("", false).unwrap_err();
+    assert_eq!(err.code, 403);
+    assert_eq!(h.vh.exchange_delete("missing", true), Ok(()));
+    h.exchange("x", "fanout");
+    h.declare("q");
+    h.bind("q", "x", "");
+    let err = h.vh.exchange_delete("x", true).unwrap_err();
+    assert_eq!(err.code, 406);
+    assert_eq!(
+        err.text,
+        "PRECONDITION_FAILED - exchange 'x' in vhost '/' in use"
+    );
+    h.vh.exchange_delete("x", false).unwrap();
+    let err = h
+        .publish_props("x", "", Default::default(), "m")
+        .unwrap_err();
+    assert_eq!(err.code, 404);
+}
+
+#[test]
+fn binding_to_or_from_the_default_exchange_is_403() {
+    let mut h = Harness::new();
+    h.declare("q");
+    let err =
+        h.vh.queue_bind(1, "q", "", "q", &Default::default())
+            .unwrap_err();
+    assert_eq!(err.code, 403);
+    let err =
+        h.vh.exchange_bind("", "amq.direct", "k", &Default::default())
+            .unwrap_err();
+    assert_eq!(err.code, 403);
+}
+
+#[test]
+fn binding_missing_things_is_404() {
+    let mut h = Harness::new();
+    h.declare("q");
+    let err =
+        h.vh.queue_bind(1, "q", "nope", "k", &Default::default())
+            .unwrap_err();
+    assert_eq!(err.text, "NOT_FOUND - no exchange 'nope' in vhost '/'");
+    let err =
+        h.vh.queue_bind(1, "nope", "amq.direct", "k", &Default::default())
+            .unwrap_err();
+    assert_eq!(err.text, "NOT_FOUND - no queue 'nope' in vhost '/'");
+}
+
+#[test]
+fn auto_delete_exchange_goes_when_its_last_binding_goes() {
+    let mut h = Harness::new();
+    declare_x(&mut h, "ad", "fanout", false, true, Default::default()).unwrap();
+    h.declare("q1");
+    h.declare("q2");
+    h.bind("q1", "ad", "");
+    h.bind("q2", "ad", "");
+    h.vh.queue_unbind(1, "q1", "ad", "", &Default::default())
+        .unwrap();
+    assert!(h.vh.exchange_names().contains(&"ad".to_string()));
+    h.vh.queue_delete(1, "q2", false, false).unwrap();
+    assert!(
+        !h.vh.exchange_names().contains(&"ad".to_string()),
+        "deleting the last bound queue removes the auto-delete exchange"
+    );
+}
+
+#[test]
+fn auto_delete_exchange_stays_until_it_had_a_binding() {
+    let mut h = Harness::new();
+    declare_x(&mut h, "ad", "fanout", false, true, Default::default()).unwrap();
+    h.publish("ad", "", "m");
+    h.declare("q");
+    h.vh.queue_delete(1, "q", false, false).unwrap();
+    assert!(h.vh.exchange_names().contains(&"ad".to_string()));
+}
+
+#[test]
+fn auto_delete_exchanges_cascade_through_exchange_bindings() {
+    let mut h = Harness::new();
+    declare_x(&mut h, "outer", "fanout", false, true, Default::default()).unwrap();
+    declare_x(&mut h, "inner", "fanout", false, true, Default::default()).unwrap();
+    h.vh.exchange_bind("inner", "outer", "", &Default::default())
+        .unwrap();
+    h.declare("q");
+    h.bind("q", "inner", "");
+    h.vh.queue_delete(1, "q", false, false).unwrap();
+    let names = h.vh.exchange_names();
+    assert!(!names.contains(&"inner".to_string()));
+    assert!(!names.contains(&"outer".to_string()));
+}
