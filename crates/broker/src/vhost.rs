@@ -204,15 +204,16 @@ impl VHost {
 
     pub fn exchange_delete(&mut self, name: &str, if_unused: bool) -> Result<()> {
         Self::refuse_default(name)?;
-        let Some(&id) = self.exchanges_by_name.get(name) else {
-            return Ok(());
-        };
+        // Refused by name before the lookup, as rabbit_channel's check_exchange_deletion does.
         if name.starts_with("amq.") {
             return Err(AmqpError::access_refused(format!(
                 "deletion of system exchange '{name}' in vhost '{}' not allowed",
                 self.name
             )));
         }
+        let Some(&id) = self.exchanges_by_name.get(name) else {
+            return Ok(());
+        };
         if if_unused && self.routes.has_bindings_as_source(id) {
             return Err(AmqpError::precondition(format!(
                 "exchange '{name}' in vhost '{}' in use",
