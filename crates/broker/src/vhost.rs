@@ -191,6 +191,8 @@ impl VHost {
                     )));
                 }
             }
+            // RabbitMQ compares this one argument of exchanges (rabbit_exchange).
+            check_arg_equivalence("alternate-exchange", &arguments, &x.arguments, &what)?;
             return Ok(());
         }
         if name.starts_with("amq.") {
@@ -1307,44 +1309,50 @@ fn check_queue_equivalence(
         )));
     }
     for key in EQUIVALENCE_KEYS {
-        let new = arguments.inner().get(*key);
-        let cur = q.arguments.inner().get(*key);
-        let same = match (new, cur) {
-            (None, None) => true,
-            (Some(a), Some(b)) => {
-                a == b
-                    || (args::integer(a).is_some() && args::integer(a) == args::integer(b))
-                    || (args::string(a).is_some() && args::string(a) == args::string(b))
-            }
-            // RabbitMQ treats a missing x-queue-type as equal to the current type.
-            (None, Some(_)) | (Some(_), None) => {
-                *key == "x-queue-type"
-                    && args::string(new.or(cur).expect("one is set")).as_deref() == Some("classic")
-            }
-        };
-        if !same {
-            let received = match new {
-                Some(v) => format!(
-                    "the value '{}' of type '{}'",
-                    args::render(v),
-                    args::type_name(v)
-                ),
-                None => "none".to_string(),
-            };
-            let current = match cur {
-                Some(v) => format!(
-                    "the value '{}' of type '{}'",
-                    args::render(v),
-                    args::type_name(v)
-                ),
-                None => "none".to_string(),
-            };
-            return Err(AmqpError::precondition(format!(
-                "inequivalent arg '{key}' {what}: received {received} but current is {current}"
-            )));
-        }
+        check_arg_equivalence(key, arguments, &q.arguments, &what)?;
     }
     Ok(())
+}
+
+/// rabbit_misc:assert_args_equivalence for one key: `what` names the entity ("for queue 'q' in
+/// vhost '/'").
+fn check_arg_equivalence(
+    key: &str,
+    arguments: &FieldTable,
+    current: &FieldTable,
+    what: &str,
+) -> Result<()> {
+    let new = arguments.inner().get(key);
+    let cur = current.inner().get(key);
+    let same = match (new, cur) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            a == b
+                || (args::integer(a).is_some() && args::integer(a) == args::integer(b))
+                || (args::string(a).is_some() && args::string(a) == args::string(b))
+        }
+        // RabbitMQ treats a missing x-queue-type as equal to the current type.
+        (None, Some(_)) | (Some(_), None) => {
+            key == "x-queue-type"
+                && args::string(new.or(cur).expect("one is set")).as_deref() == Some("classic")
+        }
+    };
+    if same {
+        return Ok(());
+    }
+    let render = |v: Option<&AMQPValue>| match v {
+        Some(v) => format!(
+            "the value '{}' of type '{}'",
+            args::render(v),
+            args::type_name(v)
+        ),
+        None => "none".to_string(),
+    };
+    Err(AmqpError::precondition(format!(
+        "inequivalent arg '{key}' {what}: received {} but current is {}",
+        render(new),
+        render(cur)
+    )))
 }
 
 /// Whether a headers table might carry CC/BCC, checked on the raw bytes before parsing it.
