@@ -699,18 +699,12 @@ impl VHost {
                 expires_at_ms: ttl.map(|t| now_ms + t),
                 seq: 0,
             });
-            while q.exceeds_limit() {
-                let Some(m) = q.backlog.pop_front() else {
-                    break;
-                };
-                dead.push(DeadLetter {
-                    queue: q.name.clone(),
-                    config: q.config.clone(),
-                    message: m,
-                    reason: "maxlen",
-                });
-            }
+            // A consumer that can take the message gets it before any drop-head, as RabbitMQ
+            // attempts delivery before it enqueues (x-max-length 0 still feeds consumers).
             self.dispatch(qid, now_ms);
+            if let Some(q) = self.queues.get_mut(&qid) {
+                drop_head_over_limit(q, &mut dead);
+            }
         }
         if targets.is_empty() {
             outcome.routed = false;
@@ -1220,18 +1214,10 @@ impl VHost {
                         expires_at_ms: ttl.map(|t| now_ms + t),
                         seq: 0,
                     });
-                    while q.exceeds_limit() {
-                        let Some(m) = q.backlog.pop_front() else {
-                            break;
-                        };
-                        work.push(DeadLetter {
-                            queue: q.name.clone(),
-                            config: q.config.clone(),
-                            message: m,
-                            reason: "maxlen",
-                        });
-                    }
                     self.dispatch(qid, now_ms);
+                    if let Some(q) = self.queues.get_mut(&qid) {
+                        drop_head_over_limit(q, &mut work);
+                    }
                 }
             }
         }
@@ -1275,6 +1261,27 @@ fn return_to_queue(q: &mut Queue, mut m: QueuedMessage, dead: &mut Vec<DeadLette
         });
     } else {
         q.backlog.requeue(m);
+        // rabbit_amqqueue_process:requeue_and_run applies drop-head after a requeue too.
+        drop_head_over_limit(q, dead);
+    }
+}
+
+/// Drops (dead-letters with reason maxlen) from the head while a drop-head queue is over its
+/// x-max-length or x-max-length-bytes.
+fn drop_head_over_limit(q: &mut Queue, dead: &mut Vec<DeadLetter>) {
+    if q.config.overflow != Overflow::DropHead {
+        return;
+    }
+    while q.exceeds_limit() {
+        let Some(m) = q.backlog.pop_front() else {
+            break;
+        };
+        dead.push(DeadLetter {
+            queue: q.name.clone(),
+            config: q.config.clone(),
+            message: m,
+            reason: "maxlen",
+        });
     }
 }
 

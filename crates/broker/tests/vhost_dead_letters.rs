@@ -664,3 +664,54 @@ fn quorum_delivery_limit_counts_returns_from_closed_channels() {
     assert_eq!(h.ready("qq"), 0);
     assert_eq!(h.bodies(sink), ["m"]);
 }
+
+#[test]
+fn a_waiting_consumer_gets_messages_even_from_a_max_length_zero_queue() {
+    // RabbitMQ attempts delivery before it enqueues and applies drop-head.
+    let mut h = Harness::new();
+    h.declare_args("q", table(&[("x-max-length", int(0))]))
+        .unwrap();
+    let ch = h.open(1);
+    h.qos(ch, 1, false);
+    h.consume(ch, "q", "c", false);
+    publish_n(&mut h, "q", 2);
+    assert_eq!(
+        h.bodies(ch),
+        ["m1"],
+        "the second had nowhere to go and was dropped"
+    );
+    assert_eq!(h.ready("q"), 0);
+}
+
+#[test]
+fn a_requeue_into_a_full_drop_head_queue_drops_from_the_head() {
+    let mut h = Harness::new();
+    let sink = dead_letter_sink(&mut h);
+    h.declare_args("q", dlx_args(&[("x-max-length", int(2))]))
+        .unwrap();
+    let ch = h.open(1);
+    h.publish("", "q", "m1");
+    let d = h.get(ch, "q", false).unwrap();
+    h.publish("", "q", "m2");
+    h.publish("", "q", "m3");
+    h.nack(ch, d.delivery_tag, false, true).unwrap();
+    assert_eq!(h.bodies(sink), ["m1"]);
+    assert_eq!(h.drain(ch, "q"), ["m2", "m3"]);
+}
+
+#[test]
+fn a_requeued_message_keeps_its_expiry() {
+    let mut h = Harness::new();
+    let sink = dead_letter_sink(&mut h);
+    h.declare_args("q", dlx_args(&[("x-message-ttl", int(100))]))
+        .unwrap();
+    h.publish("", "q", "m");
+    let ch = h.open(1);
+    let d = h.get(ch, "q", false).unwrap();
+    h.advance(200);
+    h.nack(ch, d.delivery_tag, false, true).unwrap();
+    assert!(h.get(ch, "q", false).is_none());
+    let got = h.deliveries(sink);
+    assert_eq!(got.len(), 1);
+    assert_eq!(text(&field(&x_death(&got[0])[0], "reason")), "expired");
+}
