@@ -200,6 +200,15 @@ impl VHost {
                 "exchange name '{name}' contains reserved prefix 'amq.*'"
             )));
         }
+        if let Some(v) = arguments.inner().get("alternate-exchange") {
+            if !matches!(v, AMQPValue::LongString(_)) {
+                return Err(AmqpError::precondition(format!(
+                    "invalid type '{}' for arg 'alternate-exchange' in exchange '{name}' in vhost '{}'",
+                    args::type_name(v),
+                    self.name
+                )));
+            }
+        }
         self.create_exchange(name, kind_parsed, durable, auto_delete, internal, arguments);
         Ok(())
     }

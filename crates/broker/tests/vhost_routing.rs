@@ -580,3 +580,23 @@ fn auto_delete_exchanges_cascade_through_exchange_bindings() {
     assert!(!names.contains(&"inner".to_string()));
     assert!(!names.contains(&"outer".to_string()));
 }
+
+#[test]
+fn an_alternate_exchange_that_is_not_a_long_string_is_406() {
+    let mut h = Harness::new();
+    let err = declare_x(
+        &mut h,
+        "x",
+        "direct",
+        false,
+        false,
+        table(&[("alternate-exchange", int(1))]),
+    )
+    .unwrap_err();
+    assert_eq!(err.code, 406);
+    assert_eq!(
+        err.text,
+        "PRECONDITION_FAILED - invalid type 'long' for arg 'alternate-exchange' in exchange 'x' in vhost '/'"
+    );
+    assert!(!h.vh.exchange_names().contains(&"x".to_string()));
+}
