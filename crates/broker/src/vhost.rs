@@ -1519,22 +1519,27 @@ fn dead_lettered_message(d: &DeadLetter, props: &Properties, now_ms: u64) -> (Me
 }
 
 /// RabbitMQ drops a dead letter that would return to a queue it already died in, unless a
-/// rejection (a client's decision, so no endless automatic loop) is part of its history.
+/// rejection (a client's decision, so no endless automatic loop) happened since it last died
+/// there: rabbit_dead_letter:is_cycle looks at the deaths newest first, up to and including
+/// the target queue's entry. `headers` are the dead letter's, its newest death first.
 fn is_cycle(headers: Option<&FieldTable>, target: &str) -> bool {
     let Some(AMQPValue::FieldArray(deaths)) = headers.and_then(|h| h.inner().get("x-death")) else {
         return false;
     };
-    let tables = || {
-        deaths.as_slice().iter().filter_map(|v| match v {
-            AMQPValue::FieldTable(t) => Some(t),
-            _ => None,
-        })
-    };
-    let died_there =
-        tables().any(|t| t.inner().get("queue").and_then(args::string).as_deref() == Some(target));
-    let rejected = tables()
-        .any(|t| t.inner().get("reason").and_then(args::string).as_deref() == Some("rejected"));
-    died_there && !rejected
+    let mut rejected_since = false;
+    for v in deaths.as_slice() {
+        let AMQPValue::FieldTable(t) = v else {
+            // RabbitMQ counts an entry that is not a table as breaking the cycle.
+            rejected_since = true;
+            continue;
+        };
+        let field = |k: &str| t.inner().get(k).and_then(args::string);
+        rejected_since |= field("reason").as_deref() == Some("rejected");
+        if field("queue").as_deref() == Some(target) {
+            return !rejected_since;
+        }
+    }
+    false
 }
 
 fn generate_name(prefix: &str) -> String {

@@ -715,3 +715,68 @@ fn a_requeued_message_keeps_its_expiry() {
     assert_eq!(got.len(), 1);
     assert_eq!(text(&field(&x_death(&got[0])[0], "reason")), "expired");
 }
+
+#[test]
+fn an_old_rejection_does_not_excuse_a_later_expiry_cycle() {
+    // RabbitMQ's is_cycle only looks at the deaths since the message last died in the target
+    // queue: a rejection before that does not break an automatic expired loop.
+    let mut h = Harness::new();
+    let dl_to = |key: &str, ttl: Option<i64>| {
+        let mut pairs = vec![
+            ("x-dead-letter-exchange", long_str("")),
+            ("x-dead-letter-routing-key", long_str(key)),
+        ];
+        if let Some(t) = ttl {
+            pairs.push(("x-message-ttl", int(t)));
+        }
+        table(&pairs)
+    };
+    h.declare_args("a", dl_to("b", None)).unwrap();
+    h.declare_args("b", dl_to("c", Some(10))).unwrap();
+    h.declare_args("c", dl_to("b", Some(10))).unwrap();
+    h.publish("", "a", "m");
+    let ch = h.open(1);
+    h.get(ch, "a", false).unwrap();
+    h.nack(ch, 1, false, false).unwrap();
+    assert_eq!(h.ready("b"), 1);
+    h.advance(11);
+    h.tick();
+    assert_eq!(h.ready("c"), 1);
+    h.advance(11);
+    h.tick();
+    assert_eq!(
+        (h.ready("a"), h.ready("b"), h.ready("c")),
+        (0, 0, 0),
+        "c -> b would repeat b's expiry: dropped"
+    );
+}
+
+#[test]
+fn a_rejection_inside_the_loop_lets_the_message_go_round_again() {
+    let mut h = Harness::new();
+    h.declare_args(
+        "b",
+        table(&[
+            ("x-dead-letter-exchange", long_str("")),
+            ("x-dead-letter-routing-key", long_str("c")),
+        ]),
+    )
+    .unwrap();
+    h.declare_args(
+        "c",
+        table(&[
+            ("x-message-ttl", int(10)),
+            ("x-dead-letter-exchange", long_str("")),
+            ("x-dead-letter-routing-key", long_str("b")),
+        ]),
+    )
+    .unwrap();
+    h.publish("", "b", "m");
+    let ch = h.open(1);
+    for _ in 0..3 {
+        let d = h.get(ch, "b", false).expect("back in b");
+        h.nack(ch, d.delivery_tag, false, false).unwrap();
+        h.advance(11);
+        h.tick();
+    }
+}
