@@ -193,6 +193,16 @@ impl QueueConfig {
             string(v).ok_or_else(|| wrong_type(key, v))
         };
 
+        // rabbit_channel reads the DLX name (rabbit_misc:r_arg) before the arguments are
+        // validated, with a wording of its own.
+        if let Some(v) = args.inner().get("x-dead-letter-exchange") {
+            if !matches!(v, AMQPValue::LongString(_)) {
+                return Err(AmqpError::precondition(format!(
+                    "invalid type '{}' for arg 'x-dead-letter-exchange' in queue '{queue}' in vhost '{vhost}'",
+                    type_name(v)
+                )));
+            }
+        }
         if let Some(v) = args.inner().get("x-queue-type") {
             c.queue_type = match text("x-queue-type", v)?.as_str() {
                 "classic" => QueueType::Classic,

@@ -229,9 +229,13 @@ fn queue_type_is_classic_or_quorum() {
 
 #[test]
 fn dead_letter_arguments_are_strings_and_a_key_needs_an_exchange() {
+    // Checked by rabbit_channel before the other arguments, in its own words.
     assert_eq!(
-        declare_classic(&[("x-dead-letter-exchange", int(1))]),
-        invalid("x-dead-letter-exchange", "{unacceptable_type,long}")
+        declare_classic(&[
+            ("x-dead-letter-exchange", int(1)),
+            ("x-message-ttl", s("bad")),
+        ]),
+        Err("PRECONDITION_FAILED - invalid type 'long' for arg 'x-dead-letter-exchange' in queue 'q' in vhost '/'".to_string())
     );
     assert_eq!(
         declare_classic(&[("x-dead-letter-routing-key", s("k"))]),
