@@ -331,6 +331,8 @@ impl VHost {
                 consumer_count: q.consumers.len() as u32,
             });
         }
+        // rabbit_channel: exclusive queues are never durable, whatever the client asked.
+        let durable = durable && !exclusive;
         let name = if name.is_empty() {
             generate_name("amq.gen-")
         } else {

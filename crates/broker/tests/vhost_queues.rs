@@ -464,3 +464,42 @@ fn an_expired_queue_cancels_nothing_and_drops_its_messages() {
     let ok = h.declare("q");
     assert_eq!(ok.message_count, 0);
 }
+
+#[test]
+fn exclusive_queues_are_never_durable() {
+    let mut h = Harness::new();
+    h.vh.queue_declare(
+        1,
+        "ex",
+        false,
+        true,
+        true,
+        false,
+        Default::default(),
+        h.now_ms,
+    )
+    .unwrap();
+    // RabbitMQ declares it non-durable, so either durable flag is equivalent for the owner.
+    h.vh.queue_declare(
+        1,
+        "ex",
+        false,
+        false,
+        true,
+        false,
+        Default::default(),
+        h.now_ms,
+    )
+    .unwrap();
+    h.vh.queue_declare(
+        1,
+        "ex",
+        false,
+        true,
+        true,
+        false,
+        Default::default(),
+        h.now_ms,
+    )
+    .unwrap();
+}
