@@ -887,6 +887,7 @@ impl VHost {
         let ch = self.channels.get(&key).expect("consume on an open channel");
         let conn = ch.conn;
         let prefetch = ch.consumer_prefetch;
+        let global_qos = ch.channel_prefetch > 0;
         let tag = if tag.is_empty() {
             generate_name("amq.ctag-")
         } else {
@@ -910,6 +911,12 @@ impl VHost {
                 ))
             })? as i32,
         };
+        // rabbit_quorum_queue:consume refuses a channel whose global limiter is active.
+        if global_qos && q.is_quorum() {
+            return Err(AmqpError::not_implemented(format!(
+                "queue '{queue}' in vhost '{vhost}' does not support global qos"
+            )));
+        }
         if q.consumers.iter().any(|c| c.exclusive) || (exclusive && !q.consumers.is_empty()) {
             return Err(AmqpError::access_refused(format!(
                 "queue '{queue}' in vhost '{vhost}' in exclusive use"

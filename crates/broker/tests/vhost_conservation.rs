@@ -193,8 +193,19 @@ impl Model {
             Op::Consume { ch, no_ack } => {
                 let tag = format!("c{}", self.next_tag);
                 self.next_tag += 1;
-                self.consumers[ch].push((tag.clone(), no_ack));
-                self.h.consume(self.keys[ch], "q", &tag, no_ack);
+                match self.h.consume_with(
+                    self.keys[ch],
+                    "q",
+                    &tag,
+                    no_ack,
+                    false,
+                    Default::default(),
+                ) {
+                    Ok(_) => self.consumers[ch].push((tag, no_ack)),
+                    // Quorum queues refuse consumers on channels with a global prefetch.
+                    Err(e) if e.code == 540 => assert!(matches!(self.kind, QueueKind::Quorum)),
+                    Err(e) => panic!("consume failed: {e}"),
+                }
             }
             Op::Qos {
                 ch,

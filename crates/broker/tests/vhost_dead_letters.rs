@@ -780,3 +780,25 @@ fn a_rejection_inside_the_loop_lets_the_message_go_round_again() {
         h.tick();
     }
 }
+
+#[test]
+fn consuming_from_a_quorum_queue_with_global_qos_is_540() {
+    let mut h = Harness::new();
+    quorum(&mut h, "qq", &[]);
+    let ch = h.open(1);
+    h.qos(ch, 10, true);
+    let err = h
+        .consume_with(ch, "qq", "c", false, false, Default::default())
+        .unwrap_err();
+    assert_eq!(err.code, 540);
+    assert_eq!(
+        err.text,
+        "NOT_IMPLEMENTED - queue 'qq' in vhost '/' does not support global qos"
+    );
+    // A per-consumer limit is fine, and so is a global limit of 0 (no limit).
+    let other = h.open(1);
+    h.qos(other, 10, false);
+    h.qos(other, 0, true);
+    h.consume_with(other, "qq", "c", false, false, Default::default())
+        .unwrap();
+}
