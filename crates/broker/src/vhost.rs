@@ -334,6 +334,17 @@ impl VHost {
         // rabbit_channel: exclusive queues are never durable, whatever the client asked.
         let durable = durable && !exclusive;
         let name = if name.is_empty() {
+            let quorum = arguments
+                .inner()
+                .get("x-queue-type")
+                .and_then(args::string)
+                .is_some_and(|t| t == "quorum");
+            if quorum {
+                // Only classic queues may be server-named (queue type capability server_named).
+                return Err(AmqpError::precondition(
+                    "Cannot declare a server-named queue for type rabbit_quorum_queue",
+                ));
+            }
             generate_name("amq.gen-")
         } else {
             name.to_string()

@@ -802,3 +802,16 @@ fn consuming_from_a_quorum_queue_with_global_qos_is_540() {
     h.consume_with(other, "qq", "c", false, false, Default::default())
         .unwrap();
 }
+
+#[test]
+fn a_quorum_queue_cannot_be_server_named() {
+    let mut h = Harness::new();
+    let err = h
+        .declare_with(1, "", true, table(&[("x-queue-type", long_str("quorum"))]))
+        .unwrap_err();
+    assert_eq!(err.code, 406);
+    assert_eq!(
+        err.text,
+        "PRECONDITION_FAILED - Cannot declare a server-named queue for type rabbit_quorum_queue"
+    );
+}
