@@ -72,13 +72,28 @@ impl Backlog {
         (m.msg.priority as usize).min(self.levels.len() - 1)
     }
 
-    pub fn push_back(&mut self, mut m: QueuedMessage) {
-        m.seq = self.next_seq;
+    /// Appends a message; returns the sequence number it got.
+    pub fn push_back(&mut self, mut m: QueuedMessage) -> u64 {
+        let seq = self.next_seq;
+        m.seq = seq;
         self.next_seq += 1;
         self.len += 1;
         self.bytes += m.msg.size_bytes();
         let l = self.level(&m);
         self.levels[l].push_back(m);
+        seq
+    }
+
+    /// Takes back the message just appended with `seq`, if it is still the newest of its level.
+    pub fn pop_back_if(&mut self, seq: u64) -> Option<QueuedMessage> {
+        let level = self
+            .levels
+            .iter_mut()
+            .find(|l| l.back().is_some_and(|m| m.seq == seq))?;
+        let m = level.pop_back().expect("found at the back");
+        self.len -= 1;
+        self.bytes -= m.msg.size_bytes();
+        Some(m)
     }
 
     /// Returns a delivered message to its original position, ahead of everything that arrived

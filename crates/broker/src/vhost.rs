@@ -710,29 +710,50 @@ impl VHost {
                 continue;
             }
             outcome.routed = true;
-            let ttl = match (q.config.message_ttl_ms, msg.expiration_ms) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            q.backlog.push_back(QueuedMessage {
-                msg: msg.clone(),
-                redelivered: false,
-                delivery_count: 0,
-                expires_at_ms: ttl.map(|t| now_ms + t),
-                seq: 0,
-            });
-            // A consumer that can take the message gets it before any drop-head, as RabbitMQ
-            // attempts delivery before it enqueues (x-max-length 0 still feeds consumers).
-            self.dispatch(qid, now_ms);
-            if let Some(q) = self.queues.get_mut(&qid) {
-                drop_head_over_limit(q, &mut dead);
-            }
+            self.enqueue(qid, &msg, now_ms, &mut dead);
         }
         if targets.is_empty() {
             outcome.routed = false;
         }
         self.dead_letter(dead, now_ms);
         outcome
+    }
+
+    /// Puts a routed message in one queue and hands it to a consumer if one can take it, then
+    /// applies what RabbitMQ's deliver_or_enqueue applies to a message nobody took: an
+    /// x-message-ttl / expiration of 0 expires it at once, and drop-head trims the queue.
+    fn enqueue(&mut self, qid: QueueId, msg: &MessageRef, now_ms: u64, dead: &mut Vec<DeadLetter>) {
+        let Some(q) = self.queues.get_mut(&qid) else {
+            return;
+        };
+        let ttl_ms = match (q.config.message_ttl_ms, msg.expiration_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let seq = q.backlog.push_back(QueuedMessage {
+            msg: msg.clone(),
+            redelivered: false,
+            delivery_count: 0,
+            // Dead once `now_ms > expires_at_ms`, i.e. from publish + TTL on, as RabbitMQ's
+            // `Now >= Expiry`.
+            expires_at_ms: ttl_ms.map(|t| now_ms + t.saturating_sub(1)),
+            seq: 0,
+        });
+        self.dispatch(qid, now_ms);
+        let Some(q) = self.queues.get_mut(&qid) else {
+            return;
+        };
+        if ttl_ms == Some(0) {
+            if let Some(m) = q.backlog.pop_back_if(seq) {
+                dead.push(DeadLetter {
+                    queue: q.name.clone(),
+                    config: q.config.clone(),
+                    message: m,
+                    reason: "expired",
+                });
+            }
+        }
+        drop_head_over_limit(q, dead);
     }
 
     // ---- dispatch --------------------------------------------------------------------------
@@ -1232,21 +1253,7 @@ impl VHost {
                     if q.over_limit(msg.size_bytes()) && q.config.overflow != Overflow::DropHead {
                         continue;
                     }
-                    let ttl = match (q.config.message_ttl_ms, msg.expiration_ms) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
-                    };
-                    q.backlog.push_back(QueuedMessage {
-                        msg: msg.clone(),
-                        redelivered: false,
-                        delivery_count: 0,
-                        expires_at_ms: ttl.map(|t| now_ms + t),
-                        seq: 0,
-                    });
-                    self.dispatch(qid, now_ms);
-                    if let Some(q) = self.queues.get_mut(&qid) {
-                        drop_head_over_limit(q, &mut work);
-                    }
+                    self.enqueue(qid, &msg, now_ms, &mut work);
                 }
             }
         }

@@ -815,3 +815,47 @@ fn a_quorum_queue_cannot_be_server_named() {
         "PRECONDITION_FAILED - Cannot declare a server-named queue for type rabbit_quorum_queue"
     );
 }
+
+#[test]
+fn a_message_is_dead_from_publish_plus_ttl_on() {
+    // rabbit_amqqueue_process drops a message when Now >= Expiry.
+    let mut h = Harness::new();
+    h.declare_args("q", table(&[("x-message-ttl", int(100))]))
+        .unwrap();
+    h.publish("", "q", "m");
+    h.advance(99);
+    let ch = h.open(1);
+    assert!(h.get(ch, "q", false).is_some(), "alive 99 ms after publish");
+    h.nack(ch, 1, false, true).unwrap();
+    h.advance(1);
+    assert!(h.get(ch, "q", false).is_none(), "dead 100 ms after publish");
+}
+
+#[test]
+fn ttl_zero_delivers_to_a_waiting_consumer_or_expires_at_once() {
+    let mut h = Harness::new();
+    let sink = dead_letter_sink(&mut h);
+    h.declare_args("q", dlx_args(&[("x-message-ttl", int(0))]))
+        .unwrap();
+    let ch = h.open(1);
+    h.qos(ch, 1, false);
+    h.consume(ch, "q", "c", false);
+    publish_n(&mut h, "q", 2);
+    assert_eq!(h.bodies(ch), ["m1"], "a consumer with credit gets it");
+    let got = h.deliveries(sink);
+    assert_eq!(got.len(), 1, "nobody could take m2: it expired at once");
+    assert_eq!(got[0].body_str(), "m2");
+    assert_eq!(text(&field(&x_death(&got[0])[0], "reason")), "expired");
+    assert_eq!(h.ready("q"), 0);
+}
+
+#[test]
+fn per_message_expiration_zero_expires_at_once_without_a_consumer() {
+    let mut h = Harness::new();
+    h.declare("q");
+    h.publish_props("", "q", with_expiration("0"), "gone")
+        .unwrap();
+    h.publish("", "q", "kept");
+    let ch = h.open(1);
+    assert_eq!(h.drain(ch, "q"), ["kept"]);
+}
