@@ -600,3 +600,29 @@ fn an_alternate_exchange_that_is_not_a_long_string_is_406() {
     );
     assert!(!h.vh.exchange_names().contains(&"x".to_string()));
 }
+
+#[test]
+fn headers_binding_errors_are_worded_as_rabbitmq_words_them() {
+    let mut h = Harness::new();
+    h.declare("q");
+    let bind = |h: &mut Harness, v| {
+        h.vh.queue_bind(1, "q", "amq.headers", "", &table(&[("x-match", v)]))
+            .unwrap_err()
+    };
+    let err = bind(&mut h, long_str("some"));
+    assert_eq!(
+        err.text,
+        "PRECONDITION_FAILED - Invalid x-match field value <<\"some\">>; expected all, any, all-with-x, or any-with-x"
+    );
+    let err = bind(&mut h, int(1));
+    assert_eq!(err.code, 406);
+    assert_eq!(
+        err.text,
+        "PRECONDITION_FAILED - Invalid x-match field type long (value 1); expected longstr"
+    );
+    let err = bind(&mut h, warren_protocol::AMQPValue::Boolean(true));
+    assert_eq!(
+        err.text,
+        "PRECONDITION_FAILED - Invalid x-match field type bool (value true); expected longstr"
+    );
+}

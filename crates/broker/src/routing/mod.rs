@@ -93,8 +93,9 @@ pub enum RoutingError {
     KeyTooLong { bytes: usize },
     /// A headers binding whose `x-match` is a string other than the four modes: 406.
     InvalidXMatch { value: String },
-    /// A headers binding whose `x-match` is not a long string: 406.
-    InvalidXMatchType { type_name: String },
+    /// A headers binding whose `x-match` is not a long string: 406. `type_name` is RabbitMQ's
+    /// name for the field type and `value` the value as Erlang prints it, for the reply text.
+    InvalidXMatchType { type_name: String, value: String },
 }
 
 impl RoutingError {
@@ -122,13 +123,14 @@ impl fmt::Display for RoutingError {
             RoutingError::KeyTooLong { bytes } => {
                 write!(f, "key of {bytes} bytes is longer than {KEY_BYTES_MAX}")
             }
+            // RabbitMQ 3.10's rabbit_exchange_type_headers:validate_binding, formatted with ~p.
             RoutingError::InvalidXMatch { value } => write!(
                 f,
-                "Invalid x-match field value {value:?}; expected all, any, all-with-x, or any-with-x"
+                "Invalid x-match field value <<\"{value}\">>; expected all, any, all-with-x, or any-with-x"
             ),
-            RoutingError::InvalidXMatchType { type_name } => write!(
+            RoutingError::InvalidXMatchType { type_name, value } => write!(
                 f,
-                "Invalid x-match field type {type_name}; expected longstr"
+                "Invalid x-match field type {type_name} (value {value}); expected longstr"
             ),
         }
     }
