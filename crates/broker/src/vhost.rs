@@ -261,8 +261,9 @@ impl VHost {
     ) -> Result<()> {
         Self::refuse_default(destination)?;
         Self::refuse_default(source)?;
-        let dst = self.exchange_id(destination)?;
+        // rabbit_binding reports a missing source before a missing destination.
         let src = self.exchange_id(source)?;
+        let dst = self.exchange_id(destination)?;
         self.routes
             .bind(src, Destination::Exchange(dst), key.as_bytes(), arguments)
             .map_err(routing_error)?;
@@ -278,8 +279,10 @@ impl VHost {
     ) -> Result<()> {
         Self::refuse_default(destination)?;
         Self::refuse_default(source)?;
-        let dst = self.exchange_id(destination)?;
-        let src = self.exchange_id(source)?;
+        // RabbitMQ answers unbind-ok when either end is missing (rabbit_binding:remove).
+        let (Ok(src), Ok(dst)) = (self.exchange_id(source), self.exchange_id(destination)) else {
+            return Ok(());
+        };
         let unbound = self
             .routes
             .unbind(src, Destination::Exchange(dst), key.as_bytes(), arguments)
@@ -422,8 +425,9 @@ impl VHost {
         arguments: &FieldTable,
     ) -> Result<()> {
         Self::refuse_default(exchange)?;
-        let qid = self.usable_queue(queue, conn)?.id;
+        // rabbit_binding reports a missing exchange (the source) before a missing queue.
         let xid = self.exchange_id(exchange)?;
+        let qid = self.usable_queue(queue, conn)?.id;
         self.routes
             .bind(xid, Destination::Queue(qid), key.as_bytes(), arguments)
             .map_err(routing_error)?;
@@ -439,8 +443,21 @@ impl VHost {
         arguments: &FieldTable,
     ) -> Result<()> {
         Self::refuse_default(exchange)?;
-        let qid = self.usable_queue(queue, conn)?.id;
-        let xid = self.exchange_id(exchange)?;
+        // RabbitMQ answers unbind-ok when the exchange, the queue or the binding is missing
+        // (rabbit_binding:remove), and checks exclusivity only for a binding it removes.
+        let (Some(&xid), Some(&qid)) = (
+            self.exchanges_by_name.get(exchange),
+            self.queues_by_name.get(queue),
+        ) else {
+            return Ok(());
+        };
+        if !self
+            .routes
+            .binding_exists(xid, Destination::Queue(qid), key.as_bytes(), arguments)
+        {
+            return Ok(());
+        }
+        self.usable_queue(queue, conn)?;
         let unbound = self
             .routes
             .unbind(xid, Destination::Queue(qid), key.as_bytes(), arguments)

@@ -626,3 +626,69 @@ fn headers_binding_errors_are_worded_as_rabbitmq_words_them() {
         "PRECONDITION_FAILED - Invalid x-match field type bool (value true); expected longstr"
     );
 }
+
+#[test]
+fn unbinding_what_does_not_exist_is_ok() {
+    // rabbit_binding:remove only reports absent (crashed) queues, never missing things.
+    let mut h = Harness::new();
+    h.declare("q");
+    let none = warren_protocol::FieldTable::default();
+    assert_eq!(h.vh.queue_unbind(1, "q", "amq.direct", "k", &none), Ok(()));
+    assert_eq!(
+        h.vh.queue_unbind(1, "nope", "amq.direct", "k", &none),
+        Ok(())
+    );
+    assert_eq!(h.vh.queue_unbind(1, "q", "nope", "k", &none), Ok(()));
+    assert_eq!(
+        h.vh.exchange_unbind("nope", "amq.direct", "k", &none),
+        Ok(())
+    );
+    assert_eq!(
+        h.vh.exchange_unbind("amq.fanout", "nope", "k", &none),
+        Ok(())
+    );
+    let err = h.vh.queue_unbind(1, "q", "", "k", &none).unwrap_err();
+    assert_eq!(err.code, 403);
+}
+
+#[test]
+fn unbinding_from_another_connections_exclusive_queue_is_405_only_if_bound() {
+    let mut h = Harness::new();
+    h.vh.queue_declare(
+        1,
+        "ex",
+        false,
+        false,
+        true,
+        false,
+        Default::default(),
+        h.now_ms,
+    )
+    .unwrap();
+    let none = warren_protocol::FieldTable::default();
+    assert_eq!(h.vh.queue_unbind(2, "ex", "amq.direct", "k", &none), Ok(()));
+    h.vh.queue_bind(1, "ex", "amq.direct", "k", &none).unwrap();
+    let err =
+        h.vh.queue_unbind(2, "ex", "amq.direct", "k", &none)
+            .unwrap_err();
+    assert_eq!(err.code, 405);
+    h.vh.queue_unbind(1, "ex", "amq.direct", "k", &none)
+        .unwrap();
+    assert!(!h.publish("amq.direct", "k", "m").routed);
+}
+
+#[test]
+fn binding_reports_the_missing_exchange_before_the_missing_queue() {
+    let mut h = Harness::new();
+    let none = warren_protocol::FieldTable::default();
+    let err = h.vh.queue_bind(1, "noq", "nox", "k", &none).unwrap_err();
+    assert_eq!(err.text, "NOT_FOUND - no exchange 'nox' in vhost '/'");
+    let err =
+        h.vh.exchange_bind("nodst", "nosrc", "k", &none)
+            .unwrap_err();
+    assert_eq!(err.text, "NOT_FOUND - no exchange 'nosrc' in vhost '/'");
+    let err =
+        h.vh.exchange_bind("nodst", "amq.direct", "k", &none)
+            .unwrap_err();
+    assert_eq!(err.text, "NOT_FOUND - no exchange 'nodst' in vhost '/'");
+}
