@@ -665,3 +665,63 @@ fn connection_close_requeues_from_all_its_channels() {
     let redelivered: Vec<_> = got.iter().map(|d| d.redelivered).collect();
     assert_eq!(redelivered, [true, true, false]);
 }
+
+#[test]
+fn a_cancelled_consumers_deliveries_stay_unacked_on_the_channel() {
+    let mut h = Harness::new();
+    h.declare("q");
+    let ch = h.open(1);
+    h.consume(ch, "q", "c", false);
+    publish_n(&mut h, "q", 3);
+    assert_eq!(h.deliveries(ch).len(), 3);
+    assert!(h.cancel(ch, "c"));
+    assert_eq!(h.unacked("q"), 3, "cancel does not requeue");
+    h.ack(ch, 1, false).unwrap();
+    h.nack(ch, 2, false, true).unwrap();
+    assert_eq!((h.ready("q"), h.unacked("q")), (1, 1));
+    h.close(ch);
+    let other = h.open(2);
+    let left: Vec<_> = std::iter::from_fn(|| h.get(other, "q", true)).collect();
+    assert_eq!(bodies(&left), ["m2", "m3"]);
+    assert!(left.iter().all(|d| d.redelivered));
+}
+
+#[test]
+fn basic_get_takes_from_a_queue_whose_consumers_have_no_credit() {
+    let mut h = Harness::new();
+    h.declare("q");
+    let a = h.open(1);
+    h.qos(a, 1, false);
+    h.consume(a, "q", "c", false);
+    publish_n(&mut h, "q", 3);
+    assert_eq!(h.bodies(a), ["m1"]);
+    let b = h.open(2);
+    let d = h.get(b, "q", false).unwrap();
+    assert_eq!((d.body_str(), d.message_count), ("m2", Some(1)));
+    // Acking the consumer's delivery gives it m3, not the one basic.get holds.
+    h.ack(a, 1, false).unwrap();
+    assert_eq!(h.bodies(a), ["m3"]);
+    h.nack(b, d.delivery_tag, false, true).unwrap();
+    assert!(
+        h.bodies(a).is_empty(),
+        "the consumer is out of credit again"
+    );
+    assert_eq!(h.ready("q"), 1);
+}
+
+#[test]
+fn single_active_consumer_with_no_ack_gets_everything() {
+    let mut h = Harness::new();
+    h.declare_args(
+        "q",
+        table(&[("x-single-active-consumer", AMQPValue::Boolean(true))]),
+    )
+    .unwrap();
+    let a = h.open(1);
+    h.consume(a, "q", "a", true);
+    h.consume(a, "q", "b", true);
+    publish_n(&mut h, "q", 3);
+    let got = h.deliveries(a);
+    assert!(got.iter().all(|d| d.consumer_tag.as_deref() == Some("a")));
+    assert_eq!(got.len(), 3);
+}
