@@ -503,3 +503,29 @@ fn exclusive_queues_are_never_durable() {
     )
     .unwrap();
 }
+
+#[test]
+fn settling_a_deleted_queues_delivery_does_not_touch_the_queue_that_reuses_its_id() {
+    let mut h = Harness::new();
+    h.declare("old");
+    h.publish("", "old", "from-old");
+    let ch = h.open(1);
+    let old = h.get(ch, "old", false).unwrap();
+    h.publish("", "old", "from-old-2");
+    let old2 = h.get(ch, "old", false).unwrap();
+    h.vh.queue_delete(1, "old", false, false).unwrap();
+    h.declare("new");
+    h.publish("", "new", "from-new");
+    let new = h.get(ch, "new", false).unwrap();
+    assert_eq!(new.body_str(), "from-new");
+    h.ack(ch, old.delivery_tag, false).unwrap();
+    h.nack(ch, old2.delivery_tag, false, true).unwrap();
+    assert_eq!(
+        (h.ready("new"), h.unacked("new")),
+        (0, 1),
+        "the old queue's deliveries neither settle nor land in the new one"
+    );
+    h.close(ch);
+    let other = h.open(2);
+    assert_eq!(h.drain(other, "new"), ["from-new"]);
+}
