@@ -725,3 +725,27 @@ fn single_active_consumer_with_no_ack_gets_everything() {
     assert!(got.iter().all(|d| d.consumer_tag.as_deref() == Some("a")));
     assert_eq!(got.len(), 3);
 }
+
+#[test]
+fn a_congested_outbox_pauses_deliveries_until_the_connection_resumes() {
+    use warren_broker::outbox::OUTBOX_BYTES_SOFT_MAX;
+    let mut h = Harness::new();
+    h.declare("q");
+    let ch = h.open(1);
+    h.consume(ch, "q", "c", true);
+    let body = "x".repeat(1 << 20);
+    let n = OUTBOX_BYTES_SOFT_MAX / body.len() + 2;
+    for _ in 0..n {
+        h.publish("", "q", &body);
+    }
+    assert!(h.outbox(ch).is_congested());
+    let first = h.deliveries(ch).len();
+    assert!(
+        first < n,
+        "deliveries stop once the outbox is over its bound"
+    );
+    assert_eq!(h.ready("q"), n - first);
+    h.vh.resume_connection(1, h.now_ms);
+    assert_eq!(h.deliveries(ch).len(), n - first);
+    assert_eq!(h.ready("q"), 0);
+}
