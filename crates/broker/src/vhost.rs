@@ -803,9 +803,10 @@ impl VHost {
                     break;
                 }
                 let pick = q.pick_consumer(|c| {
-                    channels
-                        .get(&c.channel)
-                        .is_some_and(|ch| (c.no_ack || ch.can_take()) && !ch.outbox.is_congested())
+                    channels.get(&c.channel).is_some_and(|ch| {
+                        // channel.flow pauses every consumer; prefetch spares no-ack ones.
+                        ch.flow_active && (c.no_ack || ch.can_take()) && !ch.outbox.is_congested()
+                    })
                 });
                 let Some(ci) = pick else { break };
                 let m = q.backlog.pop_front().expect("backlog not empty");

@@ -749,3 +749,17 @@ fn a_congested_outbox_pauses_deliveries_until_the_connection_resumes() {
     assert_eq!(h.deliveries(ch).len(), n - first);
     assert_eq!(h.ready("q"), 0);
 }
+
+#[test]
+fn channel_flow_off_pauses_every_consumer_of_the_channel_until_it_is_on() {
+    let mut h = Harness::new();
+    h.declare("q");
+    let ch = h.open(1);
+    h.consume(ch, "q", "acking", false);
+    h.consume(ch, "q", "no-ack", true);
+    h.vh.channel_flow(ch, false, h.now_ms);
+    publish_n(&mut h, "q", 4);
+    assert!(h.bodies(ch).is_empty(), "no-ack consumers are paused too");
+    h.vh.channel_flow(ch, true, h.now_ms);
+    assert_eq!(h.bodies(ch), ["m1", "m2", "m3", "m4"]);
+}
