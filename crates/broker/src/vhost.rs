@@ -349,6 +349,12 @@ impl VHost {
                 ));
             }
             generate_name("amq.gen-")
+        } else if name.starts_with("amq.") {
+            // rabbit_channel's check_name runs before the lookup: a client may not name an
+            // amq.* queue, not even to redeclare a server-named one (passive declare may).
+            return Err(AmqpError::access_refused(format!(
+                "queue name '{name}' contains reserved prefix 'amq.*'"
+            )));
         } else {
             name.to_string()
         };
@@ -367,11 +373,6 @@ impl VHost {
                 message_count: q.message_count() as u32,
                 consumer_count: q.consumers.len() as u32,
             });
-        }
-        if name.starts_with("amq.") && !name.starts_with("amq.gen-") {
-            return Err(AmqpError::access_refused(format!(
-                "queue name '{name}' contains reserved prefix 'amq.*'"
-            )));
         }
         let config = QueueConfig::parse(&arguments, &name, &self.name)?;
         if config.queue_type == QueueType::Quorum {

@@ -529,3 +529,20 @@ fn settling_a_deleted_queues_delivery_does_not_touch_the_queue_that_reuses_its_i
     let other = h.open(2);
     assert_eq!(h.drain(other, "new"), ["from-new"]);
 }
+
+#[test]
+fn a_server_named_queue_can_be_declared_again_only_passively() {
+    let mut h = Harness::new();
+    let name = h.declare("").queue;
+    let err = h.declare_args(&name, Default::default()).unwrap_err();
+    assert_eq!(err.code, 403);
+    assert_eq!(
+        err.text,
+        format!("ACCESS_REFUSED - queue name '{name}' contains reserved prefix 'amq.*'")
+    );
+    let err = h
+        .declare_args("amq.gen-mine", Default::default())
+        .unwrap_err();
+    assert_eq!(err.code, 403);
+    assert_eq!(passive(&mut h, 1, &name).unwrap().queue, name);
+}
