@@ -108,6 +108,19 @@ impl Backlog {
         level.insert(i, m);
     }
 
+    /// Returns a delivered message as a quorum queue does (rabbit_fifo's `returns` queue):
+    /// after the messages returned before it and not yet redelivered, ahead of all others.
+    /// Returned messages are the only redelivered ones in a level and stay at its front.
+    pub fn requeue_after_returns(&mut self, m: QueuedMessage) {
+        debug_assert!(m.redelivered, "only returned messages go here");
+        self.len += 1;
+        self.bytes += m.msg.size_bytes();
+        let l = self.level(&m);
+        let level = &mut self.levels[l];
+        let i = level.partition_point(|x| x.redelivered);
+        level.insert(i, m);
+    }
+
     pub fn peek(&self) -> Option<&QueuedMessage> {
         self.levels.iter().rev().find_map(|l| l.front())
     }

@@ -1299,8 +1299,9 @@ impl VHost {
 }
 
 /// Puts a delivered message back in its queue (nack/reject with requeue, recover, channel
-/// close): at its original position, or to the dead-letter exchange once it has exceeded the
-/// quorum queue's x-delivery-limit (rabbit_fifo's return_one counts every return alike).
+/// close): at its original position in a classic queue, behind earlier returns in a quorum
+/// queue, or to the dead-letter exchange once it has exceeded the quorum queue's
+/// x-delivery-limit (rabbit_fifo's return_one counts every return alike).
 fn return_to_queue(q: &mut Queue, mut m: QueuedMessage, dead: &mut Vec<DeadLetter>) {
     m.redelivered = true;
     m.delivery_count += 1;
@@ -1315,7 +1316,11 @@ fn return_to_queue(q: &mut Queue, mut m: QueuedMessage, dead: &mut Vec<DeadLette
             reason: "delivery_limit",
         });
     } else {
-        q.backlog.requeue(m);
+        if q.is_quorum() {
+            q.backlog.requeue_after_returns(m);
+        } else {
+            q.backlog.requeue(m);
+        }
         // rabbit_amqqueue_process:requeue_and_run applies drop-head after a requeue too.
         drop_head_over_limit(q, dead);
     }

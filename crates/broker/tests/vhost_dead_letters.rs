@@ -859,3 +859,34 @@ fn per_message_expiration_zero_expires_at_once_without_a_consumer() {
     let ch = h.open(1);
     assert_eq!(h.drain(ch, "q"), ["kept"]);
 }
+
+#[test]
+fn quorum_queues_redeliver_returned_messages_first_in_the_order_they_came_back() {
+    // rabbit_fifo keeps returns in a queue of their own, served before the other messages.
+    let mut h = Harness::new();
+    quorum(&mut h, "qq", &[]);
+    publish_n(&mut h, "qq", 4);
+    let ch = h.open(1);
+    for _ in 0..3 {
+        h.get(ch, "qq", false).unwrap();
+    }
+    h.nack(ch, 3, false, true).unwrap();
+    h.nack(ch, 1, false, true).unwrap();
+    assert_eq!(h.drain(ch, "qq"), ["m3", "m1", "m4"]);
+    h.nack(ch, 2, false, true).unwrap();
+    assert_eq!(h.drain(ch, "qq"), ["m2"]);
+}
+
+#[test]
+fn classic_queues_put_returned_messages_back_in_their_original_place() {
+    let mut h = Harness::new();
+    h.declare("q");
+    publish_n(&mut h, "q", 4);
+    let ch = h.open(1);
+    for _ in 0..3 {
+        h.get(ch, "q", false).unwrap();
+    }
+    h.nack(ch, 3, false, true).unwrap();
+    h.nack(ch, 1, false, true).unwrap();
+    assert_eq!(h.drain(ch, "q"), ["m1", "m3", "m4"]);
+}
