@@ -77,7 +77,12 @@ fn op() -> impl Strategy<Value = Op> {
 struct Model {
     h: Harness,
     keys: [u64; CHANNELS],
-    consumers: [Vec<(String, bool)>; CHANNELS],
+    /// Live consumers per channel: tag, no-ack, the per-consumer prefetch they got.
+    consumers: [Vec<(String, bool, u16)>; CHANNELS],
+    /// basic.qos per channel: (per-consumer prefetch for new consumers, global prefetch).
+    qos: [(u16, u16); CHANNELS],
+    /// Which consumer each outstanding consumer delivery went to, by (channel, tag).
+    owner: HashMap<(usize, u64), String>,
     /// Outstanding (unacked) deliveries per channel: delivery tag -> message id.
     outstanding: [BTreeMap<u64, u32>; CHANNELS],
     acked: HashMap<u32, u32>,
@@ -104,6 +109,8 @@ impl Model {
             keys,
             consumers: Default::default(),
             outstanding: Default::default(),
+            qos: Default::default(),
+            owner: HashMap::new(),
             acked: HashMap::new(),
             published: 0,
             next_tag: 0,
@@ -146,11 +153,30 @@ impl Model {
         let no_ack = match (&d.consumer_tag, get_no_ack) {
             (None, Some(no_ack)) => no_ack,
             (Some(tag), None) => {
-                self.consumers[ch]
+                let &(_, no_ack, prefetch) = self.consumers[ch]
                     .iter()
-                    .find(|(t, _)| t == tag)
-                    .expect("delivery to a live consumer of this channel")
-                    .1
+                    .find(|(t, _, _)| t == tag)
+                    .expect("delivery to a live consumer of this channel");
+                if !no_ack {
+                    // Prefetch: the delivery is only allowed while under both limits.
+                    let global = self.qos[ch].1 as usize;
+                    let on_channel = self.outstanding[ch].len();
+                    assert!(
+                        global == 0 || on_channel < global,
+                        "channel {ch} over its global prefetch {global}"
+                    );
+                    let mine = self
+                        .owner
+                        .iter()
+                        .filter(|((c, _), t)| *c == ch && *t == tag)
+                        .count();
+                    assert!(
+                        prefetch == 0 || mine < prefetch as usize,
+                        "consumer {tag} over its prefetch {prefetch}"
+                    );
+                    self.owner.insert((ch, d.delivery_tag), tag.clone());
+                }
+                no_ack
             }
             _ => unreachable!("a delivery is a deliver or a get-ok"),
         };
@@ -175,6 +201,10 @@ impl Model {
         } else {
             vec![tag]
         };
+        for t in &tags {
+            self.owner.remove(&(ch, *t));
+        }
+        let o = &mut self.outstanding[ch];
         tags.iter()
             .map(|t| o.remove(t).expect("outstanding"))
             .collect()
@@ -201,7 +231,7 @@ impl Model {
                     false,
                     Default::default(),
                 ) {
-                    Ok(_) => self.consumers[ch].push((tag, no_ack)),
+                    Ok(_) => self.consumers[ch].push((tag, no_ack, self.qos[ch].0)),
                     // Quorum queues refuse consumers on channels with a global prefetch.
                     Err(e) if e.code == 540 => assert!(matches!(self.kind, QueueKind::Quorum)),
                     Err(e) => panic!("consume failed: {e}"),
@@ -211,7 +241,14 @@ impl Model {
                 ch,
                 prefetch,
                 global,
-            } => self.h.qos(self.keys[ch], prefetch, global),
+            } => {
+                if global {
+                    self.qos[ch].1 = prefetch;
+                } else {
+                    self.qos[ch].0 = prefetch;
+                }
+                self.h.qos(self.keys[ch], prefetch, global);
+            }
             Op::Get { ch, no_ack } => {
                 self.collect();
                 if let Some(d) = self.h.get(self.keys[ch], "q", no_ack) {
@@ -238,6 +275,7 @@ impl Model {
             }
             Op::Recover { ch } => {
                 self.outstanding[ch].clear();
+                self.owner.retain(|(c, _), _| *c != ch);
                 self.h.recover(self.keys[ch]);
             }
             Op::Cancel { ch, pick } => {
@@ -247,7 +285,7 @@ impl Model {
                     // no-ack flag is still needed to book frames already written, so collect
                     // before forgetting it.
                     self.collect();
-                    let (tag, _) = self.consumers[ch].remove(pick % self.consumers[ch].len());
+                    let (tag, _, _) = self.consumers[ch].remove(pick % self.consumers[ch].len());
                     assert!(self.h.cancel(self.keys[ch], &tag));
                 }
             }
@@ -255,7 +293,9 @@ impl Model {
                 self.collect();
                 self.h.close(self.keys[ch]);
                 self.outstanding[ch].clear();
+                self.owner.retain(|(c, _), _| *c != ch);
                 self.consumers[ch].clear();
+                self.qos[ch] = (0, 0);
                 self.keys[ch] = self.h.open(ch as u64 / 2 + 1);
             }
         }
