@@ -763,3 +763,26 @@ fn channel_flow_off_pauses_every_consumer_of_the_channel_until_it_is_on() {
     h.vh.channel_flow(ch, true, h.now_ms);
     assert_eq!(h.bodies(ch), ["m1", "m2", "m3", "m4"]);
 }
+
+#[test]
+fn large_bodies_are_split_into_frames_within_frame_max() {
+    let mut h = Harness::new();
+    h.declare("q");
+    let ch = h.open_with_frame_max(1, 4096);
+    h.consume(ch, "q", "c", true);
+    let body: String = (0..10_000)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    h.publish("", "q", &body);
+    // The decoder checks every frame against the negotiated 4096-byte limit.
+    let mut raw = h.outbox(ch).take();
+    let mut frames = 0;
+    while let Some(f) = warren_protocol::frame::decode(&mut raw, 4096).expect("within frame-max") {
+        frames += 1;
+        assert!(f.payload.len() <= 4096 - 8);
+    }
+    assert_eq!(frames, 2 + 3, "method, header and three body frames");
+    h.publish("", "q", &body);
+    let got = h.deliveries(ch);
+    assert_eq!(got[0].body_str(), body);
+}

@@ -98,10 +98,15 @@ impl Harness {
 
     /// Opens a channel on connection `conn`; returns the channel's key.
     pub fn open(&mut self, conn: ConnId) -> ChannelKey {
+        self.open_with_frame_max(conn, FRAME_MAX_BYTES)
+    }
+
+    /// Opens a channel whose connection negotiated `frame_max` (bodies split into frames).
+    pub fn open_with_frame_max(&mut self, conn: ConnId, frame_max: u32) -> ChannelKey {
         let key = self.next_key;
         self.next_key += 1;
         let number = (key % 2000) as u16 + 1;
-        let outbox = Arc::new(Outbox::new(FRAME_MAX_BYTES, Box::new(|| {})));
+        let outbox = Arc::new(Outbox::new(frame_max, Box::new(|| {})));
         self.vh
             .channel_open(key, conn, number, outbox.clone(), "guest");
         self.outboxes.insert(key, (number, outbox));
