@@ -754,7 +754,7 @@ impl VHost {
             delivery_count: 0,
             // Dead once `now_ms > expires_at_ms`, i.e. from publish + TTL on, as RabbitMQ's
             // `Now >= Expiry`.
-            expires_at_ms: ttl_ms.map(|t| now_ms + t.saturating_sub(1)),
+            expires_at_ms: ttl_ms.map(|t| now_ms.saturating_add(t.saturating_sub(1))),
             seq: 0,
         });
         self.dispatch(qid, now_ms);
