@@ -692,3 +692,25 @@ fn binding_reports_the_missing_exchange_before_the_missing_queue() {
             .unwrap_err();
     assert_eq!(err.text, "NOT_FOUND - no exchange 'nodst' in vhost '/'");
 }
+
+#[test]
+fn only_the_published_to_exchanges_alternate_is_used() {
+    // RabbitMQ applies alternate-exchange to the exchange named in basic.publish, not to
+    // exchanges reached through exchange-to-exchange bindings.
+    let mut h = Harness::new();
+    let chans = queues_with_consumers(&mut h, &["ae-queue"]);
+    h.exchange("ae", "fanout");
+    h.bind("ae-queue", "ae", "");
+    h.exchange("front", "fanout");
+    h.exchange_args(
+        "back",
+        "direct",
+        table(&[("alternate-exchange", long_str("ae"))]),
+    );
+    h.vh.exchange_bind("back", "front", "", &Default::default())
+        .unwrap();
+    assert!(!h.publish("front", "nothing-bound", "m").routed);
+    assert!(h.bodies(chans[0]).is_empty());
+    assert!(h.publish("back", "nothing-bound", "m2").routed);
+    assert_eq!(h.bodies(chans[0]), ["m2"]);
+}
