@@ -16,7 +16,7 @@ use crate::queue::{ChannelKey, ConnId, Consumer, Queue, QueuedMessage};
 use crate::routing::{Destination, ExchangeId, ExchangeKind, QueueId, RoutingTable};
 use amq_protocol_types::{AMQPValue, FieldArray, FieldTable, LongString};
 use bytes::Bytes;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use warren_protocol::amqp::{basic, AMQPClass};
 use warren_protocol::content::{encode_header, Properties};
@@ -65,6 +65,9 @@ pub struct VHost {
     free_exchange_ids: Vec<ExchangeId>,
     free_queue_ids: Vec<QueueId>,
     scratch: Vec<QueueId>,
+    /// Exchanges by the alternate-exchange name they carry, so the routing table's alternate
+    /// ids follow the names as exchanges come and go (RabbitMQ resolves the name per publish).
+    alternate_wanted_by: HashMap<String, Vec<ExchangeId>>,
 }
 
 /// A message leaving a queue for its dead-letter exchange.
@@ -90,6 +93,7 @@ impl VHost {
             free_exchange_ids: Vec::new(),
             free_queue_ids: Vec::new(),
             scratch: Vec::new(),
+            alternate_wanted_by: HashMap::new(),
         };
         for (n, kind, internal) in STANDARD_EXCHANGES {
             v.create_exchange(n, *kind, true, false, *internal, FieldTable::default());
@@ -133,7 +137,23 @@ impl VHost {
             },
         );
         self.exchanges_by_name.insert(name.to_string(), id);
+        self.link_alternates(id, name);
         id
+    }
+
+    /// Points the routing table at the alternates named by and naming a new exchange.
+    fn link_alternates(&mut self, id: ExchangeId, name: &str) {
+        if let Some(alt) = self.exchanges[&id].alternate.clone() {
+            self.alternate_wanted_by
+                .entry(alt.clone())
+                .or_default()
+                .push(id);
+            let alt_id = self.exchanges_by_name.get(&alt).copied();
+            let _ = self.routes.set_alternate_exchange(id, alt_id);
+        }
+        for &wanting in self.alternate_wanted_by.get(name).into_iter().flatten() {
+            let _ = self.routes.set_alternate_exchange(wanting, Some(id));
+        }
     }
 
     fn exchange_id(&self, name: &str) -> Result<ExchangeId> {
@@ -240,6 +260,18 @@ impl VHost {
         if let Some(x) = self.exchanges.remove(&id) {
             self.exchanges_by_name.remove(&x.name);
             self.free_exchange_ids.push(id);
+            // Its id will be reused: exchanges naming it as alternate must not follow the id.
+            for &wanting in self.alternate_wanted_by.get(&x.name).into_iter().flatten() {
+                let _ = self.routes.set_alternate_exchange(wanting, None);
+            }
+            if let Some(alt) = &x.alternate {
+                if let Some(list) = self.alternate_wanted_by.get_mut(alt) {
+                    list.retain(|w| *w != id);
+                    if list.is_empty() {
+                        self.alternate_wanted_by.remove(alt);
+                    }
+                }
+            }
         }
         self.delete_orphaned_auto_delete(orphaned);
     }
@@ -623,28 +655,9 @@ impl VHost {
                 self.name
             )));
         }
+        // The table follows alternate exchanges as RabbitMQ's route1 does: for every exchange
+        // on the way (exchange-to-exchange destinations too) whose bindings matched nothing.
         self.route_from(id, &keys, headers.as_ref(), out);
-        // Alternate exchanges, followed by name as RabbitMQ does, each visited at most once.
-        let mut seen = HashSet::new();
-        let mut current = id;
-        while out.is_empty() {
-            seen.insert(current);
-            let Some(alt) = self
-                .exchanges
-                .get(&current)
-                .and_then(|x| x.alternate.clone())
-            else {
-                break;
-            };
-            let Some(&alt_id) = self.exchanges_by_name.get(&alt) else {
-                break;
-            };
-            if seen.contains(&alt_id) {
-                break;
-            }
-            self.route_from(alt_id, &keys, headers.as_ref(), out);
-            current = alt_id;
-        }
         Ok(())
     }
 

@@ -694,9 +694,9 @@ fn binding_reports_the_missing_exchange_before_the_missing_queue() {
 }
 
 #[test]
-fn only_the_published_to_exchanges_alternate_is_used() {
-    // RabbitMQ applies alternate-exchange to the exchange named in basic.publish, not to
-    // exchanges reached through exchange-to-exchange bindings.
+fn an_exchange_reached_through_a_binding_uses_its_alternate_when_it_matches_nothing() {
+    // RabbitMQ's rabbit_exchange:route1 applies alternate-exchange to every exchange it walks
+    // whose own bindings matched nothing, not only to the one named in basic.publish.
     let mut h = Harness::new();
     let chans = queues_with_consumers(&mut h, &["ae-queue"]);
     h.exchange("ae", "fanout");
@@ -709,8 +709,83 @@ fn only_the_published_to_exchanges_alternate_is_used() {
     );
     h.vh.exchange_bind("back", "front", "", &Default::default())
         .unwrap();
+    assert!(h.publish("front", "nothing-bound", "m").routed);
+    assert_eq!(h.bodies(chans[0]), ["m"]);
+}
+
+#[test]
+fn an_exchange_whose_bindings_matched_does_not_use_its_alternate() {
+    // Even when the exchange it forwarded to routes nowhere: the front exchange matched a
+    // binding, so its alternate is not consulted.
+    let mut h = Harness::new();
+    let chans = queues_with_consumers(&mut h, &["ae-queue"]);
+    h.exchange("ae", "fanout");
+    h.bind("ae-queue", "ae", "");
+    h.exchange_args(
+        "front",
+        "fanout",
+        table(&[("alternate-exchange", long_str("ae"))]),
+    );
+    h.exchange("back", "direct");
+    h.vh.exchange_bind("back", "front", "", &Default::default())
+        .unwrap();
     assert!(!h.publish("front", "nothing-bound", "m").routed);
     assert!(h.bodies(chans[0]).is_empty());
-    assert!(h.publish("back", "nothing-bound", "m2").routed);
+}
+
+#[test]
+fn an_alternate_declared_after_its_exchange_is_used() {
+    let mut h = Harness::new();
+    let chans = queues_with_consumers(&mut h, &["ae-queue"]);
+    h.exchange_args(
+        "x",
+        "direct",
+        table(&[("alternate-exchange", long_str("ae"))]),
+    );
+    assert!(!h.publish("x", "k", "before").routed);
+    h.exchange("ae", "fanout");
+    h.bind("ae-queue", "ae", "");
+    assert!(h.publish("x", "k", "after").routed);
+    assert_eq!(h.bodies(chans[0]), ["after"]);
+}
+
+#[test]
+fn a_deleted_alternate_stops_being_used_even_when_its_id_is_reused() {
+    let mut h = Harness::new();
+    let chans = queues_with_consumers(&mut h, &["ae-queue", "other-queue"]);
+    h.exchange_args(
+        "x",
+        "direct",
+        table(&[("alternate-exchange", long_str("ae"))]),
+    );
+    h.exchange("ae", "fanout");
+    h.bind("ae-queue", "ae", "");
+    h.vh.exchange_delete("ae", false).unwrap();
+    // The next exchange may get the deleted one's id; it is not x's alternate.
+    h.exchange("other", "fanout");
+    h.bind("other-queue", "other", "");
+    assert!(!h.publish("x", "k", "m").routed);
+    assert!(h.bodies(chans[0]).is_empty());
+    assert!(h.bodies(chans[1]).is_empty());
+    // Declared again, by name, it is the alternate again.
+    h.exchange("ae", "fanout");
+    h.bind("ae-queue", "ae", "");
+    assert!(h.publish("x", "k", "m2").routed);
     assert_eq!(h.bodies(chans[0]), ["m2"]);
+}
+
+#[test]
+fn an_exchange_can_be_its_own_alternate_and_be_deleted() {
+    let mut h = Harness::new();
+    h.exchange_args(
+        "x",
+        "direct",
+        table(&[("alternate-exchange", long_str("x"))]),
+    );
+    assert!(!h.publish("x", "k", "m").routed);
+    h.vh.exchange_delete("x", false).unwrap();
+    h.exchange("y", "fanout");
+    h.declare("q");
+    h.bind("q", "y", "");
+    assert!(h.publish("y", "k", "m").routed);
 }
