@@ -668,20 +668,7 @@ impl VHost {
         headers: Option<&FieldTable>,
         out: &mut Vec<QueueId>,
     ) {
-        if keys.len() == 1 {
-            let _ = self.routes.route(id, &keys[0], headers, out);
-            return;
-        }
-        let mut one = Vec::new();
-        for k in keys {
-            one.clear();
-            let _ = self.routes.route(id, k, headers, &mut one);
-            for q in &one {
-                if !out.contains(q) {
-                    out.push(*q);
-                }
-            }
-        }
+        let _ = self.routes.route_keys(id, keys, headers, out);
     }
 
     fn exchange_kind(&self, name: &str) -> Option<ExchangeKind> {

@@ -789,3 +789,35 @@ fn an_exchange_can_be_its_own_alternate_and_be_deleted() {
     h.bind("q", "y", "");
     assert!(h.publish("y", "k", "m").routed);
 }
+
+#[test]
+fn cc_keys_route_together_so_one_match_keeps_the_alternate_out() {
+    let mut h = Harness::new();
+    let chans = queues_with_consumers(&mut h, &["q", "ae-queue"]);
+    h.exchange("ae", "fanout");
+    h.bind("ae-queue", "ae", "");
+    h.exchange_args(
+        "x",
+        "topic",
+        table(&[("alternate-exchange", long_str("ae"))]),
+    );
+    h.bind("q", "x", "k1");
+    let props = with_headers(table(&[("CC", str_array(&["k2"]))]));
+    h.publish_props("x", "k1", props, "m").unwrap();
+    assert_eq!(h.bodies(chans[0]), ["m"]);
+    assert!(
+        h.bodies(chans[1]).is_empty(),
+        "an unmatched CC key does not send a copy to the alternate"
+    );
+    let props = with_headers(table(&[("CC", str_array(&["k1"]))]));
+    h.publish_props("x", "k2", props, "via-cc").unwrap();
+    assert_eq!(h.bodies(chans[0]), ["via-cc"]);
+    assert!(h.bodies(chans[1]).is_empty());
+    let props = with_headers(table(&[("CC", str_array(&["k3"]))]));
+    h.publish_props("x", "k2", props, "nowhere").unwrap();
+    assert_eq!(
+        h.bodies(chans[1]),
+        ["nowhere"],
+        "no key matched: the alternate takes it once"
+    );
+}

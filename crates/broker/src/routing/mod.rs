@@ -690,6 +690,19 @@ impl RoutingTable {
         headers: Option<&FieldTable>,
         out: &mut Vec<QueueId>,
     ) -> Result<(), RoutingError> {
+        self.route_keys(exchange, &[routing_key], headers, out)
+    }
+
+    /// [`RoutingTable::route`] for a message with several routing keys (its key plus CC/BCC),
+    /// matched together as RabbitMQ does: an exchange's alternate is used only when none of
+    /// the keys matched any of its bindings.
+    pub fn route_keys<K: AsRef<[u8]>>(
+        &mut self,
+        exchange: ExchangeId,
+        routing_keys: &[K],
+        headers: Option<&FieldTable>,
+        out: &mut Vec<QueueId>,
+    ) -> Result<(), RoutingError> {
         if self.exchange(exchange).is_none() {
             return Err(RoutingError::ExchangeNotFound(exchange));
         }
@@ -739,12 +752,18 @@ impl RoutingTable {
             };
             match &mut source.index {
                 Index::Direct(keys) => {
-                    if let Some(list) = keys.get(routing_key) {
-                        list.iter().for_each(|&b| deliver(b));
+                    for routing_key in routing_keys {
+                        if let Some(list) = keys.get(routing_key.as_ref()) {
+                            list.iter().for_each(|&b| deliver(b));
+                        }
                     }
                 }
                 Index::Fanout => source.as_source.iter().for_each(|&b| deliver(b)),
-                Index::Topic(trie) => trie.matches(routing_key, &mut deliver),
+                Index::Topic(trie) => {
+                    for routing_key in routing_keys {
+                        trie.matches(routing_key.as_ref(), &mut deliver);
+                    }
+                }
                 Index::Headers => {
                     for &b in &source.as_source {
                         let binding = bindings[b.0 as usize]
