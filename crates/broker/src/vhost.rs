@@ -917,6 +917,9 @@ impl VHost {
             ch.channel_prefetch = prefetch_count as u32;
         } else {
             ch.consumer_prefetch = prefetch_count as u32;
+            // RabbitMQ 3.10's basic.qos global=false also lifts the channel-wide limit
+            // (rabbit_limiter:unlimit_prefetch): set it after, not before, to have both.
+            ch.channel_prefetch = 0;
         }
         let queues: Vec<QueueId> = ch.consumers.values().copied().collect();
         for q in queues {

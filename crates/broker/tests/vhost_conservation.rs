@@ -245,7 +245,8 @@ impl Model {
                 if global {
                     self.qos[ch].1 = prefetch;
                 } else {
-                    self.qos[ch].0 = prefetch;
+                    // A per-consumer qos also lifts the channel limit, as in RabbitMQ 3.10.
+                    self.qos[ch] = (prefetch, 0);
                 }
                 self.h.qos(self.keys[ch], prefetch, global);
             }

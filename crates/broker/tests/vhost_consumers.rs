@@ -786,3 +786,22 @@ fn large_bodies_are_split_into_frames_within_frame_max() {
     let got = h.deliveries(ch);
     assert_eq!(got[0].body_str(), body);
 }
+
+#[test]
+fn a_per_consumer_qos_lifts_an_earlier_channel_limit() {
+    // rabbit_channel's basic.qos global=false calls rabbit_limiter:unlimit_prefetch: clients
+    // wanting both limits set the per-consumer one first.
+    let mut h = Harness::new();
+    h.declare("q");
+    let ch = h.open(1);
+    h.qos(ch, 3, true);
+    h.qos(ch, 2, false);
+    h.consume(ch, "q", "a", false);
+    h.consume(ch, "q", "b", false);
+    publish_n(&mut h, "q", 10);
+    assert_eq!(
+        h.deliveries(ch).len(),
+        4,
+        "2 per consumer, no channel limit left"
+    );
+}
