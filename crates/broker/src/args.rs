@@ -1,7 +1,8 @@
 //! Queue arguments (`x-*`), validated as RabbitMQ 3.10 validates them.
 //!
 //! Unknown arguments are accepted and ignored, as RabbitMQ does; known ones with the wrong type
-//! or value are a 406 PRECONDITION_FAILED whose text matches RabbitMQ's
+//! or value, or that belong to another queue type, are a 406 PRECONDITION_FAILED whose text
+//! matches RabbitMQ 3.10.8's
 //! (`invalid arg 'x-message-ttl' for queue 'q' in vhost '/': "expected integer, got longstr"`).
 
 use crate::error::AmqpError;
@@ -98,7 +99,56 @@ pub fn render(v: &AMQPValue) -> String {
     }
 }
 
+/// The longest x-message-ttl / x-expires RabbitMQ accepts (rabbit_misc:check_expiry): ten years.
+pub const EXPIRY_MS_MAX: i64 = 315_360_000_000;
+
+/// The arguments each queue type takes (its `queue_arguments` capability in RabbitMQ 3.10.8).
+/// A known argument of another type is refused with "... of queue type rabbit_X_queue".
+const CLASSIC_ARGUMENTS: &[&str] = &[
+    "x-expires",
+    "x-message-ttl",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-priority",
+    "x-overflow",
+    "x-queue-mode",
+    "x-queue-version",
+    "x-single-active-consumer",
+    "x-queue-type",
+    "x-queue-master-locator",
+];
+const QUORUM_ARGUMENTS: &[&str] = &[
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-dead-letter-strategy",
+    "x-expires",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-in-memory-length",
+    "x-max-in-memory-bytes",
+    "x-overflow",
+    "x-single-active-consumer",
+    "x-queue-type",
+    "x-quorum-initial-group-size",
+    "x-delivery-limit",
+    "x-message-ttl",
+    "x-queue-leader-locator",
+];
+const STREAM_ARGUMENTS: &[&str] = &[
+    "x-max-length-bytes",
+    "x-queue-type",
+    "x-max-age",
+    "x-stream-max-segment-size-bytes",
+    "x-initial-cluster-size",
+    "x-queue-leader-locator",
+];
+
 impl QueueConfig {
+    /// Validates as rabbit_amqqueue:check_declare_arguments does: x-queue-type first, then the
+    /// type's own arguments (type and value), then known arguments of other queue types.
+    /// Error details are Erlang terms printed with `~p`, hence the quoted strings.
     pub fn parse(args: &FieldTable, queue: &str, vhost: &str) -> Result<QueueConfig, AmqpError> {
         let mut c = QueueConfig::default();
         let bad = |key: &str, why: String| {
@@ -106,63 +156,111 @@ impl QueueConfig {
                 "invalid arg '{key}' for queue '{queue}' in vhost '{vhost}': {why}"
             ))
         };
-        // Integer arguments, with RabbitMQ's reasons: a wrong type, then sign, then range.
-        let int =
-            |key: &str, v: &AMQPValue, min: i64, max: Option<i64>| -> Result<u64, AmqpError> {
-                let i = integer(v).ok_or_else(|| {
-                    bad(key, format!("\"expected integer, got {}\"", type_name(v)))
-                })?;
-                if i < 0 && min >= 0 {
-                    return Err(bad(key, format!("{{value_negative,{i}}}")));
-                }
-                if i < min {
-                    return Err(bad(key, format!("{{value_zero,{i}}}")));
-                }
-                if let Some(m) = max {
-                    if i > m {
-                        return Err(bad(key, format!("{{value_too_large,{i}}}")));
-                    }
-                }
-                Ok(i as u64)
-            };
-        let text = |key: &str, v: &AMQPValue| -> Result<String, AmqpError> {
-            string(v).ok_or_else(|| bad(key, format!("{{unacceptable_type,{}}}", type_name(v))))
+        let wrong_type =
+            |key: &str, v: &AMQPValue| bad(key, format!("{{unacceptable_type,{}}}", type_name(v)));
+        let int = |key: &str, v: &AMQPValue| -> Result<i64, AmqpError> {
+            integer(v)
+                .ok_or_else(|| bad(key, format!("\"expected integer, got {}\"", type_name(v))))
         };
-        // String arguments that name things report a wrong type in another phrasing.
-        let name = |key: &str, v: &AMQPValue| -> Result<String, AmqpError> {
-            string(v).ok_or_else(|| {
-                AmqpError::precondition(format!(
-                    "invalid type '{}' for arg '{key}' in queue '{queue}' in vhost '{vhost}'",
+        let non_negative = |key: &str, v: &AMQPValue| -> Result<u64, AmqpError> {
+            let i = int(key, v)?;
+            if i < 0 {
+                return Err(bad(key, format!("{{value_negative,{i}}}")));
+            }
+            Ok(i as u64)
+        };
+        let positive = |key: &str, v: &AMQPValue| -> Result<u64, AmqpError> {
+            let i = non_negative(key, v)?;
+            if i == 0 {
+                return Err(bad(key, "{value_zero,0}".into()));
+            }
+            Ok(i)
+        };
+        let expiry = |key: &str, v: &AMQPValue, zero_ok: bool| -> Result<u64, AmqpError> {
+            let i = int(key, v)?;
+            if i == 0 && !zero_ok {
+                return Err(bad(key, "{value_zero,0}".into()));
+            }
+            if i < 0 {
+                return Err(bad(key, format!("{{value_negative,{i}}}")));
+            }
+            if i > EXPIRY_MS_MAX {
+                return Err(bad(key, format!("{{value_too_large,{i}}}")));
+            }
+            Ok(i as u64)
+        };
+        let text = |key: &str, v: &AMQPValue| -> Result<String, AmqpError> {
+            string(v).ok_or_else(|| wrong_type(key, v))
+        };
+
+        // rabbit_channel reads the DLX name (rabbit_misc:r_arg) before the arguments are
+        // validated, with a wording of its own.
+        if let Some(v) = args.inner().get("x-dead-letter-exchange") {
+            if !matches!(v, AMQPValue::LongString(_)) {
+                return Err(AmqpError::precondition(format!(
+                    "invalid type '{}' for arg 'x-dead-letter-exchange' in queue '{queue}' in vhost '{vhost}'",
                     type_name(v)
-                ))
-            })
+                )));
+            }
+        }
+        if let Some(v) = args.inner().get("x-queue-type") {
+            c.queue_type = match text("x-queue-type", v)?.as_str() {
+                "classic" => QueueType::Classic,
+                "quorum" => QueueType::Quorum,
+                other => {
+                    return Err(bad(
+                        "x-queue-type",
+                        format!("\"unsupported queue type '{other}'\""),
+                    ))
+                }
+            };
+        }
+        let (own, type_module) = match c.queue_type {
+            QueueType::Classic => (CLASSIC_ARGUMENTS, "rabbit_classic_queue"),
+            QueueType::Quorum => (QUORUM_ARGUMENTS, "rabbit_quorum_queue"),
         };
         for (k, v) in args.inner() {
             let key = k.as_str();
+            if !own.contains(&key) {
+                continue;
+            }
             match key {
-                "x-message-ttl" => c.message_ttl_ms = Some(int(key, v, 0, Some(EXPIRY_MS_MAX))?),
-                "x-expires" => c.expires_ms = Some(int(key, v, 1, Some(EXPIRY_MS_MAX))?),
-                "x-max-length" => c.max_length = Some(int(key, v, 0, None)?),
-                "x-max-length-bytes" => c.max_length_bytes = Some(int(key, v, 0, None)?),
-                "x-delivery-limit" => c.delivery_limit = Some(int(key, v, 0, None)?),
-                "x-max-in-memory-length" => c.max_in_memory_length = Some(int(key, v, 0, None)?),
-                "x-max-in-memory-bytes" => c.max_in_memory_bytes = Some(int(key, v, 0, None)?),
+                "x-message-ttl" => c.message_ttl_ms = Some(expiry(key, v, true)?),
+                "x-expires" => c.expires_ms = Some(expiry(key, v, false)?),
+                "x-max-length" => c.max_length = Some(non_negative(key, v)?),
+                "x-max-length-bytes" => c.max_length_bytes = Some(non_negative(key, v)?),
+                "x-max-in-memory-length" => c.max_in_memory_length = Some(non_negative(key, v)?),
+                "x-max-in-memory-bytes" => c.max_in_memory_bytes = Some(non_negative(key, v)?),
                 "x-quorum-initial-group-size" => {
-                    int(key, v, 1, None)?;
+                    positive(key, v)?;
+                }
+                // RabbitMQ 3.10 does not validate it; a value that is no count means no limit.
+                "x-delivery-limit" => {
+                    c.delivery_limit = integer(v).and_then(|i| u64::try_from(i).ok());
                 }
                 "x-max-priority" => {
-                    let p = int(key, v, 0, None)?;
+                    let p = non_negative(key, v)?;
                     if p > 255 {
                         return Err(bad(key, format!("{{max_value_exceeded,{p}}}")));
                     }
                     c.max_priority = Some(p as u8);
                 }
-                "x-dead-letter-exchange" => c.dead_letter_exchange = Some(name(key, v)?),
-                "x-dead-letter-routing-key" => c.dead_letter_routing_key = Some(name(key, v)?),
+                "x-dead-letter-exchange" => c.dead_letter_exchange = Some(text(key, v)?),
+                "x-dead-letter-routing-key" => c.dead_letter_routing_key = Some(text(key, v)?),
+                "x-dead-letter-strategy" => {
+                    let s = text(key, v)?;
+                    if s != "at-most-once" && s != "at-least-once" {
+                        return Err(bad(key, "invalid_dlx_strategy".into()));
+                    }
+                }
                 "x-overflow" => {
                     c.overflow = match text(key, v)?.as_str() {
                         "drop-head" => Overflow::DropHead,
                         "reject-publish" => Overflow::RejectPublish,
+                        // Quorum queues log a warning and keep the default (rabbit_quorum_queue).
+                        "reject-publish-dlx" if c.queue_type == QueueType::Quorum => {
+                            Overflow::DropHead
+                        }
                         "reject-publish-dlx" => Overflow::RejectPublishDlx,
                         _ => return Err(bad(key, "invalid_overflow".into())),
                     }
@@ -176,21 +274,25 @@ impl QueueConfig {
                         }
                     }
                 }
-                "x-dead-letter-strategy" => match text(key, v)?.as_str() {
-                    "at-most-once" | "at-least-once" => {}
-                    _ => return Err(bad(key, "invalid_dlx_strategy".into())),
-                },
+                "x-queue-version" => {
+                    let version = non_negative(key, v)?;
+                    if version != 1 && version != 2 {
+                        return Err(bad(
+                            key,
+                            format!("\"unsupported queue version '{version}'\""),
+                        ));
+                    }
+                }
                 "x-single-active-consumer" => match v {
                     AMQPValue::Boolean(b) => c.single_active_consumer = *b,
-                    _ => return Err(bad(key, format!("{{unacceptable_type,{}}}", type_name(v)))),
+                    _ => return Err(wrong_type(key, v)),
                 },
-                "x-queue-type" => {
-                    c.queue_type = match text(key, v)?.as_str() {
-                        "classic" => QueueType::Classic,
-                        "quorum" => QueueType::Quorum,
-                        other => {
-                            return Err(bad(key, format!("\"unsupported queue type '{other}'\"")))
-                        }
+                "x-queue-leader-locator" => {
+                    let s = text(key, v)?;
+                    if !["client-local", "balanced", "random", "least-leaders"]
+                        .contains(&s.as_str())
+                    {
+                        return Err(bad(key, "invalid_queue_locator_arg".into()));
                     }
                 }
                 _ => {}
@@ -202,29 +304,22 @@ impl QueueConfig {
                 "routing_key_but_no_dlx_defined".into(),
             ));
         }
+        for k in args.inner().keys() {
+            let key = k.as_str();
+            let known = CLASSIC_ARGUMENTS
+                .iter()
+                .chain(QUORUM_ARGUMENTS)
+                .chain(STREAM_ARGUMENTS)
+                .any(|a| *a == key);
+            if known && !own.contains(&key) {
+                return Err(AmqpError::precondition(format!(
+                    "invalid arg '{key}' for queue '{queue}' in vhost '{vhost}' of queue type {type_module}"
+                )));
+            }
+        }
         Ok(c)
     }
 }
-
-/// RabbitMQ's largest TTL and expiry: 2^32 - 1 milliseconds.
-pub const EXPIRY_MS_MAX: i64 = 4_294_967_295;
-
-/// Arguments only a quorum queue accepts; a classic queue refuses them (406).
-pub const QUORUM_ONLY_ARGUMENTS: &[&str] = &[
-    "x-delivery-limit",
-    "x-quorum-initial-group-size",
-    "x-max-in-memory-length",
-    "x-max-in-memory-bytes",
-    "x-dead-letter-strategy",
-];
-
-/// Arguments a quorum queue refuses (406), as RabbitMQ 3.10 does.
-pub const CLASSIC_ONLY_ARGUMENTS: &[&str] = &[
-    "x-max-priority",
-    "x-queue-mode",
-    "x-queue-master-locator",
-    "x-queue-version",
-];
 
 /// The arguments whose values must match when a queue is declared again (RabbitMQ's list).
 pub const EQUIVALENCE_KEYS: &[&str] = &[

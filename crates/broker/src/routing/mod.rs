@@ -93,8 +93,9 @@ pub enum RoutingError {
     KeyTooLong { bytes: usize },
     /// A headers binding whose `x-match` is a string other than the four modes: 406.
     InvalidXMatch { value: String },
-    /// A headers binding whose `x-match` is not a long string: 406.
-    InvalidXMatchType { type_name: String },
+    /// A headers binding whose `x-match` is not a long string: 406. `type_name` is RabbitMQ's
+    /// name for the field type and `value` the value as Erlang prints it, for the reply text.
+    InvalidXMatchType { type_name: String, value: String },
 }
 
 impl RoutingError {
@@ -122,13 +123,14 @@ impl fmt::Display for RoutingError {
             RoutingError::KeyTooLong { bytes } => {
                 write!(f, "key of {bytes} bytes is longer than {KEY_BYTES_MAX}")
             }
+            // RabbitMQ 3.10's rabbit_exchange_type_headers:validate_binding, formatted with ~p.
             RoutingError::InvalidXMatch { value } => write!(
                 f,
-                "Invalid x-match field value {value:?}; expected all, any, all-with-x, or any-with-x"
+                "Invalid x-match field value <<\"{value}\">>; expected all, any, all-with-x, or any-with-x"
             ),
-            RoutingError::InvalidXMatchType { type_name } => write!(
+            RoutingError::InvalidXMatchType { type_name, value } => write!(
                 f,
-                "Invalid x-match field type {type_name}; expected longstr"
+                "Invalid x-match field type {type_name} (value {value}); expected longstr"
             ),
         }
     }
@@ -688,6 +690,19 @@ impl RoutingTable {
         headers: Option<&FieldTable>,
         out: &mut Vec<QueueId>,
     ) -> Result<(), RoutingError> {
+        self.route_keys(exchange, &[routing_key], headers, out)
+    }
+
+    /// [`RoutingTable::route`] for a message with several routing keys (its key plus CC/BCC),
+    /// matched together as RabbitMQ does: an exchange's alternate is used only when none of
+    /// the keys matched any of its bindings.
+    pub fn route_keys<K: AsRef<[u8]>>(
+        &mut self,
+        exchange: ExchangeId,
+        routing_keys: &[K],
+        headers: Option<&FieldTable>,
+        out: &mut Vec<QueueId>,
+    ) -> Result<(), RoutingError> {
         if self.exchange(exchange).is_none() {
             return Err(RoutingError::ExchangeNotFound(exchange));
         }
@@ -737,12 +752,18 @@ impl RoutingTable {
             };
             match &mut source.index {
                 Index::Direct(keys) => {
-                    if let Some(list) = keys.get(routing_key) {
-                        list.iter().for_each(|&b| deliver(b));
+                    for routing_key in routing_keys {
+                        if let Some(list) = keys.get(routing_key.as_ref()) {
+                            list.iter().for_each(|&b| deliver(b));
+                        }
                     }
                 }
                 Index::Fanout => source.as_source.iter().for_each(|&b| deliver(b)),
-                Index::Topic(trie) => trie.matches(routing_key, &mut deliver),
+                Index::Topic(trie) => {
+                    for routing_key in routing_keys {
+                        trie.matches(routing_key.as_ref(), &mut deliver);
+                    }
+                }
                 Index::Headers => {
                     for &b in &source.as_source {
                         let binding = bindings[b.0 as usize]
