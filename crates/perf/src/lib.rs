@@ -77,10 +77,10 @@ pub fn run_command(command: PerfCommand) -> Result<()> {
         });
         match command {
             PerfCommand::Run(w) => run_perftest(&w, stop_rx).await,
-            PerfCommand::Sweep(_)
-            | PerfCommand::Scale(_)
-            | PerfCommand::Persister(_)
-            | PerfCommand::Leaderboard(_) => anyhow::bail!("not built yet"),
+            PerfCommand::Sweep(s) => sweep::run(&s, stop_rx).await.map(|_| ()),
+            PerfCommand::Scale(s) => scale::run(&s, stop_rx).await.map(|_| ()),
+            PerfCommand::Persister(p) => persister::run(&p, stop_rx).await.map(|_| ()),
+            PerfCommand::Leaderboard(l) => cost::run_leaderboard(&l),
         }
     })
 }
