@@ -1,1 +1,25 @@
 //! Broker logic as plain state machines: vhosts, exchanges, bindings, queues, consumers.
+//!
+//! The map:
+//! - [`broker`]: the node's vhosts and users.
+//! - [`vhost`]: one vhost's entities and the commands on them: declare, bind, publish,
+//!   consume, ack; publish routes, enqueues and dispatches to consumers in one call.
+//! - [`routing`]: bindings and matching for every exchange type (O(1) bind/unbind).
+//! - [`queue`]: a queue's backlog (by priority), consumers and limits.
+//! - [`channel`]: the consumer side of a channel: delivery tags, unacked ledger, prefetch.
+//! - [`args`]: queue arguments validated as RabbitMQ validates them.
+//! - [`exchange`], [`message`], [`users`], [`error`].
+//! - [`outbox`]: where delivered frames wait for a connection's writer; the only way this
+//!   crate talks to sockets, so everything here is testable without them.
+
+pub mod args;
+pub mod broker;
+pub mod channel;
+pub mod error;
+pub mod exchange;
+pub mod message;
+pub mod outbox;
+pub mod queue;
+pub mod routing;
+pub mod users;
+pub mod vhost;

@@ -1,1 +1,98 @@
 //! The network edge: sockets, connections, channels and authentication.
+//!
+//! The map:
+//! - [`config`]: what a node is told at start.
+//! - [`connection`]: one client: handshake, frame loop, content assembly, closing.
+//! - [`channel`]: what each method on an open channel does (permissions, reply codes).
+//! - [`writer`]: drains a connection's outbox into its socket, sends heartbeats.
+//! - [`memory`]: the memory alarm that blocks publishers.
+//!
+//! A frame flows: socket -> `connection` (decode) -> `channel` (command) -> the broker's vhost
+//! (route, enqueue, dispatch) -> consumer connection's outbox -> its `writer` -> socket.
+
+pub mod channel;
+pub mod config;
+pub mod connection;
+pub mod memory;
+pub mod writer;
+
+use config::ServerConfig;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use warren_broker::broker::Broker;
+
+/// How often queues are checked for expired messages and unused queues.
+const TICK_INTERVAL: Duration = Duration::from_millis(50);
+/// How long a shutdown waits for clients to receive connection.close.
+const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
+
+/// What every connection of a node shares.
+pub struct Shared {
+    pub broker: Arc<Broker>,
+    pub config: ServerConfig,
+    pub memory_alarm: watch::Receiver<bool>,
+    pub shutdown: watch::Receiver<bool>,
+    pub next_conn: AtomicU64,
+    pub next_channel: AtomicU64,
+}
+
+/// Binds the listener; separate from [`serve`] so callers learn of a busy port at once.
+pub async fn bind(config: &ServerConfig) -> std::io::Result<TcpListener> {
+    TcpListener::bind(config.listen).await
+}
+
+/// Accepts connections until `shutdown` turns true, then closes every connection with
+/// 320 CONNECTION_FORCED, as RabbitMQ does when it stops.
+pub async fn serve(
+    listener: TcpListener,
+    config: ServerConfig,
+    broker: Arc<Broker>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let (alarm_tx, alarm_rx) = watch::channel(false);
+    tokio::spawn(memory::monitor(
+        config.memory_high_watermark_bytes,
+        alarm_tx,
+    ));
+    let ticker = broker.clone();
+    tokio::spawn(async move {
+        let mut t = tokio::time::interval(TICK_INTERVAL);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            t.tick().await;
+            ticker.tick();
+        }
+    });
+    let shared = Arc::new(Shared {
+        broker,
+        config,
+        memory_alarm: alarm_rx,
+        shutdown: shutdown.clone(),
+        next_conn: AtomicU64::new(1),
+        next_channel: AtomicU64::new(1),
+    });
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    connections.spawn(connection::serve(stream, peer, shared.clone()));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
+            _ = shutdown.changed() => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    drop(listener);
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE * 8, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+}

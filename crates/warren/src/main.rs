@@ -1,5 +1,156 @@
-//! The `warren` binary: wires the server and the perf toolkit into one command line.
+//! The `warren` binary: wires the server (and later the perf toolkit and the cluster CLI)
+//! into one command line.
 
-fn main() {
-    println!("warren {}", env!("CARGO_PKG_VERSION"));
+use clap::{Args, Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use warren_server::config::ServerConfig;
+
+#[derive(Parser)]
+#[command(
+    name = "warren",
+    version,
+    about = "An AMQP 0-9-1 message broker that RabbitMQ clients use unchanged"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start a broker node. Settings come from flags, then WARREN_* environment variables, then
+    /// the TOML file given by --config, then built-in defaults, in that order of precedence.
+    Server(ServerArgs),
+}
+
+#[derive(Args, Debug)]
+struct ServerArgs {
+    /// TOML file with server settings (keys: listen, data_dir, heartbeat_s, channel_max,
+    /// frame_max_bytes, message_bytes_max, memory_high_watermark_bytes).
+    #[arg(long, env = "WARREN_CONFIG")]
+    config: Option<PathBuf>,
+    /// Address to accept AMQP connections on [default: 127.0.0.1:5672].
+    #[arg(long, env = "WARREN_LISTEN")]
+    listen: Option<SocketAddr>,
+    /// Directory holding the node's data [default: ./warren-data].
+    #[arg(long, env = "WARREN_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Heartbeat interval offered to clients, in seconds; 0 disables [default: 60].
+    #[arg(long, env = "WARREN_HEARTBEAT")]
+    heartbeat: Option<u16>,
+    /// Highest channel number a client may open [default: 2047].
+    #[arg(long, env = "WARREN_CHANNEL_MAX")]
+    channel_max: Option<u16>,
+    /// Largest frame, in bytes, offered to clients [default: 131072].
+    #[arg(long, env = "WARREN_FRAME_MAX")]
+    frame_max: Option<u32>,
+    /// Largest message body accepted, in bytes [default: 134217728].
+    #[arg(long, env = "WARREN_MESSAGE_MAX_BYTES")]
+    message_max_bytes: Option<u64>,
+    /// Publishers are blocked while the broker's resident memory is above this many bytes
+    /// [default: 40% of physical memory].
+    #[arg(long, env = "WARREN_MEMORY_HIGH_WATERMARK_BYTES")]
+    memory_high_watermark_bytes: Option<u64>,
+    /// Log filter, e.g. info or warren_server=debug.
+    #[arg(long, env = "WARREN_LOG", default_value = "info")]
+    log: String,
+}
+
+impl ServerArgs {
+    fn resolve(&self) -> Result<ServerConfig, String> {
+        let mut c = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+                toml::from_str::<ServerConfig>(&text)
+                    .map_err(|e| format!("invalid config file {}: {e}", path.display()))?
+            }
+            None => ServerConfig::default(),
+        };
+        if let Some(v) = self.listen {
+            c.listen = v;
+        }
+        if let Some(v) = &self.data_dir {
+            c.data_dir = v.clone();
+        }
+        if let Some(v) = self.heartbeat {
+            c.heartbeat_s = v;
+        }
+        if let Some(v) = self.channel_max {
+            c.channel_max = v;
+        }
+        if let Some(v) = self.frame_max {
+            if v < 4096 {
+                return Err(format!("--frame-max must be at least 4096, got {v}"));
+            }
+            c.frame_max_bytes = v;
+        }
+        if let Some(v) = self.message_max_bytes {
+            c.message_bytes_max = v;
+        }
+        if let Some(v) = self.memory_high_watermark_bytes {
+            c.memory_high_watermark_bytes = v;
+        }
+        Ok(c)
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Server(args) => run_server(args),
+    }
+}
+
+fn run_server(args: ServerArgs) -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(&args.log).unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let config = match args.resolve() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("warren: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    if let Err(e) = std::fs::create_dir_all(&config.data_dir) {
+        eprintln!(
+            "warren: cannot create data dir {}: {e}",
+            config.data_dir.display()
+        );
+        return std::process::ExitCode::from(1);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    rt.block_on(async move {
+        let listener = match warren_server::bind(&config).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("warren: cannot listen on {}: {e}", config.listen);
+                return std::process::ExitCode::from(1);
+            }
+        };
+        tracing::info!(listen = %config.listen, data_dir = %config.data_dir.display(), "warren started");
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            tracing::info!("shutting down");
+            let _ = stop_tx.send(true);
+        });
+        let broker = Arc::new(warren_broker::broker::Broker::new());
+        warren_server::serve(listener, config, broker, stop_rx).await;
+        tracing::info!("stopped");
+        std::process::ExitCode::SUCCESS
+    })
 }

@@ -1,0 +1,127 @@
+//! The consumer side of a channel, held by the vhost: delivery tags, the unacked ledger and
+//! prefetch credit. (Publishing state such as confirms and transactions stays in the server.)
+
+use crate::outbox::Outbox;
+use crate::queue::{ConnId, QueuedMessage};
+use crate::routing::QueueId;
+use bytes::Bytes;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+#[derive(Debug)]
+pub struct Unacked {
+    pub tag: u64,
+    pub queue: QueueId,
+    /// `None` for a basic.get delivery, which no consumer's credit counts.
+    pub consumer_tag: Option<Bytes>,
+    pub message: QueuedMessage,
+    pub settled: bool,
+}
+
+#[derive(Debug)]
+pub struct ChannelState {
+    pub conn: ConnId,
+    pub number: u16,
+    pub outbox: Arc<Outbox>,
+    pub next_tag: u64,
+    /// Ordered by tag; settled entries in the middle are removed lazily from the front.
+    pub unacked: VecDeque<Unacked>,
+    pub unacked_live: u32,
+    /// Prefetch applied to consumers created from now on (basic.qos global=false).
+    pub consumer_prefetch: u32,
+    /// Prefetch shared by the whole channel (basic.qos global=true); 0 means unlimited.
+    pub channel_prefetch: u32,
+    pub consumers: HashMap<Bytes, QueueId>,
+    /// channel.flow active=false pauses deliveries.
+    pub flow_active: bool,
+    pub user: String,
+}
+
+impl ChannelState {
+    pub fn new(conn: ConnId, number: u16, outbox: Arc<Outbox>, user: String) -> Self {
+        ChannelState {
+            conn,
+            number,
+            outbox,
+            next_tag: 1,
+            unacked: VecDeque::new(),
+            unacked_live: 0,
+            consumer_prefetch: 0,
+            channel_prefetch: 0,
+            consumers: HashMap::new(),
+            flow_active: true,
+            user,
+        }
+    }
+
+    pub fn can_take(&self) -> bool {
+        self.flow_active
+            && (self.channel_prefetch == 0 || self.unacked_live < self.channel_prefetch)
+    }
+
+    pub fn next_delivery_tag(&mut self) -> u64 {
+        let t = self.next_tag;
+        self.next_tag += 1;
+        t
+    }
+
+    pub fn record(&mut self, u: Unacked) {
+        debug_assert!(
+            self.unacked.back().is_none_or(|b| b.tag < u.tag),
+            "delivery tags must increase"
+        );
+        self.unacked_live += 1;
+        self.unacked.push_back(u);
+    }
+
+    /// Settles `tag` (and everything below it when `multiple`); `None` when the tag is unknown,
+    /// which RabbitMQ answers with 406 PRECONDITION_FAILED.
+    pub fn settle(&mut self, tag: u64, multiple: bool) -> Option<Vec<Unacked>> {
+        let mut out = Vec::new();
+        if multiple {
+            if tag != 0 && !self.unacked.iter().any(|u| u.tag == tag && !u.settled) {
+                // RabbitMQ accepts multiple=true up to a tag only if that tag is outstanding.
+                return None;
+            }
+            while let Some(front) = self.unacked.front() {
+                if tag != 0 && front.tag > tag {
+                    break;
+                }
+                let u = self.unacked.pop_front().expect("front exists");
+                if !u.settled {
+                    out.push(u);
+                }
+            }
+        } else {
+            let i = self.unacked.binary_search_by_key(&tag, |u| u.tag).ok()?;
+            if self.unacked[i].settled {
+                return None;
+            }
+            if i == 0 {
+                out.push(self.unacked.pop_front().expect("front exists"));
+            } else {
+                // Keep a settled placeholder so the deque stays sorted; its message goes now.
+                let u = &mut self.unacked[i];
+                u.settled = true;
+                out.push(Unacked {
+                    tag: u.tag,
+                    queue: u.queue,
+                    consumer_tag: u.consumer_tag.clone(),
+                    message: u.message.clone(),
+                    settled: false,
+                });
+            }
+        }
+        while self.unacked.front().is_some_and(|u| u.settled) {
+            self.unacked.pop_front();
+        }
+        self.unacked_live -= out.len() as u32;
+        Some(out)
+    }
+
+    /// Everything outstanding, for requeueing when the channel closes or recovers.
+    pub fn drain_unacked(&mut self) -> Vec<Unacked> {
+        self.unacked_live = 0;
+        self.unacked.drain(..).filter(|u| !u.settled).collect()
+    }
+}

@@ -1,0 +1,268 @@
+//! A queue's own state: its ready backlog (by priority), its consumers and its counters.
+//!
+//! The queue decides what is ready and in which order; the vhost pairs ready messages with
+//! consumers that have credit, because credit lives in channels.
+
+use crate::args::{QueueConfig, QueueType};
+use crate::message::MessageRef;
+use crate::routing::QueueId;
+use amq_protocol_types::FieldTable;
+use bytes::Bytes;
+use std::collections::VecDeque;
+
+/// A connection, by the number the server gives it.
+pub type ConnId = u64;
+/// A channel anywhere in the broker: a connection's channel, globally unique.
+pub type ChannelKey = u64;
+
+#[derive(Debug, Clone)]
+pub struct QueuedMessage {
+    pub msg: MessageRef,
+    pub redelivered: bool,
+    /// How many times this message was delivered and returned (x-delivery-count of quorum queues).
+    pub delivery_count: u32,
+    /// Milliseconds since the broker's epoch after which the message is dead.
+    pub expires_at_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Consumer {
+    pub channel: ChannelKey,
+    pub tag: Bytes,
+    pub no_ack: bool,
+    pub exclusive: bool,
+    pub priority: i32,
+    /// Per-consumer prefetch (basic.qos global=false at consume time); 0 means unlimited.
+    pub prefetch: u32,
+    pub unacked: u32,
+    pub arguments: FieldTable,
+}
+
+impl Consumer {
+    pub fn has_credit(&self) -> bool {
+        self.no_ack || self.prefetch == 0 || self.unacked < self.prefetch
+    }
+}
+
+/// Ready messages, one FIFO per priority level (one level without x-max-priority).
+#[derive(Debug, Default)]
+pub struct Backlog {
+    levels: Vec<VecDeque<QueuedMessage>>,
+    len: usize,
+    bytes: usize,
+}
+
+impl Backlog {
+    pub fn new(max_priority: Option<u8>) -> Self {
+        let n = max_priority.map(|p| p as usize + 1).unwrap_or(1);
+        Backlog {
+            levels: (0..n).map(|_| VecDeque::new()).collect(),
+            len: 0,
+            bytes: 0,
+        }
+    }
+
+    fn level(&self, m: &QueuedMessage) -> usize {
+        (m.msg.priority as usize).min(self.levels.len() - 1)
+    }
+
+    pub fn push_back(&mut self, m: QueuedMessage) {
+        self.len += 1;
+        self.bytes += m.msg.size_bytes();
+        let l = self.level(&m);
+        self.levels[l].push_back(m);
+    }
+
+    /// Returns a message to the head of its level (a requeue keeps its place ahead of newer ones).
+    pub fn push_front(&mut self, m: QueuedMessage) {
+        self.len += 1;
+        self.bytes += m.msg.size_bytes();
+        let l = self.level(&m);
+        self.levels[l].push_front(m);
+    }
+
+    pub fn peek(&self) -> Option<&QueuedMessage> {
+        self.levels.iter().rev().find_map(|l| l.front())
+    }
+
+    pub fn pop_front(&mut self) -> Option<QueuedMessage> {
+        let m = self.levels.iter_mut().rev().find_map(|l| l.pop_front())?;
+        self.len -= 1;
+        self.bytes -= m.msg.size_bytes();
+        Some(m)
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn clear(&mut self) -> Vec<QueuedMessage> {
+        self.len = 0;
+        self.bytes = 0;
+        self.levels.iter_mut().flat_map(|l| l.drain(..)).collect()
+    }
+}
+
+#[derive(Debug)]
+pub struct Queue {
+    pub id: QueueId,
+    pub name: String,
+    pub durable: bool,
+    pub exclusive_owner: Option<ConnId>,
+    pub auto_delete: bool,
+    pub arguments: FieldTable,
+    pub config: QueueConfig,
+    pub backlog: Backlog,
+    pub consumers: Vec<Consumer>,
+    /// Round-robin position among consumers.
+    pub next_consumer: usize,
+    pub unacked: usize,
+    /// Auto-delete queues go away when their last consumer leaves, but only once they had one.
+    pub had_consumer: bool,
+    /// Last time (broker ms) the queue was used, for x-expires.
+    pub last_used_ms: u64,
+}
+
+impl Queue {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: QueueId,
+        name: String,
+        durable: bool,
+        exclusive_owner: Option<ConnId>,
+        auto_delete: bool,
+        arguments: FieldTable,
+        config: QueueConfig,
+        now_ms: u64,
+    ) -> Self {
+        Queue {
+            id,
+            name,
+            durable,
+            exclusive_owner,
+            auto_delete,
+            backlog: Backlog::new(config.max_priority),
+            arguments,
+            config,
+            consumers: Vec::new(),
+            next_consumer: 0,
+            unacked: 0,
+            had_consumer: false,
+            last_used_ms: now_ms,
+        }
+    }
+
+    pub fn is_quorum(&self) -> bool {
+        self.config.queue_type == QueueType::Quorum
+    }
+
+    pub fn message_count(&self) -> usize {
+        self.backlog.len()
+    }
+
+    /// The consumer index that should get the next message, honouring consumer priorities,
+    /// single-active-consumer and round-robin; `can_take` checks channel-level credit.
+    pub fn pick_consumer(&mut self, can_take: impl Fn(&Consumer) -> bool) -> Option<usize> {
+        let n = self.consumers.len();
+        if n == 0 {
+            return None;
+        }
+        if self.config.single_active_consumer {
+            let c = &self.consumers[0];
+            return (c.has_credit() && can_take(c)).then_some(0);
+        }
+        let top = self
+            .consumers
+            .iter()
+            .filter(|c| c.has_credit() && can_take(c))
+            .map(|c| c.priority)
+            .max()?;
+        for step in 0..n {
+            let i = (self.next_consumer + step) % n;
+            let c = &self.consumers[i];
+            if c.priority == top && c.has_credit() && can_take(c) {
+                self.next_consumer = (i + 1) % n;
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// Whether the queue is over a length limit, so the overflow rule applies.
+    pub fn over_limit(&self, extra_bytes: usize) -> bool {
+        let len_over = self
+            .config
+            .max_length
+            .is_some_and(|m| self.backlog.len() as u64 >= m);
+        let bytes_over = self
+            .config
+            .max_length_bytes
+            .is_some_and(|m| (self.backlog.bytes() + extra_bytes) as u64 > m);
+        len_over || bytes_over
+    }
+
+    /// Whether the length limits are exceeded right now (after an enqueue, for drop-head).
+    pub fn exceeds_limit(&self) -> bool {
+        self.config
+            .max_length
+            .is_some_and(|m| self.backlog.len() as u64 > m)
+            || self
+                .config
+                .max_length_bytes
+                .is_some_and(|m| self.backlog.bytes() as u64 > m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Message;
+    use std::sync::Arc;
+
+    fn msg(priority: u8) -> QueuedMessage {
+        QueuedMessage {
+            msg: Arc::new(Message {
+                exchange: Bytes::new(),
+                routing_key: Bytes::new(),
+                properties: Bytes::new(),
+                body: Bytes::from(vec![priority; 3]),
+                persistent: false,
+                priority,
+                expiration_ms: None,
+            }),
+            redelivered: false,
+            delivery_count: 0,
+            expires_at_ms: None,
+        }
+    }
+
+    #[test]
+    fn higher_priority_is_served_first_and_fifo_within_a_level() {
+        let mut b = Backlog::new(Some(5));
+        b.push_back(msg(1));
+        b.push_back(msg(9));
+        b.push_back(msg(1));
+        b.push_back(msg(3));
+        let order: Vec<u8> = std::iter::from_fn(|| b.pop_front())
+            .map(|m| m.msg.priority)
+            .collect();
+        assert_eq!(order, vec![9, 3, 1, 1]);
+        assert_eq!(b.bytes(), 0);
+    }
+
+    #[test]
+    fn without_max_priority_everything_is_fifo() {
+        let mut b = Backlog::new(None);
+        b.push_back(msg(1));
+        b.push_back(msg(9));
+        assert_eq!(b.pop_front().unwrap().msg.priority, 1);
+    }
+}

@@ -1,0 +1,177 @@
+//! The headers exchange's matcher, following RabbitMQ's `rabbit_exchange_type_headers`.
+//!
+//! A binding's arguments are parsed once, at bind time, into the list of (key, pattern) pairs
+//! that take part in matching, so routing does one ordered-map lookup per pattern key.
+//!
+//! RabbitMQ compares a pattern value with a header value using Erlang's `==` on the decoded
+//! values, not on the AMQP types: every integer type and the timestamp are the same kind of
+//! number, `1 == 1.0` holds between an integer and a float or double, a long string equals a
+//! byte array with the same bytes, and a boolean never equals a number. A pattern of type void
+//! matches any value, as long as the header is present. Inside nested tables and arrays
+//! RabbitMQ keeps the type tag beside each value, so there the types must match too.
+
+use amq_protocol_types::{AMQPValue, FieldTable};
+
+use super::RoutingError;
+
+/// The four `x-match` modes; the "with-x" ones also compare arguments whose key starts with
+/// `x-` (except `x-match` itself), the others ignore them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XMatch {
+    All,
+    Any,
+    AllWithX,
+    AnyWithX,
+}
+
+#[derive(Debug)]
+pub(crate) struct HeadersMatch {
+    mode: XMatch,
+    /// Pattern entries that take part in matching; `x-match` and (for all/any) `x-` keys removed.
+    pattern: Box<[(Box<str>, AMQPValue)]>,
+}
+
+impl HeadersMatch {
+    /// Parses binding arguments as RabbitMQ's `validate_binding` does: a missing `x-match`
+    /// means `all`; anything other than a long string among the four modes is refused
+    /// (the broker answers 406 PRECONDITION_FAILED).
+    pub(crate) fn parse(args: &FieldTable) -> Result<HeadersMatch, RoutingError> {
+        let mode = match args.inner().get("x-match") {
+            None => XMatch::All,
+            Some(AMQPValue::LongString(s)) => parse_mode(s.as_bytes())?,
+            // Never decoded from the wire (a short string there is a 16-bit int in RabbitMQ's
+            // dialect), but a broker building arguments in memory may use it.
+            Some(AMQPValue::ShortString(s)) => parse_mode(s.as_str().as_bytes())?,
+            Some(other) => {
+                return Err(RoutingError::InvalidXMatchType {
+                    type_name: format!("{:?}", other.get_type()),
+                })
+            }
+        };
+        let with_x = matches!(mode, XMatch::AllWithX | XMatch::AnyWithX);
+        let pattern = args
+            .inner()
+            .iter()
+            .filter(|(key, _)| {
+                let key = key.as_str();
+                key != "x-match" && (with_x || !key.starts_with("x-"))
+            })
+            .map(|(key, value)| (Box::from(key.as_str()), value.clone()))
+            .collect();
+        Ok(HeadersMatch { mode, pattern })
+    }
+
+    pub(crate) fn matches(&self, headers: Option<&FieldTable>) -> bool {
+        let present = |key: &str| headers.and_then(|h| h.inner().get(key));
+        let entry_matches = |(key, pattern): &(Box<str>, AMQPValue)| match present(key) {
+            None => false,
+            Some(_) if matches!(pattern, AMQPValue::Void) => true,
+            Some(value) => erlang_equal(pattern, value),
+        };
+        match self.mode {
+            XMatch::All | XMatch::AllWithX => self.pattern.iter().all(entry_matches),
+            XMatch::Any | XMatch::AnyWithX => self.pattern.iter().any(entry_matches),
+        }
+    }
+}
+
+fn parse_mode(value: &[u8]) -> Result<XMatch, RoutingError> {
+    match value {
+        b"all" => Ok(XMatch::All),
+        b"any" => Ok(XMatch::Any),
+        b"all-with-x" => Ok(XMatch::AllWithX),
+        b"any-with-x" => Ok(XMatch::AnyWithX),
+        other => Err(RoutingError::InvalidXMatch {
+            value: String::from_utf8_lossy(other).into_owned(),
+        }),
+    }
+}
+
+/// How RabbitMQ decodes a value into an Erlang term, reduced to what `==` distinguishes.
+enum Term<'a> {
+    Int(i128),
+    Float(f64),
+    Binary(&'a [u8]),
+    Bool(bool),
+    Decimal(u8, u32),
+    Table(&'a FieldTable),
+    Array(&'a [AMQPValue]),
+    Undefined,
+}
+
+fn term(value: &AMQPValue) -> Term<'_> {
+    match value {
+        AMQPValue::Boolean(v) => Term::Bool(*v),
+        AMQPValue::ShortShortInt(v) => Term::Int((*v).into()),
+        AMQPValue::ShortShortUInt(v) => Term::Int((*v).into()),
+        AMQPValue::ShortInt(v) => Term::Int((*v).into()),
+        AMQPValue::ShortUInt(v) => Term::Int((*v).into()),
+        AMQPValue::LongInt(v) => Term::Int((*v).into()),
+        AMQPValue::LongUInt(v) => Term::Int((*v).into()),
+        AMQPValue::LongLongInt(v) => Term::Int((*v).into()),
+        AMQPValue::Timestamp(v) => Term::Int((*v).into()),
+        AMQPValue::Float(v) => Term::Float((*v).into()),
+        AMQPValue::Double(v) => Term::Float(*v),
+        AMQPValue::DecimalValue(d) => Term::Decimal(d.scale, d.value),
+        AMQPValue::ShortString(s) => Term::Binary(s.as_str().as_bytes()),
+        AMQPValue::LongString(s) => Term::Binary(s.as_bytes()),
+        AMQPValue::ByteArray(b) => Term::Binary(b.as_slice()),
+        AMQPValue::FieldTable(t) => Term::Table(t),
+        AMQPValue::FieldArray(a) => Term::Array(a.as_slice()),
+        AMQPValue::Void => Term::Undefined,
+    }
+}
+
+/// Erlang's `==` between the terms RabbitMQ decodes `a` and `b` into.
+pub(crate) fn erlang_equal(a: &AMQPValue, b: &AMQPValue) -> bool {
+    match (term(a), term(b)) {
+        (Term::Int(x), Term::Int(y)) => x == y,
+        // Erlang compares an integer and a float by value; an f64 holds every integer up to
+        // 2^53 exactly, and AMQP integers beyond that are rare enough in headers.
+        (Term::Int(x), Term::Float(y)) | (Term::Float(y), Term::Int(x)) => (x as f64) == y,
+        (Term::Float(x), Term::Float(y)) => x == y,
+        (Term::Binary(x), Term::Binary(y)) => x == y,
+        (Term::Bool(x), Term::Bool(y)) => x == y,
+        (Term::Decimal(s1, v1), Term::Decimal(s2, v2)) => s1 == s2 && v1 == v2,
+        (Term::Undefined, Term::Undefined) => true,
+        (Term::Table(x), Term::Table(y)) => {
+            x.inner().len() == y.inner().len()
+                && x.inner()
+                    .iter()
+                    .zip(y.inner())
+                    .all(|((kx, vx), (ky, vy))| kx == ky && typed_equal(vx, vy))
+        }
+        (Term::Array(x), Term::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(vx, vy)| typed_equal(vx, vy))
+        }
+        _ => false,
+    }
+}
+
+/// Nested values carry RabbitMQ's type tag in the term, so the tags must match as well.
+fn typed_equal(a: &AMQPValue, b: &AMQPValue) -> bool {
+    type_tag(a) == type_tag(b) && erlang_equal(a, b)
+}
+
+/// RabbitMQ's type atom for a value, as its binary parser names it.
+fn type_tag(value: &AMQPValue) -> &'static str {
+    match value {
+        AMQPValue::Boolean(_) => "bool",
+        AMQPValue::ShortShortInt(_) => "byte",
+        AMQPValue::ShortShortUInt(_) => "unsignedbyte",
+        AMQPValue::ShortInt(_) => "short",
+        AMQPValue::ShortUInt(_) => "unsignedshort",
+        AMQPValue::LongInt(_) => "signedint",
+        AMQPValue::LongUInt(_) => "unsignedint",
+        AMQPValue::LongLongInt(_) => "long",
+        AMQPValue::Float(_) => "float",
+        AMQPValue::Double(_) => "double",
+        AMQPValue::DecimalValue(_) => "decimal",
+        AMQPValue::ShortString(_) | AMQPValue::LongString(_) => "longstr",
+        AMQPValue::FieldArray(_) => "array",
+        AMQPValue::Timestamp(_) => "timestamp",
+        AMQPValue::FieldTable(_) => "table",
+        AMQPValue::ByteArray(_) => "binary",
+        AMQPValue::Void => "void",
+    }
+}

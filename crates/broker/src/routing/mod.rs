@@ -1,0 +1,824 @@
+//! A vhost's routing table: exchanges, bindings and the route from a published message to the
+//! queues that get it, as a plain data structure with no I/O.
+//!
+//! Map of the module:
+//! - [`RoutingTable`] (this file): exchanges and bindings by small integer ids, the route walk
+//!   across exchange-to-exchange bindings and alternate exchanges, the broker's queries.
+//! - `topic`: the topic exchange's trie, matched as an NFA over the routing key's words.
+//! - `headers`: the headers exchange's `x-match` parsing and RabbitMQ's value comparison.
+//! - `identity`: a binding's (source, destination, key, arguments) as bytes, for idempotent bind.
+//!
+//! The broker keeps names and allocates ids; this table keeps ids only. A publish flows as
+//! `route(exchange, key, headers, &mut out)`: the source exchange's index yields the matching
+//! bindings (a hash lookup for direct, a trie walk for topic, the whole list for fanout and
+//! headers); queue destinations go to `out` once each, exchange destinations join a work list
+//! once each (cycles are legal and end there); an exchange that matched no binding hands the
+//! message to its alternate exchange, if any.
+//!
+//! Costs, with `b` the bindings of the exchanges involved and `k` the key length:
+//! declare/delete of an empty exchange O(1); bind and unbind O(k + arguments) amortised,
+//! whatever the number of bindings; removing a queue or exchange O(its own bindings);
+//! route O(matching destinations) for direct and fanout, O(words x live trie nodes + matches)
+//! for topic, and O(bindings of that exchange x pattern keys) for headers, as in RabbitMQ.
+//! Memory: about 150 bytes per binding plus its key and arguments, and 8 bytes per id up to
+//! the largest exchange or queue id in use (route marks, so that route never allocates).
+//!
+//! What RabbitMQ does and this table follows:
+//! - Binding the same (source, destination, key, arguments) twice is a no-op; arguments are
+//!   part of the identity for every exchange kind, but only headers exchanges route on them.
+//! - `queue.unbind` and `exchange.unbind` of a binding that does not exist succeed (RabbitMQ
+//!   replies unbind-ok); only a missing exchange or queue is 404 NOT_FOUND, which the broker
+//!   checks since it knows the names. [`RoutingTable::unbind`] tells whether the binding was there.
+//! - An auto-delete exchange goes when its last binding *as source* goes; unbind and removals
+//!   report such sources and the broker decides (it knows the auto-delete flag).
+//! - The default exchange ("") is not in this table: the broker routes it by queue name.
+
+mod headers;
+mod identity;
+mod topic;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::fmt;
+
+use amq_protocol_types::FieldTable;
+
+pub use headers::XMatch;
+
+use headers::HeadersMatch;
+use topic::TopicTrie;
+
+/// Ids are indices into per-table vectors (exchange slots, route marks), so they must stay
+/// small: the broker allocates them densely. 2^24 ids cost at most 64 MiB of marks.
+pub const ID_COUNT_MAX: u32 = 1 << 24;
+
+/// Routing and binding keys are AMQP short strings.
+pub const KEY_BYTES_MAX: usize = 255;
+
+/// An exchange, as the broker numbered it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ExchangeId(pub u32);
+
+/// A queue, as the broker numbered it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct QueueId(pub u32);
+
+/// What a binding delivers to: a queue, or another exchange (exchange-to-exchange binding).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Destination {
+    Queue(QueueId),
+    Exchange(ExchangeId),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ExchangeKind {
+    Direct,
+    Fanout,
+    Topic,
+    Headers,
+}
+
+/// Why the table refused a command. [`RoutingError::reply_code`] gives the AMQP code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RoutingError {
+    /// No exchange with this id: 404 NOT_FOUND.
+    ExchangeNotFound(ExchangeId),
+    /// The broker declared an id twice: its bookkeeping is wrong, 541 INTERNAL_ERROR.
+    ExchangeAlreadyDeclared(ExchangeId),
+    /// An id at or beyond [`ID_COUNT_MAX`]: 541 INTERNAL_ERROR (the broker allocates ids).
+    IdOutOfRange(u32),
+    /// A binding key longer than a short string: 406 PRECONDITION_FAILED.
+    KeyTooLong { bytes: usize },
+    /// A headers binding whose `x-match` is a string other than the four modes: 406.
+    InvalidXMatch { value: String },
+    /// A headers binding whose `x-match` is not a long string: 406.
+    InvalidXMatchType { type_name: String },
+}
+
+impl RoutingError {
+    pub fn reply_code(&self) -> u16 {
+        match self {
+            RoutingError::ExchangeNotFound(_) => 404,
+            RoutingError::KeyTooLong { .. }
+            | RoutingError::InvalidXMatch { .. }
+            | RoutingError::InvalidXMatchType { .. } => 406,
+            RoutingError::ExchangeAlreadyDeclared(_) | RoutingError::IdOutOfRange(_) => 541,
+        }
+    }
+}
+
+impl fmt::Display for RoutingError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RoutingError::ExchangeNotFound(x) => write!(f, "no exchange with id {}", x.0),
+            RoutingError::ExchangeAlreadyDeclared(x) => {
+                write!(f, "exchange id {} is already declared", x.0)
+            }
+            RoutingError::IdOutOfRange(id) => {
+                write!(f, "id {id} is not below the limit {ID_COUNT_MAX}")
+            }
+            RoutingError::KeyTooLong { bytes } => {
+                write!(f, "key of {bytes} bytes is longer than {KEY_BYTES_MAX}")
+            }
+            RoutingError::InvalidXMatch { value } => write!(
+                f,
+                "Invalid x-match field value {value:?}; expected all, any, all-with-x, or any-with-x"
+            ),
+            RoutingError::InvalidXMatchType { type_name } => write!(
+                f,
+                "Invalid x-match field type {type_name}; expected longstr"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RoutingError {}
+
+/// What an unbind did, so the broker can answer and delete auto-delete exchanges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unbound {
+    /// False when there was no such binding (still a success in RabbitMQ).
+    pub existed: bool,
+    /// True when the source exchange has no binding as source any more.
+    pub source_unused: bool,
+}
+
+/// A binding as the management API lists it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BindingInfo<'a> {
+    pub source: ExchangeId,
+    pub destination: Destination,
+    pub key: &'a [u8],
+    pub args: &'a FieldTable,
+}
+
+/// Index of a binding in [`RoutingTable::bindings`]; never leaves the module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct BindingId(u32);
+
+/// Where a binding sits in its source's routing index, to remove it in O(1).
+#[derive(Debug)]
+enum IndexSlot {
+    Direct {
+        position: u32,
+    },
+    Topic {
+        node: u32,
+        position: u32,
+    },
+    /// Fanout and headers exchanges route over their source list.
+    SourceList,
+}
+
+#[derive(Debug)]
+struct Binding {
+    source: ExchangeId,
+    destination: Destination,
+    key: Box<[u8]>,
+    args: FieldTable,
+    /// Position in the source exchange's `as_source` list.
+    source_position: u32,
+    /// Position in the destination's list (exchange `as_destination` or queue list).
+    destination_position: u32,
+    slot: IndexSlot,
+    /// Parsed once at bind time; only for headers exchanges.
+    headers: Option<Box<HeadersMatch>>,
+}
+
+#[derive(Debug)]
+enum Index {
+    Direct(HashMap<Box<[u8]>, Vec<BindingId>>),
+    Fanout,
+    Topic(TopicTrie),
+    Headers,
+}
+
+#[derive(Debug)]
+struct Exchange {
+    kind: ExchangeKind,
+    alternate: Option<ExchangeId>,
+    as_source: Vec<BindingId>,
+    as_destination: Vec<BindingId>,
+    index: Index,
+}
+
+/// Buffers reused by every call, so that routing allocates nothing once warm.
+#[derive(Debug, Default)]
+struct Scratch {
+    identity: Vec<u8>,
+    epoch: u32,
+    /// `exchange_marks[id] == epoch` when the exchange is already on this route's work list.
+    exchange_marks: Vec<u32>,
+    /// `queue_marks[id] == epoch` when the queue is already in this route's output.
+    queue_marks: Vec<u32>,
+    work: Vec<ExchangeId>,
+}
+
+impl Scratch {
+    fn next_epoch(&mut self) -> u32 {
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            self.exchange_marks.fill(0);
+            self.queue_marks.fill(0);
+            self.epoch = 1;
+        }
+        self.epoch
+    }
+}
+
+/// One vhost's exchanges and bindings. See the module documentation for semantics and costs.
+#[derive(Debug, Default)]
+pub struct RoutingTable {
+    exchanges: Vec<Option<Exchange>>,
+    exchange_count: usize,
+    bindings: Vec<Option<Binding>>,
+    bindings_free: Vec<u32>,
+    binding_count: usize,
+    identities: HashMap<Box<[u8]>, BindingId>,
+    queue_bindings: HashMap<QueueId, Vec<BindingId>>,
+    scratch: Scratch,
+}
+
+fn check_id(id: u32) -> Result<usize, RoutingError> {
+    if id < ID_COUNT_MAX {
+        Ok(id as usize)
+    } else {
+        Err(RoutingError::IdOutOfRange(id))
+    }
+}
+
+fn position(len: usize) -> u32 {
+    u32::try_from(len).expect("binding lists are shorter than 2^32")
+}
+
+impl RoutingTable {
+    pub fn new() -> RoutingTable {
+        RoutingTable::default()
+    }
+
+    fn exchange(&self, id: ExchangeId) -> Option<&Exchange> {
+        self.exchanges.get(id.0 as usize)?.as_ref()
+    }
+
+    fn exchange_mut(&mut self, id: ExchangeId) -> Option<&mut Exchange> {
+        self.exchanges.get_mut(id.0 as usize)?.as_mut()
+    }
+
+    fn binding(&self, id: BindingId) -> &Binding {
+        self.bindings[id.0 as usize]
+            .as_ref()
+            .expect("binding ids in lists are live")
+    }
+
+    fn binding_mut(&mut self, id: BindingId) -> &mut Binding {
+        self.bindings[id.0 as usize]
+            .as_mut()
+            .expect("binding ids in lists are live")
+    }
+
+    pub fn exchange_count(&self) -> usize {
+        self.exchange_count
+    }
+
+    pub fn binding_count(&self) -> usize {
+        self.binding_count
+    }
+
+    pub fn exchange_kind(&self, id: ExchangeId) -> Option<ExchangeKind> {
+        self.exchange(id).map(|x| x.kind)
+    }
+
+    /// Adds an exchange with no bindings. Equivalence of a redeclare is the broker's business
+    /// (it knows durability and arguments), so a second declare of the same id is refused.
+    pub fn declare_exchange(
+        &mut self,
+        id: ExchangeId,
+        kind: ExchangeKind,
+    ) -> Result<(), RoutingError> {
+        let slot = check_id(id.0)?;
+        if self.exchanges.len() <= slot {
+            self.exchanges.resize_with(slot + 1, || None);
+            self.scratch.exchange_marks.resize(slot + 1, 0);
+        }
+        if self.exchanges[slot].is_some() {
+            return Err(RoutingError::ExchangeAlreadyDeclared(id));
+        }
+        let index = match kind {
+            ExchangeKind::Direct => Index::Direct(HashMap::new()),
+            ExchangeKind::Fanout => Index::Fanout,
+            ExchangeKind::Topic => Index::Topic(TopicTrie::default()),
+            ExchangeKind::Headers => Index::Headers,
+        };
+        self.exchanges[slot] = Some(Exchange {
+            kind,
+            alternate: None,
+            as_source: Vec::new(),
+            as_destination: Vec::new(),
+            index,
+        });
+        self.exchange_count += 1;
+        Ok(())
+    }
+
+    /// Removes an exchange with its bindings as source and as destination, in O(those
+    /// bindings). Returns the other exchanges left with no binding as source, which the broker
+    /// deletes in turn if they are auto-delete.
+    ///
+    /// Alternate-exchange settings that name this id are kept, as RabbitMQ keeps the name:
+    /// routing skips an alternate that does not exist, and it works again if the id is
+    /// declared again. A broker that reuses ids for other names must re-point them.
+    pub fn delete_exchange(&mut self, id: ExchangeId) -> Result<Vec<ExchangeId>, RoutingError> {
+        if self.exchange(id).is_none() {
+            return Err(RoutingError::ExchangeNotFound(id));
+        }
+        while let Some(&binding) = self.exchange(id).and_then(|x| x.as_source.last()) {
+            self.remove_binding(binding);
+        }
+        let mut unused = Vec::new();
+        while let Some(&binding) = self.exchange(id).and_then(|x| x.as_destination.last()) {
+            let source = self.binding(binding).source;
+            if self.remove_binding(binding) && source != id {
+                unused.push(source);
+            }
+        }
+        self.exchanges[id.0 as usize] = None;
+        self.exchange_count -= 1;
+        Ok(unused)
+    }
+
+    /// Sets or clears the exchange that takes the messages `id` routes to nothing.
+    /// The alternate need not exist yet (RabbitMQ names it in a policy or argument).
+    pub fn set_alternate_exchange(
+        &mut self,
+        id: ExchangeId,
+        alternate: Option<ExchangeId>,
+    ) -> Result<(), RoutingError> {
+        if let Some(alternate) = alternate {
+            check_id(alternate.0)?;
+        }
+        let exchange = self
+            .exchange_mut(id)
+            .ok_or(RoutingError::ExchangeNotFound(id))?;
+        exchange.alternate = alternate;
+        Ok(())
+    }
+
+    pub fn alternate_exchange(&self, id: ExchangeId) -> Option<ExchangeId> {
+        self.exchange(id)?.alternate
+    }
+
+    /// Checks the ids a binding names: the source exchange, and the destination exchange if
+    /// it is one (queues are the broker's to check: it knows their names).
+    fn check_binding_ends(
+        &self,
+        source: ExchangeId,
+        destination: Destination,
+    ) -> Result<&Exchange, RoutingError> {
+        let exchange = self
+            .exchange(source)
+            .ok_or(RoutingError::ExchangeNotFound(source))?;
+        match destination {
+            Destination::Queue(q) => {
+                check_id(q.0)?;
+            }
+            Destination::Exchange(x) => {
+                if self.exchange(x).is_none() {
+                    return Err(RoutingError::ExchangeNotFound(x));
+                }
+            }
+        }
+        Ok(exchange)
+    }
+
+    /// Adds a binding. Returns false, changing nothing, if the same (source, destination, key,
+    /// arguments) is already bound. A headers binding's arguments are validated first.
+    pub fn bind(
+        &mut self,
+        source: ExchangeId,
+        destination: Destination,
+        key: &[u8],
+        args: &FieldTable,
+    ) -> Result<bool, RoutingError> {
+        if key.len() > KEY_BYTES_MAX {
+            return Err(RoutingError::KeyTooLong { bytes: key.len() });
+        }
+        let kind = self.check_binding_ends(source, destination)?.kind;
+        let headers = match kind {
+            ExchangeKind::Headers => Some(Box::new(HeadersMatch::parse(args)?)),
+            _ => None,
+        };
+        identity::encode(source, destination, key, args, &mut self.scratch.identity);
+        if self
+            .identities
+            .contains_key(self.scratch.identity.as_slice())
+        {
+            return Ok(false);
+        }
+
+        let id = match self.bindings_free.pop() {
+            Some(free) => BindingId(free),
+            None => {
+                self.bindings.push(None);
+                BindingId(position(self.bindings.len() - 1))
+            }
+        };
+        self.identities
+            .insert(self.scratch.identity.as_slice().into(), id);
+
+        let destination_list = match destination {
+            Destination::Queue(q) => {
+                let slot = q.0 as usize;
+                if self.scratch.queue_marks.len() <= slot {
+                    self.scratch.queue_marks.resize(slot + 1, 0);
+                }
+                self.queue_bindings.entry(q).or_default()
+            }
+            Destination::Exchange(x) => {
+                &mut self.exchange_mut(x).expect("checked above").as_destination
+            }
+        };
+        let destination_position = position(destination_list.len());
+        destination_list.push(id);
+
+        let exchange = self.exchange_mut(source).expect("checked above");
+        let source_position = position(exchange.as_source.len());
+        exchange.as_source.push(id);
+        let slot = match &mut exchange.index {
+            Index::Direct(keys) => {
+                let list = keys.entry(key.into()).or_default();
+                list.push(id);
+                IndexSlot::Direct {
+                    position: position(list.len() - 1),
+                }
+            }
+            Index::Topic(trie) => {
+                let (node, position) = trie.insert(key, id);
+                IndexSlot::Topic { node, position }
+            }
+            Index::Fanout | Index::Headers => IndexSlot::SourceList,
+        };
+
+        self.bindings[id.0 as usize] = Some(Binding {
+            source,
+            destination,
+            key: key.into(),
+            args: args.clone(),
+            source_position,
+            destination_position,
+            slot,
+            headers,
+        });
+        self.binding_count += 1;
+        Ok(true)
+    }
+
+    /// Removes a binding if it exists; see [`Unbound`]. A missing binding is not an error
+    /// (RabbitMQ answers unbind-ok); a missing source or destination exchange is.
+    pub fn unbind(
+        &mut self,
+        source: ExchangeId,
+        destination: Destination,
+        key: &[u8],
+        args: &FieldTable,
+    ) -> Result<Unbound, RoutingError> {
+        self.check_binding_ends(source, destination)?;
+        identity::encode(source, destination, key, args, &mut self.scratch.identity);
+        match self
+            .identities
+            .get(self.scratch.identity.as_slice())
+            .copied()
+        {
+            None => Ok(Unbound {
+                existed: false,
+                source_unused: false,
+            }),
+            Some(binding) => Ok(Unbound {
+                existed: true,
+                source_unused: self.remove_binding(binding),
+            }),
+        }
+    }
+
+    /// Removes every binding *to* `destination` (a deleted queue, or an exchange that stays),
+    /// in O(those bindings). Returns the source exchanges left with no binding as source.
+    /// To delete an exchange use [`RoutingTable::delete_exchange`], which also removes its
+    /// bindings as source.
+    pub fn remove_destination(
+        &mut self,
+        destination: Destination,
+    ) -> Result<Vec<ExchangeId>, RoutingError> {
+        let mut unused = Vec::new();
+        loop {
+            let last = match destination {
+                Destination::Queue(q) => self.queue_bindings.get(&q).and_then(|l| l.last()),
+                Destination::Exchange(x) => self
+                    .exchange(x)
+                    .ok_or(RoutingError::ExchangeNotFound(x))?
+                    .as_destination
+                    .last(),
+            };
+            let Some(&binding) = last else { break };
+            let source = self.binding(binding).source;
+            if self.remove_binding(binding) {
+                unused.push(source);
+            }
+        }
+        Ok(unused)
+    }
+
+    /// Unlinks a binding from its identity, source list, destination list and routing index,
+    /// each in O(1) by swap-remove. Returns true if the source has no binding as source left.
+    fn remove_binding(&mut self, id: BindingId) -> bool {
+        let binding = self.bindings[id.0 as usize]
+            .take()
+            .expect("removing a live binding");
+        self.bindings_free.push(id.0);
+        self.binding_count -= 1;
+
+        identity::encode(
+            binding.source,
+            binding.destination,
+            &binding.key,
+            &binding.args,
+            &mut self.scratch.identity,
+        );
+        let removed = self.identities.remove(self.scratch.identity.as_slice());
+        debug_assert_eq!(removed, Some(id));
+
+        // Destination list.
+        let destination_list = match binding.destination {
+            Destination::Queue(q) => self
+                .queue_bindings
+                .get_mut(&q)
+                .expect("a bound queue has a list"),
+            Destination::Exchange(x) => {
+                &mut self
+                    .exchange_mut(x)
+                    .expect("a destination exchange outlives its bindings")
+                    .as_destination
+            }
+        };
+        let moved = swap_remove(destination_list, binding.destination_position, id);
+        let queue_list_empty = destination_list.is_empty();
+        if let Some(moved) = moved {
+            self.binding_mut(moved).destination_position = binding.destination_position;
+        }
+        if let (Destination::Queue(q), true) = (binding.destination, queue_list_empty) {
+            self.queue_bindings.remove(&q);
+        }
+
+        // Source list and routing index.
+        let exchange = self
+            .exchange_mut(binding.source)
+            .expect("a source exchange outlives its bindings");
+        let moved_source = swap_remove(&mut exchange.as_source, binding.source_position, id);
+        let source_unused = exchange.as_source.is_empty();
+        let moved_index = match (&mut exchange.index, &binding.slot) {
+            (Index::Direct(keys), IndexSlot::Direct { position }) => {
+                let list = keys.get_mut(&binding.key).expect("a bound key has a list");
+                let moved = swap_remove(list, *position, id);
+                if list.is_empty() {
+                    keys.remove(&binding.key);
+                }
+                moved.map(|m| (m, *position))
+            }
+            (Index::Topic(trie), IndexSlot::Topic { node, position }) => {
+                trie.remove(*node, *position).map(|m| (m, *position))
+            }
+            (Index::Fanout | Index::Headers, IndexSlot::SourceList) => None,
+            _ => unreachable!("a binding's slot matches its source's kind"),
+        };
+        if let Some(moved) = moved_source {
+            self.binding_mut(moved).source_position = binding.source_position;
+        }
+        if let Some((moved, new_position)) = moved_index {
+            match &mut self.binding_mut(moved).slot {
+                IndexSlot::Direct { position } | IndexSlot::Topic { position, .. } => {
+                    *position = new_position;
+                }
+                IndexSlot::SourceList => unreachable!("source-list kinds keep no index slot"),
+            }
+        }
+        source_unused
+    }
+
+    /// Whether a binding with exactly this (source, destination, key, arguments) exists.
+    pub fn binding_exists(
+        &mut self,
+        source: ExchangeId,
+        destination: Destination,
+        key: &[u8],
+        args: &FieldTable,
+    ) -> bool {
+        identity::encode(source, destination, key, args, &mut self.scratch.identity);
+        self.identities
+            .contains_key(self.scratch.identity.as_slice())
+    }
+
+    /// For `exchange.delete` with `if-unused`, and auto-delete.
+    pub fn has_bindings_as_source(&self, id: ExchangeId) -> bool {
+        self.exchange(id).is_some_and(|x| !x.as_source.is_empty())
+    }
+
+    pub fn has_bindings_as_destination(&self, destination: Destination) -> bool {
+        self.destination_binding_count(destination) > 0
+    }
+
+    pub fn source_binding_count(&self, id: ExchangeId) -> usize {
+        self.exchange(id).map_or(0, |x| x.as_source.len())
+    }
+
+    pub fn destination_binding_count(&self, destination: Destination) -> usize {
+        match destination {
+            Destination::Queue(q) => self.queue_bindings.get(&q).map_or(0, Vec::len),
+            Destination::Exchange(x) => self.exchange(x).map_or(0, |x| x.as_destination.len()),
+        }
+    }
+
+    fn info(&self, id: BindingId) -> BindingInfo<'_> {
+        let b = self.binding(id);
+        BindingInfo {
+            source: b.source,
+            destination: b.destination,
+            key: &b.key,
+            args: &b.args,
+        }
+    }
+
+    /// Bindings whose source is `id`, in no particular order; none if it does not exist.
+    pub fn bindings_of_source(&self, id: ExchangeId) -> impl Iterator<Item = BindingInfo<'_>> {
+        self.exchange(id)
+            .map_or(&[][..], |x| x.as_source.as_slice())
+            .iter()
+            .map(|&b| self.info(b))
+    }
+
+    /// Bindings to `destination`, in no particular order.
+    pub fn bindings_of_destination(
+        &self,
+        destination: Destination,
+    ) -> impl Iterator<Item = BindingInfo<'_>> {
+        let list = match destination {
+            Destination::Queue(q) => self.queue_bindings.get(&q).map(Vec::as_slice),
+            Destination::Exchange(x) => self.exchange(x).map(|x| x.as_destination.as_slice()),
+        };
+        list.unwrap_or(&[]).iter().map(|&b| self.info(b))
+    }
+
+    /// Every binding of the vhost, in no particular order.
+    pub fn bindings(&self) -> impl Iterator<Item = BindingInfo<'_>> {
+        self.bindings.iter().flatten().map(|b| BindingInfo {
+            source: b.source,
+            destination: b.destination,
+            key: &b.key,
+            args: &b.args,
+        })
+    }
+
+    /// Appends to `out` each queue the message reaches, once, following exchange-to-exchange
+    /// bindings and alternate exchanges with every exchange visited at most once. `out` is
+    /// not cleared: queues already in it are not considered. Allocates only to grow `out`
+    /// (and the topic scratch, the first time a trie sees that many live nodes).
+    pub fn route(
+        &mut self,
+        exchange: ExchangeId,
+        routing_key: &[u8],
+        headers: Option<&FieldTable>,
+        out: &mut Vec<QueueId>,
+    ) -> Result<(), RoutingError> {
+        if self.exchange(exchange).is_none() {
+            return Err(RoutingError::ExchangeNotFound(exchange));
+        }
+        let RoutingTable {
+            exchanges,
+            bindings,
+            scratch,
+            ..
+        } = self;
+        let epoch = scratch.next_epoch();
+        let Scratch {
+            exchange_marks,
+            queue_marks,
+            work,
+            ..
+        } = scratch;
+        work.clear();
+        exchange_marks[exchange.0 as usize] = epoch;
+        work.push(exchange);
+
+        while let Some(current) = work.pop() {
+            let source = exchanges[current.0 as usize]
+                .as_mut()
+                .expect("only existing exchanges join the work list");
+            let mut matched = false;
+            let mut deliver = |id: BindingId| {
+                matched = true;
+                let binding = bindings[id.0 as usize]
+                    .as_ref()
+                    .expect("indexed bindings are live");
+                match binding.destination {
+                    Destination::Queue(q) => {
+                        let mark = &mut queue_marks[q.0 as usize];
+                        if *mark != epoch {
+                            *mark = epoch;
+                            out.push(q);
+                        }
+                    }
+                    Destination::Exchange(x) => {
+                        let mark = &mut exchange_marks[x.0 as usize];
+                        if *mark != epoch {
+                            *mark = epoch;
+                            work.push(x);
+                        }
+                    }
+                }
+            };
+            match &mut source.index {
+                Index::Direct(keys) => {
+                    if let Some(list) = keys.get(routing_key) {
+                        list.iter().for_each(|&b| deliver(b));
+                    }
+                }
+                Index::Fanout => source.as_source.iter().for_each(|&b| deliver(b)),
+                Index::Topic(trie) => trie.matches(routing_key, &mut deliver),
+                Index::Headers => {
+                    for &b in &source.as_source {
+                        let binding = bindings[b.0 as usize]
+                            .as_ref()
+                            .expect("listed bindings are live");
+                        let matcher = binding
+                            .headers
+                            .as_ref()
+                            .expect("headers bindings carry a matcher");
+                        if matcher.matches(headers) {
+                            deliver(b);
+                        }
+                    }
+                }
+            }
+            let alternate = source.alternate;
+            if !matched {
+                if let Some(alternate) = alternate {
+                    let exists = exchanges
+                        .get(alternate.0 as usize)
+                        .is_some_and(Option::is_some);
+                    if exists && exchange_marks[alternate.0 as usize] != epoch {
+                        exchange_marks[alternate.0 as usize] = epoch;
+                        work.push(alternate);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks every back-pointer (positions, identities, counts) against the lists: the
+    /// property tests call it after each command.
+    #[cfg(test)]
+    fn assert_consistent(&self) {
+        let mut live = 0;
+        for (index, binding) in self.bindings.iter().enumerate() {
+            let Some(b) = binding else { continue };
+            live += 1;
+            let id = BindingId(position(index));
+            let source = self.exchange(b.source).expect("source exists");
+            assert_eq!(source.as_source[b.source_position as usize], id);
+            let destination_list = match b.destination {
+                Destination::Queue(q) => &self.queue_bindings[&q],
+                Destination::Exchange(x) => &self.exchange(x).expect("dest").as_destination,
+            };
+            assert_eq!(destination_list[b.destination_position as usize], id);
+            match (&source.index, &b.slot) {
+                (Index::Direct(keys), IndexSlot::Direct { position }) => {
+                    assert_eq!(keys[&b.key][*position as usize], id);
+                }
+                (Index::Topic(_), IndexSlot::Topic { .. }) => {}
+                (Index::Fanout | Index::Headers, IndexSlot::SourceList) => {}
+                _ => panic!("slot does not match the exchange kind"),
+            }
+            let mut identity = Vec::new();
+            identity::encode(b.source, b.destination, &b.key, &b.args, &mut identity);
+            assert_eq!(self.identities.get(identity.as_slice()), Some(&id));
+        }
+        assert_eq!(live, self.binding_count);
+        assert_eq!(self.identities.len(), self.binding_count);
+        let listed: usize = self
+            .exchanges
+            .iter()
+            .flatten()
+            .map(|x| x.as_source.len())
+            .sum();
+        assert_eq!(listed, self.binding_count);
+        assert!(self.queue_bindings.values().all(|l| !l.is_empty()));
+    }
+}
+
+/// Swap-removes `list[position]` (which must be `id`) and returns the element that moved
+/// into `position`, whose stored position the caller updates.
+fn swap_remove(list: &mut Vec<BindingId>, position: u32, id: BindingId) -> Option<BindingId> {
+    let removed = list.swap_remove(position as usize);
+    assert_eq!(removed, id, "binding back-pointer out of date");
+    list.get(position as usize).copied()
+}

@@ -1,0 +1,1110 @@
+//! Behaviour of the routing table against RabbitMQ's semantics, and property tests against
+//! naive models (a recursive topic matcher, a Vec of bindings).
+
+use amq_protocol_types::{AMQPValue, DecimalValue, FieldArray, FieldTable, LongString};
+use proptest::prelude::*;
+
+use super::*;
+
+const X: ExchangeId = ExchangeId(1);
+const Y: ExchangeId = ExchangeId(2);
+const Z: ExchangeId = ExchangeId(3);
+
+fn q(id: u32) -> Destination {
+    Destination::Queue(QueueId(id))
+}
+
+fn x(id: ExchangeId) -> Destination {
+    Destination::Exchange(id)
+}
+
+fn table(entries: &[(&str, AMQPValue)]) -> FieldTable {
+    let mut t = FieldTable::default();
+    for (k, v) in entries {
+        t.insert((*k).into(), v.clone());
+    }
+    t
+}
+
+fn s(v: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(v))
+}
+
+fn no_args() -> FieldTable {
+    FieldTable::default()
+}
+
+fn routed(
+    t: &mut RoutingTable,
+    ex: ExchangeId,
+    key: &str,
+    headers: Option<&FieldTable>,
+) -> Vec<u32> {
+    let mut out = Vec::new();
+    t.route(ex, key.as_bytes(), headers, &mut out)
+        .expect("exchange exists");
+    let mut ids: Vec<u32> = out.iter().map(|q| q.0).collect();
+    ids.sort_unstable();
+    let before = ids.len();
+    ids.dedup();
+    assert_eq!(before, ids.len(), "route returned a queue twice");
+    ids
+}
+
+fn with_exchange(kind: ExchangeKind) -> RoutingTable {
+    let mut t = RoutingTable::new();
+    t.declare_exchange(X, kind).unwrap();
+    t
+}
+
+// ---------------------------------------------------------------- direct, fanout
+
+#[test]
+fn direct_routes_only_the_exact_key() {
+    let mut t = with_exchange(ExchangeKind::Direct);
+    t.bind(X, q(1), b"orders", &no_args()).unwrap();
+    t.bind(X, q(2), b"orders", &no_args()).unwrap();
+    t.bind(X, q(3), b"order", &no_args()).unwrap();
+    t.bind(X, q(4), b"", &no_args()).unwrap();
+    assert_eq!(routed(&mut t, X, "orders", None), vec![1, 2]);
+    assert_eq!(routed(&mut t, X, "order", None), vec![3]);
+    assert_eq!(routed(&mut t, X, "", None), vec![4]);
+    assert_eq!(routed(&mut t, X, "orders.x", None), Vec::<u32>::new());
+    assert_eq!(routed(&mut t, X, "#", None), Vec::<u32>::new());
+}
+
+#[test]
+fn direct_delivers_a_queue_once_when_bound_twice_with_other_args() {
+    let mut t = with_exchange(ExchangeKind::Direct);
+    assert!(t.bind(X, q(1), b"k", &no_args()).unwrap());
+    assert!(t.bind(X, q(1), b"k", &table(&[("a", s("1"))])).unwrap());
+    assert_eq!(t.binding_count(), 2);
+    assert_eq!(routed(&mut t, X, "k", None), vec![1]);
+}
+
+#[test]
+fn fanout_ignores_the_routing_key() {
+    let mut t = with_exchange(ExchangeKind::Fanout);
+    assert_eq!(routed(&mut t, X, "a", None), Vec::<u32>::new());
+    t.bind(X, q(1), b"", &no_args()).unwrap();
+    t.bind(X, q(2), b"whatever", &no_args()).unwrap();
+    assert_eq!(routed(&mut t, X, "a", None), vec![1, 2]);
+    assert_eq!(routed(&mut t, X, "", None), vec![1, 2]);
+}
+
+// ---------------------------------------------------------------- topic
+
+/// Binds queue i to the i-th key of `keys` (i from 0) and returns which bind keys match.
+fn topic_matches(keys: &[&str], routing_key: &str) -> Vec<String> {
+    let mut t = with_exchange(ExchangeKind::Topic);
+    for (i, k) in keys.iter().enumerate() {
+        t.bind(X, q(i as u32), k.as_bytes(), &no_args()).unwrap();
+    }
+    routed(&mut t, X, routing_key, None)
+        .into_iter()
+        .map(|i| keys[i as usize].to_string())
+        .collect()
+}
+
+fn topic_match(binding_key: &str, routing_key: &str) -> bool {
+    !topic_matches(&[binding_key], routing_key).is_empty()
+}
+
+#[test]
+fn topic_literal_words_match_exactly() {
+    assert!(topic_match("a.b.c", "a.b.c"));
+    assert!(!topic_match("a.b.c", "a.b"));
+    assert!(!topic_match("a.b", "a.b.c"));
+    assert!(!topic_match("a.b.c", "a.b.d"));
+    // Partial wildcards are literal words.
+    assert!(!topic_match("a#", "ab"));
+    assert!(topic_match("a#", "a#"));
+    assert!(!topic_match("*a", "ba"));
+}
+
+#[test]
+fn topic_star_matches_exactly_one_word() {
+    assert!(topic_match("*", "a"));
+    assert!(!topic_match("*", ""));
+    assert!(!topic_match("*", "a.b"));
+    assert!(topic_match("a.*.c", "a.b.c"));
+    assert!(!topic_match("a.*.c", "a.c"));
+    assert!(topic_match("*.*", "a.b"));
+    assert!(!topic_match("*.*", "a"));
+}
+
+#[test]
+fn topic_hash_at_start_middle_end() {
+    for key in ["", "a", "a.b.c", ".", "a..b"] {
+        assert!(topic_match("#", key), "# matches {key:?}");
+    }
+    assert!(topic_match("#.c", "c"));
+    assert!(topic_match("#.c", "a.b.c"));
+    assert!(!topic_match("#.c", "a.c.b"));
+    assert!(!topic_match("#.c", ""));
+    assert!(topic_match("a.#.c", "a.c"));
+    assert!(topic_match("a.#.c", "a.b.c"));
+    assert!(topic_match("a.#.c", "a.b.b.b.c"));
+    assert!(!topic_match("a.#.c", "a.b"));
+    assert!(!topic_match("a.#.c", "a.c.d"));
+    assert!(topic_match("a.#", "a"));
+    assert!(topic_match("a.#", "a.b.c"));
+    assert!(!topic_match("a.#", "b.a"));
+    assert!(!topic_match("a.#", ""));
+}
+
+#[test]
+fn topic_hash_hash_and_star_hash() {
+    for key in ["", "a", "a.b", "a.b.c.d"] {
+        assert!(topic_match("#.#", key), "#.# matches {key:?}");
+    }
+    assert!(!topic_match("*.#", ""));
+    assert!(topic_match("*.#", "a"));
+    assert!(topic_match("*.#", "a.b.c"));
+    assert!(!topic_match("#.*", ""));
+    assert!(topic_match("#.*", "a"));
+    assert!(topic_match("#.*", "a.b"));
+    assert!(topic_match("#.*.#", "a"));
+    assert!(!topic_match("*.#.*", "a"));
+    assert!(topic_match("*.#.*", "a.b"));
+    assert!(topic_match("a.#.#.b", "a.b"));
+    assert!(topic_match("a.#.#.b", "a.x.y.z.b"));
+    assert!(topic_match("#.a.#", "a"));
+    assert!(topic_match("#.a.#", "x.a.y"));
+    assert!(!topic_match("#.a.#", "x.y"));
+}
+
+#[test]
+fn topic_empty_words_are_words() {
+    // RabbitMQ: "" is zero words, "." is two empty words, "a..b" has an empty middle word.
+    assert!(topic_match("", ""));
+    assert!(!topic_match("", "."));
+    assert!(!topic_match("", "a"));
+    assert!(topic_match(".", "."));
+    assert!(!topic_match(".", ""));
+    assert!(topic_match("*.*", "."));
+    assert!(topic_match("a..b", "a..b"));
+    assert!(!topic_match("a..b", "a.b"));
+    assert!(topic_match("a.*.b", "a..b"));
+    assert!(topic_match("a.#.b", "a..b"));
+    assert!(topic_match("a.", "a."));
+    assert!(topic_match("a.*", "a."));
+    assert!(!topic_match("a.*", "a"));
+    assert!(topic_match(".a", ".a"));
+    assert!(!topic_match("*", "."));
+    assert!(topic_match("#", "."));
+}
+
+#[test]
+fn topic_keys_with_many_words() {
+    // 85 distinct two-letter words: 254 bytes, the most a short-string key holds.
+    let words: Vec<String> = (0..85u8)
+        .map(|i| String::from_utf8(vec![b'a' + i / 26, b'a' + i % 26]).unwrap())
+        .collect();
+    let key = words.join(".");
+    assert_eq!(key.len(), 254);
+    assert!(topic_match(&key, &key));
+    assert!(topic_match("#", &key));
+    assert!(topic_match(&format!("{}.#", words[0]), &key));
+    assert!(topic_match(&format!("#.{}", words[84]), &key));
+    assert!(topic_match(&format!("#.{}.#", words[60]), &key));
+    assert!(topic_match(
+        &format!("#.{}.*.#.{}", words[10], words[84]),
+        &key
+    ));
+    assert!(!topic_match(
+        &format!("#.{}.{}.#", words[60], words[59]),
+        &key
+    ));
+    assert!(!topic_match(&format!("#.{}", words[83]), &key));
+    let stars = vec!["*"; 85].join(".");
+    assert!(topic_match(&stars, &key));
+    let hashes = vec!["#"; 85].join(".");
+    assert!(topic_match(&hashes, &key));
+    let too_few = vec!["*"; 84].join(".");
+    assert!(!topic_match(&too_few, &key));
+    let star_hash = vec!["*.#"; 42].join(".");
+    assert!(topic_match(&star_hash, &key));
+}
+
+#[test]
+fn topic_routes_each_queue_once_across_matching_keys() {
+    let mut t = with_exchange(ExchangeKind::Topic);
+    for key in ["#", "a.*", "a.b", "*.b", "#.b", "a.#"] {
+        t.bind(X, q(7), key.as_bytes(), &no_args()).unwrap();
+    }
+    t.bind(X, q(8), b"c", &no_args()).unwrap();
+    assert_eq!(routed(&mut t, X, "a.b", None), vec![7]);
+    assert_eq!(routed(&mut t, X, "c", None), vec![7, 8]);
+}
+
+#[test]
+fn topic_trie_is_pruned_when_bindings_go() {
+    let mut t = with_exchange(ExchangeKind::Topic);
+    let keys = ["a.b.c", "a.*.c", "a.#", "#", "", "a..b", "*.#.*"];
+    for (i, k) in keys.iter().enumerate() {
+        t.bind(X, q(i as u32), k.as_bytes(), &no_args()).unwrap();
+    }
+    for (i, k) in keys.iter().enumerate() {
+        assert!(
+            t.unbind(X, q(i as u32), k.as_bytes(), &no_args())
+                .unwrap()
+                .existed
+        );
+        assert_eq!(topic_matches(&keys[i + 1..], "a.b.c").len(), {
+            let mut out = Vec::new();
+            t.route(X, b"a.b.c", None, &mut out).unwrap();
+            out.len()
+        });
+    }
+    let Some(Exchange {
+        index: Index::Topic(trie),
+        ..
+    }) = t.exchange(X)
+    else {
+        panic!("topic exchange")
+    };
+    assert_eq!(trie.node_count(), 1, "only the root is left");
+}
+
+// ---------------------------------------------------------------- headers
+
+fn headers_match(args: &FieldTable, headers: Option<&FieldTable>) -> bool {
+    let mut t = with_exchange(ExchangeKind::Headers);
+    t.bind(X, q(1), b"", args).unwrap();
+    !routed(&mut t, X, "ignored", headers).is_empty()
+}
+
+#[test]
+fn headers_all_needs_every_key_and_is_the_default() {
+    let all = table(&[("x-match", s("all")), ("a", s("1")), ("b", s("2"))]);
+    let default = table(&[("a", s("1")), ("b", s("2"))]);
+    for args in [&all, &default] {
+        assert!(headers_match(
+            args,
+            Some(&table(&[("a", s("1")), ("b", s("2"))]))
+        ));
+        assert!(headers_match(
+            args,
+            Some(&table(&[("a", s("1")), ("b", s("2")), ("c", s("3"))]))
+        ));
+        assert!(!headers_match(args, Some(&table(&[("a", s("1"))]))));
+        assert!(!headers_match(
+            args,
+            Some(&table(&[("a", s("1")), ("b", s("3"))]))
+        ));
+        assert!(!headers_match(args, None));
+    }
+}
+
+#[test]
+fn headers_any_needs_one_key() {
+    let any = table(&[("x-match", s("any")), ("a", s("1")), ("b", s("2"))]);
+    assert!(headers_match(&any, Some(&table(&[("a", s("1"))]))));
+    assert!(headers_match(
+        &any,
+        Some(&table(&[("a", s("0")), ("b", s("2"))]))
+    ));
+    assert!(!headers_match(
+        &any,
+        Some(&table(&[("a", s("0")), ("b", s("0"))]))
+    ));
+    assert!(!headers_match(&any, Some(&table(&[("c", s("1"))]))));
+    assert!(!headers_match(&any, None));
+}
+
+#[test]
+fn headers_empty_pattern_all_matches_everything_any_nothing() {
+    assert!(headers_match(&no_args(), None));
+    assert!(headers_match(
+        &table(&[("x-match", s("all"))]),
+        Some(&table(&[("a", s("1"))]))
+    ));
+    assert!(!headers_match(
+        &table(&[("x-match", s("any"))]),
+        Some(&table(&[("a", s("1"))]))
+    ));
+}
+
+#[test]
+fn headers_x_keys_ignored_by_all_and_any_but_not_with_x() {
+    let headers = table(&[("x-tenant", s("blue")), ("a", s("1"))]);
+    let other_tenant = table(&[("x-tenant", s("red")), ("a", s("1"))]);
+    let all = table(&[
+        ("x-match", s("all")),
+        ("x-tenant", s("blue")),
+        ("a", s("1")),
+    ]);
+    assert!(headers_match(&all, Some(&headers)));
+    assert!(
+        headers_match(&all, Some(&other_tenant)),
+        "all ignores x- keys"
+    );
+    let all_x = table(&[
+        ("x-match", s("all-with-x")),
+        ("x-tenant", s("blue")),
+        ("a", s("1")),
+    ]);
+    assert!(headers_match(&all_x, Some(&headers)));
+    assert!(!headers_match(&all_x, Some(&other_tenant)));
+
+    let any = table(&[("x-match", s("any")), ("x-tenant", s("blue"))]);
+    assert!(
+        !headers_match(&any, Some(&headers)),
+        "any has nothing left to match"
+    );
+    let any_x = table(&[
+        ("x-match", s("any-with-x")),
+        ("x-tenant", s("blue")),
+        ("b", s("9")),
+    ]);
+    assert!(headers_match(&any_x, Some(&headers)));
+    assert!(!headers_match(&any_x, Some(&other_tenant)));
+    // x-match itself is never compared, even with-x.
+    let only_mode = table(&[("x-match", s("all-with-x"))]);
+    assert!(headers_match(
+        &only_mode,
+        Some(&table(&[("x-match", s("any"))]))
+    ));
+}
+
+#[test]
+fn headers_void_pattern_matches_presence() {
+    let args = table(&[("flag", AMQPValue::Void)]);
+    assert!(headers_match(
+        &args,
+        Some(&table(&[("flag", s("anything"))]))
+    ));
+    assert!(headers_match(
+        &args,
+        Some(&table(&[("flag", AMQPValue::LongLongInt(3))]))
+    ));
+    assert!(headers_match(
+        &args,
+        Some(&table(&[("flag", AMQPValue::Void)]))
+    ));
+    assert!(!headers_match(&args, Some(&table(&[("other", s("x"))]))));
+    // A void header does not equal a non-void pattern.
+    assert!(!headers_match(
+        &table(&[("a", s(""))]),
+        Some(&table(&[("a", AMQPValue::Void)]))
+    ));
+}
+
+#[test]
+fn headers_values_compare_as_erlang_terms() {
+    let one =
+        |v: AMQPValue, h: AMQPValue| headers_match(&table(&[("k", v)]), Some(&table(&[("k", h)])));
+    // Every integer type is one kind of number in Erlang.
+    assert!(one(AMQPValue::LongInt(1), AMQPValue::LongLongInt(1)));
+    assert!(one(AMQPValue::ShortShortUInt(7), AMQPValue::Timestamp(7)));
+    assert!(one(
+        AMQPValue::LongUInt(u32::MAX),
+        AMQPValue::LongLongInt(u32::MAX as i64)
+    ));
+    assert!(!one(AMQPValue::LongInt(1), AMQPValue::LongLongInt(2)));
+    assert!(!one(
+        AMQPValue::ShortShortInt(-1),
+        AMQPValue::ShortShortUInt(255)
+    ));
+    // `==` between integer and float compares values.
+    assert!(one(AMQPValue::LongInt(1), AMQPValue::Double(1.0)));
+    assert!(one(AMQPValue::Float(0.5), AMQPValue::Double(0.5)));
+    assert!(!one(AMQPValue::LongInt(1), AMQPValue::Double(1.5)));
+    // Strings and byte arrays are both binaries; strings never equal numbers or booleans.
+    assert!(one(s("abc"), AMQPValue::ByteArray(b"abc".to_vec().into())));
+    assert!(!one(s("1"), AMQPValue::LongInt(1)));
+    assert!(!one(s("true"), AMQPValue::Boolean(true)));
+    assert!(!one(AMQPValue::Boolean(true), AMQPValue::LongInt(1)));
+    assert!(one(AMQPValue::Boolean(false), AMQPValue::Boolean(false)));
+    let d = |scale, value| AMQPValue::DecimalValue(DecimalValue { scale, value });
+    assert!(one(d(2, 150), d(2, 150)));
+    assert!(!one(d(2, 150), d(1, 15)));
+    // Nested values keep RabbitMQ's type tag, so there the types must agree.
+    let nested = |v: AMQPValue| AMQPValue::FieldTable(table(&[("n", v)]));
+    assert!(one(
+        nested(AMQPValue::LongInt(1)),
+        nested(AMQPValue::LongInt(1))
+    ));
+    assert!(!one(
+        nested(AMQPValue::LongInt(1)),
+        nested(AMQPValue::LongLongInt(1))
+    ));
+    let array = |v: Vec<AMQPValue>| AMQPValue::FieldArray(FieldArray::from(v));
+    assert!(one(
+        array(vec![s("a"), s("b")]),
+        array(vec![s("a"), s("b")])
+    ));
+    assert!(!one(
+        array(vec![s("a"), s("b")]),
+        array(vec![s("b"), s("a")])
+    ));
+    assert!(!one(array(vec![s("a")]), array(vec![s("a"), s("a")])));
+}
+
+#[test]
+fn headers_invalid_x_match_is_precondition_failed() {
+    let mut t = with_exchange(ExchangeKind::Headers);
+    let err = t
+        .bind(X, q(1), b"", &table(&[("x-match", s("some"))]))
+        .unwrap_err();
+    assert_eq!(
+        err,
+        RoutingError::InvalidXMatch {
+            value: "some".into()
+        }
+    );
+    assert_eq!(err.reply_code(), 406);
+    let err = t
+        .bind(X, q(1), b"", &table(&[("x-match", AMQPValue::LongInt(1))]))
+        .unwrap_err();
+    assert!(matches!(err, RoutingError::InvalidXMatchType { .. }));
+    assert_eq!(err.reply_code(), 406);
+    assert_eq!(t.binding_count(), 0);
+    // Other kinds do not look at x-match, as in RabbitMQ.
+    t.declare_exchange(Y, ExchangeKind::Direct).unwrap();
+    assert!(t
+        .bind(Y, q(1), b"", &table(&[("x-match", s("some"))]))
+        .unwrap());
+}
+
+#[test]
+fn headers_routes_only_matching_bindings() {
+    let mut t = with_exchange(ExchangeKind::Headers);
+    t.bind(
+        X,
+        q(1),
+        b"",
+        &table(&[("format", s("pdf")), ("type", s("report"))]),
+    )
+    .unwrap();
+    t.bind(
+        X,
+        q(2),
+        b"",
+        &table(&[
+            ("x-match", s("any")),
+            ("format", s("zip")),
+            ("type", s("log")),
+        ]),
+    )
+    .unwrap();
+    t.bind(
+        X,
+        q(3),
+        b"",
+        &table(&[("x-match", s("any")), ("format", s("pdf"))]),
+    )
+    .unwrap();
+    let pdf_report = table(&[("format", s("pdf")), ("type", s("report"))]);
+    assert_eq!(routed(&mut t, X, "", Some(&pdf_report)), vec![1, 3]);
+    let zip_report = table(&[("format", s("zip")), ("type", s("report"))]);
+    assert_eq!(routed(&mut t, X, "", Some(&zip_report)), vec![2]);
+}
+
+// ---------------------------------------------------------------- bindings
+
+#[test]
+fn bind_is_idempotent_and_args_are_identity() {
+    let mut t = with_exchange(ExchangeKind::Topic);
+    let args = table(&[("a", AMQPValue::Double(1.5))]);
+    assert!(t.bind(X, q(1), b"k", &args).unwrap());
+    assert!(!t.bind(X, q(1), b"k", &args).unwrap());
+    assert_eq!(t.binding_count(), 1);
+    assert!(t.binding_exists(X, q(1), b"k", &args));
+    assert!(!t.binding_exists(X, q(1), b"k", &no_args()));
+    // The same value under another type is another binding.
+    let other_type = table(&[("a", AMQPValue::Float(1.5))]);
+    assert!(t.bind(X, q(1), b"k", &other_type).unwrap());
+    assert_eq!(t.binding_count(), 2);
+}
+
+#[test]
+fn unbind_of_a_missing_binding_succeeds_and_says_so() {
+    let mut t = with_exchange(ExchangeKind::Direct);
+    let outcome = t.unbind(X, q(1), b"k", &no_args()).unwrap();
+    assert_eq!(
+        outcome,
+        Unbound {
+            existed: false,
+            source_unused: false
+        }
+    );
+    t.bind(X, q(1), b"k", &no_args()).unwrap();
+    t.bind(X, q(2), b"k", &no_args()).unwrap();
+    let outcome = t.unbind(X, q(1), b"k", &no_args()).unwrap();
+    assert_eq!(
+        outcome,
+        Unbound {
+            existed: true,
+            source_unused: false
+        }
+    );
+    let outcome = t.unbind(X, q(2), b"k", &no_args()).unwrap();
+    assert_eq!(
+        outcome,
+        Unbound {
+            existed: true,
+            source_unused: true
+        }
+    );
+    assert_eq!(routed(&mut t, X, "k", None), Vec::<u32>::new());
+    assert!(!t.has_bindings_as_source(X));
+}
+
+#[test]
+fn missing_exchanges_are_not_found() {
+    let mut t = with_exchange(ExchangeKind::Direct);
+    let err = t.bind(Y, q(1), b"", &no_args()).unwrap_err();
+    assert_eq!(err, RoutingError::ExchangeNotFound(Y));
+    assert_eq!(err.reply_code(), 404);
+    assert_eq!(
+        t.bind(X, x(Y), b"", &no_args()),
+        Err(RoutingError::ExchangeNotFound(Y))
+    );
+    assert_eq!(
+        t.unbind(Y, q(1), b"", &no_args()),
+        Err(RoutingError::ExchangeNotFound(Y))
+    );
+    assert_eq!(
+        t.route(Y, b"", None, &mut Vec::new()),
+        Err(RoutingError::ExchangeNotFound(Y))
+    );
+    assert_eq!(t.delete_exchange(Y), Err(RoutingError::ExchangeNotFound(Y)));
+    assert_eq!(
+        t.set_alternate_exchange(Y, None),
+        Err(RoutingError::ExchangeNotFound(Y))
+    );
+    assert_eq!(
+        t.declare_exchange(X, ExchangeKind::Fanout),
+        Err(RoutingError::ExchangeAlreadyDeclared(X))
+    );
+}
+
+#[test]
+fn limits_are_enforced() {
+    let mut t = with_exchange(ExchangeKind::Direct);
+    let long = vec![b'a'; KEY_BYTES_MAX + 1];
+    assert_eq!(
+        t.bind(X, q(1), &long, &no_args()),
+        Err(RoutingError::KeyTooLong {
+            bytes: KEY_BYTES_MAX + 1
+        })
+    );
+    assert!(t.bind(X, q(1), &long[..KEY_BYTES_MAX], &no_args()).unwrap());
+    assert_eq!(
+        t.bind(X, q(ID_COUNT_MAX), b"", &no_args()),
+        Err(RoutingError::IdOutOfRange(ID_COUNT_MAX))
+    );
+    assert_eq!(
+        t.declare_exchange(ExchangeId(ID_COUNT_MAX), ExchangeKind::Direct),
+        Err(RoutingError::IdOutOfRange(ID_COUNT_MAX))
+    );
+}
+
+#[test]
+fn removing_a_queue_removes_its_bindings_and_reports_emptied_sources() {
+    let mut t = with_exchange(ExchangeKind::Direct);
+    t.declare_exchange(Y, ExchangeKind::Topic).unwrap();
+    t.declare_exchange(Z, ExchangeKind::Fanout).unwrap();
+    t.bind(X, q(1), b"a", &no_args()).unwrap();
+    t.bind(X, q(1), b"b", &no_args()).unwrap();
+    t.bind(Y, q(1), b"#", &no_args()).unwrap();
+    t.bind(Y, q(2), b"#", &no_args()).unwrap();
+    t.bind(Z, q(1), b"", &no_args()).unwrap();
+    assert_eq!(t.destination_binding_count(q(1)), 4);
+    let mut unused = t.remove_destination(q(1)).unwrap();
+    unused.sort();
+    assert_eq!(unused, vec![X, Z]);
+    assert_eq!(t.binding_count(), 1);
+    assert!(!t.has_bindings_as_destination(q(1)));
+    assert_eq!(routed(&mut t, Y, "a", None), vec![2]);
+    assert_eq!(t.remove_destination(q(1)).unwrap(), vec![]);
+    t.assert_consistent();
+}
+
+#[test]
+fn deleting_an_exchange_removes_its_bindings_on_both_sides() {
+    let mut t = with_exchange(ExchangeKind::Fanout);
+    t.declare_exchange(Y, ExchangeKind::Fanout).unwrap();
+    t.declare_exchange(Z, ExchangeKind::Fanout).unwrap();
+    t.bind(X, x(Y), b"", &no_args()).unwrap(); // X's only binding
+    t.bind(Z, x(Y), b"", &no_args()).unwrap();
+    t.bind(Z, q(9), b"", &no_args()).unwrap(); // Z keeps this one
+    t.bind(Y, q(1), b"", &no_args()).unwrap();
+    t.bind(Y, x(Y), b"", &no_args()).unwrap(); // self-binding
+    assert!(t.has_bindings_as_destination(x(Y)));
+    assert_eq!(t.delete_exchange(Y).unwrap(), vec![X]);
+    assert_eq!(t.exchange_count(), 2);
+    assert_eq!(t.binding_count(), 1);
+    assert!(!t.has_bindings_as_source(X));
+    assert_eq!(t.bindings_of_destination(q(1)).count(), 0);
+    assert_eq!(routed(&mut t, Z, "", None), vec![9]);
+    t.assert_consistent();
+    // The id can be declared again, empty.
+    t.declare_exchange(Y, ExchangeKind::Direct).unwrap();
+    assert_eq!(t.source_binding_count(Y), 0);
+}
+
+#[test]
+fn remove_destination_of_an_exchange_keeps_its_bindings_as_source() {
+    let mut t = with_exchange(ExchangeKind::Fanout);
+    t.declare_exchange(Y, ExchangeKind::Fanout).unwrap();
+    t.bind(X, x(Y), b"", &no_args()).unwrap();
+    t.bind(Y, q(1), b"", &no_args()).unwrap();
+    assert_eq!(t.remove_destination(x(Y)).unwrap(), vec![X]);
+    assert_eq!(routed(&mut t, Y, "", None), vec![1]);
+    assert_eq!(
+        t.remove_destination(x(Z)),
+        Err(RoutingError::ExchangeNotFound(Z))
+    );
+}
+
+#[test]
+fn bindings_are_listed_by_source_and_destination() {
+    let mut t = with_exchange(ExchangeKind::Direct);
+    t.declare_exchange(Y, ExchangeKind::Topic).unwrap();
+    let args = table(&[("a", s("b"))]);
+    t.bind(X, q(1), b"k1", &args).unwrap();
+    t.bind(X, x(Y), b"k2", &no_args()).unwrap();
+    t.bind(Y, q(1), b"k3", &no_args()).unwrap();
+    let mut of_x: Vec<(Destination, Vec<u8>)> = t
+        .bindings_of_source(X)
+        .map(|b| (b.destination, b.key.to_vec()))
+        .collect();
+    of_x.sort();
+    assert_eq!(of_x, vec![(q(1), b"k1".to_vec()), (x(Y), b"k2".to_vec())]);
+    let mut to_q1: Vec<ExchangeId> = t.bindings_of_destination(q(1)).map(|b| b.source).collect();
+    to_q1.sort();
+    assert_eq!(to_q1, vec![X, Y]);
+    let with_args = t.bindings_of_source(X).find(|b| b.key == b"k1").unwrap();
+    assert_eq!(with_args.args, &args);
+    assert_eq!(t.bindings().count(), 3);
+    assert_eq!(t.bindings_of_source(Z).count(), 0);
+    assert_eq!(t.source_binding_count(X), 2);
+    assert_eq!(t.destination_binding_count(x(Y)), 1);
+}
+
+// ---------------------------------------------------------------- exchange to exchange
+
+#[test]
+fn exchange_to_exchange_bindings_are_followed() {
+    let mut t = with_exchange(ExchangeKind::Topic);
+    t.declare_exchange(Y, ExchangeKind::Direct).unwrap();
+    t.declare_exchange(Z, ExchangeKind::Fanout).unwrap();
+    t.bind(X, x(Y), b"logs.#", &no_args()).unwrap();
+    t.bind(Y, x(Z), b"logs.error", &no_args()).unwrap();
+    t.bind(Y, q(1), b"logs.info", &no_args()).unwrap();
+    t.bind(Z, q(2), b"", &no_args()).unwrap();
+    t.bind(Z, q(3), b"", &no_args()).unwrap();
+    assert_eq!(routed(&mut t, X, "logs.error", None), vec![2, 3]);
+    assert_eq!(routed(&mut t, X, "logs.info", None), vec![1]);
+    assert_eq!(routed(&mut t, X, "metrics", None), Vec::<u32>::new());
+}
+
+#[test]
+fn cycles_terminate_and_deliver_each_queue_once() {
+    let mut t = with_exchange(ExchangeKind::Fanout);
+    t.declare_exchange(Y, ExchangeKind::Fanout).unwrap();
+    t.declare_exchange(Z, ExchangeKind::Topic).unwrap();
+    t.bind(X, x(Y), b"", &no_args()).unwrap();
+    t.bind(Y, x(Z), b"", &no_args()).unwrap();
+    t.bind(Z, x(X), b"#", &no_args()).unwrap();
+    t.bind(X, x(X), b"", &no_args()).unwrap();
+    t.bind(X, q(1), b"", &no_args()).unwrap();
+    t.bind(Y, q(1), b"", &no_args()).unwrap();
+    t.bind(Z, q(2), b"a.*", &no_args()).unwrap();
+    for start in [X, Y, Z] {
+        assert_eq!(routed(&mut t, start, "a.b", None), vec![1, 2]);
+        assert_eq!(routed(&mut t, start, "c", None), vec![1]);
+    }
+}
+
+#[test]
+fn diamond_delivers_once() {
+    let mut t = with_exchange(ExchangeKind::Fanout);
+    t.declare_exchange(Y, ExchangeKind::Fanout).unwrap();
+    t.declare_exchange(Z, ExchangeKind::Fanout).unwrap();
+    t.bind(X, x(Y), b"", &no_args()).unwrap();
+    t.bind(X, x(Z), b"", &no_args()).unwrap();
+    t.bind(Y, q(5), b"", &no_args()).unwrap();
+    t.bind(Z, q(5), b"", &no_args()).unwrap();
+    assert_eq!(routed(&mut t, X, "", None), vec![5]);
+}
+
+// ---------------------------------------------------------------- alternate exchanges
+
+#[test]
+fn alternate_exchange_takes_unroutable_messages() {
+    let mut t = with_exchange(ExchangeKind::Direct);
+    t.declare_exchange(Y, ExchangeKind::Fanout).unwrap();
+    t.bind(X, q(1), b"known", &no_args()).unwrap();
+    t.bind(Y, q(2), b"", &no_args()).unwrap();
+    t.set_alternate_exchange(X, Some(Y)).unwrap();
+    assert_eq!(t.alternate_exchange(X), Some(Y));
+    assert_eq!(routed(&mut t, X, "known", None), vec![1]);
+    assert_eq!(routed(&mut t, X, "unknown", None), vec![2]);
+    t.set_alternate_exchange(X, None).unwrap();
+    assert_eq!(routed(&mut t, X, "unknown", None), Vec::<u32>::new());
+}
+
+#[test]
+fn alternate_exchange_chains_and_cycles() {
+    let mut t = with_exchange(ExchangeKind::Direct);
+    t.declare_exchange(Y, ExchangeKind::Direct).unwrap();
+    t.declare_exchange(Z, ExchangeKind::Topic).unwrap();
+    t.set_alternate_exchange(X, Some(Y)).unwrap();
+    t.set_alternate_exchange(Y, Some(Z)).unwrap();
+    t.set_alternate_exchange(Z, Some(X)).unwrap();
+    t.bind(Z, q(3), b"z.*", &no_args()).unwrap();
+    t.bind(Y, q(2), b"y", &no_args()).unwrap();
+    assert_eq!(routed(&mut t, X, "z.1", None), vec![3]);
+    assert_eq!(routed(&mut t, X, "y", None), vec![2]);
+    // X -> Y -> Z -> X: nothing matches anywhere, and the walk ends.
+    assert_eq!(routed(&mut t, X, "nowhere", None), Vec::<u32>::new());
+    assert_eq!(routed(&mut t, Z, "y", None), vec![2]);
+}
+
+#[test]
+fn alternate_exchange_is_not_used_when_a_binding_matched() {
+    // RabbitMQ hands a message to X's alternate only when X's own bindings matched nothing,
+    // even if what they matched (here exchange Y) then routes nowhere.
+    let mut t = with_exchange(ExchangeKind::Fanout);
+    t.declare_exchange(Y, ExchangeKind::Direct).unwrap();
+    t.declare_exchange(Z, ExchangeKind::Fanout).unwrap();
+    t.bind(X, x(Y), b"", &no_args()).unwrap();
+    t.bind(Z, q(9), b"", &no_args()).unwrap();
+    t.set_alternate_exchange(X, Some(Z)).unwrap();
+    assert_eq!(routed(&mut t, X, "k", None), Vec::<u32>::new());
+    // Y's own alternate does apply.
+    t.set_alternate_exchange(Y, Some(Z)).unwrap();
+    assert_eq!(routed(&mut t, X, "k", None), vec![9]);
+}
+
+#[test]
+fn missing_alternate_exchange_is_skipped_until_declared() {
+    let mut t = with_exchange(ExchangeKind::Direct);
+    t.set_alternate_exchange(X, Some(Y)).unwrap();
+    assert_eq!(routed(&mut t, X, "k", None), Vec::<u32>::new());
+    t.declare_exchange(Y, ExchangeKind::Fanout).unwrap();
+    t.bind(Y, q(4), b"", &no_args()).unwrap();
+    assert_eq!(routed(&mut t, X, "k", None), vec![4]);
+    t.delete_exchange(Y).unwrap();
+    assert_eq!(routed(&mut t, X, "k", None), Vec::<u32>::new());
+}
+
+#[test]
+fn route_appends_without_looking_at_previous_output() {
+    let mut t = with_exchange(ExchangeKind::Fanout);
+    t.bind(X, q(1), b"", &no_args()).unwrap();
+    let mut out = vec![QueueId(1)];
+    t.route(X, b"", None, &mut out).unwrap();
+    assert_eq!(out, vec![QueueId(1), QueueId(1)]);
+    // Marks from one call do not leak into the next.
+    out.clear();
+    t.route(X, b"", None, &mut out).unwrap();
+    assert_eq!(out, vec![QueueId(1)]);
+}
+
+#[test]
+fn epoch_wraparound_resets_marks() {
+    let mut t = with_exchange(ExchangeKind::Topic);
+    t.bind(X, q(1), b"a.#", &no_args()).unwrap();
+    t.scratch.epoch = u32::MAX - 1;
+    if let Some(Exchange {
+        index: Index::Topic(trie),
+        ..
+    }) = t.exchange_mut(X)
+    {
+        trie.set_epoch_for_test(u32::MAX - 1);
+    }
+    for _ in 0..4 {
+        assert_eq!(routed(&mut t, X, "a.b", None), vec![1]);
+    }
+}
+
+// ---------------------------------------------------------------- property tests
+
+/// RabbitMQ's split: zero words for the empty key.
+fn naive_words(key: &str) -> Vec<&str> {
+    if key.is_empty() {
+        Vec::new()
+    } else {
+        key.split('.').collect()
+    }
+}
+
+/// The textbook recursive matcher; exponential on many `#`, fine on small keys.
+fn naive_topic_match(pattern: &[&str], words: &[&str]) -> bool {
+    match pattern.split_first() {
+        None => words.is_empty(),
+        Some((&"#", rest)) => (0..=words.len()).any(|skip| naive_topic_match(rest, &words[skip..])),
+        Some((p, rest)) => match words.split_first() {
+            Some((w, words_rest)) => (*p == "*" || p == w) && naive_topic_match(rest, words_rest),
+            None => false,
+        },
+    }
+}
+
+fn topic_key(
+    words: impl Strategy<Value = String>,
+    max_words: usize,
+) -> impl Strategy<Value = String> {
+    prop::collection::vec(words, 0..=max_words).prop_map(|w| w.join("."))
+}
+
+fn binding_word() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("a".to_string()),
+        Just("b".to_string()),
+        Just(String::new()),
+        Just("*".to_string()),
+        Just("#".to_string()),
+    ]
+}
+
+fn routing_word() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("a".to_string()),
+        Just("b".to_string()),
+        Just(String::new()),
+        Just("c".to_string())
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn topic_trie_agrees_with_naive_matcher(
+        binding_keys in prop::collection::vec(topic_key(binding_word(), 5), 1..24),
+        routing_keys in prop::collection::vec(topic_key(routing_word(), 6), 1..16),
+    ) {
+        let mut t = with_exchange(ExchangeKind::Topic);
+        for (i, k) in binding_keys.iter().enumerate() {
+            t.bind(X, q(i as u32), k.as_bytes(), &no_args()).unwrap();
+        }
+        for rk in &routing_keys {
+            let expected: Vec<u32> = binding_keys
+                .iter()
+                .enumerate()
+                .filter(|(_, bk)| naive_topic_match(&naive_words(bk), &naive_words(rk)))
+                .map(|(i, _)| i as u32)
+                .collect();
+            prop_assert_eq!(routed(&mut t, X, rk, None), expected, "routing key {:?}", rk);
+        }
+    }
+}
+
+/// One command of the model-based test. Exchanges 0..3 are direct, topic, fanout; queue ids
+/// are 0..4; exchange destinations use ids 0..3 as well.
+#[derive(Debug, Clone)]
+enum Command {
+    Bind {
+        source: u32,
+        destination: Destination,
+        key: usize,
+        args: usize,
+    },
+    Unbind {
+        source: u32,
+        destination: Destination,
+        key: usize,
+        args: usize,
+    },
+    RemoveQueue(u32),
+    RecreateExchange(u32),
+    SetAlternate(u32, Option<u32>),
+    Route {
+        source: u32,
+        key: usize,
+    },
+}
+
+const MODEL_KEYS: [&str; 6] = ["a", "b", "a.b", "#", "*.b", ""];
+const MODEL_KINDS: [ExchangeKind; 3] = [
+    ExchangeKind::Direct,
+    ExchangeKind::Topic,
+    ExchangeKind::Fanout,
+];
+
+fn model_args(index: usize) -> FieldTable {
+    match index {
+        0 => FieldTable::default(),
+        _ => table(&[("v", AMQPValue::LongInt(index as i32))]),
+    }
+}
+
+fn destination() -> impl Strategy<Value = Destination> {
+    prop_oneof![
+        (0u32..4).prop_map(|i| Destination::Queue(QueueId(i))),
+        (0u32..3).prop_map(|i| Destination::Exchange(ExchangeId(i))),
+    ]
+}
+
+fn command() -> impl Strategy<Value = Command> {
+    prop_oneof![
+        4 => (0u32..3, destination(), 0..MODEL_KEYS.len(), 0usize..2)
+            .prop_map(|(source, destination, key, args)| Command::Bind { source, destination, key, args }),
+        3 => (0u32..3, destination(), 0..MODEL_KEYS.len(), 0usize..2)
+            .prop_map(|(source, destination, key, args)| Command::Unbind { source, destination, key, args }),
+        1 => (0u32..4).prop_map(Command::RemoveQueue),
+        1 => (0u32..3).prop_map(Command::RecreateExchange),
+        1 => (0u32..3, prop::option::of(0u32..3)).prop_map(|(x, a)| Command::SetAlternate(x, a)),
+        3 => (0u32..3, 0..MODEL_KEYS.len()).prop_map(|(source, key)| Command::Route { source, key }),
+    ]
+}
+
+#[derive(Debug, Default)]
+struct Model {
+    /// (source, destination, key index, args index), no duplicates.
+    bindings: Vec<(u32, Destination, usize, usize)>,
+    alternates: [Option<u32>; 3],
+}
+
+impl Model {
+    fn matches(source: u32, binding_key: &str, routing_key: &str) -> bool {
+        match MODEL_KINDS[source as usize] {
+            ExchangeKind::Direct => binding_key == routing_key,
+            ExchangeKind::Fanout => true,
+            ExchangeKind::Topic => {
+                naive_topic_match(&naive_words(binding_key), &naive_words(routing_key))
+            }
+            ExchangeKind::Headers => unreachable!("not modelled"),
+        }
+    }
+
+    /// RabbitMQ's route1: a work list, a seen set, alternates for exchanges that matched nothing.
+    fn route(&self, start: u32, routing_key: &str) -> Vec<u32> {
+        let mut seen = vec![start];
+        let mut work = vec![start];
+        let mut queues = Vec::new();
+        while let Some(current) = work.pop() {
+            let matched: Vec<Destination> = self
+                .bindings
+                .iter()
+                .filter(|(s, _, k, _)| {
+                    *s == current && Self::matches(current, MODEL_KEYS[*k], routing_key)
+                })
+                .map(|(_, d, _, _)| *d)
+                .collect();
+            if matched.is_empty() {
+                if let Some(alternate) = self.alternates[current as usize] {
+                    if !seen.contains(&alternate) {
+                        seen.push(alternate);
+                        work.push(alternate);
+                    }
+                }
+            }
+            for d in matched {
+                match d {
+                    Destination::Queue(q) => queues.push(q.0),
+                    Destination::Exchange(x) => {
+                        if !seen.contains(&x.0) {
+                            seen.push(x.0);
+                            work.push(x.0);
+                        }
+                    }
+                }
+            }
+        }
+        queues.sort_unstable();
+        queues.dedup();
+        queues
+    }
+
+    fn has_source(&self, source: u32) -> bool {
+        self.bindings.iter().any(|b| b.0 == source)
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn table_agrees_with_vec_model(commands in prop::collection::vec(command(), 1..80)) {
+        let mut t = RoutingTable::new();
+        for (i, kind) in MODEL_KINDS.iter().enumerate() {
+            t.declare_exchange(ExchangeId(i as u32), *kind).unwrap();
+        }
+        let mut model = Model::default();
+        for command in commands {
+            match command {
+                Command::Bind { source, destination, key, args } => {
+                    let created = t
+                        .bind(ExchangeId(source), destination, MODEL_KEYS[key].as_bytes(), &model_args(args))
+                        .unwrap();
+                    let entry = (source, destination, key, args);
+                    prop_assert_eq!(created, !model.bindings.contains(&entry));
+                    if created {
+                        model.bindings.push(entry);
+                    }
+                }
+                Command::Unbind { source, destination, key, args } => {
+                    let outcome = t
+                        .unbind(ExchangeId(source), destination, MODEL_KEYS[key].as_bytes(), &model_args(args))
+                        .unwrap();
+                    let entry = (source, destination, key, args);
+                    let existed = model.bindings.contains(&entry);
+                    model.bindings.retain(|b| *b != entry);
+                    prop_assert_eq!(outcome.existed, existed);
+                    prop_assert_eq!(outcome.source_unused, existed && !model.has_source(source));
+                }
+                Command::RemoveQueue(queue) => {
+                    let destination = Destination::Queue(QueueId(queue));
+                    let mut unused = t.remove_destination(destination).unwrap();
+                    unused.sort();
+                    let sources_before: Vec<u32> = (0..3).filter(|s| model.has_source(*s)).collect();
+                    model.bindings.retain(|b| b.1 != destination);
+                    let expected: Vec<ExchangeId> = sources_before
+                        .into_iter()
+                        .filter(|s| !model.has_source(*s))
+                        .map(ExchangeId)
+                        .collect();
+                    prop_assert_eq!(unused, expected);
+                }
+                Command::RecreateExchange(id) => {
+                    let alternate = t.alternate_exchange(ExchangeId(id));
+                    let mut unused = t.delete_exchange(ExchangeId(id)).unwrap();
+                    unused.sort();
+                    let sources_before: Vec<u32> = (0..3).filter(|s| *s != id && model.has_source(*s)).collect();
+                    let gone = Destination::Exchange(ExchangeId(id));
+                    model.bindings.retain(|b| b.0 != id && b.1 != gone);
+                    let expected: Vec<ExchangeId> = sources_before
+                        .into_iter()
+                        .filter(|s| !model.has_source(*s))
+                        .map(ExchangeId)
+                        .collect();
+                    prop_assert_eq!(unused, expected);
+                    t.declare_exchange(ExchangeId(id), MODEL_KINDS[id as usize]).unwrap();
+                    prop_assert_eq!(t.alternate_exchange(ExchangeId(id)), None);
+                    model.alternates[id as usize] = None;
+                    // Alternates of other exchanges that named this id still stand.
+                    let _ = alternate;
+                }
+                Command::SetAlternate(id, alternate) => {
+                    t.set_alternate_exchange(ExchangeId(id), alternate.map(ExchangeId)).unwrap();
+                    model.alternates[id as usize] = alternate;
+                }
+                Command::Route { source, key } => {
+                    prop_assert_eq!(
+                        routed(&mut t, ExchangeId(source), MODEL_KEYS[key], None),
+                        model.route(source, MODEL_KEYS[key])
+                    );
+                }
+            }
+            t.assert_consistent();
+            prop_assert_eq!(t.binding_count(), model.bindings.len());
+            for s in 0..3 {
+                prop_assert_eq!(t.has_bindings_as_source(ExchangeId(s)), model.has_source(s));
+                prop_assert_eq!(
+                    t.destination_binding_count(Destination::Exchange(ExchangeId(s))),
+                    model.bindings.iter().filter(|b| b.1 == Destination::Exchange(ExchangeId(s))).count()
+                );
+            }
+            for (source, destination, key, args) in &model.bindings {
+                prop_assert!(t.binding_exists(ExchangeId(*source), *destination, MODEL_KEYS[*key].as_bytes(), &model_args(*args)));
+            }
+        }
+    }
+}

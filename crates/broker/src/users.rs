@@ -1,0 +1,182 @@
+//! Users, their passwords and their permissions per vhost, as RabbitMQ models them.
+//!
+//! Passwords are stored as RabbitMQ stores them (salted SHA-256), so definitions can move
+//! between the two brokers later. Permission patterns are regular expressions over resource
+//! names; `.*` (the common case) is checked without running a regex.
+
+use regex::Regex;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+
+#[derive(Debug, Clone)]
+pub struct User {
+    pub name: String,
+    salt: [u8; 4],
+    hash: [u8; 32],
+    pub tags: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Pattern(Option<Regex>, String);
+
+impl Pattern {
+    pub fn new(p: &str) -> Result<Pattern, regex::Error> {
+        if p == ".*" {
+            return Ok(Pattern(None, p.to_string()));
+        }
+        // RabbitMQ matches the whole name against the pattern as given (re:run, unanchored).
+        Ok(Pattern(Some(Regex::new(p)?), p.to_string()))
+    }
+
+    pub fn matches(&self, name: &str) -> bool {
+        match &self.0 {
+            None => true,
+            Some(r) => !self.1.is_empty() && r.is_match(name),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.1
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Permissions {
+    pub configure: Pattern,
+    pub write: Pattern,
+    pub read: Pattern,
+}
+
+impl Permissions {
+    pub fn all() -> Self {
+        let p = Pattern::new(".*").expect("valid pattern");
+        Permissions {
+            configure: p.clone(),
+            write: p.clone(),
+            read: p,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Configure,
+    Write,
+    Read,
+}
+
+#[derive(Debug, Default)]
+pub struct Users {
+    users: HashMap<String, User>,
+    permissions: HashMap<(String, String), Permissions>,
+}
+
+fn hash(salt: &[u8; 4], password: &str) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(salt);
+    h.update(password.as_bytes());
+    h.finalize().into()
+}
+
+impl Users {
+    pub fn add_user(&mut self, name: &str, password: &str, tags: Vec<String>) -> bool {
+        if self.users.contains_key(name) {
+            return false;
+        }
+        let salt: [u8; 4] = rand::random();
+        self.users.insert(
+            name.to_string(),
+            User {
+                name: name.to_string(),
+                salt,
+                hash: hash(&salt, password),
+                tags,
+            },
+        );
+        true
+    }
+
+    pub fn change_password(&mut self, name: &str, password: &str) -> bool {
+        let Some(u) = self.users.get_mut(name) else {
+            return false;
+        };
+        u.salt = rand::random();
+        u.hash = hash(&u.salt, password);
+        true
+    }
+
+    pub fn delete_user(&mut self, name: &str) -> bool {
+        self.permissions.retain(|(u, _), _| u != name);
+        self.users.remove(name).is_some()
+    }
+
+    pub fn authenticate(&self, name: &str, password: &str) -> bool {
+        self.users
+            .get(name)
+            .is_some_and(|u| hash(&u.salt, password) == u.hash)
+    }
+
+    pub fn exists(&self, name: &str) -> bool {
+        self.users.contains_key(name)
+    }
+
+    pub fn user_names(&self) -> Vec<String> {
+        self.users.keys().cloned().collect()
+    }
+
+    pub fn set_permissions(&mut self, user: &str, vhost: &str, p: Permissions) {
+        self.permissions
+            .insert((user.to_string(), vhost.to_string()), p);
+    }
+
+    pub fn clear_permissions(&mut self, user: &str, vhost: &str) {
+        self.permissions
+            .remove(&(user.to_string(), vhost.to_string()));
+    }
+
+    pub fn permissions(&self, user: &str, vhost: &str) -> Option<&Permissions> {
+        self.permissions.get(&(user.to_string(), vhost.to_string()))
+    }
+
+    pub fn can_access_vhost(&self, user: &str, vhost: &str) -> bool {
+        self.permissions(user, vhost).is_some()
+    }
+
+    pub fn check(&self, user: &str, vhost: &str, access: Access, resource: &str) -> bool {
+        let Some(p) = self.permissions(user, vhost) else {
+            return false;
+        };
+        match access {
+            Access::Configure => p.configure.matches(resource),
+            Access::Write => p.write.matches(resource),
+            Access::Read => p.read.matches(resource),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_checked_and_permissions_are_per_vhost() {
+        let mut u = Users::default();
+        u.add_user("bob", "secret", vec![]);
+        assert!(u.authenticate("bob", "secret"));
+        assert!(!u.authenticate("bob", "Secret"));
+        assert!(!u.authenticate("alice", "secret"));
+        u.set_permissions(
+            "bob",
+            "/",
+            Permissions {
+                configure: Pattern::new("^bob-").unwrap(),
+                write: Pattern::new(".*").unwrap(),
+                read: Pattern::new("").unwrap(),
+            },
+        );
+        assert!(u.check("bob", "/", Access::Configure, "bob-q"));
+        assert!(!u.check("bob", "/", Access::Configure, "q"));
+        assert!(!u.check("bob", "/", Access::Read, "q"));
+        assert!(!u.check("bob", "other", Access::Write, "q"));
+    }
+}

@@ -1,0 +1,1516 @@
+//! A virtual host: its exchanges, queues, bindings and the consumer side of its channels,
+//! driven by commands from connections and by the clock.
+//!
+//! Everything a message touches between publish and delivery lives here, under one lock held
+//! by the server for the duration of a command, so that routing, enqueueing and dispatching
+//! to consumers is plain sequential code with no message passing on the hot path. Outbound
+//! frames go to the target connection's [`Outbox`].
+
+use crate::args::{self, Overflow, QueueConfig, QueueType, EQUIVALENCE_KEYS};
+use crate::channel::{ChannelState, Unacked};
+use crate::error::{AmqpError, Result};
+use crate::exchange::{kind_from_name, kind_name, Exchange, STANDARD_EXCHANGES};
+use crate::message::{Message, MessageRef};
+use crate::outbox::Outbox;
+use crate::queue::{ChannelKey, ConnId, Consumer, Queue, QueuedMessage};
+use crate::routing::{Destination, ExchangeId, ExchangeKind, QueueId, RoutingTable};
+use amq_protocol_types::{AMQPValue, FieldArray, FieldTable, LongString};
+use bytes::Bytes;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use warren_protocol::amqp::{basic, AMQPClass};
+use warren_protocol::content::{encode_header, Properties};
+use warren_protocol::frame::encode_body;
+use warren_protocol::method::{encode_deliver, Method};
+
+/// Stands for a deleted queue in unacked entries, whose id may be reused.
+const GONE: QueueId = QueueId(u32::MAX);
+
+/// How many dead-letter hops one event may cause before we stop (cycles are dropped earlier).
+const DEAD_LETTER_HOPS_MAX: usize = 64;
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PublishOutcome {
+    /// Whether at least one queue accepted the message (false + mandatory means basic.return).
+    pub routed: bool,
+    /// A queue with x-overflow=reject-publish refused it: the publisher gets a nack.
+    pub rejected: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeclareOk {
+    pub queue: String,
+    pub message_count: u32,
+    pub consumer_count: u32,
+}
+
+/// What basic.get found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GetResult {
+    Empty,
+    /// The get-ok and content were written to the channel's outbox.
+    Delivered,
+}
+
+pub struct VHost {
+    pub name: String,
+    exchanges_by_name: HashMap<String, ExchangeId>,
+    exchanges: HashMap<ExchangeId, Exchange>,
+    queues_by_name: HashMap<String, QueueId>,
+    queues: HashMap<QueueId, Queue>,
+    routes: RoutingTable,
+    channels: HashMap<ChannelKey, ChannelState>,
+    next_exchange: u32,
+    next_queue: u32,
+    free_exchange_ids: Vec<ExchangeId>,
+    free_queue_ids: Vec<QueueId>,
+    scratch: Vec<QueueId>,
+}
+
+/// A message leaving a queue for its dead-letter exchange.
+struct DeadLetter {
+    queue: String,
+    config: QueueConfig,
+    message: QueuedMessage,
+    reason: &'static str,
+}
+
+impl VHost {
+    pub fn new(name: &str) -> Self {
+        let mut v = VHost {
+            name: name.to_string(),
+            exchanges_by_name: HashMap::new(),
+            exchanges: HashMap::new(),
+            queues_by_name: HashMap::new(),
+            queues: HashMap::new(),
+            routes: RoutingTable::new(),
+            channels: HashMap::new(),
+            next_exchange: 1,
+            next_queue: 1,
+            free_exchange_ids: Vec::new(),
+            free_queue_ids: Vec::new(),
+            scratch: Vec::new(),
+        };
+        for (n, kind, internal) in STANDARD_EXCHANGES {
+            v.create_exchange(n, *kind, true, false, *internal, FieldTable::default());
+        }
+        v
+    }
+
+    // ---- exchanges -------------------------------------------------------------------------
+
+    fn create_exchange(
+        &mut self,
+        name: &str,
+        kind: ExchangeKind,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: FieldTable,
+    ) -> ExchangeId {
+        let id = self.free_exchange_ids.pop().unwrap_or_else(|| {
+            self.next_exchange += 1;
+            ExchangeId(self.next_exchange - 1)
+        });
+        let alternate = arguments
+            .inner()
+            .get("alternate-exchange")
+            .and_then(args::string);
+        self.routes
+            .declare_exchange(id, kind)
+            .expect("exchange ids are allocated once");
+        self.exchanges.insert(
+            id,
+            Exchange {
+                id,
+                name: name.to_string(),
+                kind,
+                durable,
+                auto_delete,
+                internal,
+                arguments,
+                alternate,
+            },
+        );
+        self.exchanges_by_name.insert(name.to_string(), id);
+        id
+    }
+
+    fn exchange_id(&self, name: &str) -> Result<ExchangeId> {
+        self.exchanges_by_name
+            .get(name)
+            .copied()
+            .ok_or_else(|| AmqpError::no_exchange(name, &self.name))
+    }
+
+    fn refuse_default(name: &str) -> Result<()> {
+        if name.is_empty() {
+            return Err(AmqpError::access_refused(
+                "operation not permitted on the default exchange",
+            ));
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn exchange_declare(
+        &mut self,
+        name: &str,
+        kind: &str,
+        passive: bool,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: FieldTable,
+    ) -> Result<()> {
+        if passive {
+            Self::refuse_default(name)?;
+            self.exchange_id(name)?;
+            return Ok(());
+        }
+        let kind_parsed = kind_from_name(kind)
+            .ok_or_else(|| AmqpError::command_invalid(format!("unknown exchange type '{kind}'")))?;
+        Self::refuse_default(name)?;
+        if let Some(id) = self.exchanges_by_name.get(name) {
+            let x = &self.exchanges[id];
+            let what = format!("for exchange '{}' in vhost '{}'", name, self.name);
+            if x.kind != kind_parsed {
+                return Err(AmqpError::precondition(format!(
+                    "inequivalent arg 'type' {what}: received '{kind}' but current is '{}'",
+                    kind_name(x.kind)
+                )));
+            }
+            for (arg, got, cur) in [
+                ("durable", durable, x.durable),
+                ("auto_delete", auto_delete, x.auto_delete),
+                ("internal", internal, x.internal),
+            ] {
+                if got != cur {
+                    return Err(AmqpError::precondition(format!(
+                        "inequivalent arg '{arg}' {what}: received '{got}' but current is '{cur}'"
+                    )));
+                }
+            }
+            return Ok(());
+        }
+        if name.starts_with("amq.") {
+            return Err(AmqpError::access_refused(format!(
+                "exchange name '{name}' contains reserved prefix 'amq.*'"
+            )));
+        }
+        self.create_exchange(name, kind_parsed, durable, auto_delete, internal, arguments);
+        Ok(())
+    }
+
+    pub fn exchange_delete(&mut self, name: &str, if_unused: bool) -> Result<()> {
+        Self::refuse_default(name)?;
+        let Some(&id) = self.exchanges_by_name.get(name) else {
+            return Ok(());
+        };
+        if name.starts_with("amq.") {
+            return Err(AmqpError::access_refused(format!(
+                "deletion of system exchange '{name}' in vhost '{}' not allowed",
+                self.name
+            )));
+        }
+        if if_unused && self.routes.has_bindings_as_source(id) {
+            return Err(AmqpError::precondition(format!(
+                "exchange '{name}' in vhost '{}' in use",
+                self.name
+            )));
+        }
+        self.delete_exchange_by_id(id);
+        Ok(())
+    }
+
+    fn delete_exchange_by_id(&mut self, id: ExchangeId) {
+        let orphaned = self.routes.delete_exchange(id).unwrap_or_default();
+        if let Some(x) = self.exchanges.remove(&id) {
+            self.exchanges_by_name.remove(&x.name);
+            self.free_exchange_ids.push(id);
+        }
+        self.delete_orphaned_auto_delete(orphaned);
+    }
+
+    fn delete_orphaned_auto_delete(&mut self, orphaned: Vec<ExchangeId>) {
+        for src in orphaned {
+            if self.exchanges.get(&src).is_some_and(|x| x.auto_delete) {
+                self.delete_exchange_by_id(src);
+            }
+        }
+    }
+
+    pub fn exchange_bind(
+        &mut self,
+        destination: &str,
+        source: &str,
+        key: &str,
+        arguments: &FieldTable,
+    ) -> Result<()> {
+        Self::refuse_default(destination)?;
+        Self::refuse_default(source)?;
+        let dst = self.exchange_id(destination)?;
+        let src = self.exchange_id(source)?;
+        self.routes
+            .bind(src, Destination::Exchange(dst), key.as_bytes(), arguments)
+            .map_err(routing_error)?;
+        Ok(())
+    }
+
+    pub fn exchange_unbind(
+        &mut self,
+        destination: &str,
+        source: &str,
+        key: &str,
+        arguments: &FieldTable,
+    ) -> Result<()> {
+        Self::refuse_default(destination)?;
+        Self::refuse_default(source)?;
+        let dst = self.exchange_id(destination)?;
+        let src = self.exchange_id(source)?;
+        let unbound = self
+            .routes
+            .unbind(src, Destination::Exchange(dst), key.as_bytes(), arguments)
+            .map_err(routing_error)?;
+        if unbound.source_unused {
+            self.delete_orphaned_auto_delete(vec![src]);
+        }
+        Ok(())
+    }
+
+    // ---- queues ----------------------------------------------------------------------------
+
+    fn queue_id(&self, name: &str) -> Result<QueueId> {
+        self.queues_by_name
+            .get(name)
+            .copied()
+            .ok_or_else(|| AmqpError::no_queue(name, &self.name))
+    }
+
+    /// The queue, if the connection may use it (exclusive queues belong to one connection).
+    fn usable_queue(&mut self, name: &str, conn: ConnId) -> Result<&mut Queue> {
+        let id = self.queue_id(name)?;
+        let vhost = self.name.clone();
+        let q = self.queues.get_mut(&id).expect("indexed queue exists");
+        if q.exclusive_owner.is_some_and(|o| o != conn) {
+            return Err(locked(name, &vhost));
+        }
+        Ok(q)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn queue_declare(
+        &mut self,
+        conn: ConnId,
+        name: &str,
+        passive: bool,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        arguments: FieldTable,
+        now_ms: u64,
+    ) -> Result<DeclareOk> {
+        if passive {
+            let q = self.usable_queue(name, conn)?;
+            q.last_used_ms = now_ms;
+            return Ok(DeclareOk {
+                queue: q.name.clone(),
+                message_count: q.message_count() as u32,
+                consumer_count: q.consumers.len() as u32,
+            });
+        }
+        let name = if name.is_empty() {
+            generate_name("amq.gen-")
+        } else {
+            name.to_string()
+        };
+        if let Some(&id) = self.queues_by_name.get(&name) {
+            let vhost = self.name.clone();
+            let q = self.queues.get_mut(&id).expect("indexed queue exists");
+            if q.exclusive_owner.is_some_and(|o| o != conn)
+                || (q.exclusive_owner.is_some() != exclusive)
+            {
+                return Err(locked(&name, &vhost));
+            }
+            check_queue_equivalence(q, durable, auto_delete, &arguments, &vhost)?;
+            q.last_used_ms = now_ms;
+            return Ok(DeclareOk {
+                queue: name,
+                message_count: q.message_count() as u32,
+                consumer_count: q.consumers.len() as u32,
+            });
+        }
+        if name.starts_with("amq.") && !name.starts_with("amq.gen-") {
+            return Err(AmqpError::access_refused(format!(
+                "queue name '{name}' contains reserved prefix 'amq.*'"
+            )));
+        }
+        let config = QueueConfig::parse(&arguments, &name, &self.name)?;
+        if config.queue_type == QueueType::Quorum {
+            let bad = |p: &str| {
+                AmqpError::precondition(format!(
+                    "invalid property '{p}' for queue '{name}' in vhost '{}'",
+                    self.name
+                ))
+            };
+            if !durable {
+                return Err(bad("non-durable"));
+            }
+            if exclusive {
+                return Err(bad("exclusive"));
+            }
+            if auto_delete {
+                return Err(bad("auto-delete"));
+            }
+            for unsupported in ["x-max-priority", "x-queue-mode"] {
+                if arguments.inner().contains_key(unsupported) {
+                    return Err(AmqpError::precondition(format!(
+                        "invalid arg '{unsupported}' for queue '{name}' in vhost '{}' of queue type rabbit_quorum_queue",
+                        self.name
+                    )));
+                }
+            }
+            if config.overflow == Overflow::RejectPublishDlx {
+                return Err(AmqpError::precondition(format!(
+                    "invalid arg 'x-overflow' with value 'reject-publish-dlx' for queue '{name}' in vhost '{}' of queue type rabbit_quorum_queue",
+                    self.name
+                )));
+            }
+        }
+        let id = self.free_queue_ids.pop().unwrap_or_else(|| {
+            self.next_queue += 1;
+            QueueId(self.next_queue - 1)
+        });
+        let owner = exclusive.then_some(conn);
+        let q = Queue::new(
+            id,
+            name.clone(),
+            durable,
+            owner,
+            auto_delete,
+            arguments,
+            config,
+            now_ms,
+        );
+        self.queues.insert(id, q);
+        self.queues_by_name.insert(name.clone(), id);
+        Ok(DeclareOk {
+            queue: name,
+            message_count: 0,
+            consumer_count: 0,
+        })
+    }
+
+    pub fn queue_bind(
+        &mut self,
+        conn: ConnId,
+        queue: &str,
+        exchange: &str,
+        key: &str,
+        arguments: &FieldTable,
+    ) -> Result<()> {
+        Self::refuse_default(exchange)?;
+        let qid = self.usable_queue(queue, conn)?.id;
+        let xid = self.exchange_id(exchange)?;
+        self.routes
+            .bind(xid, Destination::Queue(qid), key.as_bytes(), arguments)
+            .map_err(routing_error)?;
+        Ok(())
+    }
+
+    pub fn queue_unbind(
+        &mut self,
+        conn: ConnId,
+        queue: &str,
+        exchange: &str,
+        key: &str,
+        arguments: &FieldTable,
+    ) -> Result<()> {
+        Self::refuse_default(exchange)?;
+        let qid = self.usable_queue(queue, conn)?.id;
+        let xid = self.exchange_id(exchange)?;
+        let unbound = self
+            .routes
+            .unbind(xid, Destination::Queue(qid), key.as_bytes(), arguments)
+            .map_err(routing_error)?;
+        if unbound.source_unused {
+            self.delete_orphaned_auto_delete(vec![xid]);
+        }
+        Ok(())
+    }
+
+    pub fn queue_purge(&mut self, conn: ConnId, queue: &str) -> Result<u32> {
+        let q = self.usable_queue(queue, conn)?;
+        Ok(q.backlog.clear().len() as u32)
+    }
+
+    pub fn queue_delete(
+        &mut self,
+        conn: ConnId,
+        queue: &str,
+        if_unused: bool,
+        if_empty: bool,
+    ) -> Result<u32> {
+        let vhost = self.name.clone();
+        let q = match self.usable_queue(queue, conn) {
+            Ok(q) => q,
+            Err(e) if e.code == warren_protocol::constants::NOT_FOUND => return Ok(0),
+            Err(e) => return Err(e),
+        };
+        if if_unused && !q.consumers.is_empty() {
+            return Err(AmqpError::precondition(format!(
+                "queue '{queue}' in vhost '{vhost}' in use"
+            )));
+        }
+        if if_empty && !q.backlog.is_empty() {
+            return Err(AmqpError::precondition(format!(
+                "queue '{queue}' in vhost '{vhost}' is not empty"
+            )));
+        }
+        let id = q.id;
+        Ok(self.delete_queue_by_id(id))
+    }
+
+    /// Removes a queue with its bindings and tells its consumers (basic.cancel); returns how
+    /// many ready messages it held.
+    fn delete_queue_by_id(&mut self, id: QueueId) -> u32 {
+        let Some(mut q) = self.queues.remove(&id) else {
+            return 0;
+        };
+        self.queues_by_name.remove(&q.name);
+        let orphaned = self
+            .routes
+            .remove_destination(Destination::Queue(id))
+            .unwrap_or_default();
+        // The id will be reused: deliveries still unacked elsewhere must not settle into the
+        // next queue that gets it. Acking them stays legal, as in RabbitMQ.
+        for ch in self.channels.values_mut() {
+            for u in ch.unacked.iter_mut().filter(|u| u.queue == id) {
+                u.queue = GONE;
+            }
+        }
+        self.free_queue_ids.push(id);
+        for c in q.consumers.drain(..) {
+            if let Some(ch) = self.channels.get_mut(&c.channel) {
+                ch.consumers.remove(&c.tag);
+                let cancel =
+                    Method::Other(AMQPClass::Basic(basic::AMQPMethod::Cancel(basic::Cancel {
+                        consumer_tag: String::from_utf8_lossy(&c.tag).as_ref().into(),
+                        nowait: true,
+                    })));
+                let number = ch.number;
+                ch.outbox.push(|buf| cancel.encode(number, buf));
+            }
+        }
+        self.delete_orphaned_auto_delete(orphaned);
+        q.backlog.len() as u32
+    }
+
+    /// Exclusive queues die with their connection.
+    pub fn connection_closed(&mut self, conn: ConnId) {
+        let owned: Vec<QueueId> = self
+            .queues
+            .values()
+            .filter(|q| q.exclusive_owner == Some(conn))
+            .map(|q| q.id)
+            .collect();
+        for id in owned {
+            self.delete_queue_by_id(id);
+        }
+    }
+
+    // ---- publishing ------------------------------------------------------------------------
+
+    /// Routes and enqueues a message, then delivers what consumers have credit for.
+    pub fn publish(
+        &mut self,
+        exchange: &str,
+        message: Message,
+        props: &Properties,
+        now_ms: u64,
+    ) -> Result<PublishOutcome> {
+        let mut targets = std::mem::take(&mut self.scratch);
+        targets.clear();
+        let result = self.route(exchange, &message, props, &mut targets);
+        let outcome = match result {
+            Ok(()) => {
+                let message = self.strip_bcc(message, props);
+                Ok(self.enqueue_all(&targets, Arc::new(message), now_ms))
+            }
+            Err(e) => Err(e),
+        };
+        self.scratch = targets;
+        outcome
+    }
+
+    fn route(
+        &mut self,
+        exchange: &str,
+        message: &Message,
+        props: &Properties,
+        out: &mut Vec<QueueId>,
+    ) -> Result<()> {
+        let headers = match &props.headers {
+            Some(raw)
+                if needs_headers(raw)
+                    || self.exchange_kind(exchange) == Some(ExchangeKind::Headers) =>
+            {
+                props.headers_table().ok().flatten()
+            }
+            _ => None,
+        };
+        let mut keys: Vec<Bytes> = vec![message.routing_key.clone()];
+        if let Some(h) = &headers {
+            for name in ["CC", "BCC"] {
+                if let Some(AMQPValue::FieldArray(a)) = h.inner().get(name) {
+                    keys.extend(
+                        a.as_slice()
+                            .iter()
+                            .filter_map(args::string)
+                            .map(Bytes::from),
+                    );
+                }
+            }
+        }
+        if exchange.is_empty() {
+            for k in &keys {
+                if let Some(&q) = std::str::from_utf8(k)
+                    .ok()
+                    .and_then(|k| self.queues_by_name.get(k))
+                {
+                    if !out.contains(&q) {
+                        out.push(q);
+                    }
+                }
+            }
+            return Ok(());
+        }
+        let id = self.exchange_id(exchange)?;
+        let x = &self.exchanges[&id];
+        if x.internal {
+            return Err(AmqpError::access_refused(format!(
+                "cannot publish to internal exchange '{exchange}' in vhost '{}'",
+                self.name
+            )));
+        }
+        self.route_from(id, &keys, headers.as_ref(), out);
+        // Alternate exchanges, followed by name as RabbitMQ does, each visited at most once.
+        let mut seen = HashSet::new();
+        let mut current = id;
+        while out.is_empty() {
+            seen.insert(current);
+            let Some(alt) = self
+                .exchanges
+                .get(&current)
+                .and_then(|x| x.alternate.clone())
+            else {
+                break;
+            };
+            let Some(&alt_id) = self.exchanges_by_name.get(&alt) else {
+                break;
+            };
+            if seen.contains(&alt_id) {
+                break;
+            }
+            self.route_from(alt_id, &keys, headers.as_ref(), out);
+            current = alt_id;
+        }
+        Ok(())
+    }
+
+    fn route_from(
+        &mut self,
+        id: ExchangeId,
+        keys: &[Bytes],
+        headers: Option<&FieldTable>,
+        out: &mut Vec<QueueId>,
+    ) {
+        if keys.len() == 1 {
+            let _ = self.routes.route(id, &keys[0], headers, out);
+            return;
+        }
+        let mut one = Vec::new();
+        for k in keys {
+            one.clear();
+            let _ = self.routes.route(id, k, headers, &mut one);
+            for q in &one {
+                if !out.contains(q) {
+                    out.push(*q);
+                }
+            }
+        }
+    }
+
+    fn exchange_kind(&self, name: &str) -> Option<ExchangeKind> {
+        self.exchanges_by_name
+            .get(name)
+            .map(|id| self.exchanges[id].kind)
+    }
+
+    /// BCC recipients must not see the BCC header, as RabbitMQ strips it before delivery.
+    fn strip_bcc(&self, message: Message, props: &Properties) -> Message {
+        let Some(raw) = &props.headers else {
+            return message;
+        };
+        if !raw.windows(4).any(|w| w == b"\x03BCC") {
+            return message;
+        }
+        let Ok(Some(mut table)) = props.headers_table() else {
+            return message;
+        };
+        let mut inner = table.inner().clone();
+        if inner.remove("BCC").is_none() {
+            return message;
+        }
+        table = FieldTable::from(inner);
+        let mut p = props.clone();
+        p.set_headers_table(Some(&table));
+        Message {
+            properties: p.encode(),
+            ..message
+        }
+    }
+
+    fn enqueue_all(&mut self, targets: &[QueueId], msg: MessageRef, now_ms: u64) -> PublishOutcome {
+        let mut outcome = PublishOutcome::default();
+        let mut dead = Vec::new();
+        for &qid in targets {
+            let Some(q) = self.queues.get_mut(&qid) else {
+                continue;
+            };
+            if q.over_limit(msg.size_bytes()) && q.config.overflow != Overflow::DropHead {
+                outcome.rejected = true;
+                if q.config.overflow == Overflow::RejectPublishDlx {
+                    let qm = QueuedMessage {
+                        msg: msg.clone(),
+                        redelivered: false,
+                        delivery_count: 0,
+                        expires_at_ms: None,
+                    };
+                    dead.push(DeadLetter {
+                        queue: q.name.clone(),
+                        config: q.config.clone(),
+                        message: qm,
+                        reason: "maxlen",
+                    });
+                }
+                continue;
+            }
+            outcome.routed = true;
+            let ttl = match (q.config.message_ttl_ms, msg.expiration_ms) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            q.backlog.push_back(QueuedMessage {
+                msg: msg.clone(),
+                redelivered: false,
+                delivery_count: 0,
+                expires_at_ms: ttl.map(|t| now_ms + t),
+            });
+            while q.exceeds_limit() {
+                let Some(m) = q.backlog.pop_front() else {
+                    break;
+                };
+                dead.push(DeadLetter {
+                    queue: q.name.clone(),
+                    config: q.config.clone(),
+                    message: m,
+                    reason: "maxlen",
+                });
+            }
+            self.dispatch(qid, now_ms);
+        }
+        if targets.is_empty() {
+            outcome.routed = false;
+        }
+        self.dead_letter(dead, now_ms);
+        outcome
+    }
+
+    // ---- dispatch --------------------------------------------------------------------------
+
+    /// Hands ready messages of one queue to consumers with credit.
+    fn dispatch(&mut self, qid: QueueId, now_ms: u64) {
+        let mut dead = Vec::new();
+        {
+            let VHost {
+                queues, channels, ..
+            } = self;
+            let Some(q) = queues.get_mut(&qid) else {
+                return;
+            };
+            loop {
+                while let Some(head) = q.backlog.peek() {
+                    if head.expires_at_ms.is_some_and(|t| t < now_ms) {
+                        let m = q.backlog.pop_front().expect("peeked");
+                        dead.push(DeadLetter {
+                            queue: q.name.clone(),
+                            config: q.config.clone(),
+                            message: m,
+                            reason: "expired",
+                        });
+                    } else {
+                        break;
+                    }
+                }
+                if q.backlog.is_empty() || q.consumers.is_empty() {
+                    break;
+                }
+                let pick = q.pick_consumer(|c| {
+                    channels
+                        .get(&c.channel)
+                        .is_some_and(|ch| (c.no_ack || ch.can_take()) && !ch.outbox.is_congested())
+                });
+                let Some(ci) = pick else { break };
+                let m = q.backlog.pop_front().expect("backlog not empty");
+                let consumer = &mut q.consumers[ci];
+                let ch = channels
+                    .get_mut(&consumer.channel)
+                    .expect("consumer's channel exists");
+                let tag = ch.next_delivery_tag();
+                deliver(
+                    ch,
+                    &consumer.tag,
+                    tag,
+                    &m,
+                    q.config.queue_type == QueueType::Quorum,
+                );
+                if !consumer.no_ack {
+                    consumer.unacked += 1;
+                    q.unacked += 1;
+                    ch.record(Unacked {
+                        tag,
+                        queue: qid,
+                        consumer_tag: Some(consumer.tag.clone()),
+                        message: m,
+                        settled: false,
+                    });
+                }
+            }
+        }
+        self.dead_letter(dead, now_ms);
+    }
+
+    // ---- consumers -------------------------------------------------------------------------
+
+    pub fn channel_open(
+        &mut self,
+        key: ChannelKey,
+        conn: ConnId,
+        number: u16,
+        outbox: Arc<Outbox>,
+        user: &str,
+    ) {
+        self.channels.insert(
+            key,
+            ChannelState::new(conn, number, outbox, user.to_string()),
+        );
+    }
+
+    /// Cancels the channel's consumers and requeues everything it had not acknowledged.
+    pub fn channel_close(&mut self, key: ChannelKey, now_ms: u64) {
+        let Some(mut ch) = self.channels.remove(&key) else {
+            return;
+        };
+        let consumers: Vec<(Bytes, QueueId)> = ch.consumers.drain().collect();
+        let unacked = ch.drain_unacked();
+        let mut touched: Vec<QueueId> = Vec::new();
+        for (tag, qid) in consumers {
+            self.remove_consumer(qid, key, &tag);
+            touched.push(qid);
+        }
+        for u in unacked.into_iter().rev() {
+            if let Some(q) = self.queues.get_mut(&u.queue) {
+                q.unacked = q.unacked.saturating_sub(1);
+                let mut m = u.message;
+                m.redelivered = true;
+                m.delivery_count += 1;
+                q.backlog.push_front(m);
+                if !touched.contains(&u.queue) {
+                    touched.push(u.queue);
+                }
+            }
+        }
+        for qid in touched {
+            self.after_consumer_change(qid, now_ms);
+        }
+    }
+
+    fn remove_consumer(&mut self, qid: QueueId, channel: ChannelKey, tag: &[u8]) {
+        if let Some(q) = self.queues.get_mut(&qid) {
+            q.consumers
+                .retain(|c| !(c.channel == channel && c.tag == tag));
+            if q.next_consumer >= q.consumers.len() {
+                q.next_consumer = 0;
+            }
+        }
+    }
+
+    /// Auto-delete queues go once their last consumer is gone; others get a dispatch pass.
+    fn after_consumer_change(&mut self, qid: QueueId, now_ms: u64) {
+        let Some(q) = self.queues.get(&qid) else {
+            return;
+        };
+        if q.auto_delete && q.had_consumer && q.consumers.is_empty() {
+            self.delete_queue_by_id(qid);
+        } else {
+            self.dispatch(qid, now_ms);
+        }
+    }
+
+    pub fn basic_qos(&mut self, key: ChannelKey, prefetch_count: u16, global: bool, now_ms: u64) {
+        let Some(ch) = self.channels.get_mut(&key) else {
+            return;
+        };
+        if global {
+            ch.channel_prefetch = prefetch_count as u32;
+        } else {
+            ch.consumer_prefetch = prefetch_count as u32;
+        }
+        let queues: Vec<QueueId> = ch.consumers.values().copied().collect();
+        for q in queues {
+            self.dispatch(q, now_ms);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn basic_consume(
+        &mut self,
+        key: ChannelKey,
+        queue: &str,
+        tag: &str,
+        no_ack: bool,
+        exclusive: bool,
+        arguments: FieldTable,
+        now_ms: u64,
+    ) -> Result<String> {
+        let ch = self.channels.get(&key).expect("consume on an open channel");
+        let conn = ch.conn;
+        let prefetch = ch.consumer_prefetch;
+        let tag = if tag.is_empty() {
+            generate_name("amq.ctag-")
+        } else {
+            tag.to_string()
+        };
+        if ch.consumers.contains_key(tag.as_bytes()) {
+            return Err(AmqpError::not_allowed(format!(
+                "attempt to reuse consumer tag '{tag}'"
+            )));
+        }
+        let priority = match arguments.inner().get("x-priority") {
+            None => 0,
+            Some(v) => args::integer(v).ok_or_else(|| {
+                AmqpError::precondition(format!(
+                    "invalid arg 'x-priority' for consumer '{tag}': {{unacceptable_type,{}}}",
+                    args::type_name(v)
+                ))
+            })? as i32,
+        };
+        let vhost = self.name.clone();
+        let q = self.usable_queue(queue, conn)?;
+        if q.consumers.iter().any(|c| c.exclusive) || (exclusive && !q.consumers.is_empty()) {
+            return Err(AmqpError::access_refused(format!(
+                "queue '{queue}' in vhost '{vhost}' in exclusive use"
+            )));
+        }
+        let tag_bytes = Bytes::from(tag.clone());
+        q.consumers.push(Consumer {
+            channel: key,
+            tag: tag_bytes.clone(),
+            no_ack,
+            exclusive,
+            priority,
+            prefetch,
+            unacked: 0,
+            arguments,
+        });
+        q.had_consumer = true;
+        q.last_used_ms = now_ms;
+        let qid = q.id;
+        self.channels
+            .get_mut(&key)
+            .expect("checked above")
+            .consumers
+            .insert(tag_bytes, qid);
+        Ok(tag)
+    }
+
+    /// Dispatch after the consume-ok went out, so deliveries never precede it.
+    pub fn kick(&mut self, queue: &str, now_ms: u64) {
+        if let Some(&qid) = self.queues_by_name.get(queue) {
+            self.dispatch(qid, now_ms);
+        }
+    }
+
+    pub fn basic_cancel(&mut self, key: ChannelKey, tag: &str, now_ms: u64) -> bool {
+        let Some(ch) = self.channels.get_mut(&key) else {
+            return false;
+        };
+        let Some(qid) = ch.consumers.remove(tag.as_bytes()) else {
+            return false;
+        };
+        self.remove_consumer(qid, key, tag.as_bytes());
+        self.after_consumer_change(qid, now_ms);
+        true
+    }
+
+    pub fn basic_get(
+        &mut self,
+        key: ChannelKey,
+        queue: &str,
+        no_ack: bool,
+        now_ms: u64,
+    ) -> Result<GetResult> {
+        let conn = self
+            .channels
+            .get(&key)
+            .expect("get on an open channel")
+            .conn;
+        let qid = self.usable_queue(queue, conn)?.id;
+        // Expire heads first so get never returns a dead message.
+        self.dispatch(qid, now_ms);
+        let VHost {
+            queues, channels, ..
+        } = self;
+        let q = queues.get_mut(&qid).expect("queue exists");
+        q.last_used_ms = now_ms;
+        while q
+            .backlog
+            .peek()
+            .is_some_and(|h| h.expires_at_ms.is_some_and(|t| t < now_ms))
+        {
+            q.backlog.pop_front();
+        }
+        let Some(m) = q.backlog.pop_front() else {
+            return Ok(GetResult::Empty);
+        };
+        let ch = channels.get_mut(&key).expect("checked above");
+        let tag = ch.next_delivery_tag();
+        let remaining = q.backlog.len() as u32;
+        let number = ch.number;
+        let frame_max = ch.outbox.frame_max();
+        let props = delivery_properties(&m, q.config.queue_type == QueueType::Quorum);
+        let get_ok = Method::GetOk(warren_protocol::method::GetOk {
+            delivery_tag: tag,
+            redelivered: m.redelivered,
+            exchange: m.msg.exchange.clone(),
+            routing_key: m.msg.routing_key.clone(),
+            message_count: remaining,
+        });
+        ch.outbox.push(|buf| {
+            get_ok.encode(number, buf);
+            encode_header(buf, number, 60, m.msg.body.len() as u64, &props);
+            encode_body(buf, number, &m.msg.body, frame_max);
+        });
+        if !no_ack {
+            q.unacked += 1;
+            ch.record(Unacked {
+                tag,
+                queue: qid,
+                consumer_tag: None,
+                message: m,
+                settled: false,
+            });
+        }
+        Ok(GetResult::Delivered)
+    }
+
+    /// basic.ack; an unknown tag is 406 PRECONDITION_FAILED as in RabbitMQ.
+    pub fn basic_ack(
+        &mut self,
+        key: ChannelKey,
+        tag: u64,
+        multiple: bool,
+        now_ms: u64,
+    ) -> Result<()> {
+        let settled = self.settle(key, tag, multiple)?;
+        let mut touched = Vec::new();
+        for u in &settled {
+            if !touched.contains(&u.queue) {
+                touched.push(u.queue);
+            }
+        }
+        for q in touched {
+            self.dispatch(q, now_ms);
+        }
+        Ok(())
+    }
+
+    /// basic.nack and basic.reject: requeue at the head, or dead-letter.
+    pub fn basic_nack(
+        &mut self,
+        key: ChannelKey,
+        tag: u64,
+        multiple: bool,
+        requeue: bool,
+        now_ms: u64,
+    ) -> Result<()> {
+        let settled = self.settle(key, tag, multiple)?;
+        let mut touched = Vec::new();
+        let mut dead = Vec::new();
+        for u in settled.into_iter().rev() {
+            let Some(q) = self.queues.get_mut(&u.queue) else {
+                continue;
+            };
+            let mut m = u.message;
+            if requeue {
+                m.redelivered = true;
+                m.delivery_count += 1;
+                if q.config
+                    .delivery_limit
+                    .is_some_and(|l| m.delivery_count as u64 > l)
+                {
+                    dead.push(DeadLetter {
+                        queue: q.name.clone(),
+                        config: q.config.clone(),
+                        message: m,
+                        reason: "delivery_limit",
+                    });
+                } else {
+                    q.backlog.push_front(m);
+                }
+            } else {
+                dead.push(DeadLetter {
+                    queue: q.name.clone(),
+                    config: q.config.clone(),
+                    message: m,
+                    reason: "rejected",
+                });
+            }
+            if !touched.contains(&u.queue) {
+                touched.push(u.queue);
+            }
+        }
+        for q in touched {
+            self.dispatch(q, now_ms);
+        }
+        self.dead_letter(dead, now_ms);
+        Ok(())
+    }
+
+    fn settle(&mut self, key: ChannelKey, tag: u64, multiple: bool) -> Result<Vec<Unacked>> {
+        let ch = self.channels.get_mut(&key).expect("ack on an open channel");
+        let settled = ch
+            .settle(tag, multiple)
+            .ok_or_else(|| AmqpError::precondition(format!("unknown delivery tag {tag}")))?;
+        for u in &settled {
+            if let Some(q) = self.queues.get_mut(&u.queue) {
+                q.unacked = q.unacked.saturating_sub(1);
+                if let Some(ct) = &u.consumer_tag {
+                    if let Some(c) = q
+                        .consumers
+                        .iter_mut()
+                        .find(|c| c.channel == key && c.tag == ct)
+                    {
+                        c.unacked = c.unacked.saturating_sub(1);
+                    }
+                }
+            }
+        }
+        Ok(settled)
+    }
+
+    /// basic.recover: RabbitMQ requeues every unacked message whatever `requeue` says.
+    pub fn basic_recover(&mut self, key: ChannelKey, now_ms: u64) {
+        let Some(ch) = self.channels.get_mut(&key) else {
+            return;
+        };
+        let unacked = ch.drain_unacked();
+        let mut touched = Vec::new();
+        for u in unacked.into_iter().rev() {
+            let Some(q) = self.queues.get_mut(&u.queue) else {
+                continue;
+            };
+            q.unacked = q.unacked.saturating_sub(1);
+            if let Some(ct) = &u.consumer_tag {
+                if let Some(c) = q
+                    .consumers
+                    .iter_mut()
+                    .find(|c| c.channel == key && c.tag == ct)
+                {
+                    c.unacked = c.unacked.saturating_sub(1);
+                }
+            }
+            let mut m = u.message;
+            m.redelivered = true;
+            m.delivery_count += 1;
+            q.backlog.push_front(m);
+            if !touched.contains(&u.queue) {
+                touched.push(u.queue);
+            }
+        }
+        for q in touched {
+            self.dispatch(q, now_ms);
+        }
+    }
+
+    pub fn channel_flow(&mut self, key: ChannelKey, active: bool, now_ms: u64) {
+        let Some(ch) = self.channels.get_mut(&key) else {
+            return;
+        };
+        ch.flow_active = active;
+        if active {
+            let queues: Vec<QueueId> = ch.consumers.values().copied().collect();
+            for q in queues {
+                self.dispatch(q, now_ms);
+            }
+        }
+    }
+
+    /// Resumes deliveries to a connection whose outbox had filled up.
+    pub fn resume_connection(&mut self, conn: ConnId, now_ms: u64) {
+        let queues: Vec<QueueId> = self
+            .channels
+            .values()
+            .filter(|c| c.conn == conn)
+            .flat_map(|c| c.consumers.values().copied())
+            .collect();
+        for q in queues {
+            self.dispatch(q, now_ms);
+        }
+    }
+
+    // ---- time ------------------------------------------------------------------------------
+
+    /// Expires messages at queue heads and queues unused past x-expires.
+    pub fn tick(&mut self, now_ms: u64) {
+        let ids: Vec<QueueId> = self.queues.keys().copied().collect();
+        for id in ids {
+            let Some(q) = self.queues.get(&id) else {
+                continue;
+            };
+            if let Some(expires) = q.config.expires_ms {
+                if q.consumers.is_empty() && now_ms.saturating_sub(q.last_used_ms) >= expires {
+                    self.delete_queue_by_id(id);
+                    continue;
+                }
+            }
+            if q.backlog
+                .peek()
+                .is_some_and(|h| h.expires_at_ms.is_some_and(|t| t < now_ms))
+            {
+                self.dispatch(id, now_ms);
+            }
+        }
+    }
+
+    // ---- dead-lettering --------------------------------------------------------------------
+
+    fn dead_letter(&mut self, mut work: Vec<DeadLetter>, now_ms: u64) {
+        let mut hops = 0;
+        while !work.is_empty() && hops < DEAD_LETTER_HOPS_MAX {
+            hops += 1;
+            let batch = std::mem::take(&mut work);
+            for d in batch {
+                let Some(dlx) = d.config.dead_letter_exchange.clone() else {
+                    continue;
+                };
+                let Ok(props) = Properties::decode(&d.message.msg.properties) else {
+                    continue;
+                };
+                let (msg, props) = dead_lettered_message(&d, &props, now_ms);
+                let mut targets = Vec::new();
+                if self.route(&dlx, &msg, &props, &mut targets).is_err() {
+                    continue;
+                }
+                let deaths = props.headers_table().ok().flatten();
+                targets.retain(|t| {
+                    !self
+                        .queues
+                        .get(t)
+                        .is_some_and(|q| is_cycle(deaths.as_ref(), &q.name))
+                });
+                let msg = Arc::new(msg);
+                for qid in targets {
+                    let Some(q) = self.queues.get_mut(&qid) else {
+                        continue;
+                    };
+                    if q.over_limit(msg.size_bytes()) && q.config.overflow != Overflow::DropHead {
+                        continue;
+                    }
+                    let ttl = match (q.config.message_ttl_ms, msg.expiration_ms) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    q.backlog.push_back(QueuedMessage {
+                        msg: msg.clone(),
+                        redelivered: false,
+                        delivery_count: 0,
+                        expires_at_ms: ttl.map(|t| now_ms + t),
+                    });
+                    while q.exceeds_limit() {
+                        let Some(m) = q.backlog.pop_front() else {
+                            break;
+                        };
+                        work.push(DeadLetter {
+                            queue: q.name.clone(),
+                            config: q.config.clone(),
+                            message: m,
+                            reason: "maxlen",
+                        });
+                    }
+                    self.dispatch(qid, now_ms);
+                }
+            }
+        }
+    }
+
+    // ---- introspection ---------------------------------------------------------------------
+
+    pub fn queue_names(&self) -> Vec<String> {
+        self.queues.values().map(|q| q.name.clone()).collect()
+    }
+
+    pub fn exchange_names(&self) -> Vec<String> {
+        self.exchanges.values().map(|x| x.name.clone()).collect()
+    }
+
+    pub fn queue_stats(&self, name: &str) -> Option<(usize, usize, usize)> {
+        let q = self.queues.get(self.queues_by_name.get(name)?)?;
+        Some((q.backlog.len(), q.unacked, q.consumers.len()))
+    }
+
+    pub fn total_ready_bytes(&self) -> usize {
+        self.queues.values().map(|q| q.backlog.bytes()).sum()
+    }
+}
+
+fn routing_error(e: crate::routing::RoutingError) -> AmqpError {
+    AmqpError::new(e.reply_code(), e)
+}
+
+fn locked(name: &str, vhost: &str) -> AmqpError {
+    AmqpError::resource_locked(format!(
+        "cannot obtain exclusive access to locked queue '{name}' in vhost '{vhost}'. It could be originally declared on another connection or the exclusive property value does not match that of the original declaration."
+    ))
+}
+
+fn check_queue_equivalence(
+    q: &Queue,
+    durable: bool,
+    auto_delete: bool,
+    arguments: &FieldTable,
+    vhost: &str,
+) -> Result<()> {
+    let what = format!("for queue '{}' in vhost '{vhost}'", q.name);
+    if q.durable != durable {
+        return Err(AmqpError::precondition(format!(
+            "inequivalent arg 'durable' {what}: received '{durable}' but current is '{}'",
+            q.durable
+        )));
+    }
+    if q.auto_delete != auto_delete {
+        return Err(AmqpError::precondition(format!(
+            "inequivalent arg 'auto_delete' {what}: received '{auto_delete}' but current is '{}'",
+            q.auto_delete
+        )));
+    }
+    for key in EQUIVALENCE_KEYS {
+        let new = arguments.inner().get(*key);
+        let cur = q.arguments.inner().get(*key);
+        let same = match (new, cur) {
+            (None, None) => true,
+            (Some(a), Some(b)) => {
+                a == b
+                    || (args::integer(a).is_some() && args::integer(a) == args::integer(b))
+                    || (args::string(a).is_some() && args::string(a) == args::string(b))
+            }
+            // RabbitMQ treats a missing x-queue-type as equal to the current type.
+            (None, Some(_)) | (Some(_), None) => {
+                *key == "x-queue-type"
+                    && args::string(new.or(cur).expect("one is set")).as_deref() == Some("classic")
+            }
+        };
+        if !same {
+            let received = match new {
+                Some(v) => format!(
+                    "the value '{}' of type '{}'",
+                    args::render(v),
+                    args::type_name(v)
+                ),
+                None => "none".to_string(),
+            };
+            let current = match cur {
+                Some(v) => format!(
+                    "the value '{}' of type '{}'",
+                    args::render(v),
+                    args::type_name(v)
+                ),
+                None => "none".to_string(),
+            };
+            return Err(AmqpError::precondition(format!(
+                "inequivalent arg '{key}' {what}: received {received} but current is {current}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a headers table might carry CC/BCC, checked on the raw bytes before parsing it.
+fn needs_headers(raw: &[u8]) -> bool {
+    raw.windows(3).any(|w| w == b"\x02CC") || raw.windows(4).any(|w| w == b"\x03BCC")
+}
+
+/// The properties a consumer sees: the publisher's bytes, plus x-delivery-count on quorum
+/// queue redeliveries.
+fn delivery_properties(m: &QueuedMessage, quorum: bool) -> Bytes {
+    if !quorum || m.delivery_count == 0 {
+        return m.msg.properties.clone();
+    }
+    let Ok(mut p) = Properties::decode(&m.msg.properties) else {
+        return m.msg.properties.clone();
+    };
+    let mut table = p.headers_table().ok().flatten().unwrap_or_default();
+    table.insert(
+        "x-delivery-count".into(),
+        AMQPValue::LongLongInt(m.delivery_count as i64),
+    );
+    p.set_headers_table(Some(&table));
+    p.encode()
+}
+
+fn deliver(ch: &ChannelState, consumer_tag: &[u8], tag: u64, m: &QueuedMessage, quorum: bool) {
+    let number = ch.number;
+    let frame_max = ch.outbox.frame_max();
+    let props = delivery_properties(m, quorum);
+    ch.outbox.push(|buf| {
+        encode_deliver(
+            buf,
+            number,
+            consumer_tag,
+            tag,
+            m.redelivered,
+            &m.msg.exchange,
+            &m.msg.routing_key,
+        );
+        encode_header(buf, number, 60, m.msg.body.len() as u64, &props);
+        encode_body(buf, number, &m.msg.body, frame_max);
+    });
+}
+
+/// The message as it leaves for the dead-letter exchange, with RabbitMQ's x-death bookkeeping.
+fn dead_lettered_message(d: &DeadLetter, props: &Properties, now_ms: u64) -> (Message, Properties) {
+    let orig = &d.message.msg;
+    let mut table = props.headers_table().ok().flatten().unwrap_or_default();
+    let mut routing_keys = vec![AMQPValue::LongString(LongString::from(
+        orig.routing_key.to_vec(),
+    ))];
+    if let Some(AMQPValue::FieldArray(cc)) = table.inner().get("CC") {
+        routing_keys.extend(cc.as_slice().iter().cloned());
+    }
+    let mut deaths: Vec<AMQPValue> = match table.inner().get("x-death") {
+        Some(AMQPValue::FieldArray(a)) => a.as_slice().to_vec(),
+        _ => Vec::new(),
+    };
+    let same = |t: &FieldTable| {
+        t.inner().get("queue").and_then(args::string).as_deref() == Some(d.queue.as_str())
+            && t.inner().get("reason").and_then(args::string).as_deref() == Some(d.reason)
+    };
+    let existing = deaths
+        .iter()
+        .position(|v| matches!(v, AMQPValue::FieldTable(t) if same(t)));
+    let entry = match existing {
+        Some(i) => {
+            let AMQPValue::FieldTable(mut t) = deaths.remove(i) else {
+                unreachable!("matched a table")
+            };
+            let count = t.inner().get("count").and_then(args::integer).unwrap_or(0) + 1;
+            t.insert("count".into(), AMQPValue::LongLongInt(count));
+            t
+        }
+        None => {
+            let mut t = FieldTable::default();
+            t.insert("count".into(), AMQPValue::LongLongInt(1));
+            t.insert(
+                "reason".into(),
+                AMQPValue::LongString(LongString::from(d.reason)),
+            );
+            t.insert(
+                "queue".into(),
+                AMQPValue::LongString(LongString::from(d.queue.as_str())),
+            );
+            t.insert("time".into(), AMQPValue::Timestamp(now_ms / 1000));
+            t.insert(
+                "exchange".into(),
+                AMQPValue::LongString(LongString::from(orig.exchange.to_vec())),
+            );
+            t.insert(
+                "routing-keys".into(),
+                AMQPValue::FieldArray(FieldArray::from(routing_keys.clone())),
+            );
+            if let Some(e) = &props.expiration {
+                t.insert(
+                    "original-expiration".into(),
+                    AMQPValue::LongString(LongString::from(e.to_vec())),
+                );
+            }
+            t
+        }
+    };
+    deaths.insert(0, AMQPValue::FieldTable(entry));
+    table.insert(
+        "x-death".into(),
+        AMQPValue::FieldArray(FieldArray::from(deaths)),
+    );
+    if !table.inner().contains_key("x-first-death-reason") {
+        table.insert(
+            "x-first-death-reason".into(),
+            AMQPValue::LongString(LongString::from(d.reason)),
+        );
+        table.insert(
+            "x-first-death-queue".into(),
+            AMQPValue::LongString(LongString::from(d.queue.as_str())),
+        );
+        table.insert(
+            "x-first-death-exchange".into(),
+            AMQPValue::LongString(LongString::from(orig.exchange.to_vec())),
+        );
+    }
+    let mut p = props.clone();
+    p.expiration = None;
+    p.set_headers_table(Some(&table));
+    let routing_key = match &d.config.dead_letter_routing_key {
+        Some(k) => Bytes::from(k.clone()),
+        None => orig.routing_key.clone(),
+    };
+    let exchange = Bytes::from(d.config.dead_letter_exchange.clone().unwrap_or_default());
+    let msg = Message {
+        exchange,
+        routing_key,
+        properties: p.encode(),
+        body: orig.body.clone(),
+        persistent: orig.persistent,
+        priority: orig.priority,
+        expiration_ms: None,
+    };
+    (msg, p)
+}
+
+/// RabbitMQ drops a dead letter that would return to a queue it already died in, unless a
+/// rejection (a client's decision, so no endless automatic loop) is part of its history.
+fn is_cycle(headers: Option<&FieldTable>, target: &str) -> bool {
+    let Some(AMQPValue::FieldArray(deaths)) = headers.and_then(|h| h.inner().get("x-death")) else {
+        return false;
+    };
+    let tables = || {
+        deaths.as_slice().iter().filter_map(|v| match v {
+            AMQPValue::FieldTable(t) => Some(t),
+            _ => None,
+        })
+    };
+    let died_there =
+        tables().any(|t| t.inner().get("queue").and_then(args::string).as_deref() == Some(target));
+    let rejected = tables()
+        .any(|t| t.inner().get("reason").and_then(args::string).as_deref() == Some("rejected"));
+    died_there && !rejected
+}
+
+fn generate_name(prefix: &str) -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut rng = rand::thread_rng();
+    let suffix: String = (0..22)
+        .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char)
+        .collect();
+    format!("{prefix}{suffix}")
+}

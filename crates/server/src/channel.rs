@@ -1,0 +1,788 @@
+//! Channel commands: what each AMQP method on an open channel does, with RabbitMQ's
+//! permission checks and reply codes. Publishing state (confirms, transactions, content being
+//! assembled) lives here; consumer state lives in the broker's vhost.
+
+use crate::connection::{Connection, Fault};
+use bytes::{Bytes, BytesMut};
+use warren_broker::error::AmqpError;
+use warren_broker::message::{parse_expiration, Message};
+use warren_broker::users::Access;
+use warren_protocol::amqp::{access, basic, channel, confirm, exchange, queue, tx, AMQPClass};
+use warren_protocol::constants::*;
+use warren_protocol::content::{encode_header, ContentHeader, Properties};
+use warren_protocol::frame::encode_body;
+use warren_protocol::method::{self, Method, Publish};
+
+/// A publish whose content is still arriving.
+pub struct Pending {
+    pub publish: Publish,
+    pub header: Option<ContentHeader>,
+    pub body: BytesMut,
+    /// The body when it arrived in exactly one frame: kept as a slice of the read buffer.
+    pub single: Option<Bytes>,
+}
+
+/// Work a transaction holds back until tx.commit.
+pub enum TxOp {
+    Publish {
+        exchange: String,
+        message: Box<Message>,
+        props: Box<Properties>,
+        mandatory: bool,
+    },
+    Ack {
+        tag: u64,
+        multiple: bool,
+    },
+    Nack {
+        tag: u64,
+        multiple: bool,
+        requeue: bool,
+    },
+}
+
+pub struct Channel {
+    pub key: u64,
+    /// Whether the vhost knows this channel (false once it was closed on the broker side).
+    pub registered: bool,
+    /// We sent channel.close and wait for close-ok.
+    pub closing: bool,
+    pub pending: Option<Pending>,
+    pub confirm: bool,
+    pub next_publish_seq: u64,
+    /// Highest sequence number ready to be confirmed with one ack(multiple=true).
+    pub ack_upto: Option<u64>,
+    pub tx: Option<Vec<TxOp>>,
+    /// The queue most recently declared on this channel: an empty queue name means it.
+    pub last_queue: Option<String>,
+}
+
+impl Channel {
+    pub fn new(key: u64) -> Self {
+        Channel {
+            key,
+            registered: true,
+            closing: false,
+            pending: None,
+            confirm: false,
+            next_publish_seq: 1,
+            ack_upto: None,
+            tx: None,
+            last_queue: None,
+        }
+    }
+}
+
+fn ctl(conn: &Connection, number: u16, class: AMQPClass) {
+    let m = Method::Other(class);
+    conn.outbox.push(|b| m.encode(number, b));
+}
+
+impl Connection {
+    fn check(&self, access: Access, kind: &str, name: &str) -> Result<(), AmqpError> {
+        let p = &self.permissions;
+        let ok = match access {
+            Access::Configure => p.configure.matches(name),
+            Access::Write => p.write.matches(name),
+            Access::Read => p.read.matches(name),
+        };
+        if ok {
+            return Ok(());
+        }
+        Err(AmqpError::access_refused(format!(
+            "access to {kind} '{name}' in vhost '{}' refused for user '{}'",
+            self.vhost_name, self.user
+        )))
+    }
+
+    fn queue_name(&self, number: u16, name: &str) -> Result<String, AmqpError> {
+        if !name.is_empty() {
+            return Ok(name.to_string());
+        }
+        self.channels[&number]
+            .last_queue
+            .clone()
+            .ok_or_else(|| AmqpError::not_found("no previously declared queue"))
+    }
+
+    /// Sends the pending publisher confirms of every channel as one ack(multiple) each.
+    pub fn flush_confirms(&mut self) {
+        for (number, ch) in self.channels.iter_mut() {
+            if let Some(seq) = ch.ack_upto.take() {
+                let n = *number;
+                self.outbox.push(|b| method::encode_ack(b, n, seq, true));
+            }
+        }
+    }
+
+    pub fn handle_method(
+        &mut self,
+        number: u16,
+        method: Method,
+        ids: (u16, u16),
+    ) -> Result<(), Fault> {
+        let now = self.shared.broker.now_ms();
+        let fail = |e: AmqpError| Fault::Channel(number, e, ids.0, ids.1);
+        match method {
+            Method::Publish(p) => {
+                if p.immediate {
+                    return Err(Fault::Connection(
+                        AmqpError::not_implemented("immediate=true"),
+                        ids.0,
+                        ids.1,
+                    ));
+                }
+                let exchange = std::str::from_utf8(&p.exchange).unwrap_or_default();
+                self.check(Access::Write, "exchange", exchange)
+                    .map_err(fail)?;
+                let ch = self.channels.get_mut(&number).expect("open channel");
+                ch.pending = Some(Pending {
+                    publish: p,
+                    header: None,
+                    body: BytesMut::new(),
+                    single: None,
+                });
+                Ok(())
+            }
+            Method::Ack(a) => self
+                .settle(
+                    number,
+                    TxOp::Ack {
+                        tag: a.delivery_tag,
+                        multiple: a.multiple,
+                    },
+                    now,
+                )
+                .map_err(fail),
+            Method::Nack(n) => self
+                .settle(
+                    number,
+                    TxOp::Nack {
+                        tag: n.delivery_tag,
+                        multiple: n.multiple,
+                        requeue: n.requeue,
+                    },
+                    now,
+                )
+                .map_err(fail),
+            Method::Reject(r) => self
+                .settle(
+                    number,
+                    TxOp::Nack {
+                        tag: r.delivery_tag,
+                        multiple: false,
+                        requeue: r.requeue,
+                    },
+                    now,
+                )
+                .map_err(fail),
+            Method::Deliver(_) | Method::GetOk(_) | Method::Return(_) => Err(Fault::Connection(
+                AmqpError::command_invalid("method is only sent by servers"),
+                ids.0,
+                ids.1,
+            )),
+            Method::Other(class) => self.handle_control(number, class, now, ids),
+        }
+    }
+
+    fn settle(&mut self, number: u16, op: TxOp, now: u64) -> Result<(), AmqpError> {
+        let ch = self.channels.get_mut(&number).expect("open channel");
+        if let Some(tx) = ch.tx.as_mut() {
+            tx.push(op);
+            return Ok(());
+        }
+        let key = ch.key;
+        let mut v = self.vhost.lock().expect("vhost lock");
+        match op {
+            TxOp::Ack { tag, multiple } => v.basic_ack(key, tag, multiple, now),
+            TxOp::Nack {
+                tag,
+                multiple,
+                requeue,
+            } => v.basic_nack(key, tag, multiple, requeue, now),
+            TxOp::Publish { .. } => unreachable!("settle takes acks only"),
+        }
+    }
+
+    /// A publish whose content is complete: validate, route, confirm.
+    pub fn publish(
+        &mut self,
+        number: u16,
+        publish: Publish,
+        header: ContentHeader,
+        body: Bytes,
+    ) -> Result<(), Fault> {
+        let fail = |e: AmqpError| Fault::Channel(number, e, 60, 40);
+        let props = Properties::decode(&header.properties).map_err(|_| {
+            Fault::Connection(
+                AmqpError::new(SYNTAX_ERROR, "malformed content properties"),
+                60,
+                40,
+            )
+        })?;
+        if let Some(uid) = &props.user_id {
+            if uid.as_ref() != self.user.as_bytes() {
+                return Err(fail(AmqpError::precondition(format!(
+                    "user_id property set to '{}' but authenticated user was '{}'",
+                    String::from_utf8_lossy(uid),
+                    self.user
+                ))));
+            }
+        }
+        if let Some(e) = &props.expiration {
+            if parse_expiration(e).is_err() {
+                return Err(fail(AmqpError::precondition(format!(
+                    "invalid expiration '{}'",
+                    String::from_utf8_lossy(e)
+                ))));
+            }
+        }
+        if props.headers.is_some() && props.headers_table().is_err() {
+            return Err(Fault::Connection(
+                AmqpError::new(SYNTAX_ERROR, "malformed headers table"),
+                60,
+                40,
+            ));
+        }
+        let exchange = String::from_utf8_lossy(&publish.exchange).into_owned();
+        let message = Message::new(
+            publish.exchange.clone(),
+            publish.routing_key.clone(),
+            header.properties,
+            &props,
+            body,
+        );
+        let ch = self.channels.get_mut(&number).expect("open channel");
+        if let Some(tx) = ch.tx.as_mut() {
+            tx.push(TxOp::Publish {
+                exchange,
+                message: Box::new(message),
+                props: Box::new(props),
+                mandatory: publish.mandatory,
+            });
+            return Ok(());
+        }
+        self.route_one(number, &exchange, message, &props, publish.mandatory)
+            .map_err(fail)
+    }
+
+    fn route_one(
+        &mut self,
+        number: u16,
+        exchange: &str,
+        message: Message,
+        props: &Properties,
+        mandatory: bool,
+    ) -> Result<(), AmqpError> {
+        let now = self.shared.broker.now_ms();
+        let returned = mandatory.then(|| {
+            (
+                message.routing_key.clone(),
+                message.properties.clone(),
+                message.body.clone(),
+            )
+        });
+        let outcome = self
+            .vhost
+            .lock()
+            .expect("vhost lock")
+            .publish(exchange, message, props, now)?;
+        if !outcome.routed && !outcome.rejected {
+            if let Some((routing_key, properties, body)) = returned {
+                let frame_max = self.frame_max;
+                let ret = Method::Return(method::Return {
+                    reply_code: NO_ROUTE,
+                    reply_text: Bytes::from_static(b"NO_ROUTE"),
+                    exchange: Bytes::copy_from_slice(exchange.as_bytes()),
+                    routing_key,
+                });
+                self.outbox.push(|b| {
+                    ret.encode(number, b);
+                    encode_header(b, number, 60, body.len() as u64, &properties);
+                    encode_body(b, number, &body, frame_max);
+                });
+            }
+        }
+        let ch = self.channels.get_mut(&number).expect("open channel");
+        if ch.confirm {
+            let seq = ch.next_publish_seq;
+            ch.next_publish_seq += 1;
+            if outcome.rejected {
+                if let Some(upto) = ch.ack_upto.take() {
+                    self.outbox
+                        .push(|b| method::encode_ack(b, number, upto, true));
+                }
+                let nack = Method::Nack(method::Nack {
+                    delivery_tag: seq,
+                    multiple: false,
+                    requeue: false,
+                });
+                self.outbox.push(|b| nack.encode(number, b));
+            } else {
+                ch.ack_upto = Some(seq);
+            }
+        }
+        Ok(())
+    }
+
+    fn handle_control(
+        &mut self,
+        number: u16,
+        class: AMQPClass,
+        now: u64,
+        ids: (u16, u16),
+    ) -> Result<(), Fault> {
+        let fail = |e: AmqpError| Fault::Channel(number, e, ids.0, ids.1);
+        match class {
+            AMQPClass::Channel(m) => self.channel_method(number, m, now),
+            AMQPClass::Exchange(m) => self.exchange_method(number, m).map_err(fail),
+            AMQPClass::Queue(m) => self.queue_method(number, m, now).map_err(fail),
+            AMQPClass::Basic(m) => self.basic_method(number, m, now, ids),
+            AMQPClass::Confirm(confirm::AMQPMethod::Select(s)) => {
+                let ch = self.channels.get_mut(&number).expect("open channel");
+                if ch.tx.is_some() {
+                    return Err(fail(AmqpError::precondition(
+                        "cannot switch from tx to confirm mode",
+                    )));
+                }
+                ch.confirm = true;
+                if !s.nowait {
+                    ctl(
+                        self,
+                        number,
+                        AMQPClass::Confirm(confirm::AMQPMethod::SelectOk(confirm::SelectOk {})),
+                    );
+                }
+                Ok(())
+            }
+            AMQPClass::Tx(m) => self.tx_method(number, m).map_err(fail),
+            AMQPClass::Access(access::AMQPMethod::Request(_)) => {
+                ctl(
+                    self,
+                    number,
+                    AMQPClass::Access(access::AMQPMethod::RequestOk(access::RequestOk {})),
+                );
+                Ok(())
+            }
+            AMQPClass::Connection(_) => Err(Fault::Connection(
+                AmqpError::command_invalid("connection method on a non-zero channel"),
+                ids.0,
+                ids.1,
+            )),
+            _ => Err(Fault::Connection(
+                AmqpError::command_invalid("method is only sent by servers"),
+                ids.0,
+                ids.1,
+            )),
+        }
+    }
+
+    fn channel_method(
+        &mut self,
+        number: u16,
+        m: channel::AMQPMethod,
+        now: u64,
+    ) -> Result<(), Fault> {
+        use channel::AMQPMethod as C;
+        match m {
+            C::Open(_) => Err(Fault::Connection(
+                AmqpError::new(CHANNEL_ERROR, "second 'channel.open' seen"),
+                20,
+                10,
+            )),
+            C::Close(_) => {
+                self.close_channel_state(number);
+                self.flush_confirms();
+                self.channels.remove(&number);
+                ctl(
+                    self,
+                    number,
+                    AMQPClass::Channel(C::CloseOk(channel::CloseOk {})),
+                );
+                Ok(())
+            }
+            C::CloseOk(_) => Ok(()),
+            C::Flow(f) => {
+                let key = self.channels[&number].key;
+                self.vhost
+                    .lock()
+                    .expect("vhost lock")
+                    .channel_flow(key, f.active, now);
+                ctl(
+                    self,
+                    number,
+                    AMQPClass::Channel(C::FlowOk(channel::FlowOk { active: f.active })),
+                );
+                Ok(())
+            }
+            C::FlowOk(_) => Ok(()),
+            C::OpenOk(_) => Err(Fault::Connection(
+                AmqpError::command_invalid("channel.open-ok is only sent by servers"),
+                20,
+                11,
+            )),
+        }
+    }
+
+    fn exchange_method(&mut self, number: u16, m: exchange::AMQPMethod) -> Result<(), AmqpError> {
+        use exchange::AMQPMethod as E;
+        match m {
+            E::Declare(d) => {
+                let name = d.exchange.as_str();
+                if !d.passive {
+                    self.check(Access::Configure, "exchange", name)?;
+                }
+                self.vhost.lock().expect("vhost lock").exchange_declare(
+                    name,
+                    d.kind.as_str(),
+                    d.passive,
+                    d.durable,
+                    d.auto_delete,
+                    d.internal,
+                    d.arguments,
+                )?;
+                if !d.nowait {
+                    ctl(
+                        self,
+                        number,
+                        AMQPClass::Exchange(E::DeclareOk(exchange::DeclareOk {})),
+                    );
+                }
+            }
+            E::Delete(d) => {
+                self.check(Access::Configure, "exchange", d.exchange.as_str())?;
+                self.vhost
+                    .lock()
+                    .expect("vhost lock")
+                    .exchange_delete(d.exchange.as_str(), d.if_unused)?;
+                if !d.nowait {
+                    ctl(
+                        self,
+                        number,
+                        AMQPClass::Exchange(E::DeleteOk(exchange::DeleteOk {})),
+                    );
+                }
+            }
+            E::Bind(b) => {
+                self.check(Access::Write, "exchange", b.destination.as_str())?;
+                self.check(Access::Read, "exchange", b.source.as_str())?;
+                self.vhost.lock().expect("vhost lock").exchange_bind(
+                    b.destination.as_str(),
+                    b.source.as_str(),
+                    b.routing_key.as_str(),
+                    &b.arguments,
+                )?;
+                if !b.nowait {
+                    ctl(
+                        self,
+                        number,
+                        AMQPClass::Exchange(E::BindOk(exchange::BindOk {})),
+                    );
+                }
+            }
+            E::Unbind(b) => {
+                self.check(Access::Write, "exchange", b.destination.as_str())?;
+                self.check(Access::Read, "exchange", b.source.as_str())?;
+                self.vhost.lock().expect("vhost lock").exchange_unbind(
+                    b.destination.as_str(),
+                    b.source.as_str(),
+                    b.routing_key.as_str(),
+                    &b.arguments,
+                )?;
+                if !b.nowait {
+                    ctl(
+                        self,
+                        number,
+                        AMQPClass::Exchange(E::UnbindOk(exchange::UnbindOk {})),
+                    );
+                }
+            }
+            E::DeclareOk(_) | E::DeleteOk(_) | E::BindOk(_) | E::UnbindOk(_) => {
+                return Err(AmqpError::command_invalid("method is only sent by servers"));
+            }
+        }
+        Ok(())
+    }
+
+    fn queue_method(
+        &mut self,
+        number: u16,
+        m: queue::AMQPMethod,
+        now: u64,
+    ) -> Result<(), AmqpError> {
+        use queue::AMQPMethod as Q;
+        match m {
+            Q::Declare(d) => {
+                let name = d.queue.as_str();
+                if !d.passive && !name.is_empty() {
+                    self.check(Access::Configure, "queue", name)?;
+                }
+                let name = if d.passive {
+                    self.queue_name(number, name)?
+                } else {
+                    name.to_string()
+                };
+                let ok = self.vhost.lock().expect("vhost lock").queue_declare(
+                    self.id,
+                    &name,
+                    d.passive,
+                    d.durable,
+                    d.exclusive,
+                    d.auto_delete,
+                    d.arguments,
+                    now,
+                )?;
+                self.channels
+                    .get_mut(&number)
+                    .expect("open channel")
+                    .last_queue = Some(ok.queue.clone());
+                if !d.nowait {
+                    ctl(
+                        self,
+                        number,
+                        AMQPClass::Queue(Q::DeclareOk(queue::DeclareOk {
+                            queue: ok.queue.as_str().into(),
+                            message_count: ok.message_count,
+                            consumer_count: ok.consumer_count,
+                        })),
+                    );
+                }
+            }
+            Q::Bind(b) => {
+                let q = self.queue_name(number, b.queue.as_str())?;
+                self.check(Access::Write, "queue", &q)?;
+                self.check(Access::Read, "exchange", b.exchange.as_str())?;
+                self.vhost.lock().expect("vhost lock").queue_bind(
+                    self.id,
+                    &q,
+                    b.exchange.as_str(),
+                    b.routing_key.as_str(),
+                    &b.arguments,
+                )?;
+                if !b.nowait {
+                    ctl(self, number, AMQPClass::Queue(Q::BindOk(queue::BindOk {})));
+                }
+            }
+            Q::Unbind(b) => {
+                let q = self.queue_name(number, b.queue.as_str())?;
+                self.check(Access::Write, "queue", &q)?;
+                self.check(Access::Read, "exchange", b.exchange.as_str())?;
+                self.vhost.lock().expect("vhost lock").queue_unbind(
+                    self.id,
+                    &q,
+                    b.exchange.as_str(),
+                    b.routing_key.as_str(),
+                    &b.arguments,
+                )?;
+                ctl(
+                    self,
+                    number,
+                    AMQPClass::Queue(Q::UnbindOk(queue::UnbindOk {})),
+                );
+            }
+            Q::Purge(p) => {
+                let q = self.queue_name(number, p.queue.as_str())?;
+                self.check(Access::Read, "queue", &q)?;
+                let n = self
+                    .vhost
+                    .lock()
+                    .expect("vhost lock")
+                    .queue_purge(self.id, &q)?;
+                if !p.nowait {
+                    ctl(
+                        self,
+                        number,
+                        AMQPClass::Queue(Q::PurgeOk(queue::PurgeOk { message_count: n })),
+                    );
+                }
+            }
+            Q::Delete(d) => {
+                let q = self.queue_name(number, d.queue.as_str())?;
+                self.check(Access::Configure, "queue", &q)?;
+                let n = self.vhost.lock().expect("vhost lock").queue_delete(
+                    self.id,
+                    &q,
+                    d.if_unused,
+                    d.if_empty,
+                )?;
+                if !d.nowait {
+                    ctl(
+                        self,
+                        number,
+                        AMQPClass::Queue(Q::DeleteOk(queue::DeleteOk { message_count: n })),
+                    );
+                }
+            }
+            Q::DeclareOk(_) | Q::BindOk(_) | Q::UnbindOk(_) | Q::PurgeOk(_) | Q::DeleteOk(_) => {
+                return Err(AmqpError::command_invalid("method is only sent by servers"));
+            }
+        }
+        Ok(())
+    }
+
+    fn basic_method(
+        &mut self,
+        number: u16,
+        m: basic::AMQPMethod,
+        now: u64,
+        ids: (u16, u16),
+    ) -> Result<(), Fault> {
+        use basic::AMQPMethod as B;
+        let fail = |e: AmqpError| Fault::Channel(number, e, ids.0, ids.1);
+        let key = self.channels[&number].key;
+        match m {
+            B::Qos(q) => {
+                self.vhost.lock().expect("vhost lock").basic_qos(
+                    key,
+                    q.prefetch_count,
+                    q.global,
+                    now,
+                );
+                ctl(self, number, AMQPClass::Basic(B::QosOk(basic::QosOk {})));
+            }
+            B::Consume(c) => {
+                let q = self.queue_name(number, c.queue.as_str()).map_err(fail)?;
+                self.check(Access::Read, "queue", &q).map_err(fail)?;
+                let mut v = self.vhost.lock().expect("vhost lock");
+                let tag = v
+                    .basic_consume(
+                        key,
+                        &q,
+                        c.consumer_tag.as_str(),
+                        c.no_ack,
+                        c.exclusive,
+                        c.arguments,
+                        now,
+                    )
+                    .map_err(fail)?;
+                if !c.nowait {
+                    let ok = Method::Other(AMQPClass::Basic(B::ConsumeOk(basic::ConsumeOk {
+                        consumer_tag: tag.as_str().into(),
+                    })));
+                    self.outbox.push(|b| ok.encode(number, b));
+                }
+                // Deliveries only after consume-ok: still under the vhost lock, so no
+                // publisher on another connection can dispatch to this consumer first.
+                v.kick(&q, now);
+            }
+            B::Cancel(c) => {
+                self.vhost.lock().expect("vhost lock").basic_cancel(
+                    key,
+                    c.consumer_tag.as_str(),
+                    now,
+                );
+                if !c.nowait {
+                    ctl(
+                        self,
+                        number,
+                        AMQPClass::Basic(B::CancelOk(basic::CancelOk {
+                            consumer_tag: c.consumer_tag,
+                        })),
+                    );
+                }
+            }
+            B::Get(g) => {
+                let q = self.queue_name(number, g.queue.as_str()).map_err(fail)?;
+                self.check(Access::Read, "queue", &q).map_err(fail)?;
+                let r = self
+                    .vhost
+                    .lock()
+                    .expect("vhost lock")
+                    .basic_get(key, &q, g.no_ack, now)
+                    .map_err(fail)?;
+                if r == warren_broker::vhost::GetResult::Empty {
+                    ctl(
+                        self,
+                        number,
+                        AMQPClass::Basic(B::GetEmpty(basic::GetEmpty {})),
+                    );
+                }
+            }
+            B::Recover(_) => {
+                self.vhost
+                    .lock()
+                    .expect("vhost lock")
+                    .basic_recover(key, now);
+                ctl(
+                    self,
+                    number,
+                    AMQPClass::Basic(B::RecoverOk(basic::RecoverOk {})),
+                );
+            }
+            B::RecoverAsync(_) => {
+                return Err(Fault::Connection(
+                    AmqpError::not_implemented("recover-async"),
+                    ids.0,
+                    ids.1,
+                ));
+            }
+            _ => {
+                return Err(Fault::Connection(
+                    AmqpError::command_invalid("method is only sent by servers"),
+                    ids.0,
+                    ids.1,
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    fn tx_method(&mut self, number: u16, m: tx::AMQPMethod) -> Result<(), AmqpError> {
+        use tx::AMQPMethod as T;
+        let ch = self.channels.get_mut(&number).expect("open channel");
+        match m {
+            T::Select(_) => {
+                if ch.confirm {
+                    return Err(AmqpError::precondition(
+                        "cannot switch from confirm to tx mode",
+                    ));
+                }
+                if ch.tx.is_none() {
+                    ch.tx = Some(Vec::new());
+                }
+                ctl(self, number, AMQPClass::Tx(T::SelectOk(tx::SelectOk {})));
+            }
+            T::Commit(_) => {
+                let Some(ops) = ch.tx.replace(Vec::new()) else {
+                    return Err(AmqpError::precondition("channel is not transactional"));
+                };
+                ch.tx = None;
+                let result = self.apply_tx(number, ops);
+                if let Some(ch) = self.channels.get_mut(&number) {
+                    ch.tx = Some(Vec::new());
+                }
+                result?;
+                ctl(self, number, AMQPClass::Tx(T::CommitOk(tx::CommitOk {})));
+            }
+            T::Rollback(_) => {
+                let Some(ops) = ch.tx.as_mut() else {
+                    return Err(AmqpError::precondition("channel is not transactional"));
+                };
+                ops.clear();
+                ctl(
+                    self,
+                    number,
+                    AMQPClass::Tx(T::RollbackOk(tx::RollbackOk {})),
+                );
+            }
+            _ => return Err(AmqpError::command_invalid("method is only sent by servers")),
+        }
+        Ok(())
+    }
+
+    fn apply_tx(&mut self, number: u16, ops: Vec<TxOp>) -> Result<(), AmqpError> {
+        let now = self.shared.broker.now_ms();
+        for op in ops {
+            match op {
+                TxOp::Publish {
+                    exchange,
+                    message,
+                    props,
+                    mandatory,
+                } => self.route_one(number, &exchange, *message, &props, mandatory)?,
+                other => self.settle(number, other, now)?,
+            }
+        }
+        Ok(())
+    }
+}

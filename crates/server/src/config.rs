@@ -1,0 +1,57 @@
+//! What a node is told at start: where to listen, where its data lives, and its limits.
+
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// RabbitMQ's defaults, so that clients negotiate the same limits with either broker.
+pub const HEARTBEAT_DEFAULT_S: u16 = 60;
+pub const CHANNEL_MAX_DEFAULT: u16 = 2047;
+pub const FRAME_MAX_DEFAULT_BYTES: u32 = warren_protocol::frame::FRAME_MAX_DEFAULT_BYTES;
+/// RabbitMQ 3.10's max_message_size default: 128 MiB.
+pub const MESSAGE_BYTES_MAX_DEFAULT: u64 = 128 * 1024 * 1024;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub heartbeat_s: u16,
+    pub channel_max: u16,
+    pub frame_max_bytes: u32,
+    pub message_bytes_max: u64,
+    /// Publishers are blocked (connection.blocked) while the broker's RSS is above this.
+    pub memory_high_watermark_bytes: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:5672".parse().expect("valid address"),
+            data_dir: PathBuf::from("./warren-data"),
+            heartbeat_s: HEARTBEAT_DEFAULT_S,
+            channel_max: CHANNEL_MAX_DEFAULT,
+            frame_max_bytes: FRAME_MAX_DEFAULT_BYTES,
+            message_bytes_max: MESSAGE_BYTES_MAX_DEFAULT,
+            memory_high_watermark_bytes: default_memory_watermark(),
+        }
+    }
+}
+
+/// 40% of physical memory, RabbitMQ's default vm_memory_high_watermark.
+fn default_memory_watermark() -> u64 {
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| {
+                    l.split_whitespace()
+                        .nth(1)
+                        .and_then(|kb| kb.parse::<u64>().ok())
+                })
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(4 << 30);
+    total * 2 / 5
+}

@@ -1,0 +1,956 @@
+//! One client connection: the handshake, the frame loop, content assembly and closing.
+//!
+//! The reader side runs here; frames it produces (replies, confirms) and deliveries the broker
+//! produces for this connection's consumers all go through the connection's outbox, drained
+//! by the [`crate::writer::Writer`] task, so that everything leaves in order and in batches.
+
+use crate::channel::{Channel, Pending};
+use crate::Shared;
+use amq_protocol_types::{AMQPValue, FieldTable, LongString};
+use bytes::{Bytes, BytesMut};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+use tokio::net::tcp::OwnedReadHalf;
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use warren_broker::broker::SharedVHost;
+use warren_broker::error::AmqpError;
+use warren_broker::outbox::Outbox;
+use warren_broker::queue::ConnId;
+use warren_broker::users::Permissions;
+use warren_protocol::amqp::{connection, AMQPClass};
+use warren_protocol::constants::*;
+use warren_protocol::content::ContentHeader;
+use warren_protocol::frame::{self, Frame, FRAME_MIN_BYTES};
+use warren_protocol::method::{Method, MethodError};
+use warren_protocol::PROTOCOL_HEADER;
+
+/// How long a client may take for the whole handshake, as RabbitMQ's handshake_timeout.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long we wait for close-ok after sending connection.close.
+const CLOSE_OK_TIMEOUT: Duration = Duration::from_secs(3);
+const READ_BUFFER_BYTES: usize = 128 * 1024;
+
+/// Why the frame loop stops processing a frame.
+pub enum Fault {
+    /// Close this channel with the error (the connection goes on).
+    Channel(u16, AmqpError, u16, u16),
+    /// Close the whole connection with the error.
+    Connection(AmqpError, u16, u16),
+    /// The peer closed or the socket failed: nothing more to say.
+    Gone,
+}
+
+impl Fault {
+    pub fn conn(code: u16, text: impl std::fmt::Display) -> Fault {
+        Fault::Connection(AmqpError::new(code, text), 0, 0)
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ClientCaps {
+    pub consumer_cancel_notify: bool,
+    pub connection_blocked: bool,
+    pub authentication_failure_close: bool,
+}
+
+pub struct Connection {
+    pub id: ConnId,
+    pub shared: Arc<Shared>,
+    pub outbox: Arc<Outbox>,
+    pub user: String,
+    pub vhost_name: String,
+    pub vhost: SharedVHost,
+    pub permissions: Permissions,
+    pub frame_max: u32,
+    pub channel_max: u16,
+    pub heartbeat_s: u16,
+    pub channels: HashMap<u16, Channel>,
+    pub caps: ClientCaps,
+    pub published_any: bool,
+    pub closing: bool,
+    pub finished: bool,
+}
+
+/// Serves one accepted socket until it closes.
+pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
+    let _ = stream.set_nodelay(true);
+    let (mut rd, wr) = stream.into_split();
+    let mut header = [0u8; 8];
+    let got = tokio::time::timeout(HANDSHAKE_TIMEOUT, rd.read_exact(&mut header)).await;
+    let notify = Arc::new(Notify::new());
+    let wake_notify = notify.clone();
+    let outbox = Arc::new(Outbox::new(
+        shared.config.frame_max_bytes,
+        Box::new(move || wake_notify.notify_one()),
+    ));
+    let heartbeat = Arc::new(AtomicU32::new(0));
+    let vhost_slot: Arc<OnceLock<(SharedVHost, ConnId)>> = Arc::new(OnceLock::new());
+    let resume_slot = vhost_slot.clone();
+    let broker = shared.broker.clone();
+    let writer = crate::writer::Writer {
+        socket: wr,
+        outbox: outbox.clone(),
+        notify,
+        heartbeat_s: heartbeat.clone(),
+        resume: Arc::new(move || {
+            if let Some((v, conn)) = resume_slot.get() {
+                v.lock()
+                    .expect("vhost lock")
+                    .resume_connection(*conn, broker.now_ms());
+            }
+        }),
+    };
+    let writer = tokio::spawn(writer.run());
+    match got {
+        Ok(Ok(_)) if &header == PROTOCOL_HEADER => {}
+        _ => {
+            // RabbitMQ answers any other header with the one it speaks, then closes.
+            outbox.push(|b| b.extend_from_slice(PROTOCOL_HEADER));
+            outbox.close();
+            let _ = writer.await;
+            return;
+        }
+    }
+    let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
+    let handshake = tokio::time::timeout(
+        HANDSHAKE_TIMEOUT,
+        handshake(&mut rd, &mut buf, &outbox, &shared, peer),
+    )
+    .await;
+    let conn = match handshake {
+        Ok(Ok(h)) => h,
+        Ok(Err(Some(e))) => {
+            send_connection_close(&outbox, &e, 0, 0);
+            wait_close_ok(&mut rd, &mut buf).await;
+            outbox.close();
+            let _ = writer.await;
+            return;
+        }
+        _ => {
+            outbox.close();
+            let _ = writer.await;
+            return;
+        }
+    };
+    let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+    heartbeat.store(conn.heartbeat_s as u32, Ordering::Relaxed);
+    let _ = vhost_slot.set((conn.vhost.clone(), id));
+    let mut c = Connection {
+        id,
+        shared: shared.clone(),
+        outbox: outbox.clone(),
+        user: conn.user,
+        vhost_name: conn.vhost_name,
+        vhost: conn.vhost,
+        permissions: conn.permissions,
+        frame_max: conn.frame_max,
+        channel_max: conn.channel_max,
+        heartbeat_s: conn.heartbeat_s,
+        channels: HashMap::new(),
+        caps: conn.caps,
+        published_any: false,
+        closing: false,
+        finished: false,
+    };
+    tracing::debug!(conn = id, %peer, user = %c.user, vhost = %c.vhost_name, "connection opened");
+    c.run(&mut rd, &mut buf).await;
+    c.cleanup();
+    outbox.close();
+    let _ = writer.await;
+    tracing::debug!(conn = id, "connection closed");
+}
+
+struct Negotiated {
+    user: String,
+    vhost_name: String,
+    vhost: SharedVHost,
+    permissions: Permissions,
+    frame_max: u32,
+    channel_max: u16,
+    heartbeat_s: u16,
+    caps: ClientCaps,
+}
+
+fn server_properties() -> FieldTable {
+    let mut caps = FieldTable::default();
+    for c in [
+        "publisher_confirms",
+        "exchange_exchange_bindings",
+        "basic.nack",
+        "consumer_cancel_notify",
+        "connection.blocked",
+        "consumer_priorities",
+        "authentication_failure_close",
+        "per_consumer_qos",
+        "direct_reply_to",
+    ] {
+        caps.insert(c.into(), AMQPValue::Boolean(true));
+    }
+    let mut p = FieldTable::default();
+    let s = |v: &str| AMQPValue::LongString(LongString::from(v));
+    p.insert("capabilities".into(), AMQPValue::FieldTable(caps));
+    p.insert("product".into(), s("warren"));
+    p.insert("version".into(), s(env!("CARGO_PKG_VERSION")));
+    p.insert("platform".into(), s("Rust"));
+    p.insert("cluster_name".into(), s("warren@localhost"));
+    p.insert("copyright".into(), s("The warren authors"));
+    p.insert(
+        "information".into(),
+        s("Licensed under the Apache License 2.0"),
+    );
+    p
+}
+
+fn control(outbox: &Outbox, channel: u16, class: AMQPClass) {
+    let m = Method::Other(class);
+    outbox.push(|b| m.encode(channel, b));
+}
+
+pub fn send_connection_close(outbox: &Outbox, e: &AmqpError, class_id: u16, method_id: u16) {
+    let text = truncate_text(&e.text);
+    control(
+        outbox,
+        0,
+        AMQPClass::Connection(connection::AMQPMethod::Close(connection::Close {
+            reply_code: e.code,
+            reply_text: text.as_str().into(),
+            class_id,
+            method_id,
+        })),
+    );
+}
+
+/// Reply texts are short strings: at most 255 bytes, cut on a character boundary.
+pub fn truncate_text(s: &str) -> String {
+    if s.len() <= 255 {
+        return s.to_string();
+    }
+    let mut end = 255;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+/// Reads the next frame during the handshake; `None` when the peer went away or sent garbage.
+async fn next_frame(
+    rd: &mut OwnedReadHalf,
+    buf: &mut BytesMut,
+    frame_max: u32,
+) -> Result<Frame, Option<AmqpError>> {
+    loop {
+        match frame::decode(buf, frame_max) {
+            Ok(Some(f)) => return Ok(f),
+            Ok(None) => {}
+            Err(e) => return Err(Some(AmqpError::new(FRAME_ERROR, e))),
+        }
+        match rd.read_buf(buf).await {
+            Ok(0) | Err(_) => return Err(None),
+            Ok(_) => {}
+        }
+    }
+}
+
+async fn next_connection_method(
+    rd: &mut OwnedReadHalf,
+    buf: &mut BytesMut,
+    frame_max: u32,
+) -> Result<connection::AMQPMethod, Option<AmqpError>> {
+    loop {
+        let f = next_frame(rd, buf, frame_max).await?;
+        match f.kind {
+            frame::FRAME_HEARTBEAT => continue,
+            frame::FRAME_METHOD => {}
+            _ => {
+                return Err(Some(AmqpError::new(
+                    UNEXPECTED_FRAME,
+                    "expected method frame, got non method frame instead",
+                )))
+            }
+        }
+        return match Method::decode(f.payload) {
+            Ok(Method::Other(AMQPClass::Connection(m))) if f.channel == 0 => Ok(m),
+            Ok(_) => Err(Some(AmqpError::command_invalid(
+                "expected a connection method during the handshake",
+            ))),
+            Err(MethodError::Syntax { .. }) => {
+                Err(Some(AmqpError::new(SYNTAX_ERROR, "malformed method frame")))
+            }
+            Err(MethodError::Unknown {
+                class_id,
+                method_id,
+            }) => Err(Some(AmqpError::command_invalid(format!(
+                "unknown method {class_id}/{method_id}"
+            )))),
+        };
+    }
+}
+
+fn credentials(mechanism: &str, response: &[u8]) -> Result<(String, String), AmqpError> {
+    match mechanism {
+        "PLAIN" => {
+            let mut parts = response.split(|b| *b == 0);
+            let _authzid = parts.next();
+            let user = parts.next().unwrap_or_default();
+            let pass = parts.next().unwrap_or_default();
+            Ok((
+                String::from_utf8_lossy(user).into_owned(),
+                String::from_utf8_lossy(pass).into_owned(),
+            ))
+        }
+        "AMQPLAIN" => {
+            let table = warren_protocol::content::decode_table(response).map_err(|_| {
+                AmqpError::new(SYNTAX_ERROR, "AMQPLAIN response is not a field table")
+            })?;
+            let get = |k: &str| {
+                table
+                    .inner()
+                    .get(k)
+                    .and_then(warren_broker::args::string)
+                    .unwrap_or_default()
+            };
+            Ok((get("LOGIN"), get("PASSWORD")))
+        }
+        other => Err(AmqpError::command_invalid(format!(
+            "unknown authentication mechanism '{other}'"
+        ))),
+    }
+}
+
+async fn handshake(
+    rd: &mut OwnedReadHalf,
+    buf: &mut BytesMut,
+    outbox: &Outbox,
+    shared: &Shared,
+    peer: SocketAddr,
+) -> Result<Negotiated, Option<AmqpError>> {
+    let cfg = &shared.config;
+    control(
+        outbox,
+        0,
+        AMQPClass::Connection(connection::AMQPMethod::Start(connection::Start {
+            version_major: 0,
+            version_minor: 9,
+            server_properties: server_properties(),
+            mechanisms: LongString::from("PLAIN AMQPLAIN"),
+            locales: LongString::from("en_US"),
+        })),
+    );
+    let connection::AMQPMethod::StartOk(start_ok) =
+        next_connection_method(rd, buf, FRAME_MIN_BYTES).await?
+    else {
+        return Err(Some(AmqpError::command_invalid(
+            "expected connection.start-ok",
+        )));
+    };
+    let mut caps = ClientCaps::default();
+    if let Some(AMQPValue::FieldTable(t)) = start_ok.client_properties.inner().get("capabilities") {
+        let on = |k: &str| matches!(t.inner().get(k), Some(AMQPValue::Boolean(true)));
+        caps = ClientCaps {
+            consumer_cancel_notify: on("consumer_cancel_notify"),
+            connection_blocked: on("connection.blocked"),
+            authentication_failure_close: on("authentication_failure_close"),
+        };
+    }
+    let mechanism = start_ok.mechanism.as_str().to_string();
+    let (user, password) = credentials(&mechanism, start_ok.response.as_bytes()).map_err(Some)?;
+    let refused = || {
+        AmqpError::access_refused(format!(
+            "Login was refused using authentication mechanism {mechanism}. For details see the broker logfile."
+        ))
+    };
+    let authenticated = shared
+        .broker
+        .users
+        .read()
+        .expect("users lock")
+        .authenticate(&user, &password);
+    // guest may log in from loopback only, as RabbitMQ's loopback_users default.
+    let loopback_refused = user == "guest" && !peer.ip().is_loopback();
+    if !authenticated || loopback_refused {
+        tracing::warn!(%peer, %user, "login refused");
+        return Err(if caps.authentication_failure_close {
+            Some(refused())
+        } else {
+            None
+        });
+    }
+    control(
+        outbox,
+        0,
+        AMQPClass::Connection(connection::AMQPMethod::Tune(connection::Tune {
+            channel_max: cfg.channel_max,
+            frame_max: cfg.frame_max_bytes,
+            heartbeat: cfg.heartbeat_s,
+        })),
+    );
+    let connection::AMQPMethod::TuneOk(tune) =
+        next_connection_method(rd, buf, FRAME_MIN_BYTES).await?
+    else {
+        return Err(Some(AmqpError::command_invalid(
+            "expected connection.tune-ok",
+        )));
+    };
+    if tune.frame_max != 0 && tune.frame_max < FRAME_MIN_BYTES {
+        return Err(Some(AmqpError::not_allowed(format!(
+            "frame_max={} < {} min size",
+            tune.frame_max, FRAME_MIN_BYTES
+        ))));
+    }
+    if tune.frame_max > cfg.frame_max_bytes || (tune.frame_max == 0 && cfg.frame_max_bytes != 0) {
+        return Err(Some(AmqpError::not_allowed(format!(
+            "frame_max={} > {} max size",
+            tune.frame_max, cfg.frame_max_bytes
+        ))));
+    }
+    if tune.channel_max > cfg.channel_max {
+        return Err(Some(AmqpError::not_allowed(format!(
+            "channel_max={} > {} max",
+            tune.channel_max, cfg.channel_max
+        ))));
+    }
+    let channel_max = if tune.channel_max == 0 {
+        cfg.channel_max
+    } else {
+        tune.channel_max
+    };
+    let frame_max = tune.frame_max;
+    let connection::AMQPMethod::Open(open) = next_connection_method(rd, buf, frame_max).await?
+    else {
+        return Err(Some(AmqpError::command_invalid("expected connection.open")));
+    };
+    let vhost_name = open.virtual_host.as_str().to_string();
+    let Some(vhost) = shared.broker.vhost(&vhost_name) else {
+        return Err(Some(AmqpError::not_allowed(format!(
+            "vhost {vhost_name} not found"
+        ))));
+    };
+    let permissions = shared
+        .broker
+        .users
+        .read()
+        .expect("users lock")
+        .permissions(&user, &vhost_name)
+        .cloned();
+    let Some(permissions) = permissions else {
+        return Err(Some(AmqpError::not_allowed(format!(
+            "access to vhost '{vhost_name}' refused for user '{user}'"
+        ))));
+    };
+    control(
+        outbox,
+        0,
+        AMQPClass::Connection(connection::AMQPMethod::OpenOk(connection::OpenOk {})),
+    );
+    Ok(Negotiated {
+        user,
+        vhost_name,
+        vhost,
+        permissions,
+        frame_max,
+        channel_max,
+        heartbeat_s: tune.heartbeat,
+        caps,
+    })
+}
+
+/// After sending connection.close, RabbitMQ discards everything until close-ok (or a timeout).
+async fn wait_close_ok(rd: &mut OwnedReadHalf, buf: &mut BytesMut) {
+    let _ = tokio::time::timeout(CLOSE_OK_TIMEOUT, async {
+        loop {
+            match frame::decode(buf, 0) {
+                Ok(Some(f)) => {
+                    if f.kind == frame::FRAME_METHOD
+                        && matches!(
+                            Method::decode(f.payload),
+                            Ok(Method::Other(AMQPClass::Connection(
+                                connection::AMQPMethod::CloseOk(_)
+                            )))
+                        )
+                    {
+                        return;
+                    }
+                    continue;
+                }
+                Ok(None) => {}
+                Err(_) => return,
+            }
+            match rd.read_buf(buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+}
+
+impl Connection {
+    async fn run(&mut self, rd: &mut OwnedReadHalf, buf: &mut BytesMut) {
+        let mut shutdown = self.shared.shutdown.clone();
+        let mut alarm = self.shared.memory_alarm.clone();
+        let heartbeat_timeout =
+            (self.heartbeat_s != 0).then(|| Duration::from_secs(self.heartbeat_s as u64 * 2));
+        let mut last_read = Instant::now();
+        loop {
+            loop {
+                match frame::decode(buf, self.frame_max) {
+                    Ok(Some(f)) => {
+                        if let Err(fault) = self.handle_frame(f) {
+                            self.fault(fault);
+                        }
+                        if self.finished {
+                            return;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        self.flush_confirms();
+                        self.fault(Fault::conn(FRAME_ERROR, e));
+                        break;
+                    }
+                }
+            }
+            self.flush_confirms();
+            if self.closing {
+                wait_close_ok(rd, buf).await;
+                return;
+            }
+            if *alarm.borrow() && self.published_any {
+                if self.caps.connection_blocked {
+                    control(
+                        &self.outbox,
+                        0,
+                        AMQPClass::Connection(connection::AMQPMethod::Blocked(
+                            connection::Blocked {
+                                reason: "low on memory".into(),
+                            },
+                        )),
+                    );
+                }
+                while *alarm.borrow() {
+                    tokio::select! {
+                        r = alarm.changed() => if r.is_err() { return },
+                        _ = shutdown.changed() => { self.shutdown(); continue; }
+                    }
+                }
+                if self.caps.connection_blocked {
+                    control(
+                        &self.outbox,
+                        0,
+                        AMQPClass::Connection(connection::AMQPMethod::Unblocked(
+                            connection::Unblocked {},
+                        )),
+                    );
+                }
+                last_read = Instant::now();
+            }
+            if buf.capacity() - buf.len() < 4096 {
+                buf.reserve(READ_BUFFER_BYTES);
+            }
+            let deadline = heartbeat_timeout
+                .map(|t| last_read + t)
+                .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400));
+            tokio::select! {
+                r = rd.read_buf(buf) => match r {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => last_read = Instant::now(),
+                },
+                _ = tokio::time::sleep_until(deadline) => {
+                    tracing::warn!(conn = self.id, "missed heartbeats from client, closing");
+                    return;
+                }
+                _ = shutdown.changed() => {
+                    self.shutdown();
+                }
+            }
+        }
+    }
+
+    fn shutdown(&mut self) {
+        if !self.closing {
+            self.fault(Fault::Connection(
+                AmqpError::new(
+                    CONNECTION_FORCED,
+                    "broker forced connection closure with reason 'shutdown'",
+                ),
+                0,
+                0,
+            ));
+        }
+    }
+
+    fn fault(&mut self, fault: Fault) {
+        match fault {
+            Fault::Gone => self.finished = true,
+            Fault::Channel(number, e, class_id, method_id) => {
+                if e.is_hard() {
+                    return self.fault(Fault::Connection(e, class_id, method_id));
+                }
+                tracing::debug!(conn = self.id, channel = number, error = %e.text, "closing channel");
+                self.flush_confirms();
+                self.close_channel_state(number);
+                if let Some(ch) = self.channels.get_mut(&number) {
+                    ch.closing = true;
+                }
+                let text = truncate_text(&e.text);
+                control(
+                    &self.outbox,
+                    number,
+                    AMQPClass::Channel(warren_protocol::amqp::channel::AMQPMethod::Close(
+                        warren_protocol::amqp::channel::Close {
+                            reply_code: e.code,
+                            reply_text: text.as_str().into(),
+                            class_id,
+                            method_id,
+                        },
+                    )),
+                );
+            }
+            Fault::Connection(e, class_id, method_id) => {
+                if self.closing {
+                    return;
+                }
+                tracing::debug!(conn = self.id, error = %e.text, "closing connection");
+                self.flush_confirms();
+                send_connection_close(&self.outbox, &e, class_id, method_id);
+                self.closing = true;
+                self.cleanup();
+            }
+        }
+    }
+
+    /// Releases the broker-side state of every channel and the connection's exclusive queues.
+    pub fn cleanup(&mut self) {
+        let numbers: Vec<u16> = self.channels.keys().copied().collect();
+        for n in numbers {
+            self.close_channel_state(n);
+        }
+        self.vhost
+            .lock()
+            .expect("vhost lock")
+            .connection_closed(self.id);
+    }
+
+    /// Forgets a channel in the broker (requeueing its unacked messages); the number stays
+    /// reserved while a close handshake is in flight.
+    pub fn close_channel_state(&mut self, number: u16) {
+        if let Some(ch) = self.channels.get_mut(&number) {
+            if ch.registered {
+                ch.registered = false;
+                let now = self.shared.broker.now_ms();
+                self.vhost
+                    .lock()
+                    .expect("vhost lock")
+                    .channel_close(ch.key, now);
+            }
+        }
+    }
+
+    fn handle_frame(&mut self, f: Frame) -> Result<(), Fault> {
+        if f.channel == 0 {
+            return match f.kind {
+                frame::FRAME_HEARTBEAT => Ok(()),
+                frame::FRAME_METHOD => self.handle_channel0_method(f.payload),
+                _ => Err(Fault::conn(
+                    UNEXPECTED_FRAME,
+                    "expected method frame, got non method frame instead",
+                )),
+            };
+        }
+        if f.kind == frame::FRAME_HEARTBEAT {
+            return Err(Fault::conn(
+                FRAME_ERROR,
+                "heartbeat frame on a non-zero channel",
+            ));
+        }
+        if self.closing {
+            return Ok(());
+        }
+        if f.channel > self.channel_max {
+            return Err(Fault::conn(
+                CHANNEL_ERROR,
+                format!(
+                    "channel number {} is greater than the negotiated channel_max {}",
+                    f.channel, self.channel_max
+                ),
+            ));
+        }
+        let closing = self.channels.get(&f.channel).map(|c| c.closing);
+        match (closing, f.kind) {
+            // A channel we closed ignores everything but close/close-ok, as in RabbitMQ.
+            (Some(true), frame::FRAME_METHOD) => {
+                if let Ok(Method::Other(AMQPClass::Channel(m))) = Method::decode(f.payload) {
+                    use warren_protocol::amqp::channel::AMQPMethod as C;
+                    match m {
+                        C::CloseOk(_) => {
+                            self.channels.remove(&f.channel);
+                        }
+                        C::Close(_) => {
+                            control(
+                                &self.outbox,
+                                f.channel,
+                                AMQPClass::Channel(C::CloseOk(
+                                    warren_protocol::amqp::channel::CloseOk {},
+                                )),
+                            );
+                        }
+                        _ => {}
+                    }
+                }
+                Ok(())
+            }
+            (Some(true), _) => Ok(()),
+            (None, frame::FRAME_METHOD) => self.handle_unopened_channel(f.channel, f.payload),
+            (None, _) => Err(Fault::conn(
+                CHANNEL_ERROR,
+                format!("expected 'channel.open' on channel {}", f.channel),
+            )),
+            (Some(false), frame::FRAME_METHOD) => {
+                if self.channels[&f.channel].pending.is_some() {
+                    return Err(Fault::conn(UNEXPECTED_FRAME, "expected content header for class 60, got non content header frame instead"));
+                }
+                let ids = method_ids(&f.payload);
+                if ids == (60, 10) && f.payload.len() >= 8 {
+                    // amq-protocol drops basic.qos's prefetch-size; RabbitMQ refuses non-zero.
+                    let size = u32::from_be_bytes([
+                        f.payload[4],
+                        f.payload[5],
+                        f.payload[6],
+                        f.payload[7],
+                    ]);
+                    if size != 0 {
+                        return Err(Fault::Connection(
+                            AmqpError::not_implemented(format!("prefetch_size!=0 ({size})")),
+                            60,
+                            10,
+                        ));
+                    }
+                }
+                let method = self.decode_method(f.payload)?;
+                self.handle_method(f.channel, method, ids)
+            }
+            (Some(false), frame::FRAME_HEADER) => self.handle_content_header(f.channel, f.payload),
+            (Some(false), _) => self.handle_content_body(f.channel, f.payload),
+        }
+    }
+
+    fn decode_method(&self, payload: Bytes) -> Result<Method, Fault> {
+        Method::decode(payload).map_err(|e| match e {
+            MethodError::Syntax {
+                class_id,
+                method_id,
+            } => Fault::Connection(
+                AmqpError::new(SYNTAX_ERROR, "method frame could not be parsed"),
+                class_id,
+                method_id,
+            ),
+            MethodError::Unknown {
+                class_id,
+                method_id,
+            } => Fault::Connection(
+                AmqpError::command_invalid(format!("unknown method {class_id}/{method_id}")),
+                class_id,
+                method_id,
+            ),
+        })
+    }
+
+    fn handle_channel0_method(&mut self, payload: Bytes) -> Result<(), Fault> {
+        let method = self.decode_method(payload)?;
+        let Method::Other(AMQPClass::Connection(m)) = method else {
+            if self.closing {
+                return Ok(());
+            }
+            return Err(Fault::conn(
+                COMMAND_INVALID,
+                "unexpected method on channel 0",
+            ));
+        };
+        use connection::AMQPMethod as M;
+        match m {
+            M::Close(_) => {
+                control(
+                    &self.outbox,
+                    0,
+                    AMQPClass::Connection(M::CloseOk(connection::CloseOk {})),
+                );
+                self.finished = true;
+                Ok(())
+            }
+            M::CloseOk(_) => {
+                self.finished = true;
+                Ok(())
+            }
+            _ if self.closing => Ok(()),
+            M::UpdateSecret(_) => {
+                control(
+                    &self.outbox,
+                    0,
+                    AMQPClass::Connection(M::UpdateSecretOk(connection::UpdateSecretOk {})),
+                );
+                Ok(())
+            }
+            M::Blocked(_) | M::Unblocked(_) => Ok(()),
+            _ => Err(Fault::Connection(
+                AmqpError::command_invalid("unexpected connection method after the handshake"),
+                10,
+                0,
+            )),
+        }
+    }
+
+    fn handle_unopened_channel(&mut self, number: u16, payload: Bytes) -> Result<(), Fault> {
+        let method = self.decode_method(payload)?;
+        match method {
+            Method::Other(AMQPClass::Channel(
+                warren_protocol::amqp::channel::AMQPMethod::Open(_),
+            )) => {
+                let key = self.shared.next_channel.fetch_add(1, Ordering::Relaxed);
+                self.vhost.lock().expect("vhost lock").channel_open(
+                    key,
+                    self.id,
+                    number,
+                    self.outbox.clone(),
+                    &self.user,
+                );
+                self.channels.insert(number, Channel::new(key));
+                control(
+                    &self.outbox,
+                    number,
+                    AMQPClass::Channel(warren_protocol::amqp::channel::AMQPMethod::OpenOk(
+                        warren_protocol::amqp::channel::OpenOk {},
+                    )),
+                );
+                Ok(())
+            }
+            _ => Err(Fault::conn(CHANNEL_ERROR, "expected 'channel.open'")),
+        }
+    }
+
+    fn handle_content_header(&mut self, number: u16, payload: Bytes) -> Result<(), Fault> {
+        let max = self.shared.config.message_bytes_max;
+        let ch = self.channels.get_mut(&number).expect("checked open");
+        let Some(p) = ch.pending.as_mut() else {
+            return Err(Fault::conn(
+                UNEXPECTED_FRAME,
+                "expected method frame, got non method frame instead",
+            ));
+        };
+        if p.header.is_some() {
+            return Err(Fault::conn(
+                UNEXPECTED_FRAME,
+                "expected content body, got non content body frame instead",
+            ));
+        }
+        let header = ContentHeader::decode(payload).map_err(|_| {
+            Fault::Connection(
+                AmqpError::new(SYNTAX_ERROR, "malformed content header"),
+                60,
+                40,
+            )
+        })?;
+        if header.class_id != 60 {
+            return Err(Fault::Connection(
+                AmqpError::new(
+                    FRAME_ERROR,
+                    format!(
+                        "content header for class {} on a basic.publish",
+                        header.class_id
+                    ),
+                ),
+                60,
+                40,
+            ));
+        }
+        if header.body_size > max {
+            ch.pending = None;
+            return Err(Fault::Channel(
+                number,
+                AmqpError::precondition(format!(
+                    "message size {} is larger than configured max size {max}",
+                    header.body_size
+                )),
+                60,
+                40,
+            ));
+        }
+        let complete = header.body_size == 0;
+        p.body = BytesMut::new();
+        p.header = Some(header);
+        if complete {
+            return self.complete_publish(number);
+        }
+        Ok(())
+    }
+
+    fn handle_content_body(&mut self, number: u16, payload: Bytes) -> Result<(), Fault> {
+        let ch = self.channels.get_mut(&number).expect("checked open");
+        let Some(p) = ch.pending.as_mut() else {
+            return Err(Fault::conn(
+                UNEXPECTED_FRAME,
+                "expected method frame, got non method frame instead",
+            ));
+        };
+        let Some(h) = p.header.as_ref() else {
+            return Err(Fault::conn(
+                UNEXPECTED_FRAME,
+                "expected content header for class 60, got non content header frame instead",
+            ));
+        };
+        let expected = h.body_size;
+        let have = p.body.len() as u64 + p.single.as_ref().map_or(0, |b| b.len() as u64);
+        if have + payload.len() as u64 > expected {
+            return Err(Fault::conn(
+                FRAME_ERROR,
+                "content body larger than the size its header declared",
+            ));
+        }
+        if have == 0 && payload.len() as u64 == expected {
+            // The common case: the whole body in one frame, kept without a copy.
+            p.single = Some(payload);
+        } else {
+            if let Some(first) = p.single.take() {
+                p.body.extend_from_slice(&first);
+            }
+            p.body.extend_from_slice(&payload);
+        }
+        let have = p.body.len() as u64 + p.single.as_ref().map_or(0, |b| b.len() as u64);
+        if have == expected {
+            return self.complete_publish(number);
+        }
+        Ok(())
+    }
+
+    fn complete_publish(&mut self, number: u16) -> Result<(), Fault> {
+        let ch = self.channels.get_mut(&number).expect("checked open");
+        let Pending {
+            publish,
+            header,
+            body,
+            single,
+        } = ch.pending.take().expect("pending publish");
+        let header = header.expect("header arrived");
+        let body = match single {
+            Some(b) => b,
+            None => body.freeze(),
+        };
+        self.published_any = true;
+        self.publish(number, publish, header, body)
+    }
+}
+
+fn method_ids(payload: &[u8]) -> (u16, u16) {
+    if payload.len() < 4 {
+        return (0, 0);
+    }
+    (
+        u16::from_be_bytes([payload[0], payload[1]]),
+        u16::from_be_bytes([payload[2], payload[3]]),
+    )
+}
