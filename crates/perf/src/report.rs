@@ -29,9 +29,9 @@ pub fn inline_svgs(svgs: &[(String, PathBuf)]) -> Result<String> {
             Some(i) => &svg[i..],
             None => &svg[..],
         };
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "<figure>{svg}<figcaption>{}</figcaption></figure>\n",
+            "<figure>{svg}<figcaption>{}</figcaption></figure>",
             escape(title)
         );
     }
@@ -47,17 +47,17 @@ pub fn page(title: &str, body: &str) -> String {
 
 pub fn sweep_html(r: &SweepResult, svgs: &[(String, PathBuf)]) -> Result<String> {
     let mut b = String::new();
-    let _ = write!(
+    let _ = writeln!(
         b,
-        "<p>Configuration: <b>{}</b>{}. Workload: {}. SLO: p99 &lt; {} ms; a step passes when it reaches its target within 5% and meets the SLO.</p>\n",
+        "<p>Configuration: <b>{}</b>{}. Workload: {}. SLO: p99 &lt; {} ms; a step passes when it reaches its target within 5% and meets the SLO.</p>",
         escape(&r.config.name),
         r.config.monthly_usd.map(|m| format!(" (${m:.0} per month)")).unwrap_or_default(),
         escape(&r.workload),
         r.slo_ms
     );
-    let _ = write!(
+    let _ = writeln!(
         b,
-        "<p>Top rate: <b>{:.0} msg/s</b>. Highest passing target: <b>{}</b>.{}</p>\n",
+        "<p>Top rate: <b>{:.0} msg/s</b>. Highest passing target: <b>{}</b>.{}</p>",
         r.top_rate(),
         r.top_passing_target()
             .map(|t| format!("{t:.0} msg/s"))

@@ -592,7 +592,11 @@ impl RateLimiter {
     }
 }
 
-fn handle_close(id: (u16, u16), args: wire::Args<'_>, conn_wbuf: &mut Vec<u8>) -> Result<()> {
+fn handle_close(
+    id: (u16, u16),
+    args: wire::Args<'_>,
+    conn_wbuf: &mut bytes::BytesMut,
+) -> Result<()> {
     if id == method::CONNECTION_CLOSE {
         let reason = wire::parse_close(args)?;
         wire::connection_close_ok(conn_wbuf);
@@ -955,7 +959,7 @@ fn consume_frame(
     st: &mut ConsumerState,
     cfg: &ConsumerCfg,
     local: &mut LocalStats,
-    wbuf: &mut Vec<u8>,
+    wbuf: &mut bytes::BytesMut,
 ) -> Result<bool> {
     match frame.kind {
         FRAME_METHOD => {
@@ -1018,7 +1022,7 @@ fn finish_message(
     st: &mut ConsumerState,
     cfg: &ConsumerCfg,
     local: &mut LocalStats,
-    wbuf: &mut Vec<u8>,
+    wbuf: &mut bytes::BytesMut,
 ) {
     let Delivery::Body {
         tag,
@@ -1093,6 +1097,52 @@ mod tests {
         assert_eq!((local.confirmed, u.base_seqno, u.sent_ns.len()), (3, 4, 2));
         u.settle(5, true, 10_000, &mut local, true);
         assert_eq!((local.confirmed, local.nacked, u.sent_ns.len()), (3, 2, 0));
+    }
+
+    #[test]
+    fn deliveries_encoded_by_the_protocol_crate_are_counted_timed_and_acked() {
+        use warren_protocol::{content, frame, method as wpm};
+        let mut inbound = bytes::BytesMut::new();
+        let sent_at = mono_ns();
+        for tag in 1..=3u64 {
+            let mut body = vec![0u8; 200];
+            stamp_body(&mut body, tag as u32, sent_at);
+            wpm::encode_deliver(&mut inbound, 1, b"ctag", tag, false, b"direct", b"rk");
+            content::encode_header(&mut inbound, 1, 60, body.len() as u64, &[]);
+            frame::encode_body(&mut inbound, 1, &body, 4096 + 8);
+        }
+        let cfg = ConsumerCfg {
+            autoack: false,
+            multi_ack_every: 0,
+            latency: Duration::ZERO,
+            rate: None,
+            limit: 0,
+            use_millis: false,
+        };
+        let mut st = ConsumerState {
+            delivery: Delivery::Idle,
+            received: 0,
+            unacked_since_multi: 0,
+            last_tag: 0,
+        };
+        let mut local = LocalStats::default();
+        let mut acks = bytes::BytesMut::new();
+        let mut at = 0;
+        let mut completed = 0;
+        while let Some((f, used)) = wire::parse_frame(&inbound[at..], 1 << 20).unwrap() {
+            completed += consume_frame(f, &mut st, &cfg, &mut local, &mut acks).unwrap() as u32;
+            at += used;
+        }
+        assert_eq!((completed, st.received, local.latency_us.len()), (3, 3, 3));
+        // One ack per message, each decodable by the protocol crate with the right tag.
+        for tag in 1..=3u64 {
+            let f = frame::decode(&mut acks, 0).unwrap().unwrap();
+            match wpm::Method::decode(f.payload).unwrap() {
+                wpm::Method::Ack(a) => assert_eq!((a.delivery_tag, a.multiple), (tag, false)),
+                other => panic!("expected basic.ack, got {other:?}"),
+            }
+        }
+        assert!(acks.is_empty());
     }
 
     #[test]

@@ -102,7 +102,7 @@ pub struct Connection {
     pub rbuf: Vec<u8>,
     pub rstart: usize,
     pub rend: usize,
-    pub wbuf: Vec<u8>,
+    pub wbuf: bytes::BytesMut,
     pub frame_max: u32,
     pub heartbeat_s: u16,
 }
@@ -124,7 +124,7 @@ impl Connection {
             rbuf: vec![0; READ_BUF_BYTES],
             rstart: 0,
             rend: 0,
-            wbuf: Vec::with_capacity(64 * 1024),
+            wbuf: bytes::BytesMut::with_capacity(64 * 1024),
             frame_max: wire::FRAME_SIZE_MAX,
             heartbeat_s: 0,
         };

@@ -5,7 +5,9 @@
 //! Only the methods a measuring client needs are here. Every frame is `type u8, channel u16,
 //! size u32, payload, 0xCE`; a method payload is `class u16, method u16, arguments`.
 
+use bytes::{BufMut, BytesMut};
 use std::fmt;
+use warren_protocol::{content as wp_content, frame as wp_frame, method as wp_method};
 
 pub const FRAME_METHOD: u8 = 1;
 pub const FRAME_HEADER: u8 = 2;
@@ -90,51 +92,45 @@ pub enum FieldValue {
 // Encoding
 
 /// Starts a frame and returns the offset of its size field, patched by [`end_frame`].
-pub fn begin_frame(buf: &mut Vec<u8>, kind: u8, channel: u16) -> usize {
-    buf.push(kind);
-    buf.extend_from_slice(&channel.to_be_bytes());
-    let size_at = buf.len();
-    buf.extend_from_slice(&[0, 0, 0, 0]);
-    size_at
+pub fn begin_frame(buf: &mut BytesMut, kind: u8, channel: u16) -> usize {
+    wp_frame::begin(buf, kind, channel)
 }
 
-pub fn end_frame(buf: &mut Vec<u8>, size_at: usize) {
-    let size = buf.len() - size_at - 4;
-    buf[size_at..size_at + 4].copy_from_slice(&(size as u32).to_be_bytes());
-    buf.push(FRAME_END);
+pub fn end_frame(buf: &mut BytesMut, start: usize) {
+    wp_frame::finish(buf, start)
 }
 
-pub fn put_shortstr(buf: &mut Vec<u8>, s: &str) {
+pub fn put_shortstr(buf: &mut BytesMut, s: &str) {
     let bytes = s.as_bytes();
     assert!(
         bytes.len() <= 255,
         "short string longer than 255 bytes: {s}"
     );
-    buf.push(bytes.len() as u8);
+    buf.put_u8(bytes.len() as u8);
     buf.extend_from_slice(bytes);
 }
 
-pub fn put_longstr(buf: &mut Vec<u8>, bytes: &[u8]) {
+pub fn put_longstr(buf: &mut BytesMut, bytes: &[u8]) {
     buf.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
     buf.extend_from_slice(bytes);
 }
 
-pub fn put_table(buf: &mut Vec<u8>, table: &[(String, FieldValue)]) {
+pub fn put_table(buf: &mut BytesMut, table: &[(String, FieldValue)]) {
     let size_at = buf.len();
     buf.extend_from_slice(&[0, 0, 0, 0]);
     for (key, value) in table {
         put_shortstr(buf, key);
         match value {
             FieldValue::Bool(b) => {
-                buf.push(b't');
-                buf.push(u8::from(*b));
+                buf.put_u8(b't');
+                buf.put_u8(u8::from(*b));
             }
             FieldValue::Long(v) => {
-                buf.push(b'l');
+                buf.put_u8(b'l');
                 buf.extend_from_slice(&v.to_be_bytes());
             }
             FieldValue::Str(s) => {
-                buf.push(b'S');
+                buf.put_u8(b'S');
                 put_longstr(buf, s.as_bytes());
             }
         }
@@ -143,7 +139,12 @@ pub fn put_table(buf: &mut Vec<u8>, table: &[(String, FieldValue)]) {
     buf[size_at..size_at + 4].copy_from_slice(&(size as u32).to_be_bytes());
 }
 
-fn method_frame(buf: &mut Vec<u8>, channel: u16, id: (u16, u16), args: impl FnOnce(&mut Vec<u8>)) {
+fn method_frame(
+    buf: &mut BytesMut,
+    channel: u16,
+    id: (u16, u16),
+    args: impl FnOnce(&mut BytesMut),
+) {
     let at = begin_frame(buf, FRAME_METHOD, channel);
     buf.extend_from_slice(&id.0.to_be_bytes());
     buf.extend_from_slice(&id.1.to_be_bytes());
@@ -151,11 +152,11 @@ fn method_frame(buf: &mut Vec<u8>, channel: u16, id: (u16, u16), args: impl FnOn
     end_frame(buf, at);
 }
 
-pub fn protocol_header(buf: &mut Vec<u8>) {
+pub fn protocol_header(buf: &mut BytesMut) {
     buf.extend_from_slice(b"AMQP\x00\x00\x09\x01");
 }
 
-pub fn connection_start_ok(buf: &mut Vec<u8>, user: &str, password: &str, connection_name: &str) {
+pub fn connection_start_ok(buf: &mut BytesMut, user: &str, password: &str, connection_name: &str) {
     method_frame(buf, 0, method::CONNECTION_START_OK, |b| {
         let capabilities = vec![
             ("publisher_confirms".to_string(), FieldValue::Bool(true)),
@@ -178,16 +179,16 @@ pub fn connection_start_ok(buf: &mut Vec<u8>, user: &str, password: &str, connec
         ];
         let size_at = b.len();
         b.extend_from_slice(&[0, 0, 0, 0]);
-        let mut inner = Vec::new();
+        let mut inner = BytesMut::new();
         put_table(&mut inner, &props);
         b.extend_from_slice(&inner[4..]);
         put_shortstr(b, "capabilities");
-        b.push(b'F');
+        b.put_u8(b'F');
         put_table(b, &capabilities);
         let size = b.len() - size_at - 4;
         b[size_at..size_at + 4].copy_from_slice(&(size as u32).to_be_bytes());
         put_shortstr(b, "PLAIN");
-        let mut response = Vec::with_capacity(user.len() + password.len() + 2);
+        let mut response = Vec::<u8>::with_capacity(user.len() + password.len() + 2);
         response.push(0);
         response.extend_from_slice(user.as_bytes());
         response.push(0);
@@ -197,7 +198,7 @@ pub fn connection_start_ok(buf: &mut Vec<u8>, user: &str, password: &str, connec
     });
 }
 
-pub fn connection_tune_ok(buf: &mut Vec<u8>, channel_max: u16, frame_max: u32, heartbeat_s: u16) {
+pub fn connection_tune_ok(buf: &mut BytesMut, channel_max: u16, frame_max: u32, heartbeat_s: u16) {
     method_frame(buf, 0, method::CONNECTION_TUNE_OK, |b| {
         b.extend_from_slice(&channel_max.to_be_bytes());
         b.extend_from_slice(&frame_max.to_be_bytes());
@@ -205,15 +206,15 @@ pub fn connection_tune_ok(buf: &mut Vec<u8>, channel_max: u16, frame_max: u32, h
     });
 }
 
-pub fn connection_open(buf: &mut Vec<u8>, vhost: &str) {
+pub fn connection_open(buf: &mut BytesMut, vhost: &str) {
     method_frame(buf, 0, method::CONNECTION_OPEN, |b| {
         put_shortstr(b, vhost);
         put_shortstr(b, "");
-        b.push(0);
+        b.put_u8(0);
     });
 }
 
-pub fn connection_close(buf: &mut Vec<u8>, code: u16, text: &str) {
+pub fn connection_close(buf: &mut BytesMut, code: u16, text: &str) {
     method_frame(buf, 0, method::CONNECTION_CLOSE, |b| {
         b.extend_from_slice(&code.to_be_bytes());
         put_shortstr(b, text);
@@ -221,29 +222,29 @@ pub fn connection_close(buf: &mut Vec<u8>, code: u16, text: &str) {
     });
 }
 
-pub fn connection_close_ok(buf: &mut Vec<u8>) {
+pub fn connection_close_ok(buf: &mut BytesMut) {
     method_frame(buf, 0, method::CONNECTION_CLOSE_OK, |_| {});
 }
 
-pub fn channel_open(buf: &mut Vec<u8>, channel: u16) {
+pub fn channel_open(buf: &mut BytesMut, channel: u16) {
     method_frame(buf, channel, method::CHANNEL_OPEN, |b| put_shortstr(b, ""));
 }
 
-pub fn channel_close_ok(buf: &mut Vec<u8>, channel: u16) {
+pub fn channel_close_ok(buf: &mut BytesMut, channel: u16) {
     method_frame(buf, channel, method::CHANNEL_CLOSE_OK, |_| {});
 }
 
-pub fn confirm_select(buf: &mut Vec<u8>, channel: u16) {
-    method_frame(buf, channel, method::CONFIRM_SELECT, |b| b.push(0));
+pub fn confirm_select(buf: &mut BytesMut, channel: u16) {
+    method_frame(buf, channel, method::CONFIRM_SELECT, |b| b.put_u8(0));
 }
 
-pub fn exchange_declare(buf: &mut Vec<u8>, channel: u16, name: &str, kind: &str, durable: bool) {
+pub fn exchange_declare(buf: &mut BytesMut, channel: u16, name: &str, kind: &str, durable: bool) {
     method_frame(buf, channel, method::EXCHANGE_DECLARE, |b| {
         b.extend_from_slice(&0u16.to_be_bytes());
         put_shortstr(b, name);
         put_shortstr(b, kind);
         // passive, durable, auto-delete, internal, no-wait
-        b.push(u8::from(durable) << 1);
+        b.put_u8(u8::from(durable) << 1);
         put_table(b, &[]);
     });
 }
@@ -258,7 +259,7 @@ pub struct QueueDeclare<'a> {
     pub arguments: &'a [(String, FieldValue)],
 }
 
-pub fn queue_declare(buf: &mut Vec<u8>, channel: u16, q: &QueueDeclare<'_>) {
+pub fn queue_declare(buf: &mut BytesMut, channel: u16, q: &QueueDeclare<'_>) {
     method_frame(buf, channel, method::QUEUE_DECLARE, |b| {
         b.extend_from_slice(&0u16.to_be_bytes());
         put_shortstr(b, q.name);
@@ -266,69 +267,75 @@ pub fn queue_declare(buf: &mut Vec<u8>, channel: u16, q: &QueueDeclare<'_>) {
             | (u8::from(q.durable) << 1)
             | (u8::from(q.exclusive) << 2)
             | (u8::from(q.auto_delete) << 3);
-        b.push(bits);
+        b.put_u8(bits);
         put_table(b, q.arguments);
     });
 }
 
-pub fn queue_bind(buf: &mut Vec<u8>, channel: u16, queue: &str, exchange: &str, routing_key: &str) {
+pub fn queue_bind(
+    buf: &mut BytesMut,
+    channel: u16,
+    queue: &str,
+    exchange: &str,
+    routing_key: &str,
+) {
     method_frame(buf, channel, method::QUEUE_BIND, |b| {
         b.extend_from_slice(&0u16.to_be_bytes());
         put_shortstr(b, queue);
         put_shortstr(b, exchange);
         put_shortstr(b, routing_key);
-        b.push(0);
+        b.put_u8(0);
         put_table(b, &[]);
     });
 }
 
-pub fn queue_purge(buf: &mut Vec<u8>, channel: u16, queue: &str) {
+pub fn queue_purge(buf: &mut BytesMut, channel: u16, queue: &str) {
     method_frame(buf, channel, method::QUEUE_PURGE, |b| {
         b.extend_from_slice(&0u16.to_be_bytes());
         put_shortstr(b, queue);
-        b.push(0);
+        b.put_u8(0);
     });
 }
 
-pub fn queue_delete(buf: &mut Vec<u8>, channel: u16, queue: &str) {
+pub fn queue_delete(buf: &mut BytesMut, channel: u16, queue: &str) {
     method_frame(buf, channel, method::QUEUE_DELETE, |b| {
         b.extend_from_slice(&0u16.to_be_bytes());
         put_shortstr(b, queue);
-        b.push(0);
+        b.put_u8(0);
     });
 }
 
-pub fn basic_qos(buf: &mut Vec<u8>, channel: u16, prefetch_count: u16, global: bool) {
+pub fn basic_qos(buf: &mut BytesMut, channel: u16, prefetch_count: u16, global: bool) {
     method_frame(buf, channel, method::BASIC_QOS, |b| {
         b.extend_from_slice(&0u32.to_be_bytes());
         b.extend_from_slice(&prefetch_count.to_be_bytes());
-        b.push(u8::from(global));
+        b.put_u8(u8::from(global));
     });
 }
 
-pub fn basic_consume(buf: &mut Vec<u8>, channel: u16, queue: &str, tag: &str, no_ack: bool) {
+pub fn basic_consume(buf: &mut BytesMut, channel: u16, queue: &str, tag: &str, no_ack: bool) {
     method_frame(buf, channel, method::BASIC_CONSUME, |b| {
         b.extend_from_slice(&0u16.to_be_bytes());
         put_shortstr(b, queue);
         put_shortstr(b, tag);
         // no-local, no-ack, exclusive, no-wait
-        b.push(u8::from(no_ack) << 1);
+        b.put_u8(u8::from(no_ack) << 1);
         put_table(b, &[]);
     });
 }
 
-pub fn basic_cancel(buf: &mut Vec<u8>, channel: u16, tag: &str) {
+pub fn basic_cancel(buf: &mut BytesMut, channel: u16, tag: &str) {
     method_frame(buf, channel, method::BASIC_CANCEL, |b| {
         put_shortstr(b, tag);
-        b.push(0);
+        b.put_u8(0);
     });
 }
 
+#[allow(clippy::too_many_arguments)]
 /// Appends basic.publish, its content header and its body frames: the hot path of a producer.
 /// The body is split into frames of at most `frame_max` bytes as the broker requires.
-#[allow(clippy::too_many_arguments)]
 pub fn basic_publish(
-    buf: &mut Vec<u8>,
+    buf: &mut BytesMut,
     channel: u16,
     exchange: &str,
     routing_key: &str,
@@ -337,43 +344,30 @@ pub fn basic_publish(
     body: &[u8],
     frame_max: u32,
 ) {
-    method_frame(buf, channel, method::BASIC_PUBLISH, |b| {
-        b.extend_from_slice(&0u16.to_be_bytes());
-        put_shortstr(b, exchange);
-        put_shortstr(b, routing_key);
-        b.push(u8::from(mandatory));
-    });
-    let at = begin_frame(buf, FRAME_HEADER, channel);
-    buf.extend_from_slice(&CLASS_BASIC.to_be_bytes());
-    buf.extend_from_slice(&0u16.to_be_bytes());
-    buf.extend_from_slice(&(body.len() as u64).to_be_bytes());
-    if persistent {
-        buf.extend_from_slice(&0x1000u16.to_be_bytes());
-        buf.push(2);
+    /// Property flags with only delivery-mode set, then delivery-mode 2 (persistent).
+    const PERSISTENT_PROPERTIES: [u8; 3] = [0x10, 0x00, 2];
+    wp_method::encode_publish(
+        buf,
+        channel,
+        exchange.as_bytes(),
+        routing_key.as_bytes(),
+        mandatory,
+    );
+    let properties: &[u8] = if persistent {
+        &PERSISTENT_PROPERTIES
     } else {
-        buf.extend_from_slice(&0u16.to_be_bytes());
-    }
-    end_frame(buf, at);
-    let chunk_max = (frame_max as usize)
-        .saturating_sub(FRAME_OVERHEAD_BYTES)
-        .max(1);
-    for chunk in body.chunks(chunk_max) {
-        let at = begin_frame(buf, FRAME_BODY, channel);
-        buf.extend_from_slice(chunk);
-        end_frame(buf, at);
-    }
+        &[]
+    };
+    wp_content::encode_header(buf, channel, CLASS_BASIC, body.len() as u64, properties);
+    wp_frame::encode_body(buf, channel, body, frame_max);
 }
 
-pub fn basic_ack(buf: &mut Vec<u8>, channel: u16, delivery_tag: u64, multiple: bool) {
-    method_frame(buf, channel, method::BASIC_ACK, |b| {
-        b.extend_from_slice(&delivery_tag.to_be_bytes());
-        b.push(u8::from(multiple));
-    });
+pub fn basic_ack(buf: &mut BytesMut, channel: u16, delivery_tag: u64, multiple: bool) {
+    wp_method::encode_ack(buf, channel, delivery_tag, multiple);
 }
 
-pub fn heartbeat(buf: &mut Vec<u8>) {
-    let at = begin_frame(buf, FRAME_HEARTBEAT, 0);
-    end_frame(buf, at);
+pub fn heartbeat(buf: &mut BytesMut) {
+    wp_frame::encode_heartbeat(buf);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -528,14 +522,14 @@ mod tests {
 
     #[test]
     fn publish_round_trips_through_the_frame_parser() {
-        let mut buf = Vec::new();
+        let mut buf = BytesMut::new();
         let body = vec![7u8; 300];
         basic_publish(&mut buf, 1, "direct", "rk", true, true, &body, 136);
         let mut at = 0;
         let mut kinds = Vec::new();
         let mut body_seen = 0;
         while let Some((frame, used)) = parse_frame(&buf[at..], 4096).unwrap() {
-            kinds.push(frame.kind);
+            kinds.put_u8(frame.kind);
             if frame.kind == FRAME_HEADER {
                 assert_eq!(content_body_size(frame.payload).unwrap(), 300);
                 assert_eq!(&frame.payload[12..14], &0x1000u16.to_be_bytes());
@@ -553,7 +547,7 @@ mod tests {
 
     #[test]
     fn truncated_frame_asks_for_more_and_bad_end_is_refused() {
-        let mut buf = Vec::new();
+        let mut buf = BytesMut::new();
         basic_ack(&mut buf, 1, 42, true);
         assert!(parse_frame(&buf[..buf.len() - 1], 4096).unwrap().is_none());
         let last = buf.len() - 1;
@@ -563,7 +557,7 @@ mod tests {
 
     #[test]
     fn table_encodes_longs_and_strings() {
-        let mut buf = Vec::new();
+        let mut buf = BytesMut::new();
         put_table(
             &mut buf,
             &[
