@@ -90,16 +90,36 @@ fn axis_value(v: f64, log: bool) -> Option<f64> {
 fn tick_label(v: f64, log: bool) -> String {
     let real = if log { 10f64.powf(v) } else { v };
     let a = real.abs();
+    // Log ticks fall on uneven values: two significant digits read as 1.6, 2.5, 4, 6.3, 10.
+    let sig2 = |x: f64| {
+        if x == 0.0 {
+            return 0.0;
+        }
+        let mag = 10f64.powf(x.abs().log10().floor() - 1.0);
+        (x / mag).round() * mag
+    };
+    let shown = if log { sig2(real) } else { real };
+    let trim = |x: f64, unit: &str| {
+        let t = if x >= 10.0 || x == x.round() {
+            format!("{x:.0}")
+        } else {
+            format!("{x:.1}")
+        };
+        format!("{t}{unit}")
+    };
     if a >= 1e6 {
-        format!("{:.1}M", real / 1e6)
-    } else if a >= 1e4 {
-        format!("{:.0}k", real / 1e3)
-    } else if a >= 100.0 || real == real.round() {
-        format!("{real:.0}")
+        trim(shown / 1e6, "M")
+    } else if a >= 1e4 || (log && a >= 1e3) {
+        trim(shown / 1e3, "k")
+    } else if a >= 100.0 || shown == shown.round() {
+        format!("{shown:.0}")
     } else if a >= 1.0 {
-        format!("{real:.1}")
+        format!("{shown:.1}")
+    } else if log && a > 0.0 {
+        let decimals = (-a.log10().floor()) as usize + 1;
+        format!("{shown:.decimals$}")
     } else {
-        format!("{real:.2}")
+        format!("{shown:.2}")
     }
 }
 
@@ -222,8 +242,13 @@ mod tests {
 
     #[test]
     fn log_ticks_label_real_values() {
-        assert_eq!(tick_label(3.0, true), "1000");
+        assert_eq!(tick_label(3.0, true), "1k");
         assert_eq!(tick_label(5.0, true), "100k");
+        assert_eq!(tick_label(3981f64.log10(), true), "4k");
+        assert_eq!(tick_label(6310f64.log10(), true), "6.3k");
+        assert_eq!(tick_label(1.6f64.log10(), true), "1.6");
+        assert_eq!(tick_label(25.1f64.log10(), true), "25");
+        assert_eq!(tick_label(0.316f64.log10(), true), "0.32");
         assert_eq!(tick_label(0.5, false), "0.50");
         assert_eq!(axis_value(0.0, true), None);
     }
