@@ -306,3 +306,35 @@ fn persister_writes_phases_with_write_amplification() {
         "{csv}"
     );
 }
+
+#[test]
+fn run_json_round_trips_and_run_csv_has_a_row_per_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = RunResult {
+        id: "test-1".into(),
+        duration_s: 3.0,
+        latency_us: pct(300),
+        samples: samples(3, 1000.0, 300),
+        stop_reason: "Reached time limit".into(),
+        ..Default::default()
+    };
+    let json = dir.path().join("out/run.json");
+    let csv = dir.path().join("out/run.csv");
+    warren_perf::output::write_run_json(&json, &r).unwrap();
+    warren_perf::output::write_run_csv(&csv, &r).unwrap();
+    let back: RunResult = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(back, r);
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4);
+    let header: Vec<&str> = lines[0].split(',').collect();
+    assert_eq!(header.len(), 20);
+    assert_eq!(header[5], "received_msg_s");
+    assert_eq!(header[10], "latency_us_p99");
+    let row: Vec<&str> = lines[1].split(',').collect();
+    assert_eq!((row[5], row[10]), ("1000.0", "2400"));
+    // PerfTest's summary words are there for scripts that grep them.
+    let summary = r.summary_lines().join("\n");
+    assert!(summary.contains("id: test-1, sending rate avg: 0 msg/s"));
+    assert!(summary.contains("consumer latency min/median/75th/95th/99th 150/300/600/1200/2400 µs"));
+}
