@@ -1,13 +1,19 @@
-//! AMQP 0-9-1 framing for the load generator: encoders that append to a caller-owned buffer and a
-//! decoder that borrows frames out of the read buffer, so the hot path (publish, deliver, ack,
-//! confirm) never allocates per message.
+//! AMQP 0-9-1 framing for the load generator.
 //!
-//! Only the methods a measuring client needs are here. Every frame is `type u8, channel u16,
-//! size u32, payload, 0xCE`; a method payload is `class u16, method u16, arguments`.
+//! Encoding goes through the project's codec, `warren-protocol`: its hand-coded data-plane
+//! encoders for publish, content header, body and ack, its `amq-protocol` path for every
+//! control-plane method. Decoding stays here on purpose: a consumer needs only the delivery tag
+//! and the first 12 body bytes of each message, so frames are parsed in place as slices of the
+//! read buffer, with no reference-counted buffer per frame.
+//!
+//! Every frame is `type u8, channel u16, size u32, payload, 0xCE`; a method payload is
+//! `class u16, method u16, arguments`.
 
-use bytes::{BufMut, BytesMut};
+use bytes::BytesMut;
 use std::fmt;
+use warren_protocol::amqp::{basic, channel, confirm, connection, exchange, queue, AMQPClass};
 use warren_protocol::{content as wp_content, frame as wp_frame, method as wp_method};
+use warren_protocol::{AMQPValue, FieldTable};
 
 pub const FRAME_METHOD: u8 = 1;
 pub const FRAME_HEADER: u8 = 2;
@@ -100,153 +106,155 @@ pub fn end_frame(buf: &mut BytesMut, start: usize) {
     wp_frame::finish(buf, start)
 }
 
-pub fn put_shortstr(buf: &mut BytesMut, s: &str) {
-    let bytes = s.as_bytes();
-    assert!(
-        bytes.len() <= 255,
-        "short string longer than 255 bytes: {s}"
-    );
-    buf.put_u8(bytes.len() as u8);
-    buf.extend_from_slice(bytes);
-}
-
-pub fn put_longstr(buf: &mut BytesMut, bytes: &[u8]) {
-    buf.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
-    buf.extend_from_slice(bytes);
-}
-
-pub fn put_table(buf: &mut BytesMut, table: &[(String, FieldValue)]) {
-    let size_at = buf.len();
-    buf.extend_from_slice(&[0, 0, 0, 0]);
-    for (key, value) in table {
-        put_shortstr(buf, key);
-        match value {
-            FieldValue::Bool(b) => {
-                buf.put_u8(b't');
-                buf.put_u8(u8::from(*b));
-            }
-            FieldValue::Long(v) => {
-                buf.put_u8(b'l');
-                buf.extend_from_slice(&v.to_be_bytes());
-            }
-            FieldValue::Str(s) => {
-                buf.put_u8(b'S');
-                put_longstr(buf, s.as_bytes());
-            }
-        }
+/// Converts queue arguments to the codec's field table; integers go as signed 64-bit ('l'),
+/// as the Java client sends a `Long`.
+pub fn field_table(table: &[(String, FieldValue)]) -> FieldTable {
+    let mut t = FieldTable::default();
+    for (k, v) in table {
+        let value = match v {
+            FieldValue::Bool(b) => AMQPValue::Boolean(*b),
+            FieldValue::Long(n) => AMQPValue::LongLongInt(*n),
+            FieldValue::Str(s) => AMQPValue::LongString(s.as_str().into()),
+        };
+        t.insert(k.as_str().into(), value);
     }
-    let size = buf.len() - size_at - 4;
-    buf[size_at..size_at + 4].copy_from_slice(&(size as u32).to_be_bytes());
+    t
 }
 
-fn method_frame(
-    buf: &mut BytesMut,
-    channel: u16,
-    id: (u16, u16),
-    args: impl FnOnce(&mut BytesMut),
-) {
-    let at = begin_frame(buf, FRAME_METHOD, channel);
-    buf.extend_from_slice(&id.0.to_be_bytes());
-    buf.extend_from_slice(&id.1.to_be_bytes());
-    args(buf);
-    end_frame(buf, at);
+/// Control-plane methods go through the protocol crate's `amq-protocol` path: one frame each.
+fn control(buf: &mut BytesMut, channel: u16, class: AMQPClass) {
+    wp_method::Method::Other(class).encode(channel, buf);
 }
 
 pub fn protocol_header(buf: &mut BytesMut) {
-    buf.extend_from_slice(b"AMQP\x00\x00\x09\x01");
+    buf.extend_from_slice(warren_protocol::PROTOCOL_HEADER);
 }
 
 pub fn connection_start_ok(buf: &mut BytesMut, user: &str, password: &str, connection_name: &str) {
-    method_frame(buf, 0, method::CONNECTION_START_OK, |b| {
-        let capabilities = vec![
-            ("publisher_confirms".to_string(), FieldValue::Bool(true)),
-            ("basic.nack".to_string(), FieldValue::Bool(true)),
-            ("consumer_cancel_notify".to_string(), FieldValue::Bool(true)),
-            ("connection.blocked".to_string(), FieldValue::Bool(true)),
-        ];
-        // The capabilities entry is a nested table, which FieldValue does not model: write it
-        // by hand after the flat entries.
-        let props = [
-            ("product".to_string(), FieldValue::Str("warren perf".into())),
-            (
-                "version".to_string(),
-                FieldValue::Str(env!("CARGO_PKG_VERSION").into()),
-            ),
-            (
-                "connection_name".to_string(),
-                FieldValue::Str(connection_name.into()),
-            ),
-        ];
-        let size_at = b.len();
-        b.extend_from_slice(&[0, 0, 0, 0]);
-        let mut inner = BytesMut::new();
-        put_table(&mut inner, &props);
-        b.extend_from_slice(&inner[4..]);
-        put_shortstr(b, "capabilities");
-        b.put_u8(b'F');
-        put_table(b, &capabilities);
-        let size = b.len() - size_at - 4;
-        b[size_at..size_at + 4].copy_from_slice(&(size as u32).to_be_bytes());
-        put_shortstr(b, "PLAIN");
-        let mut response = Vec::<u8>::with_capacity(user.len() + password.len() + 2);
-        response.push(0);
-        response.extend_from_slice(user.as_bytes());
-        response.push(0);
-        response.extend_from_slice(password.as_bytes());
-        put_longstr(b, &response);
-        put_shortstr(b, "en_US");
-    });
+    let mut capabilities = FieldTable::default();
+    for cap in [
+        "publisher_confirms",
+        "basic.nack",
+        "consumer_cancel_notify",
+        "connection.blocked",
+    ] {
+        capabilities.insert(cap.into(), AMQPValue::Boolean(true));
+    }
+    let mut props = FieldTable::default();
+    props.insert(
+        "product".into(),
+        AMQPValue::LongString("warren perf".into()),
+    );
+    props.insert(
+        "version".into(),
+        AMQPValue::LongString(env!("CARGO_PKG_VERSION").into()),
+    );
+    props.insert(
+        "connection_name".into(),
+        AMQPValue::LongString(connection_name.into()),
+    );
+    props.insert("capabilities".into(), AMQPValue::FieldTable(capabilities));
+    let mut response = Vec::with_capacity(user.len() + password.len() + 2);
+    response.push(0);
+    response.extend_from_slice(user.as_bytes());
+    response.push(0);
+    response.extend_from_slice(password.as_bytes());
+    control(
+        buf,
+        0,
+        AMQPClass::Connection(connection::AMQPMethod::StartOk(connection::StartOk {
+            client_properties: props,
+            mechanism: "PLAIN".into(),
+            response: response.into(),
+            locale: "en_US".into(),
+        })),
+    );
 }
 
 pub fn connection_tune_ok(buf: &mut BytesMut, channel_max: u16, frame_max: u32, heartbeat_s: u16) {
-    method_frame(buf, 0, method::CONNECTION_TUNE_OK, |b| {
-        b.extend_from_slice(&channel_max.to_be_bytes());
-        b.extend_from_slice(&frame_max.to_be_bytes());
-        b.extend_from_slice(&heartbeat_s.to_be_bytes());
-    });
+    control(
+        buf,
+        0,
+        AMQPClass::Connection(connection::AMQPMethod::TuneOk(connection::TuneOk {
+            channel_max,
+            frame_max,
+            heartbeat: heartbeat_s,
+        })),
+    );
 }
 
 pub fn connection_open(buf: &mut BytesMut, vhost: &str) {
-    method_frame(buf, 0, method::CONNECTION_OPEN, |b| {
-        put_shortstr(b, vhost);
-        put_shortstr(b, "");
-        b.put_u8(0);
-    });
+    control(
+        buf,
+        0,
+        AMQPClass::Connection(connection::AMQPMethod::Open(connection::Open {
+            virtual_host: vhost.into(),
+        })),
+    );
 }
 
 pub fn connection_close(buf: &mut BytesMut, code: u16, text: &str) {
-    method_frame(buf, 0, method::CONNECTION_CLOSE, |b| {
-        b.extend_from_slice(&code.to_be_bytes());
-        put_shortstr(b, text);
-        b.extend_from_slice(&[0, 0, 0, 0]);
-    });
+    control(
+        buf,
+        0,
+        AMQPClass::Connection(connection::AMQPMethod::Close(connection::Close {
+            reply_code: code,
+            reply_text: text.into(),
+            class_id: 0,
+            method_id: 0,
+        })),
+    );
 }
 
 pub fn connection_close_ok(buf: &mut BytesMut) {
-    method_frame(buf, 0, method::CONNECTION_CLOSE_OK, |_| {});
+    control(
+        buf,
+        0,
+        AMQPClass::Connection(connection::AMQPMethod::CloseOk(connection::CloseOk {})),
+    );
 }
 
 pub fn channel_open(buf: &mut BytesMut, channel: u16) {
-    method_frame(buf, channel, method::CHANNEL_OPEN, |b| put_shortstr(b, ""));
+    control(
+        buf,
+        channel,
+        AMQPClass::Channel(channel::AMQPMethod::Open(channel::Open {})),
+    );
 }
 
 pub fn channel_close_ok(buf: &mut BytesMut, channel: u16) {
-    method_frame(buf, channel, method::CHANNEL_CLOSE_OK, |_| {});
+    control(
+        buf,
+        channel,
+        AMQPClass::Channel(channel::AMQPMethod::CloseOk(channel::CloseOk {})),
+    );
 }
 
 pub fn confirm_select(buf: &mut BytesMut, channel: u16) {
-    method_frame(buf, channel, method::CONFIRM_SELECT, |b| b.put_u8(0));
+    control(
+        buf,
+        channel,
+        AMQPClass::Confirm(confirm::AMQPMethod::Select(confirm::Select {
+            nowait: false,
+        })),
+    );
 }
 
 pub fn exchange_declare(buf: &mut BytesMut, channel: u16, name: &str, kind: &str, durable: bool) {
-    method_frame(buf, channel, method::EXCHANGE_DECLARE, |b| {
-        b.extend_from_slice(&0u16.to_be_bytes());
-        put_shortstr(b, name);
-        put_shortstr(b, kind);
-        // passive, durable, auto-delete, internal, no-wait
-        b.put_u8(u8::from(durable) << 1);
-        put_table(b, &[]);
-    });
+    control(
+        buf,
+        channel,
+        AMQPClass::Exchange(exchange::AMQPMethod::Declare(exchange::Declare {
+            exchange: name.into(),
+            kind: kind.into(),
+            passive: false,
+            durable,
+            auto_delete: false,
+            internal: false,
+            nowait: false,
+            arguments: FieldTable::default(),
+        })),
+    );
 }
 
 #[derive(Debug, Clone, Default)]
@@ -260,75 +268,101 @@ pub struct QueueDeclare<'a> {
 }
 
 pub fn queue_declare(buf: &mut BytesMut, channel: u16, q: &QueueDeclare<'_>) {
-    method_frame(buf, channel, method::QUEUE_DECLARE, |b| {
-        b.extend_from_slice(&0u16.to_be_bytes());
-        put_shortstr(b, q.name);
-        let bits = u8::from(q.passive)
-            | (u8::from(q.durable) << 1)
-            | (u8::from(q.exclusive) << 2)
-            | (u8::from(q.auto_delete) << 3);
-        b.put_u8(bits);
-        put_table(b, q.arguments);
-    });
+    control(
+        buf,
+        channel,
+        AMQPClass::Queue(queue::AMQPMethod::Declare(queue::Declare {
+            queue: q.name.into(),
+            passive: q.passive,
+            durable: q.durable,
+            exclusive: q.exclusive,
+            auto_delete: q.auto_delete,
+            nowait: false,
+            arguments: field_table(q.arguments),
+        })),
+    );
 }
 
 pub fn queue_bind(
     buf: &mut BytesMut,
     channel: u16,
-    queue: &str,
-    exchange: &str,
+    queue_name: &str,
+    exchange_name: &str,
     routing_key: &str,
 ) {
-    method_frame(buf, channel, method::QUEUE_BIND, |b| {
-        b.extend_from_slice(&0u16.to_be_bytes());
-        put_shortstr(b, queue);
-        put_shortstr(b, exchange);
-        put_shortstr(b, routing_key);
-        b.put_u8(0);
-        put_table(b, &[]);
-    });
+    control(
+        buf,
+        channel,
+        AMQPClass::Queue(queue::AMQPMethod::Bind(queue::Bind {
+            queue: queue_name.into(),
+            exchange: exchange_name.into(),
+            routing_key: routing_key.into(),
+            nowait: false,
+            arguments: FieldTable::default(),
+        })),
+    );
 }
 
-pub fn queue_purge(buf: &mut BytesMut, channel: u16, queue: &str) {
-    method_frame(buf, channel, method::QUEUE_PURGE, |b| {
-        b.extend_from_slice(&0u16.to_be_bytes());
-        put_shortstr(b, queue);
-        b.put_u8(0);
-    });
+pub fn queue_purge(buf: &mut BytesMut, channel: u16, queue_name: &str) {
+    control(
+        buf,
+        channel,
+        AMQPClass::Queue(queue::AMQPMethod::Purge(queue::Purge {
+            queue: queue_name.into(),
+            nowait: false,
+        })),
+    );
 }
 
-pub fn queue_delete(buf: &mut BytesMut, channel: u16, queue: &str) {
-    method_frame(buf, channel, method::QUEUE_DELETE, |b| {
-        b.extend_from_slice(&0u16.to_be_bytes());
-        put_shortstr(b, queue);
-        b.put_u8(0);
-    });
+pub fn queue_delete(buf: &mut BytesMut, channel: u16, queue_name: &str) {
+    control(
+        buf,
+        channel,
+        AMQPClass::Queue(queue::AMQPMethod::Delete(queue::Delete {
+            queue: queue_name.into(),
+            if_unused: false,
+            if_empty: false,
+            nowait: false,
+        })),
+    );
 }
 
 pub fn basic_qos(buf: &mut BytesMut, channel: u16, prefetch_count: u16, global: bool) {
-    method_frame(buf, channel, method::BASIC_QOS, |b| {
-        b.extend_from_slice(&0u32.to_be_bytes());
-        b.extend_from_slice(&prefetch_count.to_be_bytes());
-        b.put_u8(u8::from(global));
-    });
+    control(
+        buf,
+        channel,
+        AMQPClass::Basic(basic::AMQPMethod::Qos(basic::Qos {
+            prefetch_count,
+            global,
+        })),
+    );
 }
 
-pub fn basic_consume(buf: &mut BytesMut, channel: u16, queue: &str, tag: &str, no_ack: bool) {
-    method_frame(buf, channel, method::BASIC_CONSUME, |b| {
-        b.extend_from_slice(&0u16.to_be_bytes());
-        put_shortstr(b, queue);
-        put_shortstr(b, tag);
-        // no-local, no-ack, exclusive, no-wait
-        b.put_u8(u8::from(no_ack) << 1);
-        put_table(b, &[]);
-    });
+pub fn basic_consume(buf: &mut BytesMut, channel: u16, queue_name: &str, tag: &str, no_ack: bool) {
+    control(
+        buf,
+        channel,
+        AMQPClass::Basic(basic::AMQPMethod::Consume(basic::Consume {
+            queue: queue_name.into(),
+            consumer_tag: tag.into(),
+            no_local: false,
+            no_ack,
+            exclusive: false,
+            nowait: false,
+            arguments: FieldTable::default(),
+        })),
+    );
 }
 
 pub fn basic_cancel(buf: &mut BytesMut, channel: u16, tag: &str) {
-    method_frame(buf, channel, method::BASIC_CANCEL, |b| {
-        put_shortstr(b, tag);
-        b.put_u8(0);
-    });
+    control(
+        buf,
+        channel,
+        AMQPClass::Basic(basic::AMQPMethod::Cancel(basic::Cancel {
+            consumer_tag: tag.into(),
+            nowait: false,
+        })),
+    );
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -529,7 +563,7 @@ mod tests {
         let mut kinds = Vec::new();
         let mut body_seen = 0;
         while let Some((frame, used)) = parse_frame(&buf[at..], 4096).unwrap() {
-            kinds.put_u8(frame.kind);
+            kinds.push(frame.kind);
             if frame.kind == FRAME_HEADER {
                 assert_eq!(content_body_size(frame.payload).unwrap(), 300);
                 assert_eq!(&frame.payload[12..14], &0x1000u16.to_be_bytes());
@@ -556,23 +590,32 @@ mod tests {
     }
 
     #[test]
-    fn table_encodes_longs_and_strings() {
+    fn queue_declare_arguments_reach_the_broker_as_typed_values() {
         let mut buf = BytesMut::new();
-        put_table(
-            &mut buf,
-            &[
-                ("x-max-length".into(), FieldValue::Long(10)),
-                ("x-queue-type".into(), FieldValue::Str("quorum".into())),
-            ],
+        let args = [
+            ("x-max-length".to_string(), FieldValue::Long(10)),
+            ("x-queue-type".to_string(), FieldValue::Str("quorum".into())),
+        ];
+        let q = QueueDeclare {
+            name: "q",
+            durable: true,
+            arguments: &args,
+            ..Default::default()
+        };
+        queue_declare(&mut buf, 3, &q);
+        let f = wp_frame::decode(&mut buf, 0).unwrap().unwrap();
+        assert_eq!(f.channel, 3);
+        let wp_method::Method::Other(AMQPClass::Queue(queue::AMQPMethod::Declare(d))) =
+            wp_method::Method::decode(f.payload).unwrap()
+        else {
+            panic!("not a queue.declare");
+        };
+        assert!(d.durable && !d.exclusive && !d.auto_delete);
+        let t = d.arguments.inner();
+        assert_eq!(t.get("x-max-length"), Some(&AMQPValue::LongLongInt(10)));
+        assert_eq!(
+            t.get("x-queue-type"),
+            Some(&AMQPValue::LongString("quorum".into()))
         );
-        let mut args = Args::new(&buf);
-        let size = args.u32().unwrap() as usize;
-        assert_eq!(size, buf.len() - 4);
-        assert_eq!(args.shortstr().unwrap(), "x-max-length");
-        assert_eq!(args.u8().unwrap(), b'l');
-        assert_eq!(args.u64().unwrap(), 10);
-        assert_eq!(args.shortstr().unwrap(), "x-queue-type");
-        assert_eq!(args.u8().unwrap(), b'S');
-        assert_eq!(args.longstr().unwrap(), b"quorum");
     }
 }
