@@ -337,9 +337,10 @@ pub struct SweepCli {
     /// p99 end-to-end latency objective in milliseconds: a step passes below it.
     #[arg(long = "slo-ms", default_value_t = 1000.0)]
     pub slo_ms: f64,
-    /// The broker's process ID (default: found by the port of the first URI).
-    #[arg(long = "broker-pid")]
-    pub broker_pid: Option<u32>,
+    /// The broker's process ID(s), comma separated for a cluster on this host (default: the
+    /// processes listening on the URIs' ports).
+    #[arg(long = "broker-pid", value_delimiter = ',')]
+    pub broker_pid: Vec<u32>,
     /// Directory for CSV, JSON, charts and the HTML report.
     #[arg(long = "out", default_value = "warren-perf-sweep")]
     pub out: PathBuf,

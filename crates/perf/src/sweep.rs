@@ -51,7 +51,8 @@ pub struct SweepResult {
     pub config: ConfigInfo,
     pub workload: String,
     pub slo_ms: f64,
-    pub broker_pid: Option<u32>,
+    /// The broker processes measured (summed): one per node on this host.
+    pub broker_pids: Vec<u32>,
     pub steps: Vec<SweepStep>,
     pub stop_reason: String,
 }
@@ -122,18 +123,22 @@ pub fn step_from_run(
     }
 }
 
-fn broker_pid(cli: &SweepCli) -> Option<u32> {
-    if cli.broker_pid.is_some() {
-        return cli.broker_pid;
+/// The broker processes to measure: given, or every distinct process listening on a URI's
+/// port on this host (a local cluster is summed node by node).
+fn broker_pids(cli: &SweepCli) -> Vec<u32> {
+    if !cli.broker_pid.is_empty() {
+        return cli.broker_pid.clone();
     }
-    let uri = Uri::parse(cli.workload.uris().first()?).ok()?;
-    match procfs::find_pid_by_port(uri.port) {
-        Ok(pid) => Some(pid),
-        Err(e) => {
-            eprintln!("warren perf sweep: broker resources not measured: {e:#}");
-            None
+    let mut pids = Vec::new();
+    for u in cli.workload.uris() {
+        let Ok(uri) = Uri::parse(&u) else { continue };
+        match procfs::find_pid_by_port(uri.port) {
+            Ok(pid) if !pids.contains(&pid) => pids.push(pid),
+            Ok(_) => {}
+            Err(e) => eprintln!("warren perf sweep: broker at {u} not measured: {e:#}"),
         }
     }
+    pids
 }
 
 pub async fn run(cli: &SweepCli, mut stop: watch::Receiver<bool>) -> Result<SweepResult> {
@@ -144,7 +149,7 @@ pub async fn run(cli: &SweepCli, mut stop: watch::Receiver<bool>) -> Result<Swee
         .step_s
         .or(cli.workload.time_s)
         .unwrap_or(STEP_SECONDS_DEFAULT);
-    let pid = broker_pid(cli);
+    let pids = broker_pids(cli);
     let id = cli.workload.id.clone().unwrap_or_else(workload::default_id);
     let fan = fanout(&cli.workload);
     let mut result = SweepResult {
@@ -152,7 +157,7 @@ pub async fn run(cli: &SweepCli, mut stop: watch::Receiver<bool>) -> Result<Swee
         config,
         workload: describe_workload(&cli.workload),
         slo_ms: cli.slo_ms,
-        broker_pid: pid,
+        broker_pids: pids.clone(),
         steps: Vec::new(),
         stop_reason: "Completed every step".into(),
     };
@@ -171,15 +176,16 @@ pub async fn run(cli: &SweepCli, mut stop: watch::Receiver<bool>) -> Result<Swee
         w.json = None;
         w.csv = None;
         let offset_s = sweep_start.elapsed().as_secs_f64();
-        let before = pid.and_then(|p| procfs::sample(Some(p)).ok());
+        let before = (!pids.is_empty())
+            .then(|| procfs::sample_all(&pids).ok())
+            .flatten();
         let t0 = Instant::now();
         let run = workload::run_workload(&w, stop.clone(), !w.quiet).await?;
-        let broker = match (pid, before) {
-            (Some(p), Some(b)) => procfs::sample(Some(p))
+        let broker = before.and_then(|b| {
+            procfs::sample_all(&pids)
                 .ok()
-                .map(|a| a.delta(&b, t0.elapsed().as_secs_f64())),
-            _ => None,
-        };
+                .map(|a| a.delta(&b, t0.elapsed().as_secs_f64()))
+        });
         let step = step_from_run(target, &run, fan, cli.slo_ms, broker, offset_s);
         println!("{}", step_line(&id, &step));
         result.steps.push(step);

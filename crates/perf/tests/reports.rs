@@ -83,7 +83,7 @@ fn synthetic_sweep(name: &str, instance: &str, nodes: u32, top: f64) -> SweepRes
         },
         workload: "producers 1 consumers 1 size 1024 B".into(),
         slo_ms: 1000.0,
-        broker_pid: Some(1),
+        broker_pids: vec![1],
         steps,
         stop_reason: "Completed every step".into(),
     }
