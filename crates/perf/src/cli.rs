@@ -509,6 +509,8 @@ pub struct LeaderboardCli {
 }
 
 /// A parsed `warren perf` command line.
+// Built once per process: variant sizes do not matter, and unboxed fields keep matching simple.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum PerfCommand {
     Run(WorkloadArgs),
