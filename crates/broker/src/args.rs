@@ -2,7 +2,7 @@
 //!
 //! Unknown arguments are accepted and ignored, as RabbitMQ does; known ones with the wrong type
 //! or value are a 406 PRECONDITION_FAILED whose text matches RabbitMQ's
-//! (`invalid arg 'x-message-ttl' for queue 'q' in vhost '/': {unacceptable_type,longstr}`).
+//! (`invalid arg 'x-message-ttl' for queue 'q' in vhost '/': "expected integer, got longstr"`).
 
 use crate::error::AmqpError;
 use amq_protocol_types::{AMQPValue, FieldTable};
@@ -106,52 +106,65 @@ impl QueueConfig {
                 "invalid arg '{key}' for queue '{queue}' in vhost '{vhost}': {why}"
             ))
         };
-        let int = |key: &str, v: &AMQPValue, min: i64| -> Result<u64, AmqpError> {
-            let i = integer(v)
-                .ok_or_else(|| bad(key, format!("{{unacceptable_type,{}}}", type_name(v))))?;
-            if i < min {
-                let tag = if min == 1 && i == 0 {
-                    "value_zero"
-                } else {
-                    "value_negative"
-                };
-                return Err(bad(key, format!("{{{tag},{i}}}")));
-            }
-            Ok(i as u64)
-        };
+        // Integer arguments, with RabbitMQ's reasons: a wrong type, then sign, then range.
+        let int =
+            |key: &str, v: &AMQPValue, min: i64, max: Option<i64>| -> Result<u64, AmqpError> {
+                let i = integer(v).ok_or_else(|| {
+                    bad(key, format!("\"expected integer, got {}\"", type_name(v)))
+                })?;
+                if i < 0 && min >= 0 {
+                    return Err(bad(key, format!("{{value_negative,{i}}}")));
+                }
+                if i < min {
+                    return Err(bad(key, format!("{{value_zero,{i}}}")));
+                }
+                if let Some(m) = max {
+                    if i > m {
+                        return Err(bad(key, format!("{{value_too_large,{i}}}")));
+                    }
+                }
+                Ok(i as u64)
+            };
         let text = |key: &str, v: &AMQPValue| -> Result<String, AmqpError> {
             string(v).ok_or_else(|| bad(key, format!("{{unacceptable_type,{}}}", type_name(v))))
+        };
+        // String arguments that name things report a wrong type in another phrasing.
+        let name = |key: &str, v: &AMQPValue| -> Result<String, AmqpError> {
+            string(v).ok_or_else(|| {
+                AmqpError::precondition(format!(
+                    "invalid type '{}' for arg '{key}' in queue '{queue}' in vhost '{vhost}'",
+                    type_name(v)
+                ))
+            })
         };
         for (k, v) in args.inner() {
             let key = k.as_str();
             match key {
-                "x-message-ttl" => c.message_ttl_ms = Some(int(key, v, 0)?),
-                "x-expires" => c.expires_ms = Some(int(key, v, 1)?),
-                "x-max-length" => c.max_length = Some(int(key, v, 0)?),
-                "x-max-length-bytes" => c.max_length_bytes = Some(int(key, v, 0)?),
-                "x-delivery-limit" => c.delivery_limit = Some(int(key, v, 0)?),
-                "x-max-in-memory-length" => c.max_in_memory_length = Some(int(key, v, 0)?),
-                "x-max-in-memory-bytes" => c.max_in_memory_bytes = Some(int(key, v, 0)?),
+                "x-message-ttl" => c.message_ttl_ms = Some(int(key, v, 0, Some(EXPIRY_MS_MAX))?),
+                "x-expires" => c.expires_ms = Some(int(key, v, 1, Some(EXPIRY_MS_MAX))?),
+                "x-max-length" => c.max_length = Some(int(key, v, 0, None)?),
+                "x-max-length-bytes" => c.max_length_bytes = Some(int(key, v, 0, None)?),
+                "x-delivery-limit" => c.delivery_limit = Some(int(key, v, 0, None)?),
+                "x-max-in-memory-length" => c.max_in_memory_length = Some(int(key, v, 0, None)?),
+                "x-max-in-memory-bytes" => c.max_in_memory_bytes = Some(int(key, v, 0, None)?),
                 "x-quorum-initial-group-size" => {
-                    int(key, v, 1)?;
+                    int(key, v, 1, None)?;
                 }
                 "x-max-priority" => {
-                    let p = int(key, v, 0)?;
+                    let p = int(key, v, 0, None)?;
                     if p > 255 {
-                        return Err(bad(key, format!("{{value_too_large,{p},255}}")));
+                        return Err(bad(key, format!("{{max_value_exceeded,{p}}}")));
                     }
                     c.max_priority = Some(p as u8);
                 }
-                "x-dead-letter-exchange" => c.dead_letter_exchange = Some(text(key, v)?),
-                "x-dead-letter-routing-key" => c.dead_letter_routing_key = Some(text(key, v)?),
+                "x-dead-letter-exchange" => c.dead_letter_exchange = Some(name(key, v)?),
+                "x-dead-letter-routing-key" => c.dead_letter_routing_key = Some(name(key, v)?),
                 "x-overflow" => {
                     c.overflow = match text(key, v)?.as_str() {
                         "drop-head" => Overflow::DropHead,
                         "reject-publish" => Overflow::RejectPublish,
                         "reject-publish-dlx" => Overflow::RejectPublishDlx,
-                        other => {
-                            return Err(bad(key, format!("{{invalid_value,<<\"{other}\">>}}")))
-                        }
+                        _ => return Err(bad(key, "invalid_overflow".into())),
                     }
                 }
                 "x-queue-mode" => {
@@ -159,7 +172,7 @@ impl QueueConfig {
                         "default" => false,
                         "lazy" => true,
                         other => {
-                            return Err(bad(key, format!("{{invalid_value,<<\"{other}\">>}}")))
+                            return Err(bad(key, format!("\"unsupported queue mode '{other}'\"")))
                         }
                     }
                 }
@@ -172,7 +185,7 @@ impl QueueConfig {
                         "classic" => QueueType::Classic,
                         "quorum" => QueueType::Quorum,
                         other => {
-                            return Err(bad(key, format!("{{invalid_value,<<\"{other}\">>}}")));
+                            return Err(bad(key, format!("\"unsupported queue type '{other}'\"")))
                         }
                     }
                 }
@@ -188,6 +201,26 @@ impl QueueConfig {
         Ok(c)
     }
 }
+
+/// RabbitMQ's largest TTL and expiry: 2^32 - 1 milliseconds.
+pub const EXPIRY_MS_MAX: i64 = 4_294_967_295;
+
+/// Arguments only a quorum queue accepts; a classic queue refuses them (406).
+pub const QUORUM_ONLY_ARGUMENTS: &[&str] = &[
+    "x-delivery-limit",
+    "x-quorum-initial-group-size",
+    "x-max-in-memory-length",
+    "x-max-in-memory-bytes",
+    "x-dead-letter-strategy",
+];
+
+/// Arguments a quorum queue refuses (406), as RabbitMQ 3.10 does.
+pub const CLASSIC_ONLY_ARGUMENTS: &[&str] = &[
+    "x-max-priority",
+    "x-queue-mode",
+    "x-queue-master-locator",
+    "x-queue-version",
+];
 
 /// The arguments whose values must match when a queue is declared again (RabbitMQ's list).
 pub const EQUIVALENCE_KEYS: &[&str] = &[
@@ -232,7 +265,7 @@ mod tests {
         assert_eq!(err.code, 406);
         assert_eq!(
             err.text,
-            "PRECONDITION_FAILED - invalid arg 'x-message-ttl' for queue 'q' in vhost '/': {unacceptable_type,longstr}"
+            "PRECONDITION_FAILED - invalid arg 'x-message-ttl' for queue 'q' in vhost '/': \"expected integer, got longstr\""
         );
     }
 

@@ -35,6 +35,8 @@ pub struct ChannelState {
     /// channel.flow active=false pauses deliveries.
     pub flow_active: bool,
     pub user: String,
+    /// Direct reply-to: this channel's token and the consumer tag replies are delivered with.
+    pub reply_to: Option<(Bytes, Bytes)>,
 }
 
 impl ChannelState {
@@ -51,6 +53,7 @@ impl ChannelState {
             consumers: HashMap::new(),
             flow_active: true,
             user,
+            reply_to: None,
         }
     }
 

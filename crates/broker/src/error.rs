@@ -69,3 +69,40 @@ impl std::fmt::Display for AmqpError {
 impl std::error::Error for AmqpError {}
 
 pub type Result<T> = std::result::Result<T, AmqpError>;
+
+/// Renders bytes as Erlang's `~p` prints a binary, the way RabbitMQ quotes frame contents in
+/// its error texts: `<<"abc">>` when printable, `<<0,50,0,10>>` otherwise.
+pub fn erlang_binary(b: &[u8]) -> String {
+    let printable = !b.is_empty()
+        && b.iter()
+            .all(|c| (32..127).contains(c) || matches!(c, b'\n' | b'\r' | b'\t'));
+    if printable {
+        let mut s = String::from("<<\"");
+        for &c in b {
+            match c {
+                b'"' => s.push_str("\\\""),
+                b'\\' => s.push_str("\\\\"),
+                b'\n' => s.push_str("\\n"),
+                b'\r' => s.push_str("\\r"),
+                b'\t' => s.push_str("\\t"),
+                _ => s.push(c as char),
+            }
+        }
+        s.push_str("\">>");
+        return s;
+    }
+    let items: Vec<String> = b.iter().map(|c| c.to_string()).collect();
+    format!("<<{}>>", items.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binaries_print_as_erlang_does() {
+        assert_eq!(erlang_binary(b"abc"), "<<\"abc\">>");
+        assert_eq!(erlang_binary(&[0, 50, 0, 10]), "<<0,50,0,10>>");
+        assert_eq!(erlang_binary(b""), "<<>>");
+    }
+}

@@ -120,6 +120,25 @@ impl Users {
         self.users.contains_key(name)
     }
 
+    pub fn tags(&self, name: &str) -> Vec<String> {
+        self.users
+            .get(name)
+            .map(|u| u.tags.clone())
+            .unwrap_or_default()
+    }
+
+    pub fn set_tags(&mut self, name: &str, tags: Vec<String>) {
+        if let Some(u) = self.users.get_mut(name) {
+            u.tags = tags;
+        }
+    }
+
+    pub fn is_administrator(&self, name: &str) -> bool {
+        self.users
+            .get(name)
+            .is_some_and(|u| u.tags.iter().any(|t| t == "administrator"))
+    }
+
     pub fn user_names(&self) -> Vec<String> {
         self.users.keys().cloned().collect()
     }

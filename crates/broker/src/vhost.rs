@@ -23,6 +23,11 @@ use warren_protocol::content::{encode_header, Properties};
 use warren_protocol::frame::encode_body;
 use warren_protocol::method::{encode_deliver, Method};
 
+/// The pseudo queue a client consumes from for direct reply-to.
+pub const REPLY_TO_QUEUE: &str = "amq.rabbitmq.reply-to";
+/// Replies are addressed to this prefix followed by the requester channel's token.
+const REPLY_TO_PREFIX: &str = "amq.rabbitmq.reply-to.";
+
 /// Stands for a deleted queue in unacked entries, whose id may be reused.
 const GONE: QueueId = QueueId(u32::MAX);
 
@@ -52,6 +57,30 @@ pub enum GetResult {
     Delivered,
 }
 
+#[derive(Debug, Clone)]
+pub struct QueueInfo {
+    pub name: String,
+    pub durable: bool,
+    pub auto_delete: bool,
+    pub exclusive: bool,
+    pub queue_type: &'static str,
+    pub arguments: FieldTable,
+    pub messages_ready: u64,
+    pub messages_unacknowledged: u64,
+    pub message_bytes_ready: u64,
+    pub consumers: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct ExchangeInfo {
+    pub name: String,
+    pub kind: &'static str,
+    pub durable: bool,
+    pub auto_delete: bool,
+    pub internal: bool,
+    pub arguments: FieldTable,
+}
+
 pub struct VHost {
     pub name: String,
     exchanges_by_name: HashMap<String, ExchangeId>,
@@ -64,6 +93,8 @@ pub struct VHost {
     next_queue: u32,
     free_exchange_ids: Vec<ExchangeId>,
     free_queue_ids: Vec<QueueId>,
+    /// Direct reply-to tokens and the channel each one answers to.
+    reply_tokens: HashMap<Bytes, ChannelKey>,
     scratch: Vec<QueueId>,
 }
 
@@ -89,6 +120,7 @@ impl VHost {
             next_queue: 1,
             free_exchange_ids: Vec::new(),
             free_queue_ids: Vec::new(),
+            reply_tokens: HashMap::new(),
             scratch: Vec::new(),
         };
         for (n, kind, internal) in STANDARD_EXCHANGES {
@@ -190,6 +222,15 @@ impl VHost {
                         "inequivalent arg '{arg}' {what}: received '{got}' but current is '{cur}'"
                     )));
                 }
+            }
+            let new_alt = arguments.inner().get("alternate-exchange");
+            let cur_alt = x.arguments.inner().get("alternate-exchange");
+            if !same_value(new_alt, cur_alt) {
+                return Err(AmqpError::precondition(format!(
+                    "inequivalent arg 'alternate-exchange' {what}: received {} but current is {}",
+                    quoted(new_alt),
+                    quoted(cur_alt)
+                )));
             }
             return Ok(());
         }
@@ -310,6 +351,14 @@ impl VHost {
         arguments: FieldTable,
         now_ms: u64,
     ) -> Result<DeclareOk> {
+        if passive && name == REPLY_TO_QUEUE {
+            // RabbitMQ reports the pseudo queue with one consumer whoever asks.
+            return Ok(DeclareOk {
+                queue: name.to_string(),
+                message_count: 0,
+                consumer_count: 1,
+            });
+        }
         if passive {
             let q = self.usable_queue(name, conn)?;
             q.last_used_ms = now_ms;
@@ -357,13 +406,13 @@ impl VHost {
                 return Err(bad("non-durable"));
             }
             if exclusive {
-                return Err(bad("exclusive"));
+                return Err(bad("exclusive-owner"));
             }
             if auto_delete {
                 return Err(bad("auto-delete"));
             }
-            for unsupported in ["x-max-priority", "x-queue-mode"] {
-                if arguments.inner().contains_key(unsupported) {
+            for unsupported in args::CLASSIC_ONLY_ARGUMENTS {
+                if arguments.inner().contains_key(*unsupported) {
                     return Err(AmqpError::precondition(format!(
                         "invalid arg '{unsupported}' for queue '{name}' in vhost '{}' of queue type rabbit_quorum_queue",
                         self.name
@@ -375,6 +424,16 @@ impl VHost {
                     "invalid arg 'x-overflow' with value 'reject-publish-dlx' for queue '{name}' in vhost '{}' of queue type rabbit_quorum_queue",
                     self.name
                 )));
+            }
+        }
+        if config.queue_type == QueueType::Classic {
+            for unsupported in args::QUORUM_ONLY_ARGUMENTS {
+                if arguments.inner().contains_key(*unsupported) {
+                    return Err(AmqpError::precondition(format!(
+                        "invalid arg '{unsupported}' for queue '{name}' in vhost '{}' of queue type rabbit_classic_queue",
+                        self.name
+                    )));
+                }
             }
         }
         let id = self.free_queue_ids.pop().unwrap_or_else(|| {
@@ -428,7 +487,10 @@ impl VHost {
     ) -> Result<()> {
         Self::refuse_default(exchange)?;
         let qid = self.usable_queue(queue, conn)?.id;
-        let xid = self.exchange_id(exchange)?;
+        // RabbitMQ 3.10 answers unbind-ok when the exchange is already gone.
+        let Some(&xid) = self.exchanges_by_name.get(exchange) else {
+            return Ok(());
+        };
         let unbound = self
             .routes
             .unbind(xid, Destination::Queue(qid), key.as_bytes(), arguments)
@@ -464,7 +526,7 @@ impl VHost {
         }
         if if_empty && !q.backlog.is_empty() {
             return Err(AmqpError::precondition(format!(
-                "queue '{queue}' in vhost '{vhost}' is not empty"
+                "queue '{queue}' in vhost '{vhost}' not empty"
             )));
         }
         let id = q.id;
@@ -522,13 +584,22 @@ impl VHost {
     // ---- publishing ------------------------------------------------------------------------
 
     /// Routes and enqueues a message, then delivers what consumers have credit for.
+    /// Routes and enqueues a message published on `channel`, then delivers what consumers
+    /// have credit for.
     pub fn publish(
         &mut self,
+        channel: ChannelKey,
         exchange: &str,
-        message: Message,
+        mut message: Message,
         props: &Properties,
         now_ms: u64,
     ) -> Result<PublishOutcome> {
+        if props.reply_to.as_deref() == Some(REPLY_TO_QUEUE.as_bytes()) {
+            message = self.stamp_reply_to(channel, message, props)?;
+        }
+        if exchange.is_empty() && message.routing_key.starts_with(REPLY_TO_PREFIX.as_bytes()) {
+            return Ok(self.deliver_reply(message));
+        }
         let mut targets = std::mem::take(&mut self.scratch);
         targets.clear();
         let result = self.route(exchange, &message, props, &mut targets);
@@ -541,6 +612,61 @@ impl VHost {
         };
         self.scratch = targets;
         outcome
+    }
+
+    /// Replaces `reply_to: amq.rabbitmq.reply-to` with the channel's own reply address.
+    fn stamp_reply_to(
+        &self,
+        channel: ChannelKey,
+        message: Message,
+        props: &Properties,
+    ) -> Result<Message> {
+        let token = self
+            .channels
+            .get(&channel)
+            .and_then(|c| c.reply_to.as_ref())
+            .map(|(token, _)| token.clone());
+        let Some(token) = token else {
+            return Err(AmqpError::precondition(
+                "fast reply consumer does not exist",
+            ));
+        };
+        let mut p = props.clone();
+        let mut address = Vec::with_capacity(REPLY_TO_PREFIX.len() + token.len());
+        address.extend_from_slice(REPLY_TO_PREFIX.as_bytes());
+        address.extend_from_slice(&token);
+        p.reply_to = Some(Bytes::from(address));
+        Ok(Message {
+            properties: p.encode(),
+            ..message
+        })
+    }
+
+    /// A reply to a direct reply-to address goes straight to the requester's channel, or
+    /// nowhere if it has gone.
+    fn deliver_reply(&mut self, message: Message) -> PublishOutcome {
+        let token = message.routing_key.slice(REPLY_TO_PREFIX.len()..);
+        let Some(&key) = self.reply_tokens.get(&token) else {
+            return PublishOutcome::default();
+        };
+        let Some(ch) = self.channels.get_mut(&key) else {
+            return PublishOutcome::default();
+        };
+        let Some((_, tag)) = ch.reply_to.clone() else {
+            return PublishOutcome::default();
+        };
+        let tag_number = ch.next_delivery_tag();
+        let m = QueuedMessage {
+            msg: Arc::new(message),
+            redelivered: false,
+            delivery_count: 0,
+            expires_at_ms: None,
+        };
+        deliver(ch, &tag, tag_number, &m, false);
+        PublishOutcome {
+            routed: true,
+            rejected: false,
+        }
     }
 
     fn route(
@@ -559,21 +685,30 @@ impl VHost {
             }
             _ => None,
         };
-        let mut keys: Vec<Bytes> = vec![message.routing_key.clone()];
+        // Sender-selected distribution: CC and BCC add routing keys (an array of strings).
+        let mut extra_keys: Vec<Bytes> = Vec::new();
         if let Some(h) = &headers {
             for name in ["CC", "BCC"] {
-                if let Some(AMQPValue::FieldArray(a)) = h.inner().get(name) {
-                    keys.extend(
+                match h.inner().get(name) {
+                    None => {}
+                    Some(AMQPValue::FieldArray(a)) => extra_keys.extend(
                         a.as_slice()
                             .iter()
                             .filter_map(args::string)
                             .map(Bytes::from),
-                    );
+                    ),
+                    Some(other) => {
+                        return Err(AmqpError::precondition(format!(
+                            "invalid message: {{unacceptable_type_in_header,\"{name}\",{}}}",
+                            args::type_name(other)
+                        )));
+                    }
                 }
             }
         }
+        let keys = std::iter::once(&message.routing_key).chain(extra_keys.iter());
         if exchange.is_empty() {
-            for k in &keys {
+            for k in keys {
                 if let Some(&q) = std::str::from_utf8(k)
                     .ok()
                     .and_then(|k| self.queues_by_name.get(k))
@@ -585,6 +720,18 @@ impl VHost {
             }
             return Ok(());
         }
+        let keys: Vec<Bytes> = if extra_keys.is_empty() {
+            Vec::new()
+        } else {
+            std::iter::once(message.routing_key.clone())
+                .chain(extra_keys)
+                .collect()
+        };
+        let keys: &[Bytes] = if keys.is_empty() {
+            std::slice::from_ref(&message.routing_key)
+        } else {
+            &keys
+        };
         let id = self.exchange_id(exchange)?;
         let x = &self.exchanges[&id];
         if x.internal {
@@ -593,7 +740,7 @@ impl VHost {
                 self.name
             )));
         }
-        self.route_from(id, &keys, headers.as_ref(), out);
+        self.route_from(id, keys, headers.as_ref(), out);
         // Alternate exchanges, followed by name as RabbitMQ does, each visited at most once.
         let mut seen = HashSet::new();
         let mut current = id;
@@ -612,7 +759,7 @@ impl VHost {
             if seen.contains(&alt_id) {
                 break;
             }
-            self.route_from(alt_id, &keys, headers.as_ref(), out);
+            self.route_from(alt_id, keys, headers.as_ref(), out);
             current = alt_id;
         }
         Ok(())
@@ -812,6 +959,9 @@ impl VHost {
         let Some(mut ch) = self.channels.remove(&key) else {
             return;
         };
+        if let Some((token, _)) = ch.reply_to.take() {
+            self.reply_tokens.remove(&token);
+        }
         let consumers: Vec<(Bytes, QueueId)> = ch.consumers.drain().collect();
         let unacked = ch.drain_unacked();
         let mut touched: Vec<QueueId> = Vec::new();
@@ -892,10 +1042,28 @@ impl VHost {
         } else {
             tag.to_string()
         };
-        if ch.consumers.contains_key(tag.as_bytes()) {
+        if ch.consumers.contains_key(tag.as_bytes())
+            || ch
+                .reply_to
+                .as_ref()
+                .is_some_and(|(_, t)| t == tag.as_bytes())
+        {
             return Err(AmqpError::not_allowed(format!(
                 "attempt to reuse consumer tag '{tag}'"
             )));
+        }
+        if queue == REPLY_TO_QUEUE {
+            if !no_ack {
+                return Err(AmqpError::precondition("reply consumer cannot acknowledge"));
+            }
+            if ch.reply_to.is_some() {
+                return Err(AmqpError::precondition("reply consumer already set"));
+            }
+            let token = Bytes::from(generate_name(""));
+            self.reply_tokens.insert(token.clone(), key);
+            self.channels.get_mut(&key).expect("checked above").reply_to =
+                Some((token, Bytes::from(tag.clone())));
+            return Ok(tag);
         }
         let priority = match arguments.inner().get("x-priority") {
             None => 0,
@@ -946,6 +1114,15 @@ impl VHost {
         let Some(ch) = self.channels.get_mut(&key) else {
             return false;
         };
+        if ch
+            .reply_to
+            .as_ref()
+            .is_some_and(|(_, t)| t == tag.as_bytes())
+        {
+            let (token, _) = ch.reply_to.take().expect("checked");
+            self.reply_tokens.remove(&token);
+            return true;
+        }
         let Some(qid) = ch.consumers.remove(tag.as_bytes()) else {
             return false;
         };
@@ -1257,6 +1434,61 @@ impl VHost {
 
     // ---- introspection ---------------------------------------------------------------------
 
+    /// Every queue with its counters, for the management API and metrics.
+    pub fn queue_infos(&self) -> Vec<QueueInfo> {
+        let mut v: Vec<QueueInfo> = self
+            .queues
+            .values()
+            .map(|q| QueueInfo {
+                name: q.name.clone(),
+                durable: q.durable,
+                auto_delete: q.auto_delete,
+                exclusive: q.exclusive_owner.is_some(),
+                queue_type: if q.is_quorum() { "quorum" } else { "classic" },
+                arguments: q.arguments.clone(),
+                messages_ready: q.backlog.len() as u64,
+                messages_unacknowledged: q.unacked as u64,
+                message_bytes_ready: q.backlog.bytes() as u64,
+                consumers: q.consumers.len() as u64,
+            })
+            .collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    pub fn exchange_infos(&self) -> Vec<ExchangeInfo> {
+        let mut v: Vec<ExchangeInfo> = self
+            .exchanges
+            .values()
+            .map(|x| ExchangeInfo {
+                name: x.name.clone(),
+                kind: kind_name(x.kind),
+                durable: x.durable,
+                auto_delete: x.auto_delete,
+                internal: x.internal,
+                arguments: x.arguments.clone(),
+            })
+            .collect();
+        v.push(ExchangeInfo {
+            name: String::new(),
+            kind: "direct",
+            durable: true,
+            auto_delete: false,
+            internal: false,
+            arguments: FieldTable::default(),
+        });
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    pub fn binding_count(&self) -> usize {
+        self.routes.binding_count()
+    }
+
+    pub fn channel_count(&self) -> usize {
+        self.channels.len()
+    }
+
     pub fn queue_names(&self) -> Vec<String> {
         self.queues.values().map(|q| q.name.clone()).collect()
     }
@@ -1276,7 +1508,33 @@ impl VHost {
 }
 
 fn routing_error(e: crate::routing::RoutingError) -> AmqpError {
-    AmqpError::new(e.reply_code(), e)
+    match &e {
+        crate::routing::RoutingError::InvalidXMatch { value } => AmqpError::precondition(format!(
+            "Invalid x-match field value <<\"{value}\">>; expected all, any, all-with-x, or any-with-x"
+        )),
+        _ => AmqpError::new(e.reply_code(), e),
+    }
+}
+
+/// Two optional argument values, equal as RabbitMQ compares them (integers by value).
+fn same_value(a: Option<&AMQPValue>, b: Option<&AMQPValue>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            a == b
+                || (args::integer(a).is_some() && args::integer(a) == args::integer(b))
+                || (args::string(a).is_some() && args::string(a) == args::string(b))
+        }
+        _ => false,
+    }
+}
+
+/// How RabbitMQ shows an argument value in `inequivalent arg` errors: `'5'`, or `none`.
+fn quoted(v: Option<&AMQPValue>) -> String {
+    match v {
+        Some(v) => format!("'{}'", args::render(v)),
+        None => "none".to_string(),
+    }
 }
 
 fn locked(name: &str, vhost: &str) -> AmqpError {
@@ -1308,38 +1566,15 @@ fn check_queue_equivalence(
     for key in EQUIVALENCE_KEYS {
         let new = arguments.inner().get(*key);
         let cur = q.arguments.inner().get(*key);
-        let same = match (new, cur) {
-            (None, None) => true,
-            (Some(a), Some(b)) => {
-                a == b
-                    || (args::integer(a).is_some() && args::integer(a) == args::integer(b))
-                    || (args::string(a).is_some() && args::string(a) == args::string(b))
-            }
-            // RabbitMQ treats a missing x-queue-type as equal to the current type.
-            (None, Some(_)) | (Some(_), None) => {
-                *key == "x-queue-type"
-                    && args::string(new.or(cur).expect("one is set")).as_deref() == Some("classic")
-            }
-        };
-        if !same {
-            let received = match new {
-                Some(v) => format!(
-                    "the value '{}' of type '{}'",
-                    args::render(v),
-                    args::type_name(v)
-                ),
-                None => "none".to_string(),
-            };
-            let current = match cur {
-                Some(v) => format!(
-                    "the value '{}' of type '{}'",
-                    args::render(v),
-                    args::type_name(v)
-                ),
-                None => "none".to_string(),
-            };
+        // RabbitMQ treats a missing x-queue-type as equal to "classic".
+        let classic_default = *key == "x-queue-type"
+            && (new.is_none() || cur.is_none())
+            && new.or(cur).and_then(args::string).as_deref() == Some("classic");
+        if !same_value(new, cur) && !classic_default {
             return Err(AmqpError::precondition(format!(
-                "inequivalent arg '{key}' {what}: received {received} but current is {current}"
+                "inequivalent arg '{key}' {what}: received {} but current is {}",
+                quoted(new),
+                quoted(cur)
             )));
         }
     }
@@ -1354,7 +1589,7 @@ fn needs_headers(raw: &[u8]) -> bool {
 /// The properties a consumer sees: the publisher's bytes, plus x-delivery-count on quorum
 /// queue redeliveries.
 fn delivery_properties(m: &QueuedMessage, quorum: bool) -> Bytes {
-    if !quorum || m.delivery_count == 0 {
+    if !quorum {
         return m.msg.properties.clone();
     }
     let Ok(mut p) = Properties::decode(&m.msg.properties) else {

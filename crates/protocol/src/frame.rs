@@ -26,6 +26,8 @@ pub struct Frame {
 }
 
 /// Why a byte stream is not a sequence of frames; each is a 501 FRAME_ERROR in RabbitMQ.
+/// (A frame of an unknown type is still a frame: the connection judges its type, as RabbitMQ
+/// does after reading the whole frame.)
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FrameError {
     TooLarge {
@@ -37,11 +39,8 @@ pub enum FrameError {
     BadFrameEnd {
         kind: u8,
         channel: u16,
+        payload: Bytes,
         found: u8,
-    },
-    UnknownType {
-        kind: u8,
-        channel: u16,
     },
 }
 
@@ -57,7 +56,6 @@ impl std::fmt::Display for FrameError {
             FrameError::BadFrameEnd { kind, found, .. } => {
                 write!(f, "type {kind}, invalid frame end marker {found}")
             }
-            FrameError::UnknownType { kind, .. } => write!(f, "unknown frame type {kind}"),
         }
     }
 }
@@ -73,12 +71,6 @@ pub fn decode(buf: &mut BytesMut, frame_max: u32) -> Result<Option<Frame>, Frame
     let kind = buf[0];
     let channel = u16::from_be_bytes([buf[1], buf[2]]);
     let size = u32::from_be_bytes([buf[3], buf[4], buf[5], buf[6]]);
-    if !matches!(
-        kind,
-        FRAME_METHOD | FRAME_HEADER | FRAME_BODY | FRAME_HEARTBEAT
-    ) {
-        return Err(FrameError::UnknownType { kind, channel });
-    }
     let payload_max = frame_max.saturating_sub(FRAME_OVERHEAD_BYTES as u32);
     if frame_max != 0 && size > payload_max {
         return Err(FrameError::TooLarge {
@@ -95,9 +87,11 @@ pub fn decode(buf: &mut BytesMut, frame_max: u32) -> Result<Option<Frame>, Frame
     }
     let end = buf[total - 1];
     if end != FRAME_END {
+        let payload = Bytes::copy_from_slice(&buf[FRAME_HEADER_BYTES..total - 1]);
         return Err(FrameError::BadFrameEnd {
             kind,
             channel,
+            payload,
             found: end,
         });
     }
@@ -190,6 +184,7 @@ mod tests {
             Err(FrameError::BadFrameEnd {
                 kind: FRAME_BODY,
                 channel: 1,
+                payload: Bytes::from_static(b"x"),
                 found: 0
             })
         );
@@ -209,12 +204,10 @@ mod tests {
     }
 
     #[test]
-    fn rejects_unknown_frame_type() {
-        let mut buf = frame_bytes(9, 0, b"");
-        assert!(matches!(
-            decode(&mut buf, 0),
-            Err(FrameError::UnknownType { kind: 9, .. })
-        ));
+    fn hands_out_frames_of_unknown_type_for_the_connection_to_judge() {
+        let mut buf = frame_bytes(9, 0, b"abc");
+        let f = decode(&mut buf, 0).unwrap().unwrap();
+        assert_eq!((f.kind, &f.payload[..]), (9, &b"abc"[..]));
     }
 
     #[test]

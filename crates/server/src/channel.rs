@@ -20,6 +20,8 @@ pub struct Pending {
     pub body: BytesMut,
     /// The body when it arrived in exactly one frame: kept as a slice of the read buffer.
     pub single: Option<Bytes>,
+    /// A body frame went past the declared size: the content never completes.
+    pub overflowed: bool,
 }
 
 /// Work a transaction holds back until tx.commit.
@@ -52,6 +54,8 @@ pub struct Channel {
     pub next_publish_seq: u64,
     /// Highest sequence number ready to be confirmed with one ack(multiple=true).
     pub ack_upto: Option<u64>,
+    /// Highest sequence number already confirmed, to count confirms for metrics.
+    pub confirmed_upto: u64,
     pub tx: Option<Vec<TxOp>>,
     /// The queue most recently declared on this channel: an empty queue name means it.
     pub last_queue: Option<String>,
@@ -67,10 +71,20 @@ impl Channel {
             confirm: false,
             next_publish_seq: 1,
             ack_upto: None,
+            confirmed_upto: 0,
             tx: None,
             last_queue: None,
         }
     }
+}
+
+/// RabbitMQ's answer to any method a channel does not accept from a client.
+fn unimplemented(ids: (u16, u16)) -> Fault {
+    Fault::Connection(
+        AmqpError::command_invalid("unimplemented method"),
+        ids.0,
+        ids.1,
+    )
 }
 
 fn ctl(conn: &Connection, number: u16, class: AMQPClass) {
@@ -109,6 +123,11 @@ impl Connection {
     pub fn flush_confirms(&mut self) {
         for (number, ch) in self.channels.iter_mut() {
             if let Some(seq) = ch.ack_upto.take() {
+                self.shared.counters.confirmed.fetch_add(
+                    seq - ch.confirmed_upto,
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+                ch.confirmed_upto = seq;
                 let n = *number;
                 self.outbox.push(|b| method::encode_ack(b, n, seq, true));
             }
@@ -141,6 +160,7 @@ impl Connection {
                     header: None,
                     body: BytesMut::new(),
                     single: None,
+                    overflowed: false,
                 });
                 Ok(())
             }
@@ -176,11 +196,7 @@ impl Connection {
                     now,
                 )
                 .map_err(fail),
-            Method::Deliver(_) | Method::GetOk(_) | Method::Return(_) => Err(Fault::Connection(
-                AmqpError::command_invalid("method is only sent by servers"),
-                ids.0,
-                ids.1,
-            )),
+            Method::Deliver(_) | Method::GetOk(_) | Method::Return(_) => Err(unimplemented(ids)),
             Method::Other(class) => self.handle_control(number, class, now, ids),
         }
     }
@@ -230,10 +246,11 @@ impl Connection {
             }
         }
         if let Some(e) = &props.expiration {
-            if parse_expiration(e).is_err() {
+            if let Err(why) = parse_expiration(e) {
                 return Err(fail(AmqpError::precondition(format!(
-                    "invalid expiration '{}'",
-                    String::from_utf8_lossy(e)
+                    "invalid expiration '{}': {}",
+                    String::from_utf8_lossy(e),
+                    why.0
                 ))));
             }
         }
@@ -275,6 +292,7 @@ impl Connection {
         mandatory: bool,
     ) -> Result<(), AmqpError> {
         let now = self.shared.broker.now_ms();
+        let key = self.channels[&number].key;
         let returned = mandatory.then(|| {
             (
                 message.routing_key.clone(),
@@ -286,7 +304,16 @@ impl Connection {
             .vhost
             .lock()
             .expect("vhost lock")
-            .publish(exchange, message, props, now)?;
+            .publish(key, exchange, message, props, now)?;
+        let counters = &self.shared.counters;
+        counters
+            .published
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if !outcome.routed {
+            counters
+                .unroutable
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         if !outcome.routed && !outcome.rejected {
             if let Some((routing_key, properties, body)) = returned {
                 let frame_max = self.frame_max;
@@ -364,13 +391,9 @@ impl Connection {
                 );
                 Ok(())
             }
-            AMQPClass::Connection(_) => Err(Fault::Connection(
-                AmqpError::command_invalid("connection method on a non-zero channel"),
-                ids.0,
-                ids.1,
-            )),
+            AMQPClass::Connection(_) => Err(unimplemented(ids)),
             _ => Err(Fault::Connection(
-                AmqpError::command_invalid("method is only sent by servers"),
+                AmqpError::command_invalid("unimplemented method"),
                 ids.0,
                 ids.1,
             )),
@@ -401,8 +424,16 @@ impl Connection {
                 );
                 Ok(())
             }
-            C::CloseOk(_) => Ok(()),
+            C::CloseOk(_) => Err(unimplemented((20, 41))),
             C::Flow(f) => {
+                if !f.active {
+                    // RabbitMQ 3.10 no longer lets a client pause deliveries this way.
+                    return Err(Fault::Connection(
+                        AmqpError::not_implemented("active=false"),
+                        20,
+                        20,
+                    ));
+                }
                 let key = self.channels[&number].key;
                 self.vhost
                     .lock()
@@ -417,7 +448,7 @@ impl Connection {
             }
             C::FlowOk(_) => Ok(()),
             C::OpenOk(_) => Err(Fault::Connection(
-                AmqpError::command_invalid("channel.open-ok is only sent by servers"),
+                AmqpError::command_invalid("unimplemented method"),
                 20,
                 11,
             )),
@@ -498,7 +529,7 @@ impl Connection {
                 }
             }
             E::DeclareOk(_) | E::DeleteOk(_) | E::BindOk(_) | E::UnbindOk(_) => {
-                return Err(AmqpError::command_invalid("method is only sent by servers"));
+                return Err(AmqpError::command_invalid("unimplemented method"));
             }
         }
         Ok(())
@@ -614,7 +645,7 @@ impl Connection {
                 }
             }
             Q::DeclareOk(_) | Q::BindOk(_) | Q::UnbindOk(_) | Q::PurgeOk(_) | Q::DeleteOk(_) => {
-                return Err(AmqpError::command_invalid("method is only sent by servers"));
+                return Err(AmqpError::command_invalid("unimplemented method"));
             }
         }
         Ok(())
@@ -698,7 +729,14 @@ impl Connection {
                     );
                 }
             }
-            B::Recover(_) => {
+            B::Recover(r) => {
+                if !r.requeue {
+                    return Err(Fault::Connection(
+                        AmqpError::not_implemented("requeue=false"),
+                        ids.0,
+                        ids.1,
+                    ));
+                }
                 self.vhost
                     .lock()
                     .expect("vhost lock")
@@ -709,16 +747,23 @@ impl Connection {
                     AMQPClass::Basic(B::RecoverOk(basic::RecoverOk {})),
                 );
             }
-            B::RecoverAsync(_) => {
-                return Err(Fault::Connection(
-                    AmqpError::not_implemented("recover-async"),
-                    ids.0,
-                    ids.1,
-                ));
+            B::RecoverAsync(r) => {
+                if !r.requeue {
+                    return Err(Fault::Connection(
+                        AmqpError::not_implemented("requeue=false"),
+                        ids.0,
+                        ids.1,
+                    ));
+                }
+                // Deprecated, and answered with nothing: the redeliveries are the reply.
+                self.vhost
+                    .lock()
+                    .expect("vhost lock")
+                    .basic_recover(key, now);
             }
             _ => {
                 return Err(Fault::Connection(
-                    AmqpError::command_invalid("method is only sent by servers"),
+                    AmqpError::command_invalid("unimplemented method"),
                     ids.0,
                     ids.1,
                 ))
@@ -765,7 +810,7 @@ impl Connection {
                     AMQPClass::Tx(T::RollbackOk(tx::RollbackOk {})),
                 );
             }
-            _ => return Err(AmqpError::command_invalid("method is only sent by servers")),
+            _ => return Err(AmqpError::command_invalid("unimplemented method")),
         }
         Ok(())
     }

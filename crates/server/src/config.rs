@@ -22,6 +22,8 @@ pub struct ServerConfig {
     pub message_bytes_max: u64,
     /// Publishers are blocked (connection.blocked) while the broker's RSS is above this.
     pub memory_high_watermark_bytes: u64,
+    /// Where the HTTP management API and /metrics listen; none disables them.
+    pub management_listen: Option<SocketAddr>,
 }
 
 impl Default for ServerConfig {
@@ -34,24 +36,12 @@ impl Default for ServerConfig {
             frame_max_bytes: FRAME_MAX_DEFAULT_BYTES,
             message_bytes_max: MESSAGE_BYTES_MAX_DEFAULT,
             memory_high_watermark_bytes: default_memory_watermark(),
+            management_listen: Some("127.0.0.1:15672".parse().expect("valid address")),
         }
     }
 }
 
 /// 40% of physical memory, RabbitMQ's default vm_memory_high_watermark.
 fn default_memory_watermark() -> u64 {
-    let total = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| {
-                    l.split_whitespace()
-                        .nth(1)
-                        .and_then(|kb| kb.parse::<u64>().ok())
-                })
-        })
-        .map(|kb| kb * 1024)
-        .unwrap_or(4 << 30);
-    total * 2 / 5
+    crate::memory::total_memory_bytes() * 2 / 5
 }

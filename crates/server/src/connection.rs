@@ -19,14 +19,14 @@ use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use warren_broker::broker::SharedVHost;
-use warren_broker::error::AmqpError;
+use warren_broker::error::{erlang_binary, AmqpError};
 use warren_broker::outbox::Outbox;
 use warren_broker::queue::ConnId;
 use warren_broker::users::Permissions;
 use warren_protocol::amqp::{connection, AMQPClass};
 use warren_protocol::constants::*;
 use warren_protocol::content::ContentHeader;
-use warren_protocol::frame::{self, Frame, FRAME_MIN_BYTES};
+use warren_protocol::frame::{self, Frame, FrameError, FRAME_MIN_BYTES};
 use warren_protocol::method::{Method, MethodError};
 use warren_protocol::PROTOCOL_HEADER;
 
@@ -72,7 +72,6 @@ pub struct Connection {
     pub heartbeat_s: u16,
     pub channels: HashMap<u16, Channel>,
     pub caps: ClientCaps,
-    pub published_any: bool,
     pub closing: bool,
     pub finished: bool,
 }
@@ -126,7 +125,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let conn = match handshake {
         Ok(Ok(h)) => h,
         Ok(Err(Some(e))) => {
-            send_connection_close(&outbox, &e, 0, 0);
+            send_connection_close(&outbox, &e.0, e.1, e.2);
             wait_close_ok(&mut rd, &mut buf).await;
             outbox.close();
             let _ = writer.await;
@@ -154,13 +153,14 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         heartbeat_s: conn.heartbeat_s,
         channels: HashMap::new(),
         caps: conn.caps,
-        published_any: false,
         closing: false,
         finished: false,
     };
     tracing::debug!(conn = id, %peer, user = %c.user, vhost = %c.vhost_name, "connection opened");
+    shared.connections_open.fetch_add(1, Ordering::Relaxed);
     c.run(&mut rd, &mut buf).await;
     c.cleanup();
+    shared.connections_open.fetch_sub(1, Ordering::Relaxed);
     outbox.close();
     let _ = writer.await;
     tracing::debug!(conn = id, "connection closed");
@@ -329,7 +329,7 @@ async fn handshake(
     outbox: &Outbox,
     shared: &Shared,
     peer: SocketAddr,
-) -> Result<Negotiated, Option<AmqpError>> {
+) -> Result<Negotiated, Option<(AmqpError, u16, u16)>> {
     let cfg = &shared.config;
     control(
         outbox,
@@ -343,10 +343,14 @@ async fn handshake(
         })),
     );
     let connection::AMQPMethod::StartOk(start_ok) =
-        next_connection_method(rd, buf, FRAME_MIN_BYTES).await?
+        next_connection_method(rd, buf, FRAME_MIN_BYTES)
+            .await
+            .map_err(|e| e.map(|e| (e, 0, 0)))?
     else {
-        return Err(Some(AmqpError::command_invalid(
-            "expected connection.start-ok",
+        return Err(Some((
+            AmqpError::command_invalid("expected connection.start-ok"),
+            0,
+            0,
         )));
     };
     let mut caps = ClientCaps::default();
@@ -359,7 +363,8 @@ async fn handshake(
         };
     }
     let mechanism = start_ok.mechanism.as_str().to_string();
-    let (user, password) = credentials(&mechanism, start_ok.response.as_bytes()).map_err(Some)?;
+    let (user, password) =
+        credentials(&mechanism, start_ok.response.as_bytes()).map_err(|e| Some((e, 0, 0)))?;
     let refused = || {
         AmqpError::access_refused(format!(
             "Login was refused using authentication mechanism {mechanism}. For details see the broker logfile."
@@ -376,7 +381,7 @@ async fn handshake(
     if !authenticated || loopback_refused {
         tracing::warn!(%peer, %user, "login refused");
         return Err(if caps.authentication_failure_close {
-            Some(refused())
+            Some((refused(), 0, 0))
         } else {
             None
         });
@@ -390,30 +395,45 @@ async fn handshake(
             heartbeat: cfg.heartbeat_s,
         })),
     );
-    let connection::AMQPMethod::TuneOk(tune) =
-        next_connection_method(rd, buf, FRAME_MIN_BYTES).await?
+    let connection::AMQPMethod::TuneOk(tune) = next_connection_method(rd, buf, FRAME_MIN_BYTES)
+        .await
+        .map_err(|e| e.map(|e| (e, 0, 0)))?
     else {
-        return Err(Some(AmqpError::command_invalid(
-            "expected connection.tune-ok",
+        return Err(Some((
+            AmqpError::command_invalid("expected connection.tune-ok"),
+            0,
+            0,
         )));
     };
     if tune.frame_max != 0 && tune.frame_max < FRAME_MIN_BYTES {
-        return Err(Some(AmqpError::not_allowed(format!(
-            "frame_max={} < {} min size",
-            tune.frame_max, FRAME_MIN_BYTES
-        ))));
+        return Err(Some((
+            AmqpError::not_allowed(format!(
+                "frame_max={} < {} min size",
+                tune.frame_max, FRAME_MIN_BYTES
+            )),
+            0,
+            0,
+        )));
     }
     if tune.frame_max > cfg.frame_max_bytes || (tune.frame_max == 0 && cfg.frame_max_bytes != 0) {
-        return Err(Some(AmqpError::not_allowed(format!(
-            "frame_max={} > {} max size",
-            tune.frame_max, cfg.frame_max_bytes
-        ))));
+        return Err(Some((
+            AmqpError::not_allowed(format!(
+                "frame_max={} > {} max size",
+                tune.frame_max, cfg.frame_max_bytes
+            )),
+            0,
+            0,
+        )));
     }
-    if tune.channel_max > cfg.channel_max {
-        return Err(Some(AmqpError::not_allowed(format!(
-            "channel_max={} > {} max",
-            tune.channel_max, cfg.channel_max
-        ))));
+    if tune.channel_max > cfg.channel_max || (tune.channel_max == 0 && cfg.channel_max != 0) {
+        return Err(Some((
+            AmqpError::not_allowed(format!(
+                "channel_max={} > {} max",
+                tune.channel_max, cfg.channel_max
+            )),
+            0,
+            0,
+        )));
     }
     let channel_max = if tune.channel_max == 0 {
         cfg.channel_max
@@ -421,15 +441,23 @@ async fn handshake(
         tune.channel_max
     };
     let frame_max = tune.frame_max;
-    let connection::AMQPMethod::Open(open) = next_connection_method(rd, buf, frame_max).await?
+    let connection::AMQPMethod::Open(open) = next_connection_method(rd, buf, frame_max)
+        .await
+        .map_err(|e| e.map(|e| (e, 0, 0)))?
     else {
-        return Err(Some(AmqpError::command_invalid("expected connection.open")));
+        return Err(Some((
+            AmqpError::command_invalid("expected connection.open"),
+            0,
+            0,
+        )));
     };
     let vhost_name = open.virtual_host.as_str().to_string();
     let Some(vhost) = shared.broker.vhost(&vhost_name) else {
-        return Err(Some(AmqpError::not_allowed(format!(
-            "vhost {vhost_name} not found"
-        ))));
+        return Err(Some((
+            AmqpError::not_allowed(format!("vhost {vhost_name} not found")),
+            10,
+            40,
+        )));
     };
     let permissions = shared
         .broker
@@ -439,9 +467,13 @@ async fn handshake(
         .permissions(&user, &vhost_name)
         .cloned();
     let Some(permissions) = permissions else {
-        return Err(Some(AmqpError::not_allowed(format!(
-            "access to vhost '{vhost_name}' refused for user '{user}'"
-        ))));
+        return Err(Some((
+            AmqpError::not_allowed(format!(
+                "access to vhost '{vhost_name}' refused for user '{user}'"
+            )),
+            10,
+            40,
+        )));
     };
     control(
         outbox,
@@ -498,7 +530,14 @@ impl Connection {
             (self.heartbeat_s != 0).then(|| Duration::from_secs(self.heartbeat_s as u64 * 2));
         let mut last_read = Instant::now();
         loop {
+            let mut held = false;
             loop {
+                // Under the memory alarm a publish is not even read, as RabbitMQ blocks the
+                // connection at its first publish; other methods (declares, acks) go on.
+                if *alarm.borrow() && !self.closing && starts_with_publish(buf) {
+                    held = true;
+                    break;
+                }
                 match frame::decode(buf, self.frame_max) {
                     Ok(Some(f)) => {
                         if let Err(fault) = self.handle_frame(f) {
@@ -510,8 +549,22 @@ impl Connection {
                     }
                     Ok(None) => break,
                     Err(e) => {
-                        self.flush_confirms();
-                        self.fault(Fault::conn(FRAME_ERROR, e));
+                        let text = match e {
+                            FrameError::TooLarge {
+                                kind, size, max, ..
+                            } => {
+                                format!("type {kind}, all octets = <<>>: {{frame_too_large,{size},{max}}}")
+                            }
+                            FrameError::BadFrameEnd {
+                                kind,
+                                payload,
+                                found,
+                                ..
+                            } => {
+                                format!("type {kind}, all octets = {}: {{invalid_frame_end_marker,{found}}}", erlang_binary(&payload))
+                            }
+                        };
+                        self.fault(Fault::conn(FRAME_ERROR, text));
                         break;
                     }
                 }
@@ -521,7 +574,7 @@ impl Connection {
                 wait_close_ok(rd, buf).await;
                 return;
             }
-            if *alarm.borrow() && self.published_any {
+            if held {
                 if self.caps.connection_blocked {
                     control(
                         &self.outbox,
@@ -536,7 +589,10 @@ impl Connection {
                 while *alarm.borrow() {
                     tokio::select! {
                         r = alarm.changed() => if r.is_err() { return },
-                        _ = shutdown.changed() => { self.shutdown(); continue; }
+                        _ = shutdown.changed() => {
+                            self.shutdown();
+                            return;
+                        }
                     }
                 }
                 if self.caps.connection_blocked {
@@ -549,6 +605,7 @@ impl Connection {
                     );
                 }
                 last_read = Instant::now();
+                continue;
             }
             if buf.capacity() - buf.len() < 4096 {
                 buf.reserve(READ_BUFFER_BYTES);
@@ -653,38 +710,70 @@ impl Connection {
     }
 
     fn handle_frame(&mut self, f: Frame) -> Result<(), Fault> {
-        if f.channel == 0 {
-            return match f.kind {
-                frame::FRAME_HEARTBEAT => Ok(()),
-                frame::FRAME_METHOD => self.handle_channel0_method(f.payload),
-                _ => Err(Fault::conn(
-                    UNEXPECTED_FRAME,
-                    "expected method frame, got non method frame instead",
-                )),
-            };
+        let octets = || erlang_binary(&f.payload);
+        match f.kind {
+            frame::FRAME_METHOD | frame::FRAME_HEADER | frame::FRAME_BODY => {}
+            frame::FRAME_HEARTBEAT if f.payload.is_empty() => {
+                if f.channel != 0 {
+                    return Err(Fault::conn(
+                        UNEXPECTED_FRAME,
+                        format!("type 8, all octets = {}", octets()),
+                    ));
+                }
+                return Ok(());
+            }
+            kind => {
+                return Err(Fault::conn(
+                    FRAME_ERROR,
+                    format!("type {kind}, all octets = {}: unknown_frame", octets()),
+                ))
+            }
         }
-        if f.kind == frame::FRAME_HEARTBEAT {
+        if f.channel == 0 {
+            if f.kind == frame::FRAME_METHOD {
+                return self.handle_channel0_method(f.payload);
+            }
             return Err(Fault::conn(
-                FRAME_ERROR,
-                "heartbeat frame on a non-zero channel",
+                UNEXPECTED_FRAME,
+                format!("type {}, all octets = {}", f.kind, octets()),
             ));
         }
         if self.closing {
             return Ok(());
         }
-        if f.channel > self.channel_max {
-            return Err(Fault::conn(
-                CHANNEL_ERROR,
-                format!(
-                    "channel number {} is greater than the negotiated channel_max {}",
-                    f.channel, self.channel_max
+        let state = self
+            .channels
+            .get(&f.channel)
+            .map(|c| (c.closing, c.pending.as_ref().map(|p| p.header.is_some())));
+        let expected_method = || {
+            Fault::conn(
+                UNEXPECTED_FRAME,
+                "expected method frame, got non method frame instead",
+            )
+        };
+        let expected_header = || {
+            Fault::Connection(
+                AmqpError::new(
+                    UNEXPECTED_FRAME,
+                    "expected content header for class 60, got non content header frame instead",
                 ),
-            ));
-        }
-        let closing = self.channels.get(&f.channel).map(|c| c.closing);
-        match (closing, f.kind) {
+                60,
+                40,
+            )
+        };
+        let expected_body = || {
+            Fault::Connection(
+                AmqpError::new(
+                    UNEXPECTED_FRAME,
+                    "expected content body, got non content body frame instead",
+                ),
+                60,
+                40,
+            )
+        };
+        match (state, f.kind) {
             // A channel we closed ignores everything but close/close-ok, as in RabbitMQ.
-            (Some(true), frame::FRAME_METHOD) => {
+            (Some((true, _)), frame::FRAME_METHOD) => {
                 if let Ok(Method::Other(AMQPClass::Channel(m))) = Method::decode(f.payload) {
                     use warren_protocol::amqp::channel::AMQPMethod as C;
                     match m {
@@ -705,16 +794,14 @@ impl Connection {
                 }
                 Ok(())
             }
-            (Some(true), _) => Ok(()),
+            (Some((true, _)), _) => Ok(()),
             (None, frame::FRAME_METHOD) => self.handle_unopened_channel(f.channel, f.payload),
-            (None, _) => Err(Fault::conn(
-                CHANNEL_ERROR,
-                format!("expected 'channel.open' on channel {}", f.channel),
-            )),
-            (Some(false), frame::FRAME_METHOD) => {
-                if self.channels[&f.channel].pending.is_some() {
-                    return Err(Fault::conn(UNEXPECTED_FRAME, "expected content header for class 60, got non content header frame instead"));
-                }
+            (None, _) => Err(expected_method()),
+            (Some((false, Some(false))), _) if f.kind != frame::FRAME_HEADER => {
+                Err(expected_header())
+            }
+            (Some((false, Some(true))), _) if f.kind != frame::FRAME_BODY => Err(expected_body()),
+            (Some((false, None)), frame::FRAME_METHOD) => {
                 let ids = method_ids(&f.payload);
                 if ids == (60, 10) && f.payload.len() >= 8 {
                     // amq-protocol drops basic.qos's prefetch-size; RabbitMQ refuses non-zero.
@@ -735,26 +822,36 @@ impl Connection {
                 let method = self.decode_method(f.payload)?;
                 self.handle_method(f.channel, method, ids)
             }
-            (Some(false), frame::FRAME_HEADER) => self.handle_content_header(f.channel, f.payload),
-            (Some(false), _) => self.handle_content_body(f.channel, f.payload),
+            (Some((false, None)), _) => Err(expected_method()),
+            (Some((false, Some(false))), _) => self.handle_content_header(f.channel, f.payload),
+            (Some((false, Some(true))), _) => self.handle_content_body(f.channel, f.payload),
         }
     }
 
     fn decode_method(&self, payload: Bytes) -> Result<Method, Fault> {
-        Method::decode(payload).map_err(|e| match e {
+        Method::decode(payload.clone()).map_err(|e| match e {
             MethodError::Syntax {
                 class_id,
                 method_id,
-            } => Fault::Connection(
-                AmqpError::new(SYNTAX_ERROR, "method frame could not be parsed"),
-                class_id,
-                method_id,
-            ),
+            } => {
+                if payload.len() >= 4 && is_utf8_failure(&payload) {
+                    return Fault::conn(FRAME_ERROR, "Malformed UTF-8 in shortstr");
+                }
+                let args = payload.get(4..).unwrap_or_default();
+                Fault::Connection(
+                    AmqpError::new(
+                        FRAME_ERROR,
+                        format!("cannot decode {}", erlang_binary(args)),
+                    ),
+                    class_id,
+                    method_id,
+                )
+            }
             MethodError::Unknown {
                 class_id,
                 method_id,
             } => Fault::Connection(
-                AmqpError::command_invalid(format!("unknown method {class_id}/{method_id}")),
+                AmqpError::command_invalid("unimplemented method"),
                 class_id,
                 method_id,
             ),
@@ -762,15 +859,23 @@ impl Connection {
     }
 
     fn handle_channel0_method(&mut self, payload: Bytes) -> Result<(), Fault> {
+        let ids = method_ids(&payload);
         let method = self.decode_method(payload)?;
+        let unexpected = || {
+            Fault::Connection(
+                AmqpError::new(
+                    CHANNEL_ERROR,
+                    "unexpected method in connection state running",
+                ),
+                ids.0,
+                ids.1,
+            )
+        };
         let Method::Other(AMQPClass::Connection(m)) = method else {
             if self.closing {
                 return Ok(());
             }
-            return Err(Fault::conn(
-                COMMAND_INVALID,
-                "unexpected method on channel 0",
-            ));
+            return Err(unexpected());
         };
         use connection::AMQPMethod as M;
         match m {
@@ -797,20 +902,24 @@ impl Connection {
                 Ok(())
             }
             M::Blocked(_) | M::Unblocked(_) => Ok(()),
-            _ => Err(Fault::Connection(
-                AmqpError::command_invalid("unexpected connection method after the handshake"),
-                10,
-                0,
-            )),
+            _ => Err(unexpected()),
         }
     }
 
     fn handle_unopened_channel(&mut self, number: u16, payload: Bytes) -> Result<(), Fault> {
+        let ids = method_ids(&payload);
         let method = self.decode_method(payload)?;
         match method {
             Method::Other(AMQPClass::Channel(
                 warren_protocol::amqp::channel::AMQPMethod::Open(_),
             )) => {
+                // RabbitMQ 3.10 enforces channel_max as a count of open channels.
+                if self.channels.len() >= self.channel_max as usize {
+                    return Err(Fault::conn(
+                        NOT_ALLOWED,
+                        format!("number of channels opened ({}) has reached the negotiated channel_max ({})", self.channels.len(), self.channel_max),
+                    ));
+                }
                 let key = self.shared.next_channel.fetch_add(1, Ordering::Relaxed);
                 self.vhost.lock().expect("vhost lock").channel_open(
                     key,
@@ -829,28 +938,24 @@ impl Connection {
                 );
                 Ok(())
             }
-            _ => Err(Fault::conn(CHANNEL_ERROR, "expected 'channel.open'")),
+            _ => Err(Fault::Connection(
+                AmqpError::new(CHANNEL_ERROR, "expected 'channel.open'"),
+                ids.0,
+                ids.1,
+            )),
         }
     }
 
     fn handle_content_header(&mut self, number: u16, payload: Bytes) -> Result<(), Fault> {
         let max = self.shared.config.message_bytes_max;
         let ch = self.channels.get_mut(&number).expect("checked open");
-        let Some(p) = ch.pending.as_mut() else {
-            return Err(Fault::conn(
-                UNEXPECTED_FRAME,
-                "expected method frame, got non method frame instead",
-            ));
-        };
-        if p.header.is_some() {
-            return Err(Fault::conn(
-                UNEXPECTED_FRAME,
-                "expected content body, got non content body frame instead",
-            ));
-        }
-        let header = ContentHeader::decode(payload).map_err(|_| {
+        let p = ch.pending.as_mut().expect("checked pending");
+        let header = ContentHeader::decode(payload.clone()).map_err(|_| {
             Fault::Connection(
-                AmqpError::new(SYNTAX_ERROR, "malformed content header"),
+                AmqpError::new(
+                    FRAME_ERROR,
+                    format!("cannot decode {}", erlang_binary(&payload)),
+                ),
                 60,
                 40,
             )
@@ -858,9 +963,9 @@ impl Connection {
         if header.class_id != 60 {
             return Err(Fault::Connection(
                 AmqpError::new(
-                    FRAME_ERROR,
+                    UNEXPECTED_FRAME,
                     format!(
-                        "content header for class {} on a basic.publish",
+                        "expected content header for class 60, got one for class {} instead",
                         header.class_id
                     ),
                 ),
@@ -891,25 +996,14 @@ impl Connection {
 
     fn handle_content_body(&mut self, number: u16, payload: Bytes) -> Result<(), Fault> {
         let ch = self.channels.get_mut(&number).expect("checked open");
-        let Some(p) = ch.pending.as_mut() else {
-            return Err(Fault::conn(
-                UNEXPECTED_FRAME,
-                "expected method frame, got non method frame instead",
-            ));
-        };
-        let Some(h) = p.header.as_ref() else {
-            return Err(Fault::conn(
-                UNEXPECTED_FRAME,
-                "expected content header for class 60, got non content header frame instead",
-            ));
-        };
-        let expected = h.body_size;
+        let p = ch.pending.as_mut().expect("checked pending");
+        let expected = p.header.as_ref().expect("checked header").body_size;
         let have = p.body.len() as u64 + p.single.as_ref().map_or(0, |b| b.len() as u64);
-        if have + payload.len() as u64 > expected {
-            return Err(Fault::conn(
-                FRAME_ERROR,
-                "content body larger than the size its header declared",
-            ));
+        if p.overflowed || have + payload.len() as u64 > expected {
+            // RabbitMQ counts down the remaining size and never completes a body that went
+            // past it; the next method frame then fails with "expected content body".
+            p.overflowed = true;
+            return Ok(());
         }
         if have == 0 && payload.len() as u64 == expected {
             // The common case: the whole body in one frame, kept without a copy.
@@ -934,13 +1028,13 @@ impl Connection {
             header,
             body,
             single,
+            ..
         } = ch.pending.take().expect("pending publish");
         let header = header.expect("header arrived");
         let body = match single {
             Some(b) => b,
             None => body.freeze(),
         };
-        self.published_any = true;
         self.publish(number, publish, header, body)
     }
 }
@@ -953,4 +1047,32 @@ fn method_ids(payload: &[u8]) -> (u16, u16) {
         u16::from_be_bytes([payload[0], payload[1]]),
         u16::from_be_bytes([payload[2], payload[3]]),
     )
+}
+
+/// Whether a method failed to parse only because a short string is not UTF-8: the same bytes
+/// with invalid sequences replaced (length kept) then parse, and RabbitMQ says so explicitly.
+fn is_utf8_failure(payload: &[u8]) -> bool {
+    let mut fixed = payload.to_vec();
+    let mut at = 0;
+    let mut changed = false;
+    while at < fixed.len() {
+        match std::str::from_utf8(&fixed[at..]) {
+            Ok(_) => break,
+            Err(e) => {
+                let bad = at + e.valid_up_to();
+                let len = e.error_len().unwrap_or(fixed.len() - bad);
+                for b in &mut fixed[bad..bad + len] {
+                    *b = b'?';
+                }
+                changed = true;
+                at = bad + len;
+            }
+        }
+    }
+    changed && Method::decode(Bytes::from(fixed)).is_ok()
+}
+
+/// Whether the next frame in the buffer is a basic.publish method frame.
+fn starts_with_publish(buf: &[u8]) -> bool {
+    buf.len() >= 11 && buf[0] == frame::FRAME_METHOD && buf[7..11] == [0, 60, 0, 40]
 }

@@ -6,6 +6,7 @@
 //! - [`channel`]: what each method on an open channel does (permissions, reply codes).
 //! - [`writer`]: drains a connection's outbox into its socket, sends heartbeats.
 //! - [`memory`]: the memory alarm that blocks publishers.
+//! - [`management`]: the HTTP management API and Prometheus metrics.
 //!
 //! A frame flows: socket -> `connection` (decode) -> `channel` (command) -> the broker's vhost
 //! (route, enqueue, dispatch) -> consumer connection's outbox -> its `writer` -> socket.
@@ -13,11 +14,12 @@
 pub mod channel;
 pub mod config;
 pub mod connection;
+pub mod management;
 pub mod memory;
 pub mod writer;
 
 use config::ServerConfig;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -37,6 +39,18 @@ pub struct Shared {
     pub shutdown: watch::Receiver<bool>,
     pub next_conn: AtomicU64,
     pub next_channel: AtomicU64,
+    pub connections_open: AtomicUsize,
+    pub counters: Counters,
+    /// The memory alarm's threshold; `warren ctl set_vm_memory_high_watermark` changes it.
+    pub memory_watermark_bytes: Arc<AtomicU64>,
+}
+
+/// Node-wide message counters for metrics; relaxed atomics, added to once per read batch.
+#[derive(Default)]
+pub struct Counters {
+    pub published: AtomicU64,
+    pub confirmed: AtomicU64,
+    pub unroutable: AtomicU64,
 }
 
 /// Binds the listener; separate from [`serve`] so callers learn of a busy port at once.
@@ -52,11 +66,10 @@ pub async fn serve(
     broker: Arc<Broker>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let management_listen = config.management_listen;
     let (alarm_tx, alarm_rx) = watch::channel(false);
-    tokio::spawn(memory::monitor(
-        config.memory_high_watermark_bytes,
-        alarm_tx,
-    ));
+    let memory_watermark_bytes = Arc::new(AtomicU64::new(config.memory_high_watermark_bytes));
+    tokio::spawn(memory::monitor(memory_watermark_bytes.clone(), alarm_tx));
     let ticker = broker.clone();
     tokio::spawn(async move {
         let mut t = tokio::time::interval(TICK_INTERVAL);
@@ -73,7 +86,24 @@ pub async fn serve(
         shutdown: shutdown.clone(),
         next_conn: AtomicU64::new(1),
         next_channel: AtomicU64::new(1),
+        connections_open: AtomicUsize::new(0),
+        counters: Counters::default(),
+        memory_watermark_bytes,
     });
+    if let Some(addr) = management_listen {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => {
+                tracing::info!(listen = %addr, "management API started");
+                let app = management::router(shared.clone());
+                tokio::spawn(async move {
+                    let _ = axum::serve(l, app).await;
+                });
+            }
+            Err(e) => {
+                tracing::error!(listen = %addr, error = %e, "cannot start the management API")
+            }
+        }
+    }
     let mut connections = tokio::task::JoinSet::new();
     loop {
         tokio::select! {

@@ -1,6 +1,8 @@
 //! The memory alarm: above the high watermark, publishing connections are blocked
 //! (connection.blocked) until memory falls again, as RabbitMQ does.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -19,11 +21,29 @@ pub fn rss_bytes() -> u64 {
         .unwrap_or(0)
 }
 
-/// Samples RSS and publishes whether the alarm is on.
-pub async fn monitor(watermark_bytes: u64, alarm: watch::Sender<bool>) {
+/// Physical memory, from /proc/meminfo: the base of a watermark given as a fraction.
+pub fn total_memory_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| {
+                    l.split_whitespace()
+                        .nth(1)
+                        .and_then(|kb| kb.parse::<u64>().ok())
+                })
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(4 << 30)
+}
+
+/// Samples RSS against the (runtime-adjustable) watermark and publishes whether the alarm is on.
+pub async fn monitor(watermark_bytes: Arc<AtomicU64>, alarm: watch::Sender<bool>) {
     let mut tick = tokio::time::interval(SAMPLE_INTERVAL);
     loop {
         tick.tick().await;
+        let watermark_bytes = watermark_bytes.load(Ordering::Relaxed);
         let on = rss_bytes() > watermark_bytes;
         if *alarm.borrow() != on {
             if on {

@@ -1,6 +1,8 @@
 //! The `warren` binary: wires the server (and later the perf toolkit and the cluster CLI)
 //! into one command line.
 
+mod ctl;
+
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -23,6 +25,9 @@ enum Command {
     /// Start a broker node. Settings come from flags, then WARREN_* environment variables, then
     /// the TOML file given by --config, then built-in defaults, in that order of precedence.
     Server(ServerArgs),
+    /// Administer a running node (users, vhosts, permissions, queues) through its management
+    /// API, with rabbitmqctl's command names and argument order.
+    Ctl(ctl::CtlArgs),
 }
 
 #[derive(Args, Debug)]
@@ -53,6 +58,9 @@ struct ServerArgs {
     /// [default: 40% of physical memory].
     #[arg(long, env = "WARREN_MEMORY_HIGH_WATERMARK_BYTES")]
     memory_high_watermark_bytes: Option<u64>,
+    /// Where the HTTP management API and /metrics listen, or "none" [default: 127.0.0.1:15672].
+    #[arg(long, env = "WARREN_MANAGEMENT_LISTEN")]
+    management_listen: Option<String>,
     /// Log filter, e.g. info or warren_server=debug.
     #[arg(long, env = "WARREN_LOG", default_value = "info")]
     log: String,
@@ -90,6 +98,15 @@ impl ServerArgs {
         if let Some(v) = self.message_max_bytes {
             c.message_bytes_max = v;
         }
+        if let Some(v) = &self.management_listen {
+            c.management_listen = match v.as_str() {
+                "none" => None,
+                addr => Some(
+                    addr.parse()
+                        .map_err(|e| format!("--management-listen '{addr}': {e}"))?,
+                ),
+            };
+        }
         if let Some(v) = self.memory_high_watermark_bytes {
             c.memory_high_watermark_bytes = v;
         }
@@ -101,6 +118,13 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Server(args) => run_server(args),
+        Command::Ctl(args) => match ctl::run(args) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("warren ctl: {e}");
+                std::process::ExitCode::from(1)
+            }
+        },
     }
 }
 

@@ -1,0 +1,487 @@
+//! The HTTP management API: a RabbitMQ-compatible subset (`/api/...`, basic auth by an
+//! administrator) so that scripts written for RabbitMQ's management plugin keep working, and
+//! Prometheus metrics at `/metrics`.
+
+// Handlers return a ready HTTP response as their error; it is large, but this is the control
+// plane and errors are rare, so boxing would only add noise.
+#![allow(clippy::result_large_err)]
+
+use crate::Shared;
+use amq_protocol_types::{AMQPValue, FieldTable};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, put};
+use axum::{Json, Router};
+use base64::Engine;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use warren_broker::users::{Pattern, Permissions};
+
+type Api = State<Arc<Shared>>;
+
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/api/overview", get(overview))
+        .route("/api/vhosts", get(list_vhosts))
+        .route("/api/vhosts/{vhost}", put(put_vhost).delete(delete_vhost))
+        .route("/api/users", get(list_users))
+        .route("/api/users/{user}", put(put_user).delete(delete_user))
+        .route(
+            "/api/permissions/{vhost}/{user}",
+            put(put_permissions).delete(delete_permissions),
+        )
+        .route("/api/queues", get(list_all_queues))
+        .route("/api/queues/{vhost}", get(list_vhost_queues))
+        .route("/api/queues/{vhost}/{queue}", get(get_queue))
+        .route("/api/exchanges/{vhost}", get(list_exchanges))
+        .route("/api/warren/vm-memory-high-watermark", put(put_watermark))
+        .route("/metrics", get(metrics))
+        .with_state(shared)
+}
+
+fn error(status: StatusCode, reason: &str) -> Response {
+    (status, Json(json!({ "error": status.canonical_reason().unwrap_or("error").to_lowercase(), "reason": reason }))).into_response()
+}
+
+/// Basic auth as the management plugin does it: a valid user with the administrator tag.
+fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), Response> {
+    let unauthorized = || error(StatusCode::UNAUTHORIZED, "Not management user");
+    let value = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(unauthorized)?;
+    let encoded = value.strip_prefix("Basic ").ok_or_else(unauthorized)?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .map_err(|_| unauthorized())?;
+    let text = String::from_utf8(decoded).map_err(|_| unauthorized())?;
+    let (user, pass) = text.split_once(':').ok_or_else(unauthorized)?;
+    let users = shared.broker.users.read().expect("users lock");
+    if users.authenticate(user, pass) && users.is_administrator(user) {
+        Ok(())
+    } else {
+        Err(unauthorized())
+    }
+}
+
+pub fn value_json(v: &AMQPValue) -> Value {
+    match v {
+        AMQPValue::Boolean(b) => json!(b),
+        AMQPValue::ShortShortInt(x) => json!(x),
+        AMQPValue::ShortShortUInt(x) => json!(x),
+        AMQPValue::ShortInt(x) => json!(x),
+        AMQPValue::ShortUInt(x) => json!(x),
+        AMQPValue::LongInt(x) => json!(x),
+        AMQPValue::LongUInt(x) => json!(x),
+        AMQPValue::LongLongInt(x) => json!(x),
+        AMQPValue::Float(x) => json!(x),
+        AMQPValue::Double(x) => json!(x),
+        AMQPValue::Timestamp(x) => json!(x),
+        AMQPValue::ShortString(s) => json!(s.as_str()),
+        AMQPValue::LongString(s) => json!(String::from_utf8_lossy(s.as_bytes())),
+        AMQPValue::FieldArray(a) => Value::Array(a.as_slice().iter().map(value_json).collect()),
+        AMQPValue::FieldTable(t) => table_json(t),
+        AMQPValue::ByteArray(b) => json!(b.as_slice()),
+        AMQPValue::DecimalValue(d) => json!(format!("{d:?}")),
+        AMQPValue::Void => Value::Null,
+    }
+}
+
+pub fn table_json(t: &FieldTable) -> Value {
+    Value::Object(
+        t.inner()
+            .iter()
+            .map(|(k, v)| (k.as_str().to_string(), value_json(v)))
+            .collect(),
+    )
+}
+
+async fn overview(State(s): Api, headers: HeaderMap) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    let (mut queues, mut exchanges, mut channels, mut ready, mut unacked) = (0, 0, 0, 0, 0);
+    for (_, v) in s.broker.vhosts() {
+        let v = v.lock().expect("vhost lock");
+        let infos = v.queue_infos();
+        queues += infos.len();
+        ready += infos.iter().map(|q| q.messages_ready).sum::<u64>();
+        unacked += infos.iter().map(|q| q.messages_unacknowledged).sum::<u64>();
+        exchanges += v.exchange_infos().len();
+        channels += v.channel_count();
+    }
+    Json(json!({
+        "product_name": "warren",
+        "product_version": env!("CARGO_PKG_VERSION"),
+        "node": "warren@localhost",
+        "object_totals": {
+            "connections": s.connections_open.load(Ordering::Relaxed),
+            "channels": channels,
+            "queues": queues,
+            "exchanges": exchanges,
+        },
+        "queue_totals": { "messages_ready": ready, "messages_unacknowledged": unacked, "messages": ready + unacked },
+    }))
+    .into_response()
+}
+
+async fn list_vhosts(State(s): Api, headers: HeaderMap) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    let mut names: Vec<String> = s.broker.vhosts().into_iter().map(|(n, _)| n).collect();
+    names.sort();
+    Json(
+        names
+            .into_iter()
+            .map(|n| json!({ "name": n }))
+            .collect::<Vec<_>>(),
+    )
+    .into_response()
+}
+
+async fn put_vhost(State(s): Api, headers: HeaderMap, Path(vhost): Path<String>) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    if s.broker.add_vhost(&vhost) {
+        StatusCode::CREATED.into_response()
+    } else {
+        StatusCode::NO_CONTENT.into_response()
+    }
+}
+
+async fn delete_vhost(State(s): Api, headers: HeaderMap, Path(vhost): Path<String>) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    if s.broker.delete_vhost(&vhost) {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        error(StatusCode::NOT_FOUND, "Object Not Found")
+    }
+}
+
+async fn list_users(State(s): Api, headers: HeaderMap) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    let users = s.broker.users.read().expect("users lock");
+    let mut names = users.user_names();
+    names.sort();
+    Json(
+        names
+            .iter()
+            .map(|n| json!({ "name": n, "tags": users.tags(n) }))
+            .collect::<Vec<_>>(),
+    )
+    .into_response()
+}
+
+#[derive(Deserialize)]
+struct UserBody {
+    password: Option<String>,
+    #[serde(default)]
+    tags: Value,
+}
+
+async fn put_user(
+    State(s): Api,
+    headers: HeaderMap,
+    Path(user): Path<String>,
+    Json(body): Json<UserBody>,
+) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    let tags: Vec<String> = match &body.tags {
+        Value::String(t) => t
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(String::from)
+            .collect(),
+        Value::Array(a) => a
+            .iter()
+            .filter_map(|t| t.as_str().map(String::from))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let mut users = s.broker.users.write().expect("users lock");
+    if users.exists(&user) {
+        if let Some(password) = &body.password {
+            users.change_password(&user, password);
+        }
+        users.set_tags(&user, tags);
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        users.add_user(&user, body.password.as_deref().unwrap_or_default(), tags);
+        StatusCode::CREATED.into_response()
+    }
+}
+
+async fn delete_user(State(s): Api, headers: HeaderMap, Path(user): Path<String>) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    if s.broker
+        .users
+        .write()
+        .expect("users lock")
+        .delete_user(&user)
+    {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        error(StatusCode::NOT_FOUND, "Object Not Found")
+    }
+}
+
+#[derive(Deserialize)]
+struct PermissionBody {
+    configure: String,
+    write: String,
+    read: String,
+}
+
+async fn put_permissions(
+    State(s): Api,
+    headers: HeaderMap,
+    Path((vhost, user)): Path<(String, String)>,
+    Json(body): Json<PermissionBody>,
+) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    if s.broker.vhost(&vhost).is_none() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            &format!("vhost '{vhost}' does not exist"),
+        );
+    }
+    let parse = |p: &str| {
+        Pattern::new(p).map_err(|e| {
+            error(
+                StatusCode::BAD_REQUEST,
+                &format!("invalid pattern '{p}': {e}"),
+            )
+        })
+    };
+    let perms = match (
+        parse(&body.configure),
+        parse(&body.write),
+        parse(&body.read),
+    ) {
+        (Ok(configure), Ok(write), Ok(read)) => Permissions {
+            configure,
+            write,
+            read,
+        },
+        (Err(r), _, _) | (_, Err(r), _) | (_, _, Err(r)) => return r,
+    };
+    let mut users = s.broker.users.write().expect("users lock");
+    if !users.exists(&user) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            &format!("user '{user}' does not exist"),
+        );
+    }
+    users.set_permissions(&user, &vhost, perms);
+    StatusCode::CREATED.into_response()
+}
+
+async fn delete_permissions(
+    State(s): Api,
+    headers: HeaderMap,
+    Path((vhost, user)): Path<(String, String)>,
+) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    s.broker
+        .users
+        .write()
+        .expect("users lock")
+        .clear_permissions(&user, &vhost);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+fn queues_json(s: &Shared, only: Option<&str>) -> Vec<Value> {
+    let mut out = Vec::new();
+    for (name, v) in s.broker.vhosts() {
+        if only.is_some_and(|o| o != name) {
+            continue;
+        }
+        for q in v.lock().expect("vhost lock").queue_infos() {
+            out.push(json!({
+                "name": q.name,
+                "vhost": name,
+                "durable": q.durable,
+                "auto_delete": q.auto_delete,
+                "exclusive": q.exclusive,
+                "type": q.queue_type,
+                "arguments": table_json(&q.arguments),
+                "messages": q.messages_ready + q.messages_unacknowledged,
+                "messages_ready": q.messages_ready,
+                "messages_unacknowledged": q.messages_unacknowledged,
+                "message_bytes_ready": q.message_bytes_ready,
+                "consumers": q.consumers,
+            }));
+        }
+    }
+    out
+}
+
+async fn list_all_queues(State(s): Api, headers: HeaderMap) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    Json(queues_json(&s, None)).into_response()
+}
+
+async fn list_vhost_queues(
+    State(s): Api,
+    headers: HeaderMap,
+    Path(vhost): Path<String>,
+) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    if s.broker.vhost(&vhost).is_none() {
+        return error(StatusCode::NOT_FOUND, "Object Not Found");
+    }
+    Json(queues_json(&s, Some(&vhost))).into_response()
+}
+
+async fn get_queue(
+    State(s): Api,
+    headers: HeaderMap,
+    Path((vhost, queue)): Path<(String, String)>,
+) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    match queues_json(&s, Some(&vhost))
+        .into_iter()
+        .find(|q| q["name"] == queue.as_str())
+    {
+        Some(q) => Json(q).into_response(),
+        None => error(StatusCode::NOT_FOUND, "Object Not Found"),
+    }
+}
+
+async fn list_exchanges(State(s): Api, headers: HeaderMap, Path(vhost): Path<String>) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    let Some(v) = s.broker.vhost(&vhost) else {
+        return error(StatusCode::NOT_FOUND, "Object Not Found");
+    };
+    let infos = v.lock().expect("vhost lock").exchange_infos();
+    Json(
+        infos
+            .iter()
+            .map(|x| {
+                json!({
+                    "name": x.name, "vhost": vhost, "type": x.kind, "durable": x.durable,
+                    "auto_delete": x.auto_delete, "internal": x.internal, "arguments": table_json(&x.arguments),
+                })
+            })
+            .collect::<Vec<_>>(),
+    )
+    .into_response()
+}
+
+#[derive(Deserialize)]
+struct WatermarkBody {
+    fraction: Option<f64>,
+    bytes: Option<u64>,
+}
+
+/// rabbitmqctl set_vm_memory_high_watermark, over HTTP: a fraction of RAM or absolute bytes.
+async fn put_watermark(
+    State(s): Api,
+    headers: HeaderMap,
+    Json(body): Json<WatermarkBody>,
+) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    let bytes = match (body.fraction, body.bytes) {
+        (_, Some(b)) => b,
+        (Some(f), None) if (0.0..=1.0).contains(&f) => {
+            (crate::memory::total_memory_bytes() as f64 * f) as u64
+        }
+        _ => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "give \"fraction\" (0..1) or \"bytes\"",
+            )
+        }
+    };
+    s.memory_watermark_bytes.store(bytes, Ordering::Relaxed);
+    tracing::info!(bytes, "memory high watermark set");
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// Prometheus text exposition; unauthenticated, like RabbitMQ's prometheus plugin.
+async fn metrics(State(s): Api) -> Response {
+    let mut out = String::new();
+    let c = &s.counters;
+    let _ = writeln!(
+        out,
+        "# TYPE warren_connections gauge\nwarren_connections {}",
+        s.connections_open.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "# TYPE warren_messages_published_total counter\nwarren_messages_published_total {}",
+        c.published.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "# TYPE warren_messages_confirmed_total counter\nwarren_messages_confirmed_total {}",
+        c.confirmed.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "# TYPE warren_messages_unroutable_total counter\nwarren_messages_unroutable_total {}",
+        c.unroutable.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(out, "# TYPE warren_process_resident_memory_bytes gauge\nwarren_process_resident_memory_bytes {}", crate::memory::rss_bytes());
+    let _ = writeln!(out, "# TYPE warren_queue_messages_ready gauge");
+    let mut unacked = String::from("# TYPE warren_queue_messages_unacked gauge\n");
+    let mut consumers = String::from("# TYPE warren_queue_consumers gauge\n");
+    for (vhost, v) in s.broker.vhosts() {
+        for q in v.lock().expect("vhost lock").queue_infos() {
+            let labels = format!("vhost=\"{}\",queue=\"{}\"", escape(&vhost), escape(&q.name));
+            let _ = writeln!(
+                out,
+                "warren_queue_messages_ready{{{labels}}} {}",
+                q.messages_ready
+            );
+            let _ = writeln!(
+                unacked,
+                "warren_queue_messages_unacked{{{labels}}} {}",
+                q.messages_unacknowledged
+            );
+            let _ = writeln!(
+                consumers,
+                "warren_queue_consumers{{{labels}}} {}",
+                q.consumers
+            );
+        }
+    }
+    out.push_str(&unacked);
+    out.push_str(&consumers);
+    ([("content-type", "text/plain; version=0.0.4")], out).into_response()
+}
+
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}

@@ -1,0 +1,371 @@
+//! `warren ctl`: rabbitmqctl's everyday commands, with its argument order, spoken to a node
+//! over its HTTP management API.
+
+use base64::Engine;
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+const RESPONSE_BYTES_MAX: u64 = 64 * 1024 * 1024;
+
+#[derive(Args, Debug)]
+pub struct CtlArgs {
+    /// The node's management API, with credentials of an administrator.
+    #[arg(
+        long,
+        env = "WARREN_CTL_URI",
+        default_value = "http://guest:guest@127.0.0.1:15672"
+    )]
+    uri: String,
+    #[command(subcommand)]
+    command: CtlCommand,
+}
+
+#[derive(Subcommand, Debug)]
+#[command(rename_all = "snake_case")]
+enum CtlCommand {
+    /// Create a user.
+    AddUser {
+        user: String,
+        password: String,
+    },
+    DeleteUser {
+        user: String,
+    },
+    ChangePassword {
+        user: String,
+        password: String,
+    },
+    /// Set a user's tags (e.g. administrator), replacing the old ones.
+    SetUserTags {
+        user: String,
+        tags: Vec<String>,
+    },
+    ListUsers,
+    AddVhost {
+        vhost: String,
+    },
+    DeleteVhost {
+        vhost: String,
+    },
+    ListVhosts,
+    /// Grant USER the regular expressions CONF, WRITE and READ in the vhost given by -p.
+    SetPermissions {
+        #[arg(short = 'p', long = "vhost", default_value = "/")]
+        vhost: String,
+        user: String,
+        configure: String,
+        write: String,
+        read: String,
+    },
+    ClearPermissions {
+        #[arg(short = 'p', long = "vhost", default_value = "/")]
+        vhost: String,
+        user: String,
+    },
+    /// Queues with their ready, unacknowledged and consumer counts.
+    ListQueues {
+        #[arg(short = 'p', long = "vhost", default_value = "/")]
+        vhost: String,
+    },
+    ListExchanges {
+        #[arg(short = 'p', long = "vhost", default_value = "/")]
+        vhost: String,
+    },
+    /// Node overview: totals of connections, channels, queues and messages.
+    Status,
+    /// Set the memory alarm threshold: a fraction of RAM (0.4), or `absolute BYTES`.
+    SetVmMemoryHighWatermark {
+        args: Vec<String>,
+    },
+}
+
+struct Endpoint {
+    host_port: String,
+    auth: String,
+}
+
+fn parse_uri(uri: &str) -> Result<Endpoint, String> {
+    let rest = uri
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("--uri must start with http://, got '{uri}'"))?;
+    let authority = rest.split('/').next().unwrap_or_default();
+    let (creds, host_port) = match authority.rsplit_once('@') {
+        Some((c, h)) => (c.to_string(), h.to_string()),
+        None => ("guest:guest".to_string(), authority.to_string()),
+    };
+    if host_port.is_empty() {
+        return Err(format!("--uri has no host: '{uri}'"));
+    }
+    Ok(Endpoint {
+        host_port,
+        auth: base64::engine::general_purpose::STANDARD.encode(creds),
+    })
+}
+
+fn encode_segment(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// One HTTP/1.1 request; returns the status code and body. Enough for a local admin API.
+fn request(
+    ep: &Endpoint,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> Result<(u16, String), String> {
+    let addr = ep.host_port.clone();
+    let mut stream = TcpStream::connect(&addr).map_err(|e| format!("cannot reach {addr}: {e}"))?;
+    stream
+        .set_read_timeout(Some(HTTP_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    let payload = body.map(|b| b.to_string()).unwrap_or_default();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Basic {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{payload}",
+        ep.auth,
+        payload.len()
+    );
+    stream
+        .write_all(req.as_bytes())
+        .map_err(|e| format!("request to {addr} failed: {e}"))?;
+    let mut raw = Vec::new();
+    stream
+        .take(RESPONSE_BYTES_MAX)
+        .read_to_end(&mut raw)
+        .map_err(|e| format!("reading from {addr} failed: {e}"))?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or("malformed HTTP response")?;
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Ok((status, body))
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+fn expect_ok(r: (u16, String)) -> Result<String, String> {
+    match r.0 {
+        200..=299 => Ok(r.1),
+        401 => Err("not authorised: the --uri credentials must be an administrator's".into()),
+        code => {
+            let reason = serde_json::from_str::<Value>(&r.1)
+                .ok()
+                .and_then(|v| v["reason"].as_str().map(String::from))
+                .unwrap_or(r.1);
+            Err(format!("HTTP {code}: {reason}"))
+        }
+    }
+}
+
+pub fn run(args: CtlArgs) -> Result<(), String> {
+    let ep = parse_uri(&args.uri)?;
+    let seg = encode_segment;
+    match args.command {
+        CtlCommand::AddUser { user, password } => {
+            let (code, body) = request(&ep, "GET", "/api/users", None)?;
+            let existing: Value =
+                serde_json::from_str(&expect_ok((code, body))?).unwrap_or_default();
+            if existing
+                .as_array()
+                .is_some_and(|a| a.iter().any(|u| u["name"] == user.as_str()))
+            {
+                return Err(format!("user '{user}' already exists"));
+            }
+            expect_ok(request(
+                &ep,
+                "PUT",
+                &format!("/api/users/{}", seg(&user)),
+                Some(&json!({ "password": password, "tags": "" })),
+            )?)?;
+            println!("Adding user \"{user}\" ...");
+        }
+        CtlCommand::DeleteUser { user } => {
+            expect_ok(request(
+                &ep,
+                "DELETE",
+                &format!("/api/users/{}", seg(&user)),
+                None,
+            )?)?;
+        }
+        CtlCommand::ChangePassword { user, password } => {
+            let users: Value =
+                serde_json::from_str(&expect_ok(request(&ep, "GET", "/api/users", None)?)?)
+                    .unwrap_or_default();
+            let tags = users.as_array().and_then(|a| {
+                a.iter()
+                    .find(|u| u["name"] == user.as_str())
+                    .map(|u| u["tags"].clone())
+            });
+            let Some(tags) = tags else {
+                return Err(format!("user '{user}' does not exist"));
+            };
+            expect_ok(request(
+                &ep,
+                "PUT",
+                &format!("/api/users/{}", seg(&user)),
+                Some(&json!({ "password": password, "tags": tags })),
+            )?)?;
+        }
+        CtlCommand::SetUserTags { user, tags } => {
+            expect_ok(request(
+                &ep,
+                "PUT",
+                &format!("/api/users/{}", seg(&user)),
+                Some(&json!({ "tags": tags.join(",") })),
+            )?)?;
+        }
+        CtlCommand::ListUsers => {
+            let users: Value =
+                serde_json::from_str(&expect_ok(request(&ep, "GET", "/api/users", None)?)?)
+                    .unwrap_or_default();
+            println!("user\ttags");
+            for u in users.as_array().into_iter().flatten() {
+                println!("{}\t{}", u["name"].as_str().unwrap_or_default(), u["tags"]);
+            }
+        }
+        CtlCommand::AddVhost { vhost } => {
+            expect_ok(request(
+                &ep,
+                "PUT",
+                &format!("/api/vhosts/{}", seg(&vhost)),
+                None,
+            )?)?;
+        }
+        CtlCommand::DeleteVhost { vhost } => {
+            expect_ok(request(
+                &ep,
+                "DELETE",
+                &format!("/api/vhosts/{}", seg(&vhost)),
+                None,
+            )?)?;
+        }
+        CtlCommand::ListVhosts => {
+            let v: Value =
+                serde_json::from_str(&expect_ok(request(&ep, "GET", "/api/vhosts", None)?)?)
+                    .unwrap_or_default();
+            println!("name");
+            for x in v.as_array().into_iter().flatten() {
+                println!("{}", x["name"].as_str().unwrap_or_default());
+            }
+        }
+        CtlCommand::SetPermissions {
+            vhost,
+            user,
+            configure,
+            write,
+            read,
+        } => {
+            expect_ok(request(
+                &ep,
+                "PUT",
+                &format!("/api/permissions/{}/{}", seg(&vhost), seg(&user)),
+                Some(&json!({ "configure": configure, "write": write, "read": read })),
+            )?)?;
+        }
+        CtlCommand::ClearPermissions { vhost, user } => {
+            expect_ok(request(
+                &ep,
+                "DELETE",
+                &format!("/api/permissions/{}/{}", seg(&vhost), seg(&user)),
+                None,
+            )?)?;
+        }
+        CtlCommand::ListQueues { vhost } => {
+            let v: Value = serde_json::from_str(&expect_ok(request(
+                &ep,
+                "GET",
+                &format!("/api/queues/{}", seg(&vhost)),
+                None,
+            )?)?)
+            .unwrap_or_default();
+            println!("name\tmessages_ready\tmessages_unacknowledged\tconsumers");
+            for q in v.as_array().into_iter().flatten() {
+                println!(
+                    "{}\t{}\t{}\t{}",
+                    q["name"].as_str().unwrap_or_default(),
+                    q["messages_ready"],
+                    q["messages_unacknowledged"],
+                    q["consumers"]
+                );
+            }
+        }
+        CtlCommand::ListExchanges { vhost } => {
+            let v: Value = serde_json::from_str(&expect_ok(request(
+                &ep,
+                "GET",
+                &format!("/api/exchanges/{}", seg(&vhost)),
+                None,
+            )?)?)
+            .unwrap_or_default();
+            println!("name\ttype");
+            for x in v.as_array().into_iter().flatten() {
+                println!(
+                    "{}\t{}",
+                    x["name"].as_str().unwrap_or_default(),
+                    x["type"].as_str().unwrap_or_default()
+                );
+            }
+        }
+        CtlCommand::SetVmMemoryHighWatermark { args } => {
+            let body = match args.as_slice() {
+                [f] => {
+                    json!({ "fraction": f.parse::<f64>().map_err(|_| format!("not a fraction: '{f}'"))? })
+                }
+                [a, b] if a == "absolute" => {
+                    json!({ "bytes": b.parse::<u64>().map_err(|_| format!("not a byte count: '{b}'"))? })
+                }
+                _ => {
+                    return Err(
+                        "usage: set_vm_memory_high_watermark FRACTION | absolute BYTES".into(),
+                    )
+                }
+            };
+            expect_ok(request(
+                &ep,
+                "PUT",
+                "/api/warren/vm-memory-high-watermark",
+                Some(&body),
+            )?)?;
+        }
+        CtlCommand::Status => {
+            let v: Value =
+                serde_json::from_str(&expect_ok(request(&ep, "GET", "/api/overview", None)?)?)
+                    .unwrap_or_default();
+            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        }
+    }
+    Ok(())
+}

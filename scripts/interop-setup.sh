@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what the interoperability suite needs (idempotent; safe to run before every run):
+#   .venv/            Python venv with the pinned pika + pytest (tests/interop/python/requirements.txt)
+#   Go module cache   github.com/rabbitmq/amqp091-go as pinned by tests/interop/go/go.sum
+# Go and Python 3.11 are preinstalled on our machines; nothing here needs root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null || PYTHON=python3
+REQUIREMENTS=tests/interop/python/requirements.txt
+STAMP=.venv/.interop-requirements
+
+if [ ! -x .venv/bin/python ]; then
+  echo "[interop-setup] creating .venv with $PYTHON" >&2
+  "$PYTHON" -m venv .venv
+fi
+# Reinstall only when the pins changed, so repeated runs cost nothing.
+if ! cmp -s "$REQUIREMENTS" "$STAMP" 2>/dev/null; then
+  echo "[interop-setup] installing $REQUIREMENTS" >&2
+  .venv/bin/pip install -q --disable-pip-version-check -r "$REQUIREMENTS"
+  cp "$REQUIREMENTS" "$STAMP"
+fi
+
+echo "[interop-setup] fetching Go modules" >&2
+(cd tests/interop/go && go mod download)
+echo "[interop-setup] ready" >&2

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Runs the interoperability suite (pika then amqp091-go) against a broker.
+#
+#   scripts/interop.sh [--broker warren|rabbitmq] [pytest args...]
+#
+# --broker warren (default): uses target/release/warren (built if missing, or $WARREN_BIN); the
+#   test fixtures start it themselves on free ports with fresh data dirs, and restart it.
+# --broker rabbitmq: starts the real RabbitMQ 3.10 with ../shared/rabbitmq/rabbitmq.sh (port
+#   $RMQ_PORT, default 5680; RMQ_STATE/RMQ_DIST_PORT pass through to isolate an instance) and
+#   stops it afterwards unless INTEROP_KEEP_BROKER=1.
+# Exits non-zero if any test fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+BROKER=warren
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --broker) BROKER=${2:?--broker needs warren or rabbitmq}; shift 2 ;;
+    --broker=*) BROKER=${1#--broker=}; shift ;;
+    *) break ;;
+  esac
+done
+case "$BROKER" in warren|rabbitmq) ;; *) echo "unknown broker: $BROKER" >&2; exit 2 ;; esac
+
+./scripts/interop-setup.sh
+
+export WARREN_TEST_BROKER=$BROKER
+RMQ_SH=$ROOT/../shared/rabbitmq/rabbitmq.sh
+if [ "$BROKER" = rabbitmq ]; then
+  export RABBITMQ_SH=$RMQ_SH
+  export WARREN_TEST_URI=${WARREN_TEST_URI:-amqp://guest:guest@127.0.0.1:${RMQ_PORT:-5680}/%2F}
+  "$RMQ_SH" start
+  if [ "${INTEROP_KEEP_BROKER:-0}" != 1 ]; then
+    trap '"$RMQ_SH" stop || true' EXIT
+  fi
+else
+  export WARREN_BIN=${WARREN_BIN:-$ROOT/target/release/warren}
+  if [ ! -x "$WARREN_BIN" ]; then
+    echo "[interop] building warren (release)" >&2
+    cargo build --release -p warren
+  fi
+fi
+
+status=0
+echo "[interop] python suite (pika) against $BROKER" >&2
+(cd tests/interop/python && "$ROOT/.venv/bin/python" -m pytest -q "$@") || status=1
+echo "[interop] go suite (amqp091-go) against $BROKER" >&2
+(cd tests/interop/go && go test -count=1 -timeout 300s ./...) || status=1
+exit $status

@@ -1,0 +1,82 @@
+"""Assertions shared by the suite: the exact AMQP error a broker answers with."""
+
+import time
+
+import pika
+import pytest
+from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
+
+WAIT_S = 5.0
+
+
+def expect_channel_error(code, text_prefix, fn, *args, **kwargs):
+    """Runs fn and asserts that the broker closes the channel with code and text prefix."""
+    with pytest.raises(ChannelClosedByBroker) as excinfo:
+        fn(*args, **kwargs)
+    e = excinfo.value
+    assert (e.reply_code, e.reply_text[:len(text_prefix)]) == (code, text_prefix), e.reply_text
+    return e.reply_text
+
+
+def expect_connection_error(code, text_prefix, fn, *args, **kwargs):
+    with pytest.raises(ConnectionClosedByBroker) as excinfo:
+        fn(*args, **kwargs)
+    e = excinfo.value
+    assert (e.reply_code, e.reply_text[:len(text_prefix)]) == (code, text_prefix), e.reply_text
+    return e.reply_text
+
+
+def wait_for(predicate, timeout=WAIT_S, interval=0.05, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def get(ch, queue, timeout=WAIT_S, auto_ack=True):
+    """basic.get, retried until a message arrives (routing may be asynchronous)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        method, props, body = ch.basic_get(queue, auto_ack=auto_ack)
+        if method is not None:
+            return method, props, body
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no message in {queue} after {timeout}s")
+        time.sleep(0.02)
+
+
+def message_count(ch, queue):
+    return ch.queue_declare(queue, passive=True).method.message_count
+
+
+def wait_message_count(ch, queue, expected, timeout=WAIT_S):
+    wait_for(lambda: message_count(ch, queue) == expected, timeout,
+             what=f"{queue} to hold {expected} messages (has {message_count(ch, queue)})")
+
+
+def drain(conn, ch, queue, n, timeout=WAIT_S, auto_ack=True):
+    """Consumes exactly n messages (bounded wait) and returns [(method, props, body)]."""
+    got = []
+    tag = ch.basic_consume(queue, lambda c, m, p, b: got.append((m, p, b)), auto_ack=auto_ack)
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        conn.process_data_events(time_limit=0.05)
+    ch.basic_cancel(tag)
+    assert len(got) >= n, f"got {len(got)} of {n} messages from {queue}"
+    return got
+
+
+def no_more_messages(conn, ch, queue, wait=0.3):
+    """True when nothing arrives from queue within `wait` seconds."""
+    got = []
+    tag = ch.basic_consume(queue, lambda c, m, p, b: got.append(m), auto_ack=False)
+    conn.process_data_events(time_limit=wait)
+    ch.basic_cancel(tag)
+    return not got
+
+
+def props(**kwargs):
+    return pika.BasicProperties(**kwargs)

@@ -1,0 +1,118 @@
+"""Durability across broker restarts (SIGTERM and SIGKILL). Warren only: the suite does not own
+the RabbitMQ process, so these are skipped there (Broker.restart says why)."""
+
+import signal
+
+import pika
+import pytest
+
+from helpers import expect_channel_error, get, message_count
+
+SIGNALS = [signal.SIGTERM, signal.SIGKILL]
+
+
+@pytest.fixture(autouse=True)
+def needs_restart(broker):
+    if not broker.can_restart:
+        pytest.skip(f"restart tests need a broker process the suite started ({broker.kind} is external)")
+
+
+@pytest.mark.restart
+@pytest.mark.parametrize("sig", SIGNALS, ids=["sigterm", "sigkill"])
+def test_confirmed_persistent_messages_survive_restart(broker, name, sig):
+    c = broker.connect()
+    ch = c.channel()
+    ch.queue_declare(name, durable=True)
+    ch.confirm_delivery()
+    for i in range(100):
+        ch.basic_publish("", name, str(i).encode(), pika.BasicProperties(delivery_mode=2))
+    c.close()
+    broker.restart(sig)
+    c = broker.connect()
+    ch = c.channel()
+    assert ch.queue_declare(name, durable=True, passive=True).method.message_count == 100
+    assert [get(ch, name)[2] for _ in range(100)] == [str(i).encode() for i in range(100)]
+    ch.queue_delete(name)
+    c.close()
+
+
+@pytest.mark.restart
+@pytest.mark.parametrize("sig", SIGNALS, ids=["sigterm", "sigkill"])
+def test_acked_messages_do_not_come_back_after_restart(broker, name, sig):
+    c = broker.connect()
+    ch = c.channel()
+    ch.queue_declare(name, durable=True)
+    ch.confirm_delivery()
+    for i in range(10):
+        ch.basic_publish("", name, str(i).encode(), pika.BasicProperties(delivery_mode=2))
+    for _ in range(4):
+        m, _, _ = get(ch, name, auto_ack=False)
+        ch.basic_ack(m.delivery_tag)
+    ch.queue_declare(name, passive=True)  # a round trip: the acks have been processed
+    c.close()
+    broker.restart(sig)
+    c = broker.connect()
+    ch = c.channel()
+    assert [get(ch, name)[2] for _ in range(6)] == [str(i).encode() for i in range(4, 10)]
+    ch.queue_delete(name)
+    c.close()
+
+
+@pytest.mark.restart
+def test_durable_topology_survives_and_transient_topology_does_not(broker, name):
+    c = broker.connect()
+    ch = c.channel()
+    ch.exchange_declare(name + ".dx", "topic", durable=True)
+    ch.exchange_declare(name + ".tx", "topic", durable=False)
+    ch.queue_declare(name + ".dq", durable=True, arguments={"x-max-length": 5})
+    ch.queue_declare(name + ".tq", durable=False)
+    ch.queue_bind(name + ".dq", name + ".dx", routing_key="a.#")
+    c.close()
+    broker.restart(signal.SIGKILL)
+    c = broker.connect()
+    ch = c.channel()
+    ch.exchange_declare(name + ".dx", "topic", durable=True, passive=True)
+    ch.queue_declare(name + ".dq", durable=True, arguments={"x-max-length": 5})  # same args: ok
+    expect_channel_error(404, "NOT_FOUND", c.channel().exchange_declare, name + ".tx", "topic",
+                         passive=True)
+    expect_channel_error(404, "NOT_FOUND", c.channel().queue_declare, name + ".tq", passive=True)
+    ch.basic_publish(name + ".dx", "a.b", b"bound after restart")
+    assert get(ch, name + ".dq")[2] == b"bound after restart"
+    ch.queue_delete(name + ".dq")
+    ch.exchange_delete(name + ".dx")
+    c.close()
+
+
+@pytest.mark.restart
+def test_transient_messages_in_durable_queue_are_gone_after_restart(broker, name):
+    c = broker.connect()
+    ch = c.channel()
+    ch.queue_declare(name, durable=True)
+    ch.confirm_delivery()
+    ch.basic_publish("", name, b"transient", pika.BasicProperties(delivery_mode=1))
+    ch.basic_publish("", name, b"persistent", pika.BasicProperties(delivery_mode=2))
+    c.close()
+    broker.restart(signal.SIGTERM)
+    c = broker.connect()
+    ch = c.channel()
+    assert message_count(ch, name) == 1
+    assert get(ch, name)[2] == b"persistent"
+    ch.queue_delete(name)
+    c.close()
+
+
+@pytest.mark.restart
+def test_unacked_messages_are_redelivered_after_restart(broker, name):
+    c = broker.connect()
+    ch = c.channel()
+    ch.queue_declare(name, durable=True)
+    ch.confirm_delivery()
+    ch.basic_publish("", name, b"in flight", pika.BasicProperties(delivery_mode=2))
+    m, _, _ = get(ch, name, auto_ack=False)
+    broker.restart(signal.SIGKILL)
+    c2 = broker.connect()
+    ch2 = c2.channel()
+    m, _, body = get(ch2, name)
+    assert body == b"in flight"
+    ch2.queue_delete(name)
+    c2.close()
