@@ -87,7 +87,9 @@ pub fn run_command(command: PerfCommand) -> Result<()> {
 
 async fn run_perftest(w: &cli::WorkloadArgs, stop: watch::Receiver<bool>) -> Result<()> {
     let progress = progress::for_duration(w.time_s.filter(|_| w.quiet), "run");
-    let result = workload::run_workload(w, stop, !w.quiet).await;
+    let print = |line: &str| println!("{line}");
+    let result =
+        workload::run_workload(w, stop, (!w.quiet).then_some(&print as &dyn Fn(&str))).await;
     progress.finish();
     let result = result?;
     println!("test stopped ({})", result.stop_reason);

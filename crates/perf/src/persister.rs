@@ -116,7 +116,7 @@ async fn phase(
     let w = workload_args(&argv)?;
     let offset_s = start.elapsed().as_secs_f64();
     let before = pid.and_then(|p| procfs::sample(Some(p)).ok());
-    let run = workload::run_workload(&w, stop, false).await?;
+    let run = workload::run_workload(&w, stop, None).await?;
     let after = pid.and_then(|p| procfs::sample(Some(p)).ok());
     let (w_bytes, r_bytes) = match (before, after) {
         (Some(b), Some(a)) => (
@@ -239,7 +239,7 @@ pub async fn run(cli: &PersisterCli, stop: watch::Receiver<bool>) -> Result<Pers
             stop.clone(),
         )
         .await?;
-        println!("{}", phase_line(&p));
+        bar.println(&phase_line(&p));
         result.phases.push(p);
         bar.inc(1);
     }
@@ -267,7 +267,7 @@ pub async fn run(cli: &PersisterCli, stop: watch::Receiver<bool>) -> Result<Pers
             s(&"persister-drain"),
         ];
         let p = phase("drain", argv, total, cli.size, pid, start, stop.clone()).await?;
-        println!("{}", phase_line(&p));
+        bar.println(&phase_line(&p));
         result.phases.push(p);
         bar.inc(1);
         let mut cleanup = Connection::open(&uri, 0, "warren-perf-persister-cleanup").await?;

@@ -21,6 +21,14 @@ impl Progress {
         }
     }
 
+    /// Prints a line to stdout without tearing the bar drawn on stderr.
+    pub fn println(&self, line: &str) {
+        match &self.0 {
+            Some(b) => b.suspend(|| println!("{line}")),
+            None => println!("{line}"),
+        }
+    }
+
     pub fn finish(&self) {
         if let Some(b) = &self.0 {
             b.finish_and_clear();

@@ -263,7 +263,7 @@ pub async fn run(cli: &ScaleCli, stop: watch::Receiver<bool>) -> Result<ScaleRes
                 / queues as f64,
             messages: cli.messages,
         };
-        println!(
+        bar.println(&format!(
             "{},{},{:.1},{:.2},{:.3},{:.1}",
             p.queues,
             p.bindings_per_queue,
@@ -271,7 +271,7 @@ pub async fn run(cli: &ScaleCli, stop: watch::Receiver<bool>) -> Result<ScaleRes
             p.route_us_per_msg,
             p.route_us_per_msg_per_queue,
             p.delete_us_per_queue
-        );
+        ));
         result.points.push(p);
         bar.inc(1);
     }

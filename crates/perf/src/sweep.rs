@@ -180,14 +180,20 @@ pub async fn run(cli: &SweepCli, mut stop: watch::Receiver<bool>) -> Result<Swee
             .then(|| procfs::sample_all(&pids).ok())
             .flatten();
         let t0 = Instant::now();
-        let run = workload::run_workload(&w, stop.clone(), !w.quiet).await?;
+        let print = |line: &str| bar.println(line);
+        let run = workload::run_workload(
+            &w,
+            stop.clone(),
+            (!w.quiet).then_some(&print as &dyn Fn(&str)),
+        )
+        .await?;
         let broker = before.and_then(|b| {
             procfs::sample_all(&pids)
                 .ok()
                 .map(|a| a.delta(&b, t0.elapsed().as_secs_f64()))
         });
         let step = step_from_run(target, &run, fan, cli.slo_ms, broker, offset_s);
-        println!("{}", step_line(&id, &step));
+        bar.println(&step_line(&id, &step));
         result.steps.push(step);
         bar.inc(1);
         if run.stop_reason == "Interrupted"

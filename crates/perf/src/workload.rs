@@ -247,11 +247,12 @@ struct Run {
     consumers_done: AtomicUsize,
 }
 
-/// Runs the workload until -z, message limits, a task error, or `stop` turns true.
+/// Runs the workload until -z, message limits, a task error, or `stop` turns true; each
+/// interval's line goes to `print_line` (so a progress bar can print it above itself).
 pub async fn run_workload(
     args: &WorkloadArgs,
     mut stop: watch::Receiver<bool>,
-    print_lines: bool,
+    print_line: Option<&dyn Fn(&str)>,
 ) -> Result<RunResult> {
     let id = args.id.clone().unwrap_or_else(default_id);
     let uris: Vec<Uri> = args
@@ -441,8 +442,8 @@ pub async fn run_workload(
                     latency_us: snap.latency_us,
                     confirm_latency_us: snap.confirm_latency_us,
                 };
-                if print_lines {
-                    println!("{}", interval_line(&id, &sample, args.confirm > 0, args.mandatory()));
+                if let Some(print) = print_line {
+                    print(&interval_line(&id, &sample, args.confirm > 0, args.mandatory()));
                 }
                 samples.push(sample);
                 last = snap.totals;

@@ -54,7 +54,7 @@ fn counted_run_receives_and_confirms_every_message_with_ordered_percentiles() {
         panic!()
     };
     let r = rt()
-        .block_on(warren_perf::workload::run_workload(&w, never_stop(), false))
+        .block_on(warren_perf::workload::run_workload(&w, never_stop(), None))
         .unwrap();
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     assert_eq!(r.totals.sent, 3000);
@@ -87,7 +87,7 @@ fn rate_limited_run_publishes_at_the_requested_rate() {
         panic!()
     };
     let r = rt()
-        .block_on(warren_perf::workload::run_workload(&w, never_stop(), false))
+        .block_on(warren_perf::workload::run_workload(&w, never_stop(), None))
         .unwrap();
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     // Two producers at 400 msg/s each.
