@@ -45,7 +45,11 @@ fn unreachable_broker_is_an_error_not_a_hang() {
 #[test]
 fn ctrl_c_ends_the_run_with_the_summary_so_far() {
     let Ok(uri) = std::env::var("WARREN_PERF_TEST_URI") else {
-        eprintln!("skipping ctrl_c_ends_the_run: WARREN_PERF_TEST_URI is not set");
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipping ctrl_c_ends_the_run: WARREN_PERF_TEST_URI is not set"
+        );
         return;
     };
     let queue = format!("warren-perf-test-sigint-{}", std::process::id());

@@ -10,7 +10,13 @@ fn broker_uri(test: &str) -> Option<String> {
     match std::env::var("WARREN_PERF_TEST_URI") {
         Ok(u) if !u.is_empty() => Some(u),
         _ => {
-            eprintln!("skipping {test}: WARREN_PERF_TEST_URI is not set (point it at a running AMQP broker)");
+            // Written to the real stderr, not through the test harness's capture, so the reason
+            // shows in a plain `cargo test` run.
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipping {test}: WARREN_PERF_TEST_URI is not set (point it at a running AMQP broker)"
+            );
             None
         }
     }
