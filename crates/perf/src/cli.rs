@@ -163,6 +163,10 @@ pub struct WorkloadArgs {
     /// Accepted for PerfTest compatibility: default or compact.
     #[arg(long = "metrics-format", value_parser = ["default", "compact"])]
     pub metrics_format: Option<String>,
+    /// Seconds at the start left out of the averages and run percentiles (ramp-up, random
+    /// start delays); not a PerfTest flag. Per-second lines still show them.
+    #[arg(long = "warmup-seconds", default_value_t = 0)]
+    pub warmup_s: u64,
     /// Write the run's results (summary and per-interval samples) as JSON to this file.
     #[arg(long = "json")]
     pub json: Option<PathBuf>,

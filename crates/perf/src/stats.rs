@@ -217,13 +217,11 @@ impl SharedStats {
         )
     }
 
-    /// Forgets everything recorded so far (used after a warm-up).
-    pub fn reset(&self) {
+    /// Forgets the run-wide latencies recorded so far (the warm-up); intervals go on.
+    pub fn reset_run(&self) {
         let mut g = self.inner.lock().expect("stats lock poisoned");
         g.run_latency.reset();
         g.run_confirm.reset();
-        g.interval_latency.reset();
-        g.interval_confirm.reset();
     }
 }
 

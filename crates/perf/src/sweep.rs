@@ -171,7 +171,13 @@ pub async fn run(cli: &SweepCli, mut stop: watch::Receiver<bool>) -> Result<Swee
         bar.set_message(format!("step {} at {target:.0} msg/s", i + 1));
         let mut w = cli.workload.clone();
         w.rate = Some(target / w.producers.max(1) as f64);
-        w.time_s = Some(step_s);
+        // Producers that start at random within -prsd seconds would drag the step's average
+        // below its target: unless told otherwise, that ramp is the warm-up, and the step runs
+        // its full measured length after it.
+        if w.warmup_s == 0 {
+            w.warmup_s = w.producer_random_start_delay_s;
+        }
+        w.time_s = Some(step_s + w.warmup_s);
         w.id = Some(format!("{id}-step{}", i + 1));
         w.json = None;
         w.csv = None;

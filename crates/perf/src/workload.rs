@@ -125,6 +125,9 @@ pub struct RunResult {
     pub client_cpu_s: f64,
     /// Client CPU per message handled (sent plus received), microseconds.
     pub client_cpu_us_per_msg: f64,
+    /// Seconds at the start excluded from the averages and run percentiles (--warmup-seconds);
+    /// `totals` and `samples` still cover the whole run.
+    pub warmup_s: f64,
     pub stop_reason: String,
     pub errors: Vec<String>,
 }
@@ -418,6 +421,10 @@ pub async fn run_workload(
     let mut last = Counters::default();
     let mut last_t = 0.0f64;
     let mut last_progress = (0u64, Instant::now());
+    let warmup_s = args.warmup_s as f64;
+    // Where the measured part of the run starts: time and totals at the end of the warm-up.
+    let mut measured_from: Option<(f64, Counters)> =
+        (args.warmup_s == 0).then(|| (0.0, Counters::default()));
     let stop_reason;
     loop {
         let deadline_sleep = async {
@@ -448,6 +455,10 @@ pub async fn run_workload(
                 samples.push(sample);
                 last = snap.totals;
                 last_t = t;
+                if measured_from.is_none() && t + 1e-3 >= warmup_s {
+                    run.shared.reset_run();
+                    measured_from = Some((t, snap.totals));
+                }
             }
             _ = deadline_sleep => { stop_reason = "Reached time limit".to_string(); break; }
             changed = stop.changed() => {
@@ -494,6 +505,9 @@ pub async fn run_workload(
         }
     }
     let duration_s = start.elapsed().as_secs_f64();
+    // A run that ended inside its warm-up is measured whole.
+    let (measured_from_s, base) = measured_from.unwrap_or((0.0, Counters::default()));
+    let measured_s = (duration_s - measured_from_s).max(1e-9);
     let _ = stop_tx.send(true);
     for t in tasks {
         if tokio::time::timeout(SHUTDOWN_TIMEOUT, t).await.is_err() {
@@ -518,14 +532,15 @@ pub async fn run_workload(
         rate_per_producer: args.rate,
         confirm: args.confirm,
         totals,
-        send_rate_avg: totals.sent as f64 / duration_s,
-        receive_rate_avg: totals.received as f64 / duration_s,
-        confirm_rate_avg: totals.confirmed as f64 / duration_s,
+        send_rate_avg: (totals.sent - base.sent) as f64 / measured_s,
+        receive_rate_avg: (totals.received - base.received) as f64 / measured_s,
+        confirm_rate_avg: (totals.confirmed - base.confirmed) as f64 / measured_s,
         latency_us,
         confirm_latency_us,
         samples,
         client_cpu_s,
         client_cpu_us_per_msg: client_cpu_s * 1e6 / handled as f64,
+        warmup_s: measured_from_s,
         stop_reason,
         errors,
     })

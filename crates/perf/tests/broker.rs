@@ -192,3 +192,40 @@ fn tiny_persister_run_fills_and_drains_the_queue() {
     assert_eq!(r.phases[0].payload_bytes, 2000 * 1024);
     assert_png(&dir.path().join("rates.png"));
 }
+
+#[test]
+fn warmup_is_left_out_of_the_averages_but_not_the_totals() {
+    let Some(uri) = broker_uri("warmup") else {
+        return;
+    };
+    let q = unique("warmup");
+    // The producer starts at a random point in the first 2 s: only the warm-up excludes that.
+    let PerfCommand::Run(w) = command(format!(
+        "-h {uri} -x 1 -y 1 -r 500 -z 5 --producer-random-start-delay 2 --warmup-seconds 2 -u {q}"
+    )) else {
+        panic!()
+    };
+    let r = rt()
+        .block_on(warren_perf::workload::run_workload(&w, never_stop(), None))
+        .unwrap();
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert!(
+        (r.warmup_s - 2.0).abs() < 0.1,
+        "warm-up ended at {}",
+        r.warmup_s
+    );
+    assert!(
+        (r.send_rate_avg - 500.0).abs() < 50.0,
+        "measured rate {:.0}",
+        r.send_rate_avg
+    );
+    assert!(
+        r.totals.sent > 1000 && r.totals.sent <= 2_600,
+        "{:?}",
+        r.totals
+    );
+    assert!(
+        r.latency_us.count < r.totals.received,
+        "run percentiles exclude the warm-up"
+    );
+}
