@@ -481,6 +481,10 @@ pub struct PersisterCli {
     /// Publish only: leave the messages in the queue.
     #[arg(long = "no-drain")]
     pub no_drain: bool,
+    /// Drop the kernel's page cache before draining (needs root), as the seed did, so the drain
+    /// reads from the disk rather than from memory. Slows everything else on the machine.
+    #[arg(long = "drop-caches")]
+    pub drop_caches: bool,
     #[arg(long = "broker-pid")]
     pub broker_pid: Option<u32>,
     #[arg(long = "out", default_value = "warren-perf-persister")]

@@ -245,6 +245,9 @@ pub async fn run(cli: &PersisterCli, stop: watch::Receiver<bool>) -> Result<Pers
     }
     if !cli.no_drain && !*stop.borrow() {
         bar.set_message("drain".into());
+        if cli.drop_caches {
+            drop_page_cache();
+        }
         let total = cli.messages * cli.rounds as u64;
         let argv = vec![
             s(&"-h"),
@@ -284,6 +287,15 @@ pub async fn run(cli: &PersisterCli, stop: watch::Receiver<bool>) -> Result<Pers
         println!("wrote {}", f.display());
     }
     Ok(result)
+}
+
+/// Writes dirty pages out and drops the page cache, so the drain's reads hit the disk.
+fn drop_page_cache() {
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
+    if let Err(e) = std::fs::write("/proc/sys/vm/drop_caches", "3") {
+        eprintln!("warren perf persister: --drop-caches failed ({e}); the drain may read from the page cache");
+    }
 }
 
 pub fn phase_line(p: &Phase) -> String {
