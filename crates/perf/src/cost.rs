@@ -2,6 +2,7 @@
 //! sizing study: top throughput, cost per 1000 msg/s per month at top throughput, and cost per
 //! 1000 msg/s per month at a given target (only for configurations that met it).
 
+use crate::charts::{Chart, Series};
 use crate::cli::LeaderboardCli;
 use crate::output::write_text;
 use crate::report;
@@ -95,6 +96,8 @@ pub fn load_table(path: Option<&Path>) -> Result<PriceTable> {
 
 /// The configuration a sweep measured.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// Missing fields read as defaults, so files from older versions still load.
+#[serde(default)]
 pub struct ConfigInfo {
     pub name: String,
     pub instance_type: Option<String>,
@@ -236,6 +239,75 @@ pub fn leaderboard_markdown(lb: &Leaderboard) -> String {
     s
 }
 
+/// The seed's overview figures: every configuration's achieved rate and p99 per target rate.
+pub fn comparison_charts(runs: &[(String, SweepResult)]) -> Vec<(&'static str, Chart)> {
+    let mut rates = vec![Series::new(
+        "target",
+        runs.iter()
+            .flat_map(|(_, r)| r.steps.iter().map(|s| s.target_rate))
+            .fold(Vec::<f64>::new(), |mut v, t| {
+                if !v.contains(&t) {
+                    v.push(t);
+                }
+                v
+            })
+            .into_iter()
+            .map(|t| (t, t))
+            .collect::<Vec<_>>(),
+    )
+    .dashed()];
+    let mut p99 = Vec::new();
+    for (name, r) in runs {
+        rates.push(
+            Series::new(
+                name.clone(),
+                r.steps
+                    .iter()
+                    .map(|s| (s.target_rate, s.achieved_rate))
+                    .collect(),
+            )
+            .with_markers(),
+        );
+        p99.push(
+            Series::new(
+                name.clone(),
+                r.steps
+                    .iter()
+                    .map(|s| (s.target_rate, s.latency_us.p99 as f64 / 1000.0))
+                    .collect(),
+            )
+            .with_markers(),
+        );
+    }
+    if let Some(first) = rates.first_mut() {
+        first.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    vec![
+        (
+            "compare-rates",
+            Chart {
+                title: "Increasing intensity: rate reached per target".into(),
+                x_label: "target rate (msg/s)".into(),
+                y_label: "msg/s".into(),
+                log_x: false,
+                log_y: false,
+                series: rates,
+            },
+        ),
+        (
+            "compare-p99",
+            Chart {
+                title: "Increasing intensity: p99 end-to-end latency per target".into(),
+                x_label: "target rate (msg/s)".into(),
+                y_label: "p99 latency (ms, log)".into(),
+                log_x: false,
+                log_y: true,
+                series: p99,
+            },
+        ),
+    ]
+}
+
 pub fn run_leaderboard(cli: &LeaderboardCli) -> Result<()> {
     let table = load_table(cli.instances.as_deref())?;
     let names: Option<Vec<String>> = cli
@@ -272,9 +344,14 @@ pub fn run_leaderboard(cli: &LeaderboardCli) -> Result<()> {
         &cli.out.join("leaderboard.json"),
         &serde_json::to_string_pretty(&lb)?,
     )?;
+    let mut svgs = Vec::new();
+    for (name, chart) in comparison_charts(&runs) {
+        let (_, svg) = chart.write(&cli.out.join(name))?;
+        svgs.push((chart.title.clone(), svg));
+    }
     write_text(
         &cli.out.join("leaderboard.html"),
-        &report::leaderboard_html(&lb, &runs),
+        &report::leaderboard_html(&lb, &runs, &svgs)?,
     )?;
     println!("wrote {}", cli.out.join("leaderboard.html").display());
     Ok(())

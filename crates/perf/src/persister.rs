@@ -52,6 +52,8 @@ pub struct Phase {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// Missing fields read as defaults, so files from older versions still load.
+#[serde(default)]
 pub struct PersisterResult {
     pub queue: String,
     pub lazy: bool,

@@ -107,7 +107,11 @@ pub fn sweep_html(r: &SweepResult, svgs: &[(String, PathBuf)]) -> Result<String>
     Ok(page(&format!("warren perf sweep {}", r.id), &b))
 }
 
-pub fn leaderboard_html(lb: &Leaderboard, runs: &[(String, SweepResult)]) -> String {
+pub fn leaderboard_html(
+    lb: &Leaderboard,
+    runs: &[(String, SweepResult)],
+    svgs: &[(String, PathBuf)],
+) -> Result<String> {
     let mut b = String::new();
     let list = |b: &mut String, title: &str, rows: Vec<String>| {
         let _ = write!(b, "<h2>{}</h2><ol>", escape(title));
@@ -176,5 +180,6 @@ pub fn leaderboard_html(lb: &Leaderboard, runs: &[(String, SweepResult)]) -> Str
         );
     }
     b.push_str("</table>\n");
-    page("warren perf leaderboard", &b)
+    b.push_str(&inline_svgs(svgs)?);
+    Ok(page("warren perf leaderboard", &b))
 }

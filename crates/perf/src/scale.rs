@@ -39,6 +39,8 @@ pub struct ScalePoint {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// Missing fields read as defaults, so files from older versions still load.
+#[serde(default)]
 pub struct ScaleResult {
     pub label: String,
     pub base: u32,

@@ -24,6 +24,8 @@ pub const TARGET_TOLERANCE: f64 = 0.05;
 pub const STEP_SECONDS_DEFAULT: u64 = 30;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// Missing fields read as defaults, so files from older versions still load.
+#[serde(default)]
 pub struct SweepStep {
     pub target_rate: f64,
     pub duration_s: f64,
@@ -46,6 +48,8 @@ pub struct SweepStep {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// Missing fields read as defaults, so files from older versions still load.
+#[serde(default)]
 pub struct SweepResult {
     pub id: String,
     pub config: ConfigInfo,

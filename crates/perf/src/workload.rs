@@ -91,6 +91,8 @@ pub fn read_stamp(head: &[u8; 12]) -> (u32, u64) {
 
 /// One interval of a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+/// Missing fields read as defaults, so files from older versions still load.
+#[serde(default)]
 pub struct Sample {
     /// Seconds since the producers started, at the end of the interval.
     pub time_s: f64,
@@ -105,6 +107,8 @@ pub struct Sample {
 
 /// Everything a run measured.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// Missing fields read as defaults, so files from older versions still load.
+#[serde(default)]
 pub struct RunResult {
     pub id: String,
     pub started_unix_ms: u64,

@@ -207,7 +207,14 @@ fn leaderboard_ranks_by_throughput_and_by_cost_like_the_seed() {
     cost::run_leaderboard(&cli).unwrap();
     let md = std::fs::read_to_string(dir.path().join("lb/leaderboard.md")).unwrap();
     assert!(md.contains("1. x. Rate: 42000 msg/s"), "{md}");
-    assert!(dir.path().join("lb/leaderboard.html").exists());
+    let html = std::fs::read_to_string(dir.path().join("lb/leaderboard.html")).unwrap();
+    assert_eq!(
+        html.matches("<svg").count(),
+        2,
+        "rates and p99 overlays inline"
+    );
+    assert_png(&dir.path().join("lb/compare-rates.png"));
+    assert_png(&dir.path().join("lb/compare-p99.png"));
 }
 
 #[test]
