@@ -35,6 +35,9 @@ pub struct Series {
     /// Draw a marker at each point (for charts with few points, such as one per sweep step).
     pub markers: bool,
     pub dashed: bool,
+    /// Palette index; default is the series' position. Comparisons give the same quantity the
+    /// same colour in every run and tell runs apart by dashes.
+    pub color: Option<usize>,
 }
 
 impl Series {
@@ -44,6 +47,7 @@ impl Series {
             points,
             markers: false,
             dashed: false,
+            color: None,
         }
     }
 
@@ -192,7 +196,7 @@ impl Chart {
             .draw()
             .map_err(map)?;
         for (i, ((name, pts), s)) in data.iter().zip(&self.series).enumerate() {
-            let color = PALETTE[i % PALETTE.len()];
+            let color = PALETTE[s.color.unwrap_or(i) % PALETTE.len()];
             let style = ShapeStyle::from(&color).stroke_width(2);
             if s.dashed {
                 chart

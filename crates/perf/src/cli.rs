@@ -445,6 +445,10 @@ pub struct ScaleCli {
     pub messages: u32,
     #[arg(long = "out", default_value = "warren-perf-scale")]
     pub out: PathBuf,
+    /// Instead of running, draw earlier runs' scale.json files (comma separated) on the same
+    /// log-log charts, as the article compares two brokers.
+    #[arg(long = "compare", value_delimiter = ',')]
+    pub compare: Vec<PathBuf>,
     #[arg(short = '?', long = "help", action = ArgAction::Help)]
     help: Option<bool>,
 }

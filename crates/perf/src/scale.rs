@@ -226,7 +226,76 @@ async fn delete(conn: &mut Connection, queues: u64) -> Result<Duration> {
     Ok(t.elapsed())
 }
 
+/// Several runs on the same charts: one line per (run, series), later runs dashed.
+pub fn compare_charts(results: &[ScaleResult]) -> Vec<(&'static str, Chart)> {
+    let mut merged: Vec<(&'static str, Chart)> = Vec::new();
+    for (i, r) in results.iter().enumerate() {
+        for (name, mut chart) in charts(r) {
+            let series = std::mem::take(&mut chart.series)
+                .into_iter()
+                .enumerate()
+                .map(|(k, mut s)| {
+                    s.name = format!("{}: {}", r.label, s.name);
+                    s.color = Some(k);
+                    s.dashed = i % 2 == 1;
+                    s
+                });
+            match merged.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, c)) => c.series.extend(series),
+                None => {
+                    let mut c = chart.clone();
+                    c.title = c
+                        .title
+                        .split_once(": ")
+                        .map(|(_, t)| t.to_string())
+                        .unwrap_or(c.title);
+                    c.series = series.collect();
+                    merged.push((name, c));
+                }
+            }
+        }
+    }
+    merged
+}
+
+/// Draws earlier runs together; writes the charts and a report into `out`.
+pub fn run_compare(cli: &ScaleCli) -> Result<Vec<PathBuf>> {
+    let mut results = Vec::new();
+    for p in &cli.compare {
+        let text =
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        let r: ScaleResult = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a scale.json", p.display()))?;
+        results.push(r);
+    }
+    std::fs::create_dir_all(&cli.out)?;
+    let mut files = Vec::new();
+    let mut svgs = Vec::new();
+    for (name, chart) in compare_charts(&results) {
+        let (png, svg) = chart.write(&cli.out.join(name))?;
+        svgs.push((chart.title.clone(), svg.clone()));
+        files.push(png);
+        files.push(svg);
+    }
+    let labels: Vec<String> = results.iter().map(|r| report::escape(&r.label)).collect();
+    let body = format!(
+        "<p>Runs: {}.</p>{}",
+        labels.join(", "),
+        report::inline_svgs(&svgs)?
+    );
+    let html = cli.out.join("report.html");
+    write_text(&html, &report::page("warren perf scale: comparison", &body))?;
+    files.push(html);
+    Ok(files)
+}
+
 pub async fn run(cli: &ScaleCli, stop: watch::Receiver<bool>) -> Result<ScaleResult> {
+    if !cli.compare.is_empty() {
+        for f in run_compare(cli)? {
+            println!("wrote {}", f.display());
+        }
+        return Ok(ScaleResult::default());
+    }
     let uri = Uri::parse(&cli.uri)?;
     std::fs::create_dir_all(&cli.out).with_context(|| format!("creating {}", cli.out.display()))?;
     let mut conn = Connection::open(&uri, 0, "warren-perf-scale").await?;

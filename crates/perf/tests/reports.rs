@@ -345,3 +345,60 @@ fn run_json_round_trips_and_run_csv_has_a_row_per_interval() {
     assert!(summary.contains("id: test-1, sending rate avg: 0 msg/s"));
     assert!(summary.contains("consumer latency min/median/75th/95th/99th 150/300/600/1200/2400 µs"));
 }
+
+#[test]
+fn scale_compare_draws_two_runs_on_one_set_of_charts() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |label: &str, factor: f64| ScaleResult {
+        label: label.into(),
+        base: 2,
+        x: 2,
+        y: 2,
+        points: scale::grid(2, 2, 2)
+            .into_iter()
+            .map(|(q, b)| ScalePoint {
+                queues: q,
+                bindings_per_queue: b,
+                create_us_per_queue: factor * b as f64,
+                delete_us_per_queue: factor,
+                route_us_per_msg: factor * q as f64,
+                route_us_per_msg_per_queue: factor,
+                messages: 10,
+            })
+            .collect(),
+        stop_reason: String::new(),
+    };
+    let (a, b) = (run("rabbitmq", 100.0), run("warren", 10.0));
+    let merged = scale::compare_charts(&[a.clone(), b.clone()]);
+    let create = &merged.iter().find(|(n, _)| *n == "create").unwrap().1;
+    // Three bindings-per-queue series per run, the second run dashed in the same colours.
+    assert_eq!(create.series.len(), 6);
+    assert!(create.series[3].name.starts_with("warren: ") && create.series[3].dashed);
+    assert_eq!(create.series[0].color, create.series[3].color);
+
+    let pa = dir.path().join("a.json");
+    let pb = dir.path().join("b.json");
+    std::fs::write(&pa, serde_json::to_string(&a).unwrap()).unwrap();
+    std::fs::write(&pb, serde_json::to_string(&b).unwrap()).unwrap();
+    let argv: Vec<String> = vec![
+        "scale".into(),
+        "--compare".into(),
+        format!("{},{}", pa.display(), pb.display()),
+        "--out".into(),
+        dir.path().join("cmp").display().to_string(),
+    ];
+    let warren_perf::cli::PerfCommand::Scale(cli) = warren_perf::cli::parse(&argv).unwrap() else {
+        panic!()
+    };
+    scale::run_compare(&cli).unwrap();
+    for name in ["create", "delete", "route"] {
+        assert_png(&dir.path().join(format!("cmp/{name}.png")));
+    }
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("cmp/report.html"))
+            .unwrap()
+            .matches("<svg")
+            .count(),
+        3
+    );
+}
