@@ -347,6 +347,7 @@ pub async fn run(cli: &ScaleCli, stop: watch::Receiver<bool>) -> Result<ScaleRes
         bar.inc(1);
     }
     bar.finish();
+    conn.delete_exchange(1, EXCHANGE).await?;
     conn.close().await;
     for f in write_outputs(&result, &cli.out)? {
         println!("wrote {}", f.display());

@@ -265,6 +265,14 @@ impl Connection {
             .map(|_| ())
     }
 
+    pub async fn delete_exchange(&mut self, channel: u16, name: &str) -> Result<()> {
+        wire::exchange_delete(&mut self.wbuf, channel, name);
+        self.call(channel, method::EXCHANGE_DELETE_OK)
+            .await
+            .with_context(|| format!("deleting exchange {name:?}"))
+            .map(|_| ())
+    }
+
     /// Declares a queue and returns its name (server-named when `name` is empty) and the
     /// number of messages it holds.
     pub async fn declare_queue(

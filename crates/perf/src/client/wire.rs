@@ -50,6 +50,8 @@ pub mod method {
     pub const CHANNEL_CLOSE_OK: (u16, u16) = (20, 41);
     pub const EXCHANGE_DECLARE: (u16, u16) = (40, 10);
     pub const EXCHANGE_DECLARE_OK: (u16, u16) = (40, 11);
+    pub const EXCHANGE_DELETE: (u16, u16) = (40, 20);
+    pub const EXCHANGE_DELETE_OK: (u16, u16) = (40, 21);
     pub const QUEUE_DECLARE: (u16, u16) = (50, 10);
     pub const QUEUE_DECLARE_OK: (u16, u16) = (50, 11);
     pub const QUEUE_BIND: (u16, u16) = (50, 20);
@@ -253,6 +255,18 @@ pub fn exchange_declare(buf: &mut BytesMut, channel: u16, name: &str, kind: &str
             internal: false,
             nowait: false,
             arguments: FieldTable::default(),
+        })),
+    );
+}
+
+pub fn exchange_delete(buf: &mut BytesMut, channel: u16, name: &str) {
+    control(
+        buf,
+        channel,
+        AMQPClass::Exchange(exchange::AMQPMethod::Delete(exchange::Delete {
+            exchange: name.into(),
+            if_unused: false,
+            nowait: false,
         })),
     );
 }
