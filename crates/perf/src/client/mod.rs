@@ -187,9 +187,9 @@ impl Connection {
         if self.rend == self.rbuf.len() {
             // A frame larger than the buffer (up to frame_max): grow to hold it, bounded by
             // the negotiated frame size.
-            let want = (self.frame_max as usize + 16).max(self.rbuf.len() * 2);
+            let want = self.frame_max as usize + wire::FRAME_OVERHEAD_BYTES;
             if self.rbuf.len() >= want {
-                bail!("read buffer full without a complete frame");
+                bail!("read buffer full without a complete frame (frame_max {})", self.frame_max);
             }
             self.rbuf.resize(want, 0);
         }
