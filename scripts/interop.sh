@@ -35,10 +35,10 @@ if [ "$BROKER" = rabbitmq ]; then
     trap '"$RMQ_SH" stop || true' EXIT
   fi
 else
-  export WARREN_BIN=${WARREN_BIN:-$ROOT/target/release/warren}
-  if [ ! -x "$WARREN_BIN" ]; then
+  if [ -z "${WARREN_BIN:-}" ]; then
     echo "[interop] building warren (release)" >&2
     cargo build --release -p warren
+    export WARREN_BIN=$ROOT/target/release/warren
   fi
 fi
 

@@ -1,6 +1,7 @@
 //! The node's broker state: its vhosts and users.
 
-use crate::users::{Permissions, Users};
+use crate::definitions::MetaRecord;
+use crate::users::{Pattern, Permissions, Users};
 use crate::vhost::VHost;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -61,6 +62,181 @@ impl Broker {
 
     pub fn vhost(&self, name: &str) -> Option<SharedVHost> {
         self.vhosts.read().expect("vhosts lock").get(name).cloned()
+    }
+
+    /// Replays one metadata record (at start, from the journal). Replay goes through the same
+    /// commands clients use, so a record means exactly what it meant when it was written.
+    pub fn apply(&self, record: MetaRecord) -> Result<(), String> {
+        let now = self.now_ms();
+        let vhost = |name: &str| self.vhost(name).ok_or_else(|| format!("no vhost '{name}'"));
+        let amqp = |e: crate::error::AmqpError| e.text;
+        match record {
+            MetaRecord::AddVhost { name } => {
+                self.add_vhost(&name);
+            }
+            MetaRecord::DeleteVhost { name } => {
+                self.delete_vhost(&name);
+            }
+            MetaRecord::PutUser {
+                name,
+                password_hash,
+                tags,
+            } => {
+                if !self.users.write().expect("users lock").put_user_hashed(
+                    &name,
+                    &password_hash,
+                    tags,
+                ) {
+                    return Err(format!("bad password hash for user '{name}'"));
+                }
+            }
+            MetaRecord::DeleteUser { name } => {
+                self.users.write().expect("users lock").delete_user(&name);
+            }
+            MetaRecord::SetPermissions {
+                user,
+                vhost,
+                configure,
+                write,
+                read,
+            } => {
+                let p = |s: &str| Pattern::new(s).map_err(|e| e.to_string());
+                let perms = Permissions {
+                    configure: p(&configure)?,
+                    write: p(&write)?,
+                    read: p(&read)?,
+                };
+                self.users
+                    .write()
+                    .expect("users lock")
+                    .set_permissions(&user, &vhost, perms);
+            }
+            MetaRecord::ClearPermissions { user, vhost } => {
+                self.users
+                    .write()
+                    .expect("users lock")
+                    .clear_permissions(&user, &vhost);
+            }
+            MetaRecord::DeclareExchange {
+                vhost: v,
+                name,
+                kind,
+                auto_delete,
+                internal,
+                arguments,
+            } => {
+                vhost(&v)?
+                    .lock()
+                    .expect("vhost lock")
+                    .exchange_declare(&name, &kind, false, true, auto_delete, internal, arguments)
+                    .map_err(amqp)?;
+            }
+            MetaRecord::DeleteExchange { vhost: v, name } => {
+                vhost(&v)?
+                    .lock()
+                    .expect("vhost lock")
+                    .exchange_delete(&name, false)
+                    .map_err(amqp)?;
+            }
+            MetaRecord::DeclareQueue {
+                vhost: v,
+                name,
+                auto_delete,
+                arguments,
+            } => {
+                vhost(&v)?
+                    .lock()
+                    .expect("vhost lock")
+                    .queue_declare(0, &name, false, true, false, auto_delete, arguments, now)
+                    .map_err(amqp)?;
+            }
+            MetaRecord::DeleteQueue { vhost: v, name } => {
+                vhost(&v)?
+                    .lock()
+                    .expect("vhost lock")
+                    .queue_delete(0, &name, false, false)
+                    .map_err(amqp)?;
+            }
+            MetaRecord::Bind {
+                vhost: v,
+                source,
+                destination,
+                to_queue,
+                key,
+                arguments,
+            } => {
+                let v = vhost(&v)?;
+                let mut v = v.lock().expect("vhost lock");
+                if to_queue {
+                    v.queue_bind(0, &destination, &source, &key, &arguments)
+                        .map_err(amqp)?;
+                } else {
+                    v.exchange_bind(&destination, &source, &key, &arguments)
+                        .map_err(amqp)?;
+                }
+            }
+            MetaRecord::Unbind {
+                vhost: v,
+                source,
+                destination,
+                to_queue,
+                key,
+                arguments,
+            } => {
+                let v = vhost(&v)?;
+                let mut v = v.lock().expect("vhost lock");
+                if to_queue {
+                    v.queue_unbind(0, &destination, &source, &key, &arguments)
+                        .map_err(amqp)?;
+                } else {
+                    v.exchange_unbind(&destination, &source, &key, &arguments)
+                        .map_err(amqp)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets the records replay produced: they are already in the journal.
+    pub fn discard_meta(&self) {
+        for (_, v) in self.vhosts() {
+            v.lock().expect("vhost lock").take_meta();
+        }
+    }
+
+    /// The records that rebuild the whole durable state: what journal compaction writes.
+    pub fn export_meta(&self) -> Vec<MetaRecord> {
+        let mut out = Vec::new();
+        let mut vhosts = self.vhosts();
+        vhosts.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, _) in &vhosts {
+            out.push(MetaRecord::AddVhost { name: name.clone() });
+        }
+        {
+            let users = self.users.read().expect("users lock");
+            for name in users.user_names() {
+                if let Some(password_hash) = users.password_hash(&name) {
+                    out.push(MetaRecord::PutUser {
+                        tags: users.tags(&name),
+                        name,
+                        password_hash,
+                    });
+                }
+            }
+            for (user, vhost, p) in users.all_permissions() {
+                out.push(MetaRecord::SetPermissions {
+                    user,
+                    vhost,
+                    configure: p.configure.as_str().to_string(),
+                    write: p.write.as_str().to_string(),
+                    read: p.read.as_str().to_string(),
+                });
+            }
+        }
+        for (_, v) in &vhosts {
+            v.lock().expect("vhost lock").export_meta(&mut out);
+        }
+        out
     }
 
     pub fn vhosts(&self) -> Vec<(String, SharedVHost)> {

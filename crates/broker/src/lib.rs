@@ -8,6 +8,7 @@
 //! - [`queue`]: a queue's backlog (by priority), consumers and limits.
 //! - [`channel`]: the consumer side of a channel: delivery tags, unacked ledger, prefetch.
 //! - [`args`]: queue arguments validated as RabbitMQ validates them.
+//! - [`definitions`]: durable-topology changes as records for the metadata journal, and replay.
 //! - [`exchange`], [`message`], [`users`], [`error`].
 //! - [`outbox`]: where delivered frames wait for a connection's writer; the only way this
 //!   crate talks to sockets, so everything here is testable without them.
@@ -15,6 +16,7 @@
 pub mod args;
 pub mod broker;
 pub mod channel;
+pub mod definitions;
 pub mod error;
 pub mod exchange;
 pub mod message;

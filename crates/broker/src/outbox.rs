@@ -5,7 +5,7 @@
 //! waits on a socket, and a busy consumer connection gets large batched writes.
 
 use bytes::BytesMut;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Mutex;
 
 /// Above this many buffered bytes a connection stops receiving new deliveries until its writer
@@ -15,7 +15,7 @@ pub const OUTBOX_BYTES_SOFT_MAX: usize = 4 * 1024 * 1024;
 pub struct Outbox {
     buf: Mutex<BytesMut>,
     wake: Box<dyn Fn() + Send + Sync>,
-    frame_max: u32,
+    frame_max: AtomicU32,
     closed: AtomicBool,
 }
 
@@ -25,13 +25,18 @@ impl Outbox {
         Outbox {
             buf: Mutex::new(BytesMut::with_capacity(64 * 1024)),
             wake,
-            frame_max,
+            frame_max: AtomicU32::new(frame_max),
             closed: AtomicBool::new(false),
         }
     }
 
     pub fn frame_max(&self) -> u32 {
-        self.frame_max
+        self.frame_max.load(Ordering::Relaxed)
+    }
+
+    /// Bodies are split at the frame-max the client negotiated, known only after tune-ok.
+    pub fn set_frame_max(&self, frame_max: u32) {
+        self.frame_max.store(frame_max, Ordering::Relaxed);
     }
 
     /// Appends frames built by `f` and wakes the writer.
@@ -71,7 +76,7 @@ impl Outbox {
 impl std::fmt::Debug for Outbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Outbox")
-            .field("frame_max", &self.frame_max)
+            .field("frame_max", &self.frame_max())
             .finish()
     }
 }

@@ -120,6 +120,46 @@ impl Users {
         self.users.contains_key(name)
     }
 
+    /// The password hash in RabbitMQ's definitions format: base64(salt ++ SHA-256(salt ++ password)).
+    pub fn password_hash(&self, name: &str) -> Option<String> {
+        use base64::Engine;
+        let u = self.users.get(name)?;
+        let mut raw = u.salt.to_vec();
+        raw.extend_from_slice(&u.hash);
+        Some(base64::engine::general_purpose::STANDARD.encode(raw))
+    }
+
+    /// Creates or replaces a user from a stored hash (see [`Users::password_hash`]).
+    pub fn put_user_hashed(&mut self, name: &str, password_hash: &str, tags: Vec<String>) -> bool {
+        use base64::Engine;
+        let Ok(raw) = base64::engine::general_purpose::STANDARD.decode(password_hash) else {
+            return false;
+        };
+        if raw.len() != 36 {
+            return false;
+        }
+        let salt: [u8; 4] = raw[..4].try_into().expect("4 bytes");
+        let hash: [u8; 32] = raw[4..].try_into().expect("32 bytes");
+        self.users.insert(
+            name.to_string(),
+            User {
+                name: name.to_string(),
+                salt,
+                hash,
+                tags,
+            },
+        );
+        true
+    }
+
+    /// Every (user, vhost, permissions) grant.
+    pub fn all_permissions(&self) -> Vec<(String, String, Permissions)> {
+        self.permissions
+            .iter()
+            .map(|((u, v), p)| (u.clone(), v.clone(), p.clone()))
+            .collect()
+    }
+
     pub fn tags(&self, name: &str) -> Vec<String> {
         self.users
             .get(name)

@@ -8,6 +8,7 @@
 
 use crate::args::{self, Overflow, QueueConfig, QueueType, EQUIVALENCE_KEYS};
 use crate::channel::{ChannelState, Unacked};
+use crate::definitions::MetaRecord;
 use crate::error::{AmqpError, Result};
 use crate::exchange::{kind_from_name, kind_name, Exchange, STANDARD_EXCHANGES};
 use crate::message::{Message, MessageRef};
@@ -95,6 +96,8 @@ pub struct VHost {
     free_queue_ids: Vec<QueueId>,
     /// Direct reply-to tokens and the channel each one answers to.
     reply_tokens: HashMap<Bytes, ChannelKey>,
+    /// Changes to durable topology not yet handed to the metadata journal.
+    meta: Vec<MetaRecord>,
     scratch: Vec<QueueId>,
 }
 
@@ -121,6 +124,7 @@ impl VHost {
             free_exchange_ids: Vec::new(),
             free_queue_ids: Vec::new(),
             reply_tokens: HashMap::new(),
+            meta: Vec::new(),
             scratch: Vec::new(),
         };
         for (n, kind, internal) in STANDARD_EXCHANGES {
@@ -239,6 +243,16 @@ impl VHost {
                 "exchange name '{name}' contains reserved prefix 'amq.*'"
             )));
         }
+        if durable {
+            self.meta.push(MetaRecord::DeclareExchange {
+                vhost: self.name.clone(),
+                name: name.to_string(),
+                kind: kind.to_string(),
+                auto_delete,
+                internal,
+                arguments: arguments.clone(),
+            });
+        }
         self.create_exchange(name, kind_parsed, durable, auto_delete, internal, arguments);
         Ok(())
     }
@@ -267,6 +281,12 @@ impl VHost {
     fn delete_exchange_by_id(&mut self, id: ExchangeId) {
         let orphaned = self.routes.delete_exchange(id).unwrap_or_default();
         if let Some(x) = self.exchanges.remove(&id) {
+            if x.durable {
+                self.meta.push(MetaRecord::DeleteExchange {
+                    vhost: self.name.clone(),
+                    name: x.name.clone(),
+                });
+            }
             self.exchanges_by_name.remove(&x.name);
             self.free_exchange_ids.push(id);
         }
@@ -292,9 +312,20 @@ impl VHost {
         Self::refuse_default(source)?;
         let dst = self.exchange_id(destination)?;
         let src = self.exchange_id(source)?;
-        self.routes
+        let new = self
+            .routes
             .bind(src, Destination::Exchange(dst), key.as_bytes(), arguments)
             .map_err(routing_error)?;
+        if new && self.exchanges[&src].durable && self.exchanges[&dst].durable {
+            self.meta.push(MetaRecord::Bind {
+                vhost: self.name.clone(),
+                source: source.to_string(),
+                destination: destination.to_string(),
+                to_queue: false,
+                key: key.to_string(),
+                arguments: arguments.clone(),
+            });
+        }
         Ok(())
     }
 
@@ -313,6 +344,16 @@ impl VHost {
             .routes
             .unbind(src, Destination::Exchange(dst), key.as_bytes(), arguments)
             .map_err(routing_error)?;
+        if unbound.existed && self.exchanges[&src].durable && self.exchanges[&dst].durable {
+            self.meta.push(MetaRecord::Unbind {
+                vhost: self.name.clone(),
+                source: source.to_string(),
+                destination: destination.to_string(),
+                to_queue: false,
+                key: key.to_string(),
+                arguments: arguments.clone(),
+            });
+        }
         if unbound.source_unused {
             self.delete_orphaned_auto_delete(vec![src]);
         }
@@ -451,6 +492,14 @@ impl VHost {
             config,
             now_ms,
         );
+        if durable {
+            self.meta.push(MetaRecord::DeclareQueue {
+                vhost: self.name.clone(),
+                name: name.clone(),
+                auto_delete,
+                arguments: q.arguments.clone(),
+            });
+        }
         self.queues.insert(id, q);
         self.queues_by_name.insert(name.clone(), id);
         Ok(DeclareOk {
@@ -471,9 +520,20 @@ impl VHost {
         Self::refuse_default(exchange)?;
         let qid = self.usable_queue(queue, conn)?.id;
         let xid = self.exchange_id(exchange)?;
-        self.routes
+        let new = self
+            .routes
             .bind(xid, Destination::Queue(qid), key.as_bytes(), arguments)
             .map_err(routing_error)?;
+        if new && self.exchanges[&xid].durable && self.queues[&qid].durable {
+            self.meta.push(MetaRecord::Bind {
+                vhost: self.name.clone(),
+                source: exchange.to_string(),
+                destination: queue.to_string(),
+                to_queue: true,
+                key: key.to_string(),
+                arguments: arguments.clone(),
+            });
+        }
         Ok(())
     }
 
@@ -486,7 +546,9 @@ impl VHost {
         arguments: &FieldTable,
     ) -> Result<()> {
         Self::refuse_default(exchange)?;
-        let qid = self.usable_queue(queue, conn)?.id;
+        // RabbitMQ 3.10 lets unbind through on another connection's exclusive queue.
+        let _ = conn;
+        let qid = self.queue_id(queue)?;
         // RabbitMQ 3.10 answers unbind-ok when the exchange is already gone.
         let Some(&xid) = self.exchanges_by_name.get(exchange) else {
             return Ok(());
@@ -495,6 +557,16 @@ impl VHost {
             .routes
             .unbind(xid, Destination::Queue(qid), key.as_bytes(), arguments)
             .map_err(routing_error)?;
+        if unbound.existed && self.exchanges[&xid].durable && self.queues[&qid].durable {
+            self.meta.push(MetaRecord::Unbind {
+                vhost: self.name.clone(),
+                source: exchange.to_string(),
+                destination: queue.to_string(),
+                to_queue: true,
+                key: key.to_string(),
+                arguments: arguments.clone(),
+            });
+        }
         if unbound.source_unused {
             self.delete_orphaned_auto_delete(vec![xid]);
         }
@@ -539,6 +611,12 @@ impl VHost {
         let Some(mut q) = self.queues.remove(&id) else {
             return 0;
         };
+        if q.durable {
+            self.meta.push(MetaRecord::DeleteQueue {
+                vhost: self.name.clone(),
+                name: q.name.clone(),
+            });
+        }
         self.queues_by_name.remove(&q.name);
         let orphaned = self
             .routes
@@ -886,6 +964,18 @@ impl VHost {
             let Some(q) = queues.get_mut(&qid) else {
                 return;
             };
+            // A requeue can push a full queue over its limit: drop-head applies then too.
+            while q.config.overflow == Overflow::DropHead && q.exceeds_limit() {
+                let Some(m) = q.backlog.pop_front() else {
+                    break;
+                };
+                dead.push(DeadLetter {
+                    queue: q.name.clone(),
+                    config: q.config.clone(),
+                    message: m,
+                    reason: "maxlen",
+                });
+            }
             loop {
                 while let Some(head) = q.backlog.peek() {
                     if head.expires_at_ms.is_some_and(|t| t < now_ms) {
@@ -1432,6 +1522,68 @@ impl VHost {
         }
     }
 
+    // ---- metadata --------------------------------------------------------------------------
+
+    pub fn has_meta(&self) -> bool {
+        !self.meta.is_empty()
+    }
+
+    /// Durable-topology changes since the last call, in the order they happened.
+    pub fn take_meta(&mut self) -> Vec<MetaRecord> {
+        std::mem::take(&mut self.meta)
+    }
+
+    /// The records that rebuild this vhost's durable topology (for journal compaction).
+    pub fn export_meta(&self, out: &mut Vec<MetaRecord>) {
+        let vhost = &self.name;
+        let standard = |n: &str| STANDARD_EXCHANGES.iter().any(|(s, _, _)| *s == n);
+        for x in self
+            .exchanges
+            .values()
+            .filter(|x| x.durable && !standard(&x.name))
+        {
+            out.push(MetaRecord::DeclareExchange {
+                vhost: vhost.clone(),
+                name: x.name.clone(),
+                kind: kind_name(x.kind).to_string(),
+                auto_delete: x.auto_delete,
+                internal: x.internal,
+                arguments: x.arguments.clone(),
+            });
+        }
+        for q in self.queues.values().filter(|q| q.durable) {
+            out.push(MetaRecord::DeclareQueue {
+                vhost: vhost.clone(),
+                name: q.name.clone(),
+                auto_delete: q.auto_delete,
+                arguments: q.arguments.clone(),
+            });
+        }
+        for b in self.routes.bindings() {
+            let Some(src) = self.exchanges.get(&b.source).filter(|x| x.durable) else {
+                continue;
+            };
+            let (destination, to_queue) = match b.destination {
+                Destination::Queue(q) => match self.queues.get(&q).filter(|q| q.durable) {
+                    Some(q) => (q.name.clone(), true),
+                    None => continue,
+                },
+                Destination::Exchange(x) => match self.exchanges.get(&x).filter(|x| x.durable) {
+                    Some(x) => (x.name.clone(), false),
+                    None => continue,
+                },
+            };
+            out.push(MetaRecord::Bind {
+                vhost: vhost.clone(),
+                source: src.name.clone(),
+                destination,
+                to_queue,
+                key: String::from_utf8_lossy(b.key).into_owned(),
+                arguments: b.args.clone(),
+            });
+        }
+    }
+
     // ---- introspection ---------------------------------------------------------------------
 
     /// Every queue with its counters, for the management API and metrics.
@@ -1571,10 +1723,20 @@ fn check_queue_equivalence(
             && (new.is_none() || cur.is_none())
             && new.or(cur).and_then(args::string).as_deref() == Some("classic");
         if !same_value(new, cur) && !classic_default {
+            // RabbitMQ names the type only when one side is missing.
+            let show = |v: Option<&AMQPValue>| match (v, new.is_some() && cur.is_some()) {
+                (Some(v), true) => format!("'{}'", args::render(v)),
+                (Some(v), false) => format!(
+                    "the value '{}' of type '{}'",
+                    args::render(v),
+                    args::type_name(v)
+                ),
+                (None, _) => "none".to_string(),
+            };
             return Err(AmqpError::precondition(format!(
                 "inequivalent arg '{key}' {what}: received {} but current is {}",
-                quoted(new),
-                quoted(cur)
+                show(new),
+                show(cur)
             )));
         }
     }

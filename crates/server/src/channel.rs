@@ -93,7 +93,21 @@ fn ctl(conn: &Connection, number: u16, class: AMQPClass) {
 }
 
 impl Connection {
+    /// The connection's vhost, locked; durable changes are journalled when the guard drops.
+    pub fn meta_vhost(&self) -> crate::metadata::MetaGuard<'_> {
+        crate::metadata::MetaGuard {
+            vhost: self.vhost.lock().expect("vhost lock"),
+            shared: &self.shared,
+        }
+    }
+
     fn check(&self, access: Access, kind: &str, name: &str) -> Result<(), AmqpError> {
+        // RabbitMQ checks the default exchange under the name amq.default.
+        let name = if kind == "exchange" && name.is_empty() {
+            "amq.default"
+        } else {
+            name
+        };
         let p = &self.permissions;
         let ok = match access {
             Access::Configure => p.configure.matches(name),
@@ -208,7 +222,7 @@ impl Connection {
             return Ok(());
         }
         let key = ch.key;
-        let mut v = self.vhost.lock().expect("vhost lock");
+        let mut v = self.meta_vhost();
         match op {
             TxOp::Ack { tag, multiple } => v.basic_ack(key, tag, multiple, now),
             TxOp::Nack {
@@ -435,10 +449,7 @@ impl Connection {
                     ));
                 }
                 let key = self.channels[&number].key;
-                self.vhost
-                    .lock()
-                    .expect("vhost lock")
-                    .channel_flow(key, f.active, now);
+                self.meta_vhost().channel_flow(key, f.active, now);
                 ctl(
                     self,
                     number,
@@ -463,7 +474,7 @@ impl Connection {
                 if !d.passive {
                     self.check(Access::Configure, "exchange", name)?;
                 }
-                self.vhost.lock().expect("vhost lock").exchange_declare(
+                self.meta_vhost().exchange_declare(
                     name,
                     d.kind.as_str(),
                     d.passive,
@@ -482,9 +493,7 @@ impl Connection {
             }
             E::Delete(d) => {
                 self.check(Access::Configure, "exchange", d.exchange.as_str())?;
-                self.vhost
-                    .lock()
-                    .expect("vhost lock")
+                self.meta_vhost()
                     .exchange_delete(d.exchange.as_str(), d.if_unused)?;
                 if !d.nowait {
                     ctl(
@@ -497,7 +506,7 @@ impl Connection {
             E::Bind(b) => {
                 self.check(Access::Write, "exchange", b.destination.as_str())?;
                 self.check(Access::Read, "exchange", b.source.as_str())?;
-                self.vhost.lock().expect("vhost lock").exchange_bind(
+                self.meta_vhost().exchange_bind(
                     b.destination.as_str(),
                     b.source.as_str(),
                     b.routing_key.as_str(),
@@ -514,7 +523,7 @@ impl Connection {
             E::Unbind(b) => {
                 self.check(Access::Write, "exchange", b.destination.as_str())?;
                 self.check(Access::Read, "exchange", b.source.as_str())?;
-                self.vhost.lock().expect("vhost lock").exchange_unbind(
+                self.meta_vhost().exchange_unbind(
                     b.destination.as_str(),
                     b.source.as_str(),
                     b.routing_key.as_str(),
@@ -553,7 +562,7 @@ impl Connection {
                 } else {
                     name.to_string()
                 };
-                let ok = self.vhost.lock().expect("vhost lock").queue_declare(
+                let ok = self.meta_vhost().queue_declare(
                     self.id,
                     &name,
                     d.passive,
@@ -583,7 +592,7 @@ impl Connection {
                 let q = self.queue_name(number, b.queue.as_str())?;
                 self.check(Access::Write, "queue", &q)?;
                 self.check(Access::Read, "exchange", b.exchange.as_str())?;
-                self.vhost.lock().expect("vhost lock").queue_bind(
+                self.meta_vhost().queue_bind(
                     self.id,
                     &q,
                     b.exchange.as_str(),
@@ -598,7 +607,7 @@ impl Connection {
                 let q = self.queue_name(number, b.queue.as_str())?;
                 self.check(Access::Write, "queue", &q)?;
                 self.check(Access::Read, "exchange", b.exchange.as_str())?;
-                self.vhost.lock().expect("vhost lock").queue_unbind(
+                self.meta_vhost().queue_unbind(
                     self.id,
                     &q,
                     b.exchange.as_str(),
@@ -630,12 +639,9 @@ impl Connection {
             Q::Delete(d) => {
                 let q = self.queue_name(number, d.queue.as_str())?;
                 self.check(Access::Configure, "queue", &q)?;
-                let n = self.vhost.lock().expect("vhost lock").queue_delete(
-                    self.id,
-                    &q,
-                    d.if_unused,
-                    d.if_empty,
-                )?;
+                let n = self
+                    .meta_vhost()
+                    .queue_delete(self.id, &q, d.if_unused, d.if_empty)?;
                 if !d.nowait {
                     ctl(
                         self,
@@ -663,18 +669,14 @@ impl Connection {
         let key = self.channels[&number].key;
         match m {
             B::Qos(q) => {
-                self.vhost.lock().expect("vhost lock").basic_qos(
-                    key,
-                    q.prefetch_count,
-                    q.global,
-                    now,
-                );
+                self.meta_vhost()
+                    .basic_qos(key, q.prefetch_count, q.global, now);
                 ctl(self, number, AMQPClass::Basic(B::QosOk(basic::QosOk {})));
             }
             B::Consume(c) => {
                 let q = self.queue_name(number, c.queue.as_str()).map_err(fail)?;
                 self.check(Access::Read, "queue", &q).map_err(fail)?;
-                let mut v = self.vhost.lock().expect("vhost lock");
+                let mut v = self.meta_vhost();
                 let tag = v
                     .basic_consume(
                         key,
@@ -697,11 +699,8 @@ impl Connection {
                 v.kick(&q, now);
             }
             B::Cancel(c) => {
-                self.vhost.lock().expect("vhost lock").basic_cancel(
-                    key,
-                    c.consumer_tag.as_str(),
-                    now,
-                );
+                self.meta_vhost()
+                    .basic_cancel(key, c.consumer_tag.as_str(), now);
                 if !c.nowait {
                     ctl(
                         self,
@@ -737,10 +736,7 @@ impl Connection {
                         ids.1,
                     ));
                 }
-                self.vhost
-                    .lock()
-                    .expect("vhost lock")
-                    .basic_recover(key, now);
+                self.meta_vhost().basic_recover(key, now);
                 ctl(
                     self,
                     number,
@@ -756,10 +752,7 @@ impl Connection {
                     ));
                 }
                 // Deprecated, and answered with nothing: the redeliveries are the reply.
-                self.vhost
-                    .lock()
-                    .expect("vhost lock")
-                    .basic_recover(key, now);
+                self.meta_vhost().basic_recover(key, now);
             }
             _ => {
                 return Err(Fault::Connection(

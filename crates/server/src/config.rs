@@ -16,6 +16,12 @@ pub const MESSAGE_BYTES_MAX_DEFAULT: u64 = 128 * 1024 * 1024;
 pub struct ServerConfig {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
+    /// The write-ahead log's directory [default: DATA_DIR/wal]: best on its own disk.
+    pub wal_dir: Option<PathBuf>,
+    /// Per-queue segment files [default: DATA_DIR/segments].
+    pub segment_dir: Option<PathBuf>,
+    /// Metadata: the durable topology journal [default: DATA_DIR/meta].
+    pub meta_dir: Option<PathBuf>,
     pub heartbeat_s: u16,
     pub channel_max: u16,
     pub frame_max_bytes: u32,
@@ -31,6 +37,9 @@ impl Default for ServerConfig {
         ServerConfig {
             listen: "127.0.0.1:5672".parse().expect("valid address"),
             data_dir: PathBuf::from("./warren-data"),
+            wal_dir: None,
+            segment_dir: None,
+            meta_dir: None,
             heartbeat_s: HEARTBEAT_DEFAULT_S,
             channel_max: CHANNEL_MAX_DEFAULT,
             frame_max_bytes: FRAME_MAX_DEFAULT_BYTES,
@@ -44,4 +53,24 @@ impl Default for ServerConfig {
 /// 40% of physical memory, RabbitMQ's default vm_memory_high_watermark.
 fn default_memory_watermark() -> u64 {
     crate::memory::total_memory_bytes() * 2 / 5
+}
+
+impl ServerConfig {
+    pub fn wal_dir(&self) -> PathBuf {
+        self.wal_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("wal"))
+    }
+
+    pub fn segment_dir(&self) -> PathBuf {
+        self.segment_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("segments"))
+    }
+
+    pub fn meta_dir(&self) -> PathBuf {
+        self.meta_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("meta"))
+    }
 }

@@ -140,6 +140,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
     heartbeat.store(conn.heartbeat_s as u32, Ordering::Relaxed);
     let _ = vhost_slot.set((conn.vhost.clone(), id));
+    outbox.set_frame_max(conn.frame_max);
     let mut c = Connection {
         id,
         shared: shared.clone(),
@@ -226,16 +227,16 @@ pub fn send_connection_close(outbox: &Outbox, e: &AmqpError, class_id: u16, meth
     );
 }
 
-/// Reply texts are short strings: at most 255 bytes, cut on a character boundary.
+/// Reply texts are short strings: RabbitMQ cuts a longer one to 252 bytes and adds "...".
 pub fn truncate_text(s: &str) -> String {
     if s.len() <= 255 {
         return s.to_string();
     }
-    let mut end = 255;
+    let mut end = 252;
     while !s.is_char_boundary(end) {
         end -= 1;
     }
-    s[..end].to_string()
+    format!("{}...", &s[..end])
 }
 
 /// Reads the next frame during the handshake; `None` when the peer went away or sent garbage.
@@ -688,25 +689,22 @@ impl Connection {
         for n in numbers {
             self.close_channel_state(n);
         }
-        self.vhost
-            .lock()
-            .expect("vhost lock")
-            .connection_closed(self.id);
+        self.meta_vhost().connection_closed(self.id);
     }
 
     /// Forgets a channel in the broker (requeueing its unacked messages); the number stays
     /// reserved while a close handshake is in flight.
     pub fn close_channel_state(&mut self, number: u16) {
-        if let Some(ch) = self.channels.get_mut(&number) {
-            if ch.registered {
-                ch.registered = false;
-                let now = self.shared.broker.now_ms();
-                self.vhost
-                    .lock()
-                    .expect("vhost lock")
-                    .channel_close(ch.key, now);
-            }
+        let Some(ch) = self.channels.get_mut(&number) else {
+            return;
+        };
+        if !ch.registered {
+            return;
         }
+        ch.registered = false;
+        let key = ch.key;
+        let now = self.shared.broker.now_ms();
+        self.meta_vhost().channel_close(key, now);
     }
 
     fn handle_frame(&mut self, f: Frame) -> Result<(), Fault> {
@@ -921,7 +919,7 @@ impl Connection {
                     ));
                 }
                 let key = self.shared.next_channel.fetch_add(1, Ordering::Relaxed);
-                self.vhost.lock().expect("vhost lock").channel_open(
+                self.meta_vhost().channel_open(
                     key,
                     self.id,
                     number,

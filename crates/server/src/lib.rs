@@ -7,6 +7,7 @@
 //! - [`writer`]: drains a connection's outbox into its socket, sends heartbeats.
 //! - [`memory`]: the memory alarm that blocks publishers.
 //! - [`management`]: the HTTP management API and Prometheus metrics.
+//! - [`metadata`]: durable topology: the journal it is written to and replayed from.
 //!
 //! A frame flows: socket -> `connection` (decode) -> `channel` (command) -> the broker's vhost
 //! (route, enqueue, dispatch) -> consumer connection's outbox -> its `writer` -> socket.
@@ -16,6 +17,7 @@ pub mod config;
 pub mod connection;
 pub mod management;
 pub mod memory;
+pub mod metadata;
 pub mod writer;
 
 use config::ServerConfig;
@@ -43,6 +45,9 @@ pub struct Shared {
     pub counters: Counters,
     /// The memory alarm's threshold; `warren ctl set_vm_memory_high_watermark` changes it.
     pub memory_watermark_bytes: Arc<AtomicU64>,
+    pub memory_alarm_setter: Arc<watch::Sender<bool>>,
+    /// Where durable-topology changes are written before they are acknowledged.
+    pub journal: Option<std::sync::Mutex<warren_store::journal::Journal>>,
 }
 
 /// Node-wide message counters for metrics; relaxed atomics, added to once per read batch.
@@ -65,20 +70,16 @@ pub async fn serve(
     config: ServerConfig,
     broker: Arc<Broker>,
     mut shutdown: watch::Receiver<bool>,
+    journal: Option<warren_store::journal::Journal>,
 ) {
     let management_listen = config.management_listen;
     let (alarm_tx, alarm_rx) = watch::channel(false);
+    let alarm_tx = Arc::new(alarm_tx);
     let memory_watermark_bytes = Arc::new(AtomicU64::new(config.memory_high_watermark_bytes));
-    tokio::spawn(memory::monitor(memory_watermark_bytes.clone(), alarm_tx));
-    let ticker = broker.clone();
-    tokio::spawn(async move {
-        let mut t = tokio::time::interval(TICK_INTERVAL);
-        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            t.tick().await;
-            ticker.tick();
-        }
-    });
+    tokio::spawn(memory::monitor(
+        memory_watermark_bytes.clone(),
+        alarm_tx.clone(),
+    ));
     let shared = Arc::new(Shared {
         broker,
         config,
@@ -89,6 +90,17 @@ pub async fn serve(
         connections_open: AtomicUsize::new(0),
         counters: Counters::default(),
         memory_watermark_bytes,
+        memory_alarm_setter: alarm_tx,
+        journal: journal.map(std::sync::Mutex::new),
+    });
+    let ticking = shared.clone();
+    tokio::spawn(async move {
+        let mut t = tokio::time::interval(TICK_INTERVAL);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            t.tick().await;
+            metadata::tick(&ticking);
+        }
     });
     if let Some(addr) = management_listen {
         match tokio::net::TcpListener::bind(addr).await {

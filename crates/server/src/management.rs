@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use warren_broker::definitions::MetaRecord;
 use warren_broker::users::{Pattern, Permissions};
 
 type Api = State<Arc<Shared>>;
@@ -149,6 +150,9 @@ async fn put_vhost(State(s): Api, headers: HeaderMap, Path(vhost): Path<String>)
         return r;
     }
     if s.broker.add_vhost(&vhost) {
+        if let Err(e) = crate::metadata::append(&s, vec![MetaRecord::AddVhost { name: vhost }]) {
+            return error(StatusCode::INTERNAL_SERVER_ERROR, &e.text);
+        }
         StatusCode::CREATED.into_response()
     } else {
         StatusCode::NO_CONTENT.into_response()
@@ -160,6 +164,9 @@ async fn delete_vhost(State(s): Api, headers: HeaderMap, Path(vhost): Path<Strin
         return r;
     }
     if s.broker.delete_vhost(&vhost) {
+        if let Err(e) = crate::metadata::append(&s, vec![MetaRecord::DeleteVhost { name: vhost }]) {
+            return error(StatusCode::INTERNAL_SERVER_ERROR, &e.text);
+        }
         StatusCode::NO_CONTENT.into_response()
     } else {
         error(StatusCode::NOT_FOUND, "Object Not Found")
@@ -212,15 +219,25 @@ async fn put_user(
         _ => Vec::new(),
     };
     let mut users = s.broker.users.write().expect("users lock");
-    if users.exists(&user) {
+    let status = if users.exists(&user) {
         if let Some(password) = &body.password {
             users.change_password(&user, password);
         }
         users.set_tags(&user, tags);
-        StatusCode::NO_CONTENT.into_response()
+        StatusCode::NO_CONTENT
     } else {
         users.add_user(&user, body.password.as_deref().unwrap_or_default(), tags);
-        StatusCode::CREATED.into_response()
+        StatusCode::CREATED
+    };
+    let record = MetaRecord::PutUser {
+        password_hash: users.password_hash(&user).unwrap_or_default(),
+        tags: users.tags(&user),
+        name: user,
+    };
+    // Appended under the users lock, so the journal keeps the order of user changes.
+    match crate::metadata::append(&s, vec![record]) {
+        Ok(()) => status.into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.text),
     }
 }
 
@@ -228,12 +245,11 @@ async fn delete_user(State(s): Api, headers: HeaderMap, Path(user): Path<String>
     if let Err(r) = authorize(&s, &headers) {
         return r;
     }
-    if s.broker
-        .users
-        .write()
-        .expect("users lock")
-        .delete_user(&user)
-    {
+    let mut users = s.broker.users.write().expect("users lock");
+    if users.delete_user(&user) {
+        if let Err(e) = crate::metadata::append(&s, vec![MetaRecord::DeleteUser { name: user }]) {
+            return error(StatusCode::INTERNAL_SERVER_ERROR, &e.text);
+        }
         StatusCode::NO_CONTENT.into_response()
     } else {
         error(StatusCode::NOT_FOUND, "Object Not Found")
@@ -290,7 +306,17 @@ async fn put_permissions(
         );
     }
     users.set_permissions(&user, &vhost, perms);
-    StatusCode::CREATED.into_response()
+    let record = MetaRecord::SetPermissions {
+        user,
+        vhost,
+        configure: body.configure,
+        write: body.write,
+        read: body.read,
+    };
+    match crate::metadata::append(&s, vec![record]) {
+        Ok(()) => StatusCode::CREATED.into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.text),
+    }
 }
 
 async fn delete_permissions(
@@ -301,12 +327,12 @@ async fn delete_permissions(
     if let Err(r) = authorize(&s, &headers) {
         return r;
     }
-    s.broker
-        .users
-        .write()
-        .expect("users lock")
-        .clear_permissions(&user, &vhost);
-    StatusCode::NO_CONTENT.into_response()
+    let mut users = s.broker.users.write().expect("users lock");
+    users.clear_permissions(&user, &vhost);
+    match crate::metadata::append(&s, vec![MetaRecord::ClearPermissions { user, vhost }]) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.text),
+    }
 }
 
 fn queues_json(s: &Shared, only: Option<&str>) -> Vec<Value> {
@@ -423,6 +449,7 @@ async fn put_watermark(
         }
     };
     s.memory_watermark_bytes.store(bytes, Ordering::Relaxed);
+    crate::memory::evaluate(bytes, &s.memory_alarm_setter);
     tracing::info!(bytes, "memory high watermark set");
     StatusCode::NO_CONTENT.into_response()
 }

@@ -38,24 +38,30 @@ pub fn total_memory_bytes() -> u64 {
         .unwrap_or(4 << 30)
 }
 
-/// Samples RSS against the (runtime-adjustable) watermark and publishes whether the alarm is on.
-pub async fn monitor(watermark_bytes: Arc<AtomicU64>, alarm: watch::Sender<bool>) {
+/// Compares RSS with the watermark and raises or clears the alarm; called by the sampler and
+/// at once when the watermark changes (rabbitmqctl's change takes effect immediately too).
+pub fn evaluate(watermark_bytes: u64, alarm: &watch::Sender<bool>) {
+    let rss = rss_bytes();
+    let on = rss > watermark_bytes;
+    if *alarm.borrow() != on {
+        if on {
+            tracing::warn!(
+                watermark_bytes,
+                rss,
+                "memory alarm set: blocking publishers"
+            );
+        } else {
+            tracing::info!("memory alarm cleared");
+        }
+        let _ = alarm.send(on);
+    }
+}
+
+/// Samples RSS against the (runtime-adjustable) watermark.
+pub async fn monitor(watermark_bytes: Arc<AtomicU64>, alarm: Arc<watch::Sender<bool>>) {
     let mut tick = tokio::time::interval(SAMPLE_INTERVAL);
     loop {
         tick.tick().await;
-        let watermark_bytes = watermark_bytes.load(Ordering::Relaxed);
-        let on = rss_bytes() > watermark_bytes;
-        if *alarm.borrow() != on {
-            if on {
-                tracing::warn!(
-                    watermark_bytes,
-                    rss = rss_bytes(),
-                    "memory alarm set: blocking publishers"
-                );
-            } else {
-                tracing::info!("memory alarm cleared");
-            }
-            let _ = alarm.send(on);
-        }
+        evaluate(watermark_bytes.load(Ordering::Relaxed), &alarm);
     }
 }

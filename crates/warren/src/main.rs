@@ -42,6 +42,15 @@ struct ServerArgs {
     /// Directory holding the node's data [default: ./warren-data].
     #[arg(long, env = "WARREN_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    /// Write-ahead log directory, best on a disk of its own [default: DATA_DIR/wal].
+    #[arg(long, env = "WARREN_WAL_DIR")]
+    wal_dir: Option<PathBuf>,
+    /// Queue segment files [default: DATA_DIR/segments].
+    #[arg(long, env = "WARREN_SEGMENT_DIR")]
+    segment_dir: Option<PathBuf>,
+    /// Metadata (durable exchanges, queues, bindings, users, vhosts) [default: DATA_DIR/meta].
+    #[arg(long, env = "WARREN_META_DIR")]
+    meta_dir: Option<PathBuf>,
     /// Heartbeat interval offered to clients, in seconds; 0 disables [default: 60].
     #[arg(long, env = "WARREN_HEARTBEAT")]
     heartbeat: Option<u16>,
@@ -82,6 +91,15 @@ impl ServerArgs {
         }
         if let Some(v) = &self.data_dir {
             c.data_dir = v.clone();
+        }
+        if let Some(v) = &self.wal_dir {
+            c.wal_dir = Some(v.clone());
+        }
+        if let Some(v) = &self.segment_dir {
+            c.segment_dir = Some(v.clone());
+        }
+        if let Some(v) = &self.meta_dir {
+            c.meta_dir = Some(v.clone());
         }
         if let Some(v) = self.heartbeat {
             c.heartbeat_s = v;
@@ -173,7 +191,14 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
             let _ = stop_tx.send(true);
         });
         let broker = Arc::new(warren_broker::broker::Broker::new());
-        warren_server::serve(listener, config, broker, stop_rx).await;
+        let journal = match warren_server::metadata::recover(&config.meta_dir(), &broker) {
+            Ok(j) => j,
+            Err(e) => {
+                eprintln!("warren: {e}");
+                return std::process::ExitCode::from(1);
+            }
+        };
+        warren_server::serve(listener, config, broker, stop_rx, Some(journal)).await;
         tracing::info!("stopped");
         std::process::ExitCode::SUCCESS
     })

@@ -82,7 +82,7 @@ func startWarren() (*exec.Cmd, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	cmd := exec.Command(bin, "server", "--listen", addr, "--data-dir", dataDir)
+	cmd := exec.Command(bin, "server", "--listen", addr, "--data-dir", dataDir, "--management-listen", "none")
 	logFile, err := os.Create(filepath.Join(dataDir, "..", filepath.Base(dataDir)+".log"))
 	if err == nil {
 		cmd.Stdout, cmd.Stderr = logFile, logFile

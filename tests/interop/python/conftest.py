@@ -74,9 +74,13 @@ def wait_port(host, port, timeout_s, proc=None):
 class Broker:
     """The broker under test, and the operations tests need on it."""
 
-    def __init__(self, kind, uri, proc=None, bin_path=None, data_dir=None, log_path=None):
+    def __init__(self, kind, uri, proc=None, bin_path=None, data_dir=None, log_path=None,
+                 management_uri=None):
         self.kind = kind
         self.uri = uri
+        # warren is administered through its HTTP management API (warren ctl --uri ...).
+        self.management_uri = management_uri or os.environ.get("WARREN_TEST_MANAGEMENT_URI",
+                                                               "http://guest:guest@127.0.0.1:15672")
         parsed = urllib.parse.urlparse(uri)
         self.host = parsed.hostname or "127.0.0.1"
         self.port = parsed.port or 5672
@@ -110,8 +114,10 @@ class Broker:
 
     def _spawn(self):
         os.makedirs(self.data_dir, exist_ok=True)
+        management = urllib.parse.urlparse(self.management_uri)
         args = [self.bin_path, "server", "--listen", f"{self.host}:{self.port}",
-                "--data-dir", self.data_dir] + self.extra_args
+                "--data-dir", self.data_dir,
+                "--management-listen", f"{management.hostname}:{management.port}"] + self.extra_args
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
@@ -130,9 +136,18 @@ class Broker:
             raise AssertionError(f"broker ignored {sig!r} for {BROKER_STOP_TIMEOUT_S}s")
 
     def restart(self, sig=signal.SIGTERM, extra_args=None):
-        """Stops the broker with `sig` and starts it again on the same port and data dir."""
+        """Stops the broker with `sig` and starts it again on the same port and data dir.
+
+        On RabbitMQ a graceful restart is `rabbitmqctl stop_app` + `start_app` (the node recovers
+        its durable state from disk as after SIGTERM); SIGKILL cannot be done there."""
+        if self.is_rabbitmq and sig == signal.SIGTERM and not extra_args:
+            self.ctl("stop_app")
+            self.ctl("start_app")
+            wait_port(self.host, self.port, BROKER_START_TIMEOUT_S)
+            return
         if not self.can_restart:
-            pytest.skip(f"cannot restart a {self.kind} broker the suite did not start")
+            pytest.skip(f"cannot {signal.Signals(sig).name} a {self.kind} broker the suite did not "
+                        "start")
         self.stop(sig)
         if extra_args is not None:
             self.extra_args = list(extra_args)
@@ -147,7 +162,7 @@ class Broker:
                                     os.path.join(REPO_ROOT, "..", "shared", "rabbitmq", "rabbitmq.sh"))
             cmd = [script, "ctl", "1", *args]
         else:
-            cmd = [self.bin_path, "ctl", "--uri", self.uri, *args]
+            cmd = [self.bin_path, "ctl", "--uri", self.management_uri, *args]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=CTL_TIMEOUT_S)
         assert out.returncode == 0, f"{cmd} failed: {out.stdout}{out.stderr}"
         return out.stdout
@@ -175,11 +190,7 @@ class Broker:
 
     def set_memory_alarm(self, on):
         """Raises or clears the memory alarm (publishers get connection.blocked)."""
-        if self.is_rabbitmq:
-            self.ctl("set_vm_memory_high_watermark", "0.0000001" if on else "0.4")
-        else:
-            flags = ["--memory-high-watermark-bytes", "1"] if on else []
-            self.restart(signal.SIGTERM, extra_args=flags)
+        self.ctl("set_vm_memory_high_watermark", "0.0000001" if on else "0.4")
 
 
 @pytest.fixture(scope="session")
@@ -201,7 +212,8 @@ def broker(tmp_path_factory):
     work = tmp_path_factory.mktemp("warren")
     port = free_port()
     b = Broker("warren", f"amqp://guest:guest@127.0.0.1:{port}/%2F", bin_path=bin_path,
-               data_dir=str(work / "data"), log_path=str(work / "warren.log"))
+               data_dir=str(work / "data"), log_path=str(work / "warren.log"),
+               management_uri=f"http://guest:guest@127.0.0.1:{free_port()}")
     b._spawn()
     yield b
     b.stop(signal.SIGTERM)

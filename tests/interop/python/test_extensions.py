@@ -188,8 +188,23 @@ def test_higher_priority_consumer_gets_messages_while_it_has_capacity(conn, ch, 
 
 def test_consumer_priority_of_wrong_type_is_406(ch, name):
     q = ch.queue_declare("", exclusive=True).method.queue
-    expect_channel_error(406, "PRECONDITION_FAILED - invalid arg 'x-priority'", ch.basic_consume, q,
-                         lambda *a: None, arguments={"x-priority": "high"})
+    text = expect_channel_error(406, f"PRECONDITION_FAILED - invalid arg 'x-priority' for queue '{q}' "
+                                "in vhost '/': ", ch.basic_consume, q, lambda *a: None,
+                                arguments={"x-priority": "high"})
+    assert text.endswith('"expected integer, got longstr"'), text
+
+
+def test_negative_consumer_priority_is_accepted_and_ranks_below_default(conn, ch, name):
+    ch.queue_declare(name)
+    ch.basic_qos(prefetch_count=1)
+    got = {"neg": [], "default": []}
+    ch.basic_consume(name, lambda c, m, p, b: got["neg"].append(m), auto_ack=False,
+                     arguments={"x-priority": -5})
+    ch.basic_consume(name, lambda c, m, p, b: got["default"].append(m), auto_ack=False)
+    ch.basic_publish("", name, b"1")
+    pump(conn, lambda: got["neg"] or got["default"])
+    assert (len(got["default"]), len(got["neg"])) == (1, 0)
+    ch.queue_delete(name)
 
 
 # ---------------------------------------------------------------- refused spec features

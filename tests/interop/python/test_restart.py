@@ -1,20 +1,15 @@
-"""Durability across broker restarts (SIGTERM and SIGKILL). Warren only: the suite does not own
-the RabbitMQ process, so these are skipped there (Broker.restart says why)."""
+"""Durability across broker restarts (SIGTERM and SIGKILL). On RabbitMQ the graceful restart is
+rabbitmqctl stop_app/start_app and the SIGKILL variants are skipped (the suite does not own the
+Erlang process); warren is really killed and started again (Broker.restart)."""
 
 import signal
 
 import pika
 import pytest
 
-from helpers import expect_channel_error, get, message_count
+from helpers import expect_channel_error, get, message_count, wait_message_count
 
 SIGNALS = [signal.SIGTERM, signal.SIGKILL]
-
-
-@pytest.fixture(autouse=True)
-def needs_restart(broker):
-    if not broker.can_restart:
-        pytest.skip(f"restart tests need a broker process the suite started ({broker.kind} is external)")
 
 
 @pytest.mark.restart
@@ -59,7 +54,8 @@ def test_acked_messages_do_not_come_back_after_restart(broker, name, sig):
 
 
 @pytest.mark.restart
-def test_durable_topology_survives_and_transient_topology_does_not(broker, name):
+@pytest.mark.parametrize("sig", SIGNALS, ids=["sigterm", "sigkill"])
+def test_durable_topology_survives_and_transient_topology_does_not(broker, name, sig):
     c = broker.connect()
     ch = c.channel()
     ch.exchange_declare(name + ".dx", "topic", durable=True)
@@ -67,8 +63,10 @@ def test_durable_topology_survives_and_transient_topology_does_not(broker, name)
     ch.queue_declare(name + ".dq", durable=True, arguments={"x-max-length": 5})
     ch.queue_declare(name + ".tq", durable=False)
     ch.queue_bind(name + ".dq", name + ".dx", routing_key="a.#")
+    ch.exchange_declare(name + ".dsrc", "fanout", durable=True)
+    ch.exchange_bind(name + ".dx", name + ".dsrc")
     c.close()
-    broker.restart(signal.SIGKILL)
+    broker.restart(sig)
     c = broker.connect()
     ch = c.channel()
     ch.exchange_declare(name + ".dx", "topic", durable=True, passive=True)
@@ -78,8 +76,14 @@ def test_durable_topology_survives_and_transient_topology_does_not(broker, name)
     expect_channel_error(404, "NOT_FOUND", c.channel().queue_declare, name + ".tq", passive=True)
     ch.basic_publish(name + ".dx", "a.b", b"bound after restart")
     assert get(ch, name + ".dq")[2] == b"bound after restart"
+    ch.basic_publish(name + ".dsrc", "a.c", b"through e2e")
+    assert get(ch, name + ".dq")[2] == b"through e2e"
+    for i in range(7):  # x-max-length 5 is still enforced
+        ch.basic_publish("", name + ".dq", str(i).encode())
+    wait_message_count(ch, name + ".dq", 5)
     ch.queue_delete(name + ".dq")
     ch.exchange_delete(name + ".dx")
+    ch.exchange_delete(name + ".dsrc")
     c.close()
 
 
@@ -102,17 +106,66 @@ def test_transient_messages_in_durable_queue_are_gone_after_restart(broker, name
 
 
 @pytest.mark.restart
-def test_unacked_messages_are_redelivered_after_restart(broker, name):
+@pytest.mark.parametrize("sig", SIGNALS, ids=["sigterm", "sigkill"])
+def test_unacked_messages_are_redelivered_after_restart(broker, name, sig):
     c = broker.connect()
     ch = c.channel()
     ch.queue_declare(name, durable=True)
     ch.confirm_delivery()
     ch.basic_publish("", name, b"in flight", pika.BasicProperties(delivery_mode=2))
     m, _, _ = get(ch, name, auto_ack=False)
-    broker.restart(signal.SIGKILL)
+    broker.restart(sig)
     c2 = broker.connect()
     ch2 = c2.channel()
     m, _, body = get(ch2, name)
     assert body == b"in flight"
     ch2.queue_delete(name)
     c2.close()
+
+
+@pytest.mark.restart
+@pytest.mark.parametrize("sig", SIGNALS, ids=["sigterm", "sigkill"])
+def test_confirmed_quorum_queue_messages_survive_restart(broker, name, sig):
+    c = broker.connect()
+    ch = c.channel()
+    ch.queue_declare(name, durable=True, arguments={"x-queue-type": "quorum", "x-delivery-limit": 5})
+    ch.confirm_delivery()
+    for i in range(50):
+        ch.basic_publish("", name, str(i).encode())  # quorum queues keep even transient messages
+    m, _, _ = get(ch, name, auto_ack=False)
+    ch.basic_ack(m.delivery_tag)
+    ch.queue_declare(name, passive=True)
+    c.close()
+    broker.restart(sig)
+    c = broker.connect()
+    ch = c.channel()
+    ch.queue_declare(name, durable=True, arguments={"x-queue-type": "quorum", "x-delivery-limit": 5})
+    wait_message_count(ch, name, 49, timeout=15)
+    assert [get(ch, name)[2] for _ in range(49)] == [str(i).encode() for i in range(1, 50)]
+    ch.queue_delete(name)
+    c.close()
+
+
+@pytest.mark.restart
+def test_exclusive_durable_queue_is_gone_after_restart(broker, name):
+    c = broker.connect()
+    c.channel().queue_declare(name, durable=True, exclusive=True)
+    broker.restart(signal.SIGTERM)
+    c2 = broker.connect()
+    expect_channel_error(404, f"NOT_FOUND - no queue '{name}' in vhost '/'", c2.channel().queue_declare,
+                         name, passive=True)
+    c2.close()
+
+
+@pytest.mark.restart
+def test_users_vhosts_and_permissions_survive_restart(broker):
+    broker.provision("interop-restart-user", "pw", "interop-restart-vhost", ("^r-.*", ".*", ".*"))
+    broker.restart(signal.SIGTERM)
+    c = pika.BlockingConnection(broker.params(
+        credentials=pika.PlainCredentials("interop-restart-user", "pw"),
+        virtual_host="interop-restart-vhost"))
+    ch = c.channel()
+    ch.queue_declare("r-q", auto_delete=True)
+    expect_channel_error(403, "ACCESS_REFUSED - access to queue 'x-q' in vhost 'interop-restart-vhost' "
+                         "refused for user 'interop-restart-user'", c.channel().queue_declare, "x-q")
+    c.close()

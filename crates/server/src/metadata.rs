@@ -1,0 +1,128 @@
+//! Durable topology on disk: changes a command made to durable entities are appended to the
+//! metadata journal (and synced) while the vhost is still locked, so the journal's order is
+//! the order of the changes and a declare-ok is sent only once the declare is durable.
+//!
+//! The journal is compacted by folding it: its records are replayed into a scratch broker
+//! and that broker's state is written as the new snapshot. That needs no lock on live vhosts,
+//! only the journal's own lock, which keeps appends out while it runs.
+
+use crate::Shared;
+use warren_broker::broker::Broker;
+use warren_broker::definitions::MetaRecord;
+use warren_broker::error::AmqpError;
+use warren_broker::vhost::VHost;
+use warren_protocol::constants::INTERNAL_ERROR;
+use warren_store::journal::Journal;
+
+/// Appends `records`; an I/O failure is reported to the client as 541 INTERNAL_ERROR.
+pub fn append(shared: &Shared, records: Vec<MetaRecord>) -> Result<(), AmqpError> {
+    let Some(journal) = &shared.journal else {
+        return Ok(());
+    };
+    if records.is_empty() {
+        return Ok(());
+    }
+    let payloads: Vec<Vec<u8>> = records.iter().map(MetaRecord::encode).collect();
+    journal
+        .lock()
+        .expect("journal lock")
+        .append(&payloads)
+        .map_err(|e| {
+            tracing::error!(error = %e, "cannot write the metadata journal");
+            AmqpError::new(INTERNAL_ERROR, format!("cannot persist metadata: {e}"))
+        })
+}
+
+/// Persists what the last command on `vhost` changed; call with the vhost still locked.
+pub fn persist(shared: &Shared, vhost: &mut VHost) -> Result<(), AmqpError> {
+    let records = vhost.take_meta();
+    append(shared, records)
+}
+
+/// Time-driven work: TTL expiry and x-expires in every vhost (persisting queue deletions),
+/// then journal compaction when it has grown.
+pub fn tick(shared: &Shared) {
+    let now = shared.broker.now_ms();
+    for (_, v) in shared.broker.vhosts() {
+        let mut v = v.lock().expect("vhost lock");
+        v.tick(now);
+        if let Err(e) = persist(shared, &mut v) {
+            tracing::error!(error = %e.text, "metadata of expired queues not persisted");
+        }
+    }
+    if let Some(journal) = &shared.journal {
+        let mut j = journal.lock().expect("journal lock");
+        if j.wants_compaction() {
+            if let Err(e) = compact(&mut j) {
+                tracing::error!(error = %e, "metadata journal compaction failed");
+            }
+        }
+    }
+}
+
+fn compact(journal: &mut Journal) -> Result<(), String> {
+    let records = journal.read_all().map_err(|e| e.to_string())?;
+    let scratch = Broker::new();
+    for r in records {
+        scratch.apply(MetaRecord::decode(&r)?)?;
+    }
+    let state: Vec<Vec<u8>> = scratch
+        .export_meta()
+        .iter()
+        .map(MetaRecord::encode)
+        .collect();
+    journal.compact(&state).map_err(|e| e.to_string())?;
+    tracing::info!(records = state.len(), "metadata journal compacted");
+    Ok(())
+}
+
+/// Opens the journal and replays it into `broker`; returns the journal for appending.
+pub fn recover(dir: &std::path::Path, broker: &Broker) -> Result<Journal, String> {
+    let (mut journal, records) = Journal::open(dir)
+        .map_err(|e| format!("cannot open metadata journal in {}: {e}", dir.display()))?;
+    let count = records.len();
+    for r in records {
+        let record = MetaRecord::decode(&r)?;
+        if let Err(e) = broker.apply(record.clone()) {
+            // A record that no longer applies (e.g. a binding whose queue a later record
+            // removed before compaction) is logged, not fatal.
+            tracing::warn!(error = %e, ?record, "metadata record skipped at recovery");
+        }
+    }
+    broker.discard_meta();
+    if journal.wants_compaction() {
+        compact(&mut journal)?;
+    }
+    tracing::info!(records = count, "durable topology recovered");
+    Ok(journal)
+}
+
+/// A locked vhost that journals the durable changes made through it when released, before
+/// the caller's next statement can reply to the client.
+pub struct MetaGuard<'a> {
+    pub vhost: std::sync::MutexGuard<'a, VHost>,
+    pub shared: &'a Shared,
+}
+
+impl std::ops::Deref for MetaGuard<'_> {
+    type Target = VHost;
+    fn deref(&self) -> &VHost {
+        &self.vhost
+    }
+}
+
+impl std::ops::DerefMut for MetaGuard<'_> {
+    fn deref_mut(&mut self) -> &mut VHost {
+        &mut self.vhost
+    }
+}
+
+impl Drop for MetaGuard<'_> {
+    fn drop(&mut self) {
+        if self.vhost.has_meta() {
+            if let Err(e) = persist(self.shared, &mut self.vhost) {
+                tracing::error!(error = %e.text, "durable topology change not persisted");
+            }
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! A small durable journal of opaque records, for metadata (vhosts, users, exchanges, queues,
+//! bindings): appended with fdatasync before the change is acknowledged, replayed at start,
+//! and compacted into a snapshot when it has grown past its live state.
+//!
+//! Layout, in its own directory (so metadata can sit on its own disk):
+//! - `snapshot`: the records of the state at the last compaction,
+//! - `journal`: the records appended since.
+//!
+//! Both files are sequences of `[length: u32 BE][crc32c(payload): u32 BE][payload]`. Replay
+//! stops at the first torn or corrupt record and truncates the journal there: a record is
+//! acknowledged only after its sync, so what follows a bad record was never acknowledged.
+//! Compaction writes `snapshot.tmp`, syncs it, renames it over `snapshot` and syncs the
+//! directory before emptying the journal, so a crash at any point leaves a readable state.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+/// The largest record accepted: metadata records are small; a larger length is corruption.
+pub const RECORD_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// The journal is compacted once it is this many times larger than the last snapshot...
+pub const COMPACT_RATIO: u64 = 2;
+/// ...and at least this large, so that small journals are never rewritten.
+pub const COMPACT_BYTES_MIN: u64 = 1024 * 1024;
+const HEADER_BYTES: usize = 8;
+
+pub struct Journal {
+    dir: PathBuf,
+    file: File,
+    journal_bytes: u64,
+    snapshot_bytes: u64,
+}
+
+fn encode(out: &mut Vec<u8>, payload: &[u8]) {
+    assert!(
+        payload.len() <= RECORD_BYTES_MAX,
+        "metadata record of {} bytes",
+        payload.len()
+    );
+    out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    out.extend_from_slice(&crc32c::crc32c(payload).to_be_bytes());
+    out.extend_from_slice(payload);
+}
+
+/// Reads the valid prefix of a record file: its records and how many bytes they span.
+fn read_records(path: &Path) -> io::Result<(Vec<Vec<u8>>, u64)> {
+    let mut data = Vec::new();
+    match File::open(path) {
+        Ok(mut f) => {
+            f.read_to_end(&mut data)?;
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
+        Err(e) => return Err(e),
+    }
+    let mut records = Vec::new();
+    let mut at = 0usize;
+    while data.len() - at >= HEADER_BYTES {
+        let len = u32::from_be_bytes(data[at..at + 4].try_into().expect("4 bytes")) as usize;
+        let crc = u32::from_be_bytes(data[at + 4..at + 8].try_into().expect("4 bytes"));
+        if len > RECORD_BYTES_MAX || data.len() - at - HEADER_BYTES < len {
+            break;
+        }
+        let payload = &data[at + HEADER_BYTES..at + HEADER_BYTES + len];
+        if crc32c::crc32c(payload) != crc {
+            break;
+        }
+        records.push(payload.to_vec());
+        at += HEADER_BYTES + len;
+    }
+    Ok((records, at as u64))
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+impl Journal {
+    /// Opens (creating) the journal in `dir` and returns every record of the recovered state,
+    /// snapshot first, in order.
+    pub fn open(dir: &Path) -> io::Result<(Journal, Vec<Vec<u8>>)> {
+        fs::create_dir_all(dir)?;
+        let (mut records, snapshot_bytes) = read_records(&dir.join("snapshot"))?;
+        let journal_path = dir.join("journal");
+        let (tail, valid) = read_records(&journal_path)?;
+        records.extend(tail);
+        let file = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .open(&journal_path)?;
+        if file.metadata()?.len() != valid {
+            tracing::warn!(path = %journal_path.display(), valid, "truncating a torn metadata journal tail");
+            file.set_len(valid)?;
+            file.sync_all()?;
+        }
+        Ok((
+            Journal {
+                dir: dir.to_path_buf(),
+                file,
+                journal_bytes: valid,
+                snapshot_bytes,
+            },
+            records,
+        ))
+    }
+
+    /// Appends records and syncs them: when this returns Ok they survive a crash.
+    pub fn append(&mut self, payloads: &[Vec<u8>]) -> io::Result<()> {
+        if payloads.is_empty() {
+            return Ok(());
+        }
+        let mut buf = Vec::with_capacity(payloads.iter().map(|p| p.len() + HEADER_BYTES).sum());
+        for p in payloads {
+            encode(&mut buf, p);
+        }
+        self.file.write_all(&buf)?;
+        self.file.sync_data()?;
+        self.journal_bytes += buf.len() as u64;
+        Ok(())
+    }
+
+    /// Whether the journal has grown enough past the snapshot to be worth compacting.
+    pub fn wants_compaction(&self) -> bool {
+        self.journal_bytes >= COMPACT_BYTES_MIN
+            && self.journal_bytes >= COMPACT_RATIO * self.snapshot_bytes.max(1)
+    }
+
+    /// Replaces snapshot and journal by `state`: the records of the whole current state.
+    pub fn compact(&mut self, state: &[Vec<u8>]) -> io::Result<()> {
+        let mut buf = Vec::new();
+        for p in state {
+            encode(&mut buf, p);
+        }
+        let tmp = self.dir.join("snapshot.tmp");
+        {
+            let mut f = File::create(&tmp)?;
+            f.write_all(&buf)?;
+            f.sync_all()?;
+        }
+        fs::rename(&tmp, self.dir.join("snapshot"))?;
+        sync_dir(&self.dir)?;
+        self.file.set_len(0)?;
+        self.file.sync_all()?;
+        self.snapshot_bytes = buf.len() as u64;
+        self.journal_bytes = 0;
+        Ok(())
+    }
+
+    /// Every record of the current state, snapshot first (for compaction by folding).
+    pub fn read_all(&mut self) -> io::Result<Vec<Vec<u8>>> {
+        let (mut records, _) = read_records(&self.dir.join("snapshot"))?;
+        let (tail, _) = read_records(&self.dir.join("journal"))?;
+        records.extend(tail);
+        Ok(records)
+    }
+
+    pub fn journal_bytes(&self) -> u64 {
+        self.journal_bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("warren-journal-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn records_survive_reopen_in_order() {
+        let d = dir("reopen");
+        let (mut j, got) = Journal::open(&d).unwrap();
+        assert!(got.is_empty());
+        j.append(&[b"a".to_vec(), b"bb".to_vec()]).unwrap();
+        j.append(&[b"ccc".to_vec()]).unwrap();
+        drop(j);
+        let (_, got) = Journal::open(&d).unwrap();
+        assert_eq!(got, vec![b"a".to_vec(), b"bb".to_vec(), b"ccc".to_vec()]);
+    }
+
+    #[test]
+    fn a_torn_or_corrupt_tail_is_cut_and_the_rest_kept() {
+        let d = dir("torn");
+        let (mut j, _) = Journal::open(&d).unwrap();
+        j.append(&[b"keep".to_vec(), b"lose".to_vec()]).unwrap();
+        drop(j);
+        let path = d.join("journal");
+        let mut bytes = fs::read(&path).unwrap();
+        let n = bytes.len();
+        bytes[n - 1] ^= 0xff;
+        fs::write(&path, &bytes).unwrap();
+        let (mut j, got) = Journal::open(&d).unwrap();
+        assert_eq!(got, vec![b"keep".to_vec()]);
+        j.append(&[b"after".to_vec()]).unwrap();
+        drop(j);
+        let (_, got) = Journal::open(&d).unwrap();
+        assert_eq!(got, vec![b"keep".to_vec(), b"after".to_vec()]);
+    }
+
+    #[test]
+    fn compaction_replaces_history_with_state() {
+        let d = dir("compact");
+        let (mut j, _) = Journal::open(&d).unwrap();
+        j.append(&[b"x1".to_vec(), b"x2".to_vec()]).unwrap();
+        j.compact(&[b"state".to_vec()]).unwrap();
+        j.append(&[b"later".to_vec()]).unwrap();
+        drop(j);
+        let (_, got) = Journal::open(&d).unwrap();
+        assert_eq!(got, vec![b"state".to_vec(), b"later".to_vec()]);
+    }
+}
