@@ -189,7 +189,10 @@ impl Connection {
             // the negotiated frame size.
             let want = self.frame_max as usize + wire::FRAME_OVERHEAD_BYTES;
             if self.rbuf.len() >= want {
-                bail!("read buffer full without a complete frame (frame_max {})", self.frame_max);
+                bail!(
+                    "read buffer full without a complete frame (frame_max {})",
+                    self.frame_max
+                );
             }
             self.rbuf.resize(want, 0);
         }
