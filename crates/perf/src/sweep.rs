@@ -469,9 +469,55 @@ pub fn charts(r: &SweepResult) -> Vec<(&'static str, Chart)> {
             over_time("max", |p| p.max),
         ],
     };
+    let per_second = |name: &str, f: fn(&Sample) -> f64| {
+        Series::new(
+            name,
+            steps
+                .iter()
+                .flat_map(|s| s.samples.iter().map(move |x| (s.offset_s + x.time_s, f(x))))
+                .collect(),
+        )
+    };
+    // The target as a staircase: flat over each step's samples.
+    let target_steps = Series::new(
+        "target",
+        steps
+            .iter()
+            .flat_map(|s| {
+                let first = s
+                    .samples
+                    .first()
+                    .map(|x| s.offset_s + x.time_s - 1.0)
+                    .unwrap_or(s.offset_s);
+                let last = s
+                    .samples
+                    .last()
+                    .map(|x| s.offset_s + x.time_s)
+                    .unwrap_or(s.offset_s);
+                [
+                    (first.max(s.offset_s), s.target_rate),
+                    (last, s.target_rate),
+                ]
+            })
+            .collect(),
+    )
+    .dashed();
+    let rates_over_time = Chart {
+        title: format!("{}: rates over time", r.config.name),
+        x_label: "time (s)".into(),
+        y_label: "msg/s".into(),
+        log_x: false,
+        log_y: false,
+        series: vec![
+            target_steps,
+            per_second("sent", |x| x.sent_rate),
+            per_second("received", |x| x.received_rate),
+        ],
+    };
     vec![
         ("rates", rates),
         ("latency", latency),
+        ("rates-over-time", rates_over_time),
         ("latency-over-time", timeline),
     ]
 }

@@ -139,7 +139,7 @@ fn two_step_sweep_writes_csv_html_and_png() {
     assert!(std::fs::read_to_string(dir.path().join("report.html"))
         .unwrap()
         .contains("<svg"));
-    for name in ["rates", "latency", "latency-over-time"] {
+    for name in ["rates", "latency", "rates-over-time", "latency-over-time"] {
         assert_png(&dir.path().join(format!("{name}.png")));
     }
 }

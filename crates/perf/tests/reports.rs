@@ -117,10 +117,16 @@ fn sweep_writes_json_csv_charts_and_a_self_contained_report() {
     for f in &files {
         assert!(f.exists(), "{}", f.display());
     }
-    for name in ["rates", "latency", "latency-over-time"] {
+    for name in ["rates", "latency", "rates-over-time", "latency-over-time"] {
         assert_png(&dir.path().join(format!("{name}.png")));
         let svg = std::fs::read_to_string(dir.path().join(format!("{name}.svg"))).unwrap();
-        assert!(svg.contains("<svg") && svg.contains("p99") || name == "rates");
+        assert!(svg.contains("<svg"), "{name}");
+        let legend = if name.starts_with("rates") {
+            "target"
+        } else {
+            "p99"
+        };
+        assert!(svg.contains(legend), "{name} lacks its {legend} series");
     }
     let header = csv_header(&dir.path().join("steps.csv"));
     assert_eq!(header.len(), 23);
@@ -142,7 +148,7 @@ fn sweep_writes_json_csv_charts_and_a_self_contained_report() {
     assert_eq!(timeline.lines().count(), 1 + 5 * 5);
 
     let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
-    assert_eq!(html.matches("<svg").count(), 3);
+    assert_eq!(html.matches("<svg").count(), 4);
     assert!(
         !html.contains("src=\""),
         "the report must not load external files"
