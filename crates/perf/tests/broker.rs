@@ -229,3 +229,27 @@ fn warmup_is_left_out_of_the_averages_but_not_the_totals() {
         "run percentiles exclude the warm-up"
     );
 }
+
+#[test]
+fn use_millis_measures_latency_in_whole_milliseconds() {
+    let Some(uri) = broker_uri("use_millis") else {
+        return;
+    };
+    let q = unique("millis");
+    let PerfCommand::Run(w) = command(format!("-h {uri} -x 1 -y 1 -C 300 -r 300 -u {q} -ms -z 30"))
+    else {
+        panic!()
+    };
+    let r = rt()
+        .block_on(warren_perf::workload::run_workload(&w, never_stop(), None))
+        .unwrap();
+    assert_eq!(r.totals.received, 300, "{}", r.stop_reason);
+    // Epoch-millisecond stamps give latencies of 0 (recorded as 1 µs) or whole milliseconds,
+    // within the histogram's 3 significant digits.
+    let l = r.latency_us;
+    for v in [l.min, l.p50, l.p99, l.max] {
+        let nearest_ms = (v as f64 / 1000.0).round() * 1000.0;
+        let whole = v == 1 || (v as f64 - nearest_ms).abs() <= nearest_ms / 1000.0 + 1.0;
+        assert!(whole, "{v} µs is not a whole millisecond ({l:?})");
+    }
+}
