@@ -95,7 +95,7 @@ pub struct WorkloadArgs {
     /// Max unconfirmed publishes per producer (-1: no confirms).
     #[arg(short = 'c', long = "confirm", default_value_t = -1, allow_negative_numbers = true)]
     pub confirm: i64,
-    /// Seconds an unconfirmed publish may wait before the producer fails (-1: forever).
+    /// -ct: seconds an unconfirmed publish may wait before the producer fails (-1: forever).
     #[arg(
         long = "confirm-timeout",
         default_value_t = 30,
@@ -111,13 +111,13 @@ pub struct WorkloadArgs {
     /// Auto-ack: consumers do not acknowledge.
     #[arg(short = 'a', long = "autoack")]
     pub autoack: bool,
-    /// Whether declared queues are auto-delete.
+    /// -ad: whether declared queues are auto-delete (true/false).
     #[arg(long = "auto-delete", default_value_t = true, action = ArgAction::Set)]
     pub auto_delete: bool,
-    /// Queue arguments `k=v,k=v`; integer values are sent as integers.
+    /// -qa: queue arguments `k=v,k=v`; integer values are sent as integers.
     #[arg(long = "queue-args", value_parser = parse_queue_args)]
     pub queue_args: Option<QueueArgs>,
-    /// Declare quorum queues (adds x-queue-type=quorum).
+    /// -qq: declare quorum queues (adds x-queue-type=quorum).
     #[arg(long = "quorum-queue")]
     pub quorum_queue: bool,
     /// Use predeclared exchange and queues: declare nothing.
@@ -129,38 +129,38 @@ pub struct WorkloadArgs {
     /// Consumer processing time per message in microseconds.
     #[arg(short = 'L', long = "consumer-latency", default_value_t = 0)]
     pub consumer_latency_us: u64,
-    /// Queue name pattern with %d, e.g. perf-test-%d.
+    /// -qp: queue name pattern with %d, e.g. perf-test-%d.
     #[arg(long = "queue-pattern")]
     pub queue_pattern: Option<String>,
-    /// First number of the queue pattern (inclusive).
+    /// -qpf: first number of the queue pattern (inclusive).
     #[arg(long = "queue-pattern-from")]
     pub queue_pattern_from: Option<u32>,
-    /// Last number of the queue pattern (inclusive).
+    /// -qpt: last number of the queue pattern (inclusive).
     #[arg(long = "queue-pattern-to")]
     pub queue_pattern_to: Option<u32>,
-    /// Max random delay in seconds before each producer starts.
+    /// -prsd: max random delay in seconds before each producer starts.
     #[arg(long = "producer-random-start-delay", default_value_t = 0)]
     pub producer_random_start_delay_s: u64,
     /// Requested heartbeat interval in seconds (0: take the broker's).
     #[arg(short = 'b', long = "heartbeat", default_value_t = 0)]
     pub heartbeat_s: u16,
-    /// Accepted for PerfTest compatibility; warren perf runs every connection on one runtime.
+    /// -hst: accepted for PerfTest compatibility; every connection runs on one runtime here.
     #[arg(long = "heartbeat-sender-threads")]
     pub heartbeat_sender_threads: Option<u32>,
     /// Test ID (default test-HHMMSS-mmm).
     #[arg(short = 'd', long = "id")]
     pub id: Option<String>,
-    /// Timestamps in epoch milliseconds instead of monotonic nanoseconds (for producers and
+    /// -ms: timestamps in epoch milliseconds instead of monotonic nanoseconds (for producers and
     /// consumers on different machines).
     #[arg(long = "use-millis")]
     pub use_millis: bool,
-    /// Do not bind queues to the exchange.
+    /// -sb: do not bind queues to the exchange.
     #[arg(long = "skip-binding-queues")]
     pub skip_binding_queues: bool,
     /// Sampling interval in seconds for the per-interval lines.
     #[arg(short = 'i', long = "interval", default_value_t = 1)]
     pub interval_s: u64,
-    /// Accepted for PerfTest compatibility: default or compact.
+    /// -mf: accepted for PerfTest compatibility: default or compact.
     #[arg(long = "metrics-format", value_parser = ["default", "compact"])]
     pub metrics_format: Option<String>,
     /// Seconds at the start left out of the averages and run percentiles (ramp-up, random
@@ -316,7 +316,8 @@ pub const CONNECTIONS_MAX: u32 = 20_000;
 #[command(
     name = "warren perf",
     disable_help_flag = true,
-    about = "PerfTest-compatible load generator"
+    about = "PerfTest-compatible load generator",
+    after_help = "Studies (each with its own -?): warren perf sweep | scale | persister | leaderboard"
 )]
 pub struct RunCli {
     #[command(flatten)]
