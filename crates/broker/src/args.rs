@@ -176,6 +176,10 @@ impl QueueConfig {
                         }
                     }
                 }
+                "x-dead-letter-strategy" => match text(key, v)?.as_str() {
+                    "at-most-once" | "at-least-once" => {}
+                    _ => return Err(bad(key, "invalid_dlx_strategy".into())),
+                },
                 "x-single-active-consumer" => match v {
                     AMQPValue::Boolean(b) => c.single_active_consumer = *b,
                     _ => return Err(bad(key, format!("{{unacceptable_type,{}}}", type_name(v)))),

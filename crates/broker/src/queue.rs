@@ -196,12 +196,20 @@ impl Queue {
         None
     }
 
-    /// Whether the queue is over a length limit, so the overflow rule applies.
+    /// Whether the queue is over a length limit, so the overflow rule applies to a new message.
+    /// A quorum queue checks before enqueueing whether it is already over (so it may hold one
+    /// more than the limit), a classic queue whether the new message would put it over: both
+    /// as RabbitMQ 3.10 does.
     pub fn over_limit(&self, extra_bytes: usize) -> bool {
-        let len_over = self
-            .config
-            .max_length
-            .is_some_and(|m| self.backlog.len() as u64 >= m);
+        let quorum = self.is_quorum();
+        let len_over = self.config.max_length.is_some_and(|m| {
+            let len = self.backlog.len() as u64;
+            if quorum {
+                len > m
+            } else {
+                len >= m
+            }
+        });
         let bytes_over = self
             .config
             .max_length_bytes

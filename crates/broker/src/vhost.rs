@@ -932,7 +932,7 @@ impl VHost {
                 delivery_count: 0,
                 expires_at_ms: ttl.map(|t| now_ms + t),
             });
-            while q.exceeds_limit() {
+            while q.config.overflow == Overflow::DropHead && q.exceeds_limit() {
                 let Some(m) = q.backlog.pop_front() else {
                     break;
                 };
@@ -1157,9 +1157,10 @@ impl VHost {
         }
         let priority = match arguments.inner().get("x-priority") {
             None => 0,
-            Some(v) => args::integer(v).ok_or_else(|| {
+Some(v) => args::integer(v).ok_or_else(|| {
                 AmqpError::precondition(format!(
-                    "invalid arg 'x-priority' for consumer '{tag}': {{unacceptable_type,{}}}",
+                    "invalid arg 'x-priority' for queue '{queue}' in vhost '{}': \"expected integer, got {}\"",
+                    self.name,
                     args::type_name(v)
                 ))
             })? as i32,
@@ -1314,6 +1315,7 @@ impl VHost {
     ) -> Result<()> {
         let settled = self.settle(key, tag, multiple)?;
         let mut touched = Vec::new();
+        let mut to_back = Vec::new();
         let mut dead = Vec::new();
         for u in settled.into_iter().rev() {
             let Some(q) = self.queues.get_mut(&u.queue) else {
@@ -1333,6 +1335,9 @@ impl VHost {
                         message: m,
                         reason: "delivery_limit",
                     });
+                } else if q.is_quorum() {
+                    // A quorum queue (RabbitMQ 3.10) requeues a rejected message at the back.
+                    to_back.push((u.queue, m));
                 } else {
                     q.backlog.push_front(m);
                 }
@@ -1346,6 +1351,12 @@ impl VHost {
             }
             if !touched.contains(&u.queue) {
                 touched.push(u.queue);
+            }
+        }
+        // Settled entries were walked newest first; the back gets them oldest first.
+        for (qid, m) in to_back.into_iter().rev() {
+            if let Some(q) = self.queues.get_mut(&qid) {
+                q.backlog.push_back(m);
             }
         }
         for q in touched {
@@ -1505,7 +1516,7 @@ impl VHost {
                         delivery_count: 0,
                         expires_at_ms: ttl.map(|t| now_ms + t),
                     });
-                    while q.exceeds_limit() {
+                    while q.config.overflow == Overflow::DropHead && q.exceeds_limit() {
                         let Some(m) = q.backlog.pop_front() else {
                             break;
                         };
