@@ -28,6 +28,9 @@ enum Command {
     /// Administer a running node (users, vhosts, permissions, queues) through its management
     /// API, with rabbitmqctl's command names and argument order.
     Ctl(ctl::CtlArgs),
+    /// PerfTest-compatible load generator and the studies (sweep, scale, persister,
+    /// leaderboard), against warren or any AMQP 0-9-1 broker. `warren perf -?` for flags.
+    Perf(warren_perf::PerfArgs),
 }
 
 #[derive(Args, Debug)]
@@ -136,6 +139,13 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Server(args) => run_server(args),
+        Command::Perf(args) => match warren_perf::run(args) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("warren perf: {e:#}");
+                std::process::ExitCode::from(1)
+            }
+        },
         Command::Ctl(args) => match ctl::run(args) {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
