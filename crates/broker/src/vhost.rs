@@ -6,7 +6,7 @@
 //! to consumers is plain sequential code with no message passing on the hot path. Outbound
 //! frames go to the target connection's [`Outbox`].
 
-use crate::args::{self, Overflow, QueueConfig, QueueType, EQUIVALENCE_KEYS};
+use crate::args::{self, Overflow, QueueConfig, QueueType};
 use crate::channel::{ChannelState, Unacked};
 use crate::error::{AmqpError, Result};
 use crate::exchange::{kind_from_name, kind_name, Exchange, STANDARD_EXCHANGES};
@@ -1378,7 +1378,7 @@ fn check_queue_equivalence(
             q.auto_delete
         )));
     }
-    for key in EQUIVALENCE_KEYS {
+    for key in args::equivalence_keys(q.config.queue_type) {
         check_arg_equivalence(key, arguments, &q.arguments, &what)?;
     }
     Ok(())
@@ -1410,7 +1410,11 @@ fn check_arg_equivalence(
     if same {
         return Ok(());
     }
+    // rabbit_misc:val/1: with both values present RabbitMQ compares (and prints) the bare
+    // values; only when one side is missing does it print the other with its type.
+    let both = new.is_some() && cur.is_some();
     let render = |v: Option<&AMQPValue>| match v {
+        Some(v) if both => format!("'{}'", args::render(v)),
         Some(v) => format!(
             "the value '{}' of type '{}'",
             args::render(v),
