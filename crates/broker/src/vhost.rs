@@ -1273,6 +1273,22 @@ impl VHost {
                         continue;
                     };
                     if q.over_limit(msg.size_bytes()) && q.config.overflow != Overflow::DropHead {
+                        // A full reject-publish-dlx queue dead-letters whatever it refuses,
+                        // dead letters included (maybe_deliver_or_enqueue).
+                        if q.config.overflow == Overflow::RejectPublishDlx {
+                            work.push(DeadLetter {
+                                queue: q.name.clone(),
+                                config: q.config.clone(),
+                                message: QueuedMessage {
+                                    msg: msg.clone(),
+                                    redelivered: false,
+                                    delivery_count: 0,
+                                    expires_at_ms: None,
+                                    seq: 0,
+                                },
+                                reason: "maxlen",
+                            });
+                        }
                         continue;
                     }
                     self.enqueue(qid, &msg, now_ms, &mut work);
