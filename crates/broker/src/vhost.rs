@@ -612,6 +612,18 @@ impl VHost {
         props: &Properties,
         out: &mut Vec<QueueId>,
     ) -> Result<()> {
+        let target = if exchange.is_empty() {
+            None
+        } else {
+            let id = self.exchange_id(exchange)?;
+            if self.exchanges[&id].internal {
+                return Err(AmqpError::access_refused(format!(
+                    "cannot publish to internal exchange '{exchange}' in vhost '{}'",
+                    self.name
+                )));
+            }
+            Some(id)
+        };
         let headers = match &props.headers {
             Some(raw)
                 if needs_headers(raw)
@@ -624,17 +636,26 @@ impl VHost {
         let mut keys: Vec<Bytes> = vec![message.routing_key.clone()];
         if let Some(h) = &headers {
             for name in ["CC", "BCC"] {
-                if let Some(AMQPValue::FieldArray(a)) = h.inner().get(name) {
-                    keys.extend(
-                        a.as_slice()
-                            .iter()
-                            .filter_map(args::string)
-                            .map(Bytes::from),
-                    );
+                match h.inner().get(name) {
+                    None => {}
+                    // rabbit_basic:header_routes takes the long strings of the array.
+                    Some(AMQPValue::FieldArray(a)) => {
+                        keys.extend(a.as_slice().iter().filter_map(|v| match v {
+                            AMQPValue::LongString(s) => Some(Bytes::copy_from_slice(s.as_bytes())),
+                            _ => None,
+                        }))
+                    }
+                    // ... and refuses anything else, which rabbit_channel answers with 406.
+                    Some(other) => {
+                        return Err(AmqpError::precondition(format!(
+                            "invalid message: {{unacceptable_type_in_header,\"{name}\",{}}}",
+                            args::type_name(other)
+                        )))
+                    }
                 }
             }
         }
-        if exchange.is_empty() {
+        let Some(id) = target else {
             for k in &keys {
                 if let Some(&q) = std::str::from_utf8(k)
                     .ok()
@@ -646,15 +667,7 @@ impl VHost {
                 }
             }
             return Ok(());
-        }
-        let id = self.exchange_id(exchange)?;
-        let x = &self.exchanges[&id];
-        if x.internal {
-            return Err(AmqpError::access_refused(format!(
-                "cannot publish to internal exchange '{exchange}' in vhost '{}'",
-                self.name
-            )));
-        }
+        };
         // The table follows alternate exchanges as RabbitMQ's route1 does: for every exchange
         // on the way (exchange-to-exchange destinations too) whose bindings matched nothing.
         self.route_from(id, &keys, headers.as_ref(), out);

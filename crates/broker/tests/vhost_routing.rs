@@ -821,3 +821,25 @@ fn cc_keys_route_together_so_one_match_keeps_the_alternate_out() {
         "no key matched: the alternate takes it once"
     );
 }
+
+#[test]
+fn cc_or_bcc_that_is_not_an_array_is_406() {
+    let mut h = Harness::new();
+    h.declare("q");
+    for name in ["CC", "BCC"] {
+        let props = with_headers(table(&[(name, long_str("q"))]));
+        let err = h.publish_props("", "q", props, "m").unwrap_err();
+        assert_eq!(err.code, 406);
+        assert_eq!(
+            err.text,
+            format!(
+                "PRECONDITION_FAILED - invalid message: {{unacceptable_type_in_header,\"{name}\",longstr}}"
+            )
+        );
+    }
+    assert_eq!(h.ready("q"), 0);
+    // A missing exchange is reported first.
+    let props = with_headers(table(&[("CC", int(1))]));
+    let err = h.publish_props("nope", "q", props, "m").unwrap_err();
+    assert_eq!(err.code, 404);
+}
