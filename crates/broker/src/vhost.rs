@@ -655,6 +655,8 @@ impl VHost {
                 }
             }
         }
+        // A dead letter's BCC keys, kept when the header was stripped.
+        keys.extend(message.bcc.iter().cloned());
         let Some(id) = target else {
             for k in &keys {
                 if let Some(&q) = std::str::from_utf8(k)
@@ -702,14 +704,26 @@ impl VHost {
             return message;
         };
         let mut inner = table.inner().clone();
-        if inner.remove("BCC").is_none() {
+        let Some(bcc) = inner.remove("BCC") else {
             return message;
-        }
+        };
+        let bcc = match bcc {
+            AMQPValue::FieldArray(a) => a
+                .as_slice()
+                .iter()
+                .filter_map(|v| match v {
+                    AMQPValue::LongString(s) => Some(Bytes::copy_from_slice(s.as_bytes())),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
         table = FieldTable::from(inner);
         let mut p = props.clone();
         p.set_headers_table(Some(&table));
         Message {
             properties: p.encode(),
+            bcc,
             ..message
         }
     }
@@ -1601,6 +1615,11 @@ fn dead_lettered_message(d: &DeadLetter, props: &Properties, now_ms: u64) -> (Me
         persistent: orig.persistent,
         priority: orig.priority,
         expiration_ms: None,
+        // RabbitMQ routes the dead letter by all the original keys unless the queue set one.
+        bcc: match &d.config.dead_letter_routing_key {
+            Some(_) => Vec::new(),
+            None => orig.bcc.clone(),
+        },
     };
     (msg, p)
 }
