@@ -321,21 +321,14 @@ impl QueueConfig {
     }
 }
 
-/// The arguments whose values must match when a queue is declared again (RabbitMQ's list).
-pub const EQUIVALENCE_KEYS: &[&str] = &[
-    "x-expires",
-    "x-message-ttl",
-    "x-dead-letter-exchange",
-    "x-dead-letter-routing-key",
-    "x-max-length",
-    "x-max-length-bytes",
-    "x-max-priority",
-    "x-overflow",
-    "x-queue-mode",
-    "x-queue-type",
-    "x-single-active-consumer",
-    "x-delivery-limit",
-];
+/// The arguments whose values must match when a queue is declared again: RabbitMQ compares
+/// the existing queue's type's own arguments (rabbit_amqqueue:assert_args_equivalence).
+pub fn equivalence_keys(queue_type: QueueType) -> &'static [&'static str] {
+    match queue_type {
+        QueueType::Classic => CLASSIC_ARGUMENTS,
+        QueueType::Quorum => QUORUM_ARGUMENTS,
+    }
+}
 
 #[cfg(test)]
 mod tests {

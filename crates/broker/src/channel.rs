@@ -27,6 +27,9 @@ pub struct ChannelState {
     /// Ordered by tag; settled entries in the middle are removed lazily from the front.
     pub unacked: VecDeque<Unacked>,
     pub unacked_live: u32,
+    /// The unacked deliveries made to consumers, which the channel prefetch limits: RabbitMQ's
+    /// limiter counts neither basic.get deliveries nor their acks (notify_limiter).
+    pub consumer_unacked: u32,
     /// Prefetch applied to consumers created from now on (basic.qos global=false).
     pub consumer_prefetch: u32,
     /// Prefetch shared by the whole channel (basic.qos global=true); 0 means unlimited.
@@ -48,6 +51,7 @@ impl ChannelState {
             next_tag: 1,
             unacked: VecDeque::new(),
             unacked_live: 0,
+            consumer_unacked: 0,
             consumer_prefetch: 0,
             channel_prefetch: 0,
             consumers: HashMap::new(),
@@ -59,7 +63,7 @@ impl ChannelState {
 
     pub fn can_take(&self) -> bool {
         self.flow_active
-            && (self.channel_prefetch == 0 || self.unacked_live < self.channel_prefetch)
+            && (self.channel_prefetch == 0 || self.consumer_unacked < self.channel_prefetch)
     }
 
     pub fn next_delivery_tag(&mut self) -> u64 {
@@ -74,6 +78,9 @@ impl ChannelState {
             "delivery tags must increase"
         );
         self.unacked_live += 1;
+        if u.consumer_tag.is_some() {
+            self.consumer_unacked += 1;
+        }
         self.unacked.push_back(u);
     }
 
@@ -119,12 +126,14 @@ impl ChannelState {
             self.unacked.pop_front();
         }
         self.unacked_live -= out.len() as u32;
+        self.consumer_unacked -= out.iter().filter(|u| u.consumer_tag.is_some()).count() as u32;
         Some(out)
     }
 
     /// Everything outstanding, for requeueing when the channel closes or recovers.
     pub fn drain_unacked(&mut self) -> Vec<Unacked> {
         self.unacked_live = 0;
+        self.consumer_unacked = 0;
         self.unacked.drain(..).filter(|u| !u.settled).collect()
     }
 }

@@ -15,6 +15,10 @@ pub struct Message {
     pub priority: u8,
     /// Per-message TTL from the `expiration` property, already validated.
     pub expiration_ms: Option<u64>,
+    /// BCC routing keys: stripped from the headers consumers see, but still the message's
+    /// routing keys if it is dead-lettered without a new key (RabbitMQ keeps them in
+    /// `routing_keys`). Empty for almost every message, so no allocation.
+    pub bcc: Vec<Bytes>,
 }
 
 impl Message {
@@ -37,6 +41,7 @@ impl Message {
                 .expiration
                 .as_ref()
                 .and_then(|e| parse_expiration(e).ok()),
+            bcc: Vec::new(),
         }
     }
 

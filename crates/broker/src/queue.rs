@@ -290,6 +290,7 @@ mod tests {
                 persistent: false,
                 priority,
                 expiration_ms: None,
+                bcc: Vec::new(),
             }),
             redelivered: false,
             delivery_count: 0,

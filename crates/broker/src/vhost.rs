@@ -6,7 +6,7 @@
 //! to consumers is plain sequential code with no message passing on the hot path. Outbound
 //! frames go to the target connection's [`Outbox`].
 
-use crate::args::{self, Overflow, QueueConfig, QueueType, EQUIVALENCE_KEYS};
+use crate::args::{self, Overflow, QueueConfig, QueueType};
 use crate::channel::{ChannelState, Unacked};
 use crate::definitions::MetaRecord;
 use crate::error::{AmqpError, Result};
@@ -793,6 +793,18 @@ impl VHost {
         props: &Properties,
         out: &mut Vec<QueueId>,
     ) -> Result<()> {
+        let target = if exchange.is_empty() {
+            None
+        } else {
+            let id = self.exchange_id(exchange)?;
+            if self.exchanges[&id].internal {
+                return Err(AmqpError::access_refused(format!(
+                    "cannot publish to internal exchange '{exchange}' in vhost '{}'",
+                    self.name
+                )));
+            }
+            Some(id)
+        };
         let headers = match &props.headers {
             Some(raw)
                 if needs_headers(raw)
@@ -809,17 +821,14 @@ impl VHost {
             for name in ["CC", "BCC"] {
                 match h.inner().get(name) {
                     None => {}
+                    // rabbit_basic:header_routes takes the long strings of the array.
                     Some(AMQPValue::FieldArray(a)) => {
-                        if keys.is_empty() {
-                            keys.push(message.routing_key.clone());
-                        }
-                        keys.extend(
-                            a.as_slice()
-                                .iter()
-                                .filter_map(args::string)
-                                .map(Bytes::from),
-                        );
+                        keys.extend(a.as_slice().iter().filter_map(|v| match v {
+                            AMQPValue::LongString(s) => Some(Bytes::copy_from_slice(s.as_bytes())),
+                            _ => None,
+                        }))
                     }
+                    // ... and refuses anything else, which rabbit_channel answers with 406.
                     Some(other) => {
                         return Err(AmqpError::precondition(format!(
                             "invalid message: {{unacceptable_type_in_header,\"{name}\",{}}}",
@@ -829,12 +838,17 @@ impl VHost {
                 }
             }
         }
+        // A dead letter's BCC keys, kept when the header was stripped.
+        keys.extend(message.bcc.iter().cloned());
+        if !keys.is_empty() {
+            keys.insert(0, message.routing_key.clone());
+        }
         let keys: &[Bytes] = if keys.is_empty() {
             std::slice::from_ref(&message.routing_key)
         } else {
             &keys
         };
-        if exchange.is_empty() {
+        let Some(id) = target else {
             for k in keys {
                 if let Some(&q) = std::str::from_utf8(k)
                     .ok()
@@ -846,15 +860,7 @@ impl VHost {
                 }
             }
             return Ok(());
-        }
-        let id = self.exchange_id(exchange)?;
-        let x = &self.exchanges[&id];
-        if x.internal {
-            return Err(AmqpError::access_refused(format!(
-                "cannot publish to internal exchange '{exchange}' in vhost '{}'",
-                self.name
-            )));
-        }
+        };
         // The table follows alternate exchanges as RabbitMQ's route1 does: for every exchange
         // on the way (exchange-to-exchange destinations too) whose bindings matched nothing.
         self.route_from(id, keys, headers.as_ref(), out);
@@ -889,14 +895,26 @@ impl VHost {
             return message;
         };
         let mut inner = table.inner().clone();
-        if inner.remove("BCC").is_none() {
+        let Some(bcc) = inner.remove("BCC") else {
             return message;
-        }
+        };
+        let bcc = match bcc {
+            AMQPValue::FieldArray(a) => a
+                .as_slice()
+                .iter()
+                .filter_map(|v| match v {
+                    AMQPValue::LongString(s) => Some(Bytes::copy_from_slice(s.as_bytes())),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
         table = FieldTable::from(inner);
         let mut p = props.clone();
         p.set_headers_table(Some(&table));
         Message {
             properties: p.encode(),
+            bcc,
             ..message
         }
     }
@@ -1503,6 +1521,22 @@ impl VHost {
                         continue;
                     };
                     if q.over_limit(msg.size_bytes()) && q.config.overflow != Overflow::DropHead {
+                        // A full reject-publish-dlx queue dead-letters whatever it refuses,
+                        // dead letters included (maybe_deliver_or_enqueue).
+                        if q.config.overflow == Overflow::RejectPublishDlx {
+                            work.push(DeadLetter {
+                                queue: q.name.clone(),
+                                config: q.config.clone(),
+                                message: QueuedMessage {
+                                    msg: msg.clone(),
+                                    redelivered: false,
+                                    delivery_count: 0,
+                                    expires_at_ms: None,
+                                    seq: 0,
+                                },
+                                reason: "maxlen",
+                            });
+                        }
                         continue;
                     }
                     self.enqueue(qid, &msg, now_ms, &mut work);
@@ -1737,7 +1771,7 @@ fn check_queue_equivalence(
             q.auto_delete
         )));
     }
-    for key in EQUIVALENCE_KEYS {
+    for key in args::equivalence_keys(q.config.queue_type) {
         check_arg_equivalence(key, arguments, &q.arguments, &what)?;
     }
     Ok(())
@@ -1769,7 +1803,11 @@ fn check_arg_equivalence(
     if same {
         return Ok(());
     }
+    // rabbit_misc:val/1: with both values present RabbitMQ compares (and prints) the bare
+    // values; only when one side is missing does it print the other with its type.
+    let both = new.is_some() && cur.is_some();
     let render = |v: Option<&AMQPValue>| match v {
+        Some(v) if both => format!("'{}'", args::render(v)),
         Some(v) => format!(
             "the value '{}' of type '{}'",
             args::render(v),
@@ -1927,6 +1965,11 @@ fn dead_lettered_message(d: &DeadLetter, props: &Properties, now_ms: u64) -> (Me
         persistent: orig.persistent,
         priority: orig.priority,
         expiration_ms: None,
+        // RabbitMQ routes the dead letter by all the original keys unless the queue set one.
+        bcc: match &d.config.dead_letter_routing_key {
+            Some(_) => Vec::new(),
+            None => orig.bcc.clone(),
+        },
     };
     (msg, p)
 }

@@ -160,7 +160,8 @@ impl Model {
                 if !no_ack {
                     // Prefetch: the delivery is only allowed while under both limits.
                     let global = self.qos[ch].1 as usize;
-                    let on_channel = self.outstanding[ch].len();
+                    // Consumer deliveries only: basic.get ones take no channel credit.
+                    let on_channel = self.owner.keys().filter(|(c, _)| *c == ch).count();
                     assert!(
                         global == 0 || on_channel < global,
                         "channel {ch} over its global prefetch {global}"

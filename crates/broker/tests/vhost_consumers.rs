@@ -395,20 +395,25 @@ fn no_ack_consumers_ignore_prefetch() {
 }
 
 #[test]
-fn basic_get_deliveries_count_towards_the_channel_prefetch() {
-    // RabbitMQ counts every unacked delivery of the channel, basic.get ones included, against
-    // the global (per-channel) limit.
+fn basic_get_deliveries_do_not_count_towards_the_channel_prefetch() {
+    // RabbitMQ's limiter counts consumer deliveries only: a basic.get neither takes channel
+    // credit nor gives it back when acked (rabbit_channel:notify_limiter skips get tags).
     let mut h = Harness::new();
     h.declare("q");
-    publish_n(&mut h, "q", 3);
+    publish_n(&mut h, "q", 4);
     let ch = h.open(1);
     h.qos(ch, 1, true);
     let got = h.get(ch, "q", false).unwrap();
     assert_eq!(got.body_str(), "m1");
     h.consume(ch, "q", "c", false);
-    assert!(h.bodies(ch).is_empty());
-    h.ack(ch, got.delivery_tag, false).unwrap();
     assert_eq!(h.bodies(ch), ["m2"]);
+    h.ack(ch, got.delivery_tag, false).unwrap();
+    assert!(
+        h.bodies(ch).is_empty(),
+        "acking the get frees no consumer credit"
+    );
+    h.ack(ch, 2, false).unwrap();
+    assert_eq!(h.bodies(ch), ["m3"]);
 }
 
 // ---- ack / nack / reject -----------------------------------------------------------------

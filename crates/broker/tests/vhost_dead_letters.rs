@@ -891,3 +891,67 @@ fn classic_queues_put_returned_messages_back_in_their_original_place() {
     h.nack(ch, 1, false, true).unwrap();
     assert_eq!(h.drain(ch, "q"), ["m1", "m3", "m4"]);
 }
+
+#[test]
+fn a_dead_letter_refused_by_a_full_reject_publish_dlx_queue_is_dead_lettered_again() {
+    let mut h = Harness::new();
+    let sink = dead_letter_sink(&mut h);
+    h.declare_args(
+        "full",
+        dlx_args(&[
+            ("x-max-length", int(0)),
+            ("x-overflow", long_str("reject-publish-dlx")),
+        ]),
+    )
+    .unwrap();
+    h.declare_args(
+        "q",
+        table(&[
+            ("x-dead-letter-exchange", long_str("")),
+            ("x-dead-letter-routing-key", long_str("full")),
+        ]),
+    )
+    .unwrap();
+    h.publish("", "q", "m");
+    let ch = h.open(1);
+    h.get(ch, "q", false).unwrap();
+    h.nack(ch, 1, false, false).unwrap();
+    let got = h.deliveries(sink);
+    assert_eq!(got.len(), 1);
+    let summary: Vec<(String, String)> = x_death(&got[0])
+        .iter()
+        .map(|t| (text(&field(t, "queue")), text(&field(t, "reason"))))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("full".to_string(), "maxlen".to_string()),
+            ("q".to_string(), "rejected".to_string())
+        ]
+    );
+}
+
+#[test]
+fn a_dead_letter_is_routed_by_its_bcc_keys_too_but_never_shows_them() {
+    // RabbitMQ strips BCC from the content but keeps its keys among the message's routing
+    // keys, which route the dead letter when the queue sets no dead-letter routing key.
+    let mut h = Harness::new();
+    h.exchange("dlx", "direct");
+    h.declare("by-key");
+    h.declare("by-bcc");
+    h.bind("by-key", "dlx", "k");
+    h.bind("by-bcc", "dlx", "hidden");
+    h.declare_args("q", dlx_args(&[])).unwrap();
+    h.bind("q", "amq.direct", "k");
+    let props = with_headers(table(&[("BCC", str_array(&["hidden"]))]));
+    h.publish_props("amq.direct", "k", props, "m").unwrap();
+    let ch = h.open(1);
+    h.get(ch, "q", false).unwrap();
+    h.nack(ch, 1, false, false).unwrap();
+    let a = h.get(ch, "by-key", true).expect("routed by its key");
+    let b = h.get(ch, "by-bcc", true).expect("routed by its BCC key");
+    for d in [&a, &b] {
+        assert_eq!(d.header("BCC"), None);
+        assert_eq!(field(&x_death(d)[0], "routing-keys"), str_array(&["k"]));
+    }
+}

@@ -412,7 +412,7 @@ fn exchange_redeclare_must_match_the_alternate_exchange() {
     assert_eq!(err.code, 406);
     assert_eq!(
         err.text,
-        "PRECONDITION_FAILED - inequivalent arg 'alternate-exchange' for exchange 'x' in vhost '/': received the value 'other' of type 'longstr' but current is the value 'ae' of type 'longstr'"
+        "PRECONDITION_FAILED - inequivalent arg 'alternate-exchange' for exchange 'x' in vhost '/': received 'other' but current is 'ae'"
     );
     let err = declare_x(&mut h, "x", "direct", false, false, Default::default()).unwrap_err();
     assert_eq!(
@@ -820,4 +820,26 @@ fn cc_keys_route_together_so_one_match_keeps_the_alternate_out() {
         ["nowhere"],
         "no key matched: the alternate takes it once"
     );
+}
+
+#[test]
+fn cc_or_bcc_that_is_not_an_array_is_406() {
+    let mut h = Harness::new();
+    h.declare("q");
+    for name in ["CC", "BCC"] {
+        let props = with_headers(table(&[(name, long_str("q"))]));
+        let err = h.publish_props("", "q", props, "m").unwrap_err();
+        assert_eq!(err.code, 406);
+        assert_eq!(
+            err.text,
+            format!(
+                "PRECONDITION_FAILED - invalid message: {{unacceptable_type_in_header,\"{name}\",longstr}}"
+            )
+        );
+    }
+    assert_eq!(h.ready("q"), 0);
+    // A missing exchange is reported first.
+    let props = with_headers(table(&[("CC", int(1))]));
+    let err = h.publish_props("nope", "q", props, "m").unwrap_err();
+    assert_eq!(err.code, 404);
 }
