@@ -156,6 +156,8 @@ pub(crate) struct State {
     pub flush_queue: VecDeque<u64>,
     pub wal_flushed_seq: u64,
     pub roll_requested: bool,
+    /// A requested roll happens once every record up to this one is written.
+    pub roll_after_seq: u64,
     pub segment_writer_busy: bool,
     pub gc_requested: bool,
     pub gc_forced: bool,
@@ -185,6 +187,7 @@ impl State {
             flush_queue: VecDeque::new(),
             wal_flushed_seq: 0,
             roll_requested: false,
+            roll_after_seq: 0,
             segment_writer_busy: false,
             gc_requested: false,
             gc_forced: false,
@@ -830,7 +833,10 @@ impl Store {
     /// Asks the WAL writer to roll over to a new file now (as if the size limit were reached),
     /// handing the current one to the segment writer.
     pub fn roll_wal(&self) {
-        self.shared.lock().roll_requested = true;
+        let mut st = self.shared.lock();
+        st.roll_requested = true;
+        st.roll_after_seq = st.next_seq - 1;
+        drop(st);
         self.shared.writer_cv.notify_one();
     }
 

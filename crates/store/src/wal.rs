@@ -111,7 +111,6 @@ pub(crate) fn run_writer(shared: Arc<Shared>, mut wal: WalFile) {
     let mut durable: HashMap<u64, u64> = HashMap::new();
     let mut notes: Vec<(u64, u64)> = Vec::new();
     loop {
-        let roll;
         {
             let mut st = shared.lock();
             while st.pending.is_empty() && !st.roll_requested && !st.shutdown {
@@ -123,7 +122,6 @@ pub(crate) fn run_writer(shared: Arc<Shared>, mut wal: WalFile) {
             take_batch(&mut st.pending, &mut batch);
             st.pending_bytes -= batch.iter().map(|op| op.payload.len()).sum::<usize>();
             st.wake_room_waiters();
-            roll = st.roll_requested;
         }
         shared.room_cv.notify_all();
 
@@ -180,18 +178,24 @@ pub(crate) fn run_writer(shared: Arc<Shared>, mut wal: WalFile) {
                         durable.insert(op.log_id, op.index);
                     }
                 }
-                st.synced_seq = batch.last().expect("non-empty").seq;
-                st.evict(shared.config.cache_bytes_max);
             }
-            shared.synced_cv.notify_all();
             notes.extend(durable.iter().map(|(l, i)| (*l, *i)));
             for (log_id, index) in &notes {
                 shared.listener.on_durable(*log_id, *index);
             }
-            batch.clear();
         }
 
-        if roll || wal.len >= wal_bytes_max {
+        // Roll before publishing the batch as synced, so that a caller who waited for it
+        // (`Store::wait_idle`) finds the rolled file already queued for the segment writer.
+        let written_through = match batch.last() {
+            Some(op) => op.seq,
+            None => shared.lock().next_seq - 1,
+        };
+        let asked = {
+            let st = shared.lock();
+            st.roll_requested && st.roll_after_seq <= written_through
+        };
+        if asked || wal.len >= wal_bytes_max {
             match create(&shared.config.wal_dir, wal.seq + 1) {
                 Ok(next) => {
                     {
@@ -199,11 +203,12 @@ pub(crate) fn run_writer(shared: Arc<Shared>, mut wal: WalFile) {
                         st.wal_files.insert(next.seq, next.file.clone());
                         st.active_wal_seq = next.seq;
                         st.flush_queue.push_back(wal.seq);
-                        st.roll_requested = false;
+                        if st.roll_requested && st.roll_after_seq <= written_through {
+                            st.roll_requested = false;
+                        }
                     }
                     wal = next;
                     shared.segment_writer_cv.notify_one();
-                    shared.idle_cv.notify_all();
                 }
                 // Keep writing the current file; the roll is tried again after the next batch.
                 Err(e) if is_disk_full(&e) => {}
@@ -213,6 +218,16 @@ pub(crate) fn run_writer(shared: Arc<Shared>, mut wal: WalFile) {
                 }
             }
         }
+        // Published after the listener ran, so that a caller of `Store::sync` knows the
+        // listener has heard of everything it waited for.
+        if let Some(op) = batch.last() {
+            let mut st = shared.lock();
+            st.synced_seq = op.seq;
+            st.evict(shared.config.cache_bytes_max);
+        }
+        batch.clear();
+        shared.synced_cv.notify_all();
+        shared.idle_cv.notify_all();
     }
 }
 
