@@ -136,11 +136,10 @@ fn load_log(config: &Config, state: &mut State, cp: &LogCheckpoint) -> Result<Lo
             {
                 continue;
             }
+            // An older version of the entry (written before a truncation) has another term; the
+            // current one is in this or a later segment, which overrides it.
             if log.term_of(e.index) != Some(e.term) {
-                return Err(corrupt(format!(
-                    "entry {}: segment term {}",
-                    e.index, e.term
-                )));
+                continue;
             }
             let payload_len = e.length as usize - RECORD_HEADER_BYTES;
             let slot = log.slot_mut(e.index).expect("within range");

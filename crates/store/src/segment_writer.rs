@@ -43,8 +43,16 @@ enum Job {
     Collect,
 }
 
-/// The segment writer thread.
+/// The segment writer thread. A panic in it (a bug) poisons the engine rather than leaving
+/// rolled WAL files unflushed forever.
 pub(crate) fn run(shared: Arc<Shared>) {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_jobs(&shared)));
+    if result.is_err() {
+        shared.poison("segment writer panicked".into());
+    }
+}
+
+fn run_jobs(shared: &Arc<Shared>) {
     let interval = Duration::from_millis(GC_INTERVAL_MS);
     let mut last_collect = Instant::now();
     loop {
@@ -75,8 +83,8 @@ pub(crate) fn run(shared: Arc<Shared>) {
             }
         };
         let result = match job {
-            Job::Flush(seq) => flush(&shared, seq).and_then(|()| collect(&shared, Some(seq))),
-            Job::Collect => collect(&shared, None),
+            Job::Flush(seq) => flush(shared, seq).and_then(|()| collect(shared, Some(seq))),
+            Job::Collect => collect(shared, None),
         };
         last_collect = Instant::now();
         let retry = match result {
@@ -255,8 +263,27 @@ fn discard(shared: &Shared, log_id: u64, created: &[u32]) {
     }
 }
 
+/// Points released entries of flushed WAL file `seq` nowhere (packed location 0, which sorts
+/// with segment locations): their bytes die with the WAL file, and keeping a WAL location
+/// behind entries already in segments would break the age order of locations along the log.
+fn forget_released(log: &mut crate::log::LogState, seq: u64) {
+    let range = log.wal_file_range(seq);
+    for slot in log.slots.range_mut(range) {
+        if slot.released() {
+            slot.loc = 0;
+        }
+    }
+}
+
 /// Points the log's entries at their copies, if they are still where they were copied from.
-fn adopt(shared: &Shared, log_id: u64, generation: u64, written: Written, replaced: Option<u32>) {
+fn adopt(
+    shared: &Shared,
+    log_id: u64,
+    generation: u64,
+    written: Written,
+    replaced: Option<u32>,
+    flushed_seq: Option<u64>,
+) {
     let mut st = shared.lock();
     let log = match st.logs.get_mut(&log_id) {
         Some(log) if log.generation == generation => log,
@@ -266,6 +293,10 @@ fn adopt(shared: &Shared, log_id: u64, generation: u64, written: Written, replac
             return;
         }
     };
+    // Before repointing: the range is found by binary search over locations in age order.
+    if let Some(seq) = flushed_seq {
+        forget_released(log, seq);
+    }
     for (index, old, new) in written.placed {
         if let Some(slot) = log.slot_mut(index) {
             if slot.loc == old {
@@ -328,10 +359,14 @@ fn flush(shared: &Shared, seq: u64) -> Result<()> {
             (log.generation, items, open)
         };
         if items.is_empty() {
+            let mut st = shared.lock();
+            if let Some(log) = st.logs.get_mut(&log_id) {
+                forget_released(log, seq);
+            }
             continue;
         }
         if let Some(written) = write_items(shared, log_id, generation, &source, &items, open)? {
-            adopt(shared, log_id, generation, written, None);
+            adopt(shared, log_id, generation, written, None, Some(seq));
         }
     }
     shared.lock().wal_touched.remove(&seq);
@@ -466,7 +501,7 @@ fn compact(shared: &Shared, log_id: u64, generation: u64, id: u32) -> Result<()>
     }
     let source = segment::open(&shared.config.segment_dir, log_id, id)?;
     if let Some(written) = write_items(shared, log_id, generation, &source, &items, None)? {
-        adopt(shared, log_id, generation, written, Some(id));
+        adopt(shared, log_id, generation, written, Some(id), None);
         shared
             .counters
             .segments_compacted

@@ -322,11 +322,11 @@ impl Shared {
             st.pending_bytes = 0;
             st.wake_room_waiters();
         }
+        self.listener.on_failure(&Error::Poisoned(why));
         self.synced_cv.notify_all();
         self.room_cv.notify_all();
         self.idle_cv.notify_all();
         self.segment_writer_cv.notify_all();
-        self.listener.on_failure(&Error::Poisoned(why));
     }
 }
 
@@ -439,9 +439,8 @@ impl Store {
             st.logs.insert(log_id, log);
         }
         let log = st.logs.get_mut(&log_id).expect("inserted above");
-        let mut expected = log.last_index() + 1;
         let mut term = log.last_term();
-        for e in entries {
+        for (expected, e) in (log.last_index() + 1..).zip(entries) {
             if e.index != expected || e.term < term {
                 return Err(Error::InvalidAppend {
                     log_id,
@@ -449,7 +448,6 @@ impl Store {
                     index: e.index,
                 });
             }
-            expected += 1;
             term = e.term;
         }
         for e in entries {

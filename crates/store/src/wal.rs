@@ -102,8 +102,17 @@ enum WriteOutcome {
     Poisoned,
 }
 
-/// The WAL writer thread.
-pub(crate) fn run_writer(shared: Arc<Shared>, mut wal: WalFile) {
+/// The WAL writer thread. A panic in it (a bug) poisons the engine, so that callers get errors
+/// instead of waiting forever for durability.
+pub(crate) fn run_writer(shared: Arc<Shared>, wal: WalFile) {
+    let result =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write_batches(&shared, wal)));
+    if result.is_err() {
+        shared.poison("WAL writer panicked".into());
+    }
+}
+
+fn write_batches(shared: &Arc<Shared>, mut wal: WalFile) {
     let wal_bytes_max = shared.config.wal_file_bytes();
     let mut batch: Vec<Op> = Vec::new();
     let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
@@ -133,7 +142,7 @@ pub(crate) fn run_writer(shared: Arc<Shared>, mut wal: WalFile) {
                 offsets.push(u32::try_from(offset).expect("WAL files stay below 4 GiB"));
                 record::encode(&mut buf, op.kind, op.log_id, op.index, op.term, &op.payload);
             }
-            match write_and_sync(&shared, &mut wal, &buf) {
+            match write_and_sync(shared, &mut wal, &buf) {
                 WriteOutcome::Durable => {}
                 WriteOutcome::GaveUp | WriteOutcome::Poisoned => return,
             }
