@@ -112,5 +112,30 @@ fn wal(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, wal);
+/// One caller waiting for each append to be durable before the next: no batching possible, so
+/// this is the latency of one write + fdatasync round through the writer thread.
+fn wal_sync_each(c: &mut Criterion) {
+    let mut group = c.benchmark_group("wal_append_sync_each");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .throughput(Throughput::Elements(1));
+    for size in [16, 1024] {
+        let mut case = Case::new(1, size);
+        group.bench_with_input(
+            BenchmarkId::new(format!("{size}B"), "1log"),
+            &(),
+            |b, ()| {
+                b.iter(|| {
+                    case.append();
+                    case.store.sync().expect("sync");
+                })
+            },
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(benches, wal, wal_sync_each);
 criterion_main!(benches);
