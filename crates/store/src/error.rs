@@ -47,6 +47,8 @@ pub enum Error {
     TooManyLogs,
     /// Bytes on disk failed their checksum or do not say what the index says they should.
     Corrupt(String),
+    /// Another engine (in this or another process) has these directories open.
+    AlreadyOpen(std::path::PathBuf),
     /// An I/O error outside the write path (opening, reading).
     Io(io::Error),
 }
@@ -75,6 +77,7 @@ impl fmt::Display for Error {
             Error::NoSuchLog(id) => write!(f, "no log {id}"),
             Error::TooManyLogs => write!(f, "too many logs"),
             Error::Corrupt(why) => write!(f, "corrupt storage: {why}"),
+            Error::AlreadyOpen(p) => write!(f, "{} is in use by another engine", p.display()),
             Error::Io(e) => write!(f, "i/o error: {e}"),
         }
     }

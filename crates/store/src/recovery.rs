@@ -30,12 +30,40 @@ use crate::{Error, Result};
 pub(crate) struct Recovered {
     pub state: State,
     pub active: WalFile,
+    /// Holds the exclusive lock on the meta directory for the engine's lifetime.
+    pub lock: File,
+}
+
+const LOCK_FILE: &str = "LOCK";
+
+/// Takes an exclusive, non-blocking flock on `meta/LOCK`: a second engine on the same
+/// directories would interleave WAL writes and delete each other's files.
+fn lock_dirs(config: &Config) -> Result<File> {
+    use std::os::fd::AsRawFd;
+    let path = config.meta_dir.join(LOCK_FILE);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)?;
+    // SAFETY: flock on a valid, owned file descriptor has no memory-safety requirement.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::WouldBlock {
+            return Err(Error::AlreadyOpen(path));
+        }
+        return Err(e.into());
+    }
+    Ok(file)
 }
 
 pub(crate) fn recover(config: &Config) -> Result<Recovered> {
     for dir in [&config.wal_dir, &config.segment_dir, &config.meta_dir] {
         fs::create_dir_all(dir)?;
     }
+    let lock = lock_dirs(config)?;
     let mut state = State::new();
     let cp = checkpoint::read(&config.meta_dir)?.unwrap_or_default();
     state.wal_flushed_seq = cp.wal_flushed_seq;
@@ -94,7 +122,11 @@ pub(crate) fn recover(config: &Config) -> Result<Recovered> {
     let active = wal::create(&config.wal_dir, last_seq + 1)?;
     state.wal_files.insert(active.seq, active.file.clone());
     state.active_wal_seq = active.seq;
-    Ok(Recovered { state, active })
+    Ok(Recovered {
+        state,
+        active,
+        lock,
+    })
 }
 
 fn has_header(file: &File, seq: u64) -> Result<bool> {

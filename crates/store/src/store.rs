@@ -227,6 +227,9 @@ impl State {
             .max()
             .unwrap_or(1);
         log.next_segment_id = floor;
+        // Segment ids of an earlier life may be reused once its files are gone: forget any
+        // read handle of them.
+        self.seg_files.retain(|(l, _), _| *l != log_id);
         log
     }
 
@@ -338,6 +341,8 @@ impl Shared {
 pub struct Store {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
+    /// Released (closing the flock) only after both threads stopped.
+    _lock: File,
 }
 
 /// Where an entry's bytes are, decided under the lock and read after it.
@@ -391,6 +396,7 @@ impl Store {
             Store {
                 shared,
                 threads: vec![writer, segments],
+                _lock: recovered.lock,
             },
             infos,
         ))

@@ -304,3 +304,17 @@ fn cache_stays_within_its_budget_and_old_entries_are_read_from_disk() {
     assert!(cached <= 256 << 10, "{cached}");
     assert_eq!(store.read(1, 1).unwrap(), Some(entry(1, 1, 1, 1024)));
 }
+
+#[test]
+fn a_second_engine_on_the_same_directories_is_refused() {
+    let dir = TempDir::new("lock");
+    let config = Config::new(dir.path());
+    let (store, _) = open(&config);
+    let second = warren_store::Store::open(
+        config.clone(),
+        std::sync::Arc::new(warren_store::NoopListener),
+    );
+    assert!(matches!(second, Err(Error::AlreadyOpen(_))));
+    drop(store);
+    let (_again, _) = open(&config);
+}
