@@ -52,7 +52,8 @@ fn main() {
                     .map(|index| Entry {
                         index,
                         term: 1,
-                        payload: payload.clone(),
+                        // A fresh allocation per entry, as from a socket, so RSS counts real copies.
+                        payload: Bytes::copy_from_slice(&payload),
                     })
                     .collect();
                 store.append_blocking(log, &entries).expect("append");
@@ -107,7 +108,8 @@ fn main() {
                 .map(|i| Entry {
                     index: i,
                     term: 1,
-                    payload: payload.clone(),
+                    // A fresh allocation per entry, as from a socket, so RSS counts real copies.
+                    payload: Bytes::copy_from_slice(&payload),
                 })
                 .collect();
             store.append_blocking(log as u64, &entries).expect("append");

@@ -32,6 +32,7 @@ mod checkpoint;
 pub mod config;
 pub mod error;
 mod fault;
+mod id_hash;
 mod log;
 pub mod record;
 mod recovery;

@@ -5,7 +5,7 @@
 //! durable in batches and tells the [`DurabilityListener`]; the segment writer thread
 //! ([`crate::segment_writer`]) moves what outlives a WAL file into segments.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::File;
 use std::future::Future;
 use std::pin::Pin;
@@ -21,6 +21,7 @@ use crate::config::{
     PENDING_CONTROL_MAX, PENDING_ENTRIES_MAX, READ_ENTRIES_MAX, SEGMENT_FDS_MAX,
     SNAPSHOT_BYTES_MAX,
 };
+use crate::id_hash::{IdMap, IdSet};
 use crate::log::{Cached, Loc, LogState, Slot};
 use crate::record::{read_entry_at, RecordKind};
 use crate::{recovery, segment, segment_writer, wal, Error, Result};
@@ -133,7 +134,7 @@ pub(crate) struct Op {
 
 /// Everything behind the engine's lock.
 pub(crate) struct State {
-    pub logs: HashMap<u64, LogState>,
+    pub logs: IdMap<LogState>,
     pub next_generation: u64,
     pub pending: Vec<Op>,
     pub pending_bytes: usize,
@@ -151,7 +152,7 @@ pub(crate) struct State {
     pub wal_files: BTreeMap<u64, Arc<File>>,
     pub active_wal_seq: u64,
     /// Logs with appends in each WAL file, so a flush visits only them.
-    pub wal_touched: HashMap<u64, HashSet<u64>>,
+    pub wal_touched: IdMap<IdSet>,
     /// Rolled WAL files waiting for the segment writer, oldest first.
     pub flush_queue: VecDeque<u64>,
     pub wal_flushed_seq: u64,
@@ -170,7 +171,7 @@ pub(crate) struct State {
 impl State {
     pub(crate) fn new() -> State {
         State {
-            logs: HashMap::new(),
+            logs: IdMap::default(),
             next_generation: 1,
             pending: Vec::new(),
             pending_bytes: 0,
@@ -183,7 +184,7 @@ impl State {
             shutdown: false,
             wal_files: BTreeMap::new(),
             active_wal_seq: 0,
-            wal_touched: HashMap::new(),
+            wal_touched: IdMap::default(),
             flush_queue: VecDeque::new(),
             wal_flushed_seq: 0,
             roll_requested: false,

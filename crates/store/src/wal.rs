@@ -22,7 +22,6 @@
 //! file back to its last durable length, answers [`crate::Error::DiskFull`] to new appends and
 //! retries every [`DISK_FULL_RETRY_MS`] until space returns; nothing already durable is touched.
 
-use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -34,6 +33,7 @@ use std::time::Duration;
 use crate::checkpoint::sync_dir;
 use crate::config::{BATCH_BYTES_MAX, BATCH_ENTRIES_MAX, DISK_FULL_RETRY_MS};
 use crate::fault::is_disk_full;
+use crate::id_hash::IdMap;
 use crate::log::{Loc, FILE_ID_MAX};
 use crate::record::{self, RecordKind, RECORD_HEADER_BYTES};
 use crate::store::{Op, Shared};
@@ -117,7 +117,7 @@ fn write_batches(shared: &Arc<Shared>, mut wal: WalFile) {
     let mut batch: Vec<Op> = Vec::new();
     let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
     let mut offsets: Vec<u32> = Vec::new();
-    let mut durable: HashMap<u64, u64> = HashMap::new();
+    let mut durable: IdMap<u64> = IdMap::default();
     let mut notes: Vec<(u64, u64)> = Vec::new();
     loop {
         {
