@@ -3,7 +3,7 @@
 //! Callers change the in-memory state under one short lock and queue a record for the WAL
 //! writer; they never wait for I/O. The WAL writer thread ([`crate::wal`]) makes queued records
 //! durable in batches and tells the [`DurabilityListener`]; the segment writer thread
-//! ([`crate::segment_writer`]) moves what outlives a WAL file into segments.
+//! (`segment_writer`) moves what outlives a WAL file into segments.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::File;

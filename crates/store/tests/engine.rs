@@ -318,3 +318,63 @@ fn a_second_engine_on_the_same_directories_is_refused() {
     drop(store);
     let (_again, _) = open(&config);
 }
+
+/// Polls a future to completion on this thread, parking between wake-ups.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let std::task::Poll::Ready(v) = future.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park_timeout(std::time::Duration::from_secs(1));
+    }
+}
+
+#[test]
+fn appends_beyond_the_pending_budget_get_backpressure_and_ready_resolves_later() {
+    let dir = TempDir::new("backpressure");
+    let (store, _) = open(&Config::new(dir.path()));
+    let big = Bytes::from(vec![1u8; 1 << 20]);
+    let mut index = 1;
+    let mut pushed_back = false;
+    // 64 MiB of pending payload is the budget; the writer drains 8 MiB per fsync.
+    for _ in 0..1_000 {
+        match store.append(
+            1,
+            &[warren_store::Entry {
+                index,
+                term: 1,
+                payload: big.clone(),
+            }],
+        ) {
+            Ok(()) => index += 1,
+            Err(Error::Backpressure) => {
+                pushed_back = true;
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(pushed_back, "1 GiB appended without back-pressure");
+    block_on(store.ready());
+    store
+        .append(
+            1,
+            &[warren_store::Entry {
+                index,
+                term: 1,
+                payload: big.clone(),
+            }],
+        )
+        .unwrap();
+    store.sync().unwrap();
+    assert_eq!(store.log_info(1).unwrap().durable_index, index);
+}
