@@ -22,9 +22,11 @@
 //! last 4: crc32c of everything before
 //! ```
 //!
-//! Only durable appends are described (`last index` is clipped to the durable index), while
-//! releases and truncations may be newer than the WAL: replaying the WAL over a checkpoint
-//! converges, because every WAL record sets state rather than changing it relatively.
+//! The segment writer waits until every record submitted before it read the state is durable
+//! before writing the checkpoint, so the checkpoint is never ahead of the WAL (a truncation or
+//! deletion it shows is also in the WAL); `last index` is clipped to the durable index as well.
+//! It may be behind the WAL: replaying the WAL over it converges, because every WAL record sets
+//! state rather than changing it relatively.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};

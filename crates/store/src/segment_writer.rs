@@ -417,14 +417,23 @@ fn collect(shared: &Shared, flushed: Option<u64>) -> Result<()> {
     };
     let mut body = Vec::new();
     let mut count = 0u64;
+    let mut seen_seq = 0;
     for chunk in log_ids.chunks(CHECKPOINT_LOGS_PER_LOCK) {
         let st = shared.lock();
+        seen_seq = st.next_seq - 1;
         for log_id in chunk {
             if let Some(log) = st.logs.get(log_id) {
                 checkpoint::push_log(&mut body, &LogCheckpoint::from_state(*log_id, log));
                 count += 1;
             }
         }
+    }
+    // The state just described may include releases, truncations or deletions whose records
+    // are not durable yet; the checkpoint must not be more durable than the WAL, or a crash
+    // could leave, e.g., a truncation without the entries that followed it.
+    if !wait_synced(shared, seen_seq)? {
+        shared.lock().dead_segments.extend(dead);
+        return Ok(());
     }
     let mut bytes = checkpoint::begin(wal_flushed_seq, count);
     bytes.extend_from_slice(&body);
@@ -464,6 +473,38 @@ fn collect(shared: &Shared, flushed: Option<u64>) -> Result<()> {
             .fetch_add(1, Ordering::Relaxed);
     }
     Ok(())
+}
+
+/// Waits until every record up to `seq` is durable. False when the engine shuts down first
+/// (the writer gave up on a full disk): the caller then writes nothing.
+fn wait_synced(shared: &Shared, seq: u64) -> Result<bool> {
+    let mut st = shared.lock();
+    loop {
+        if let Some(why) = &st.poisoned {
+            return Err(Error::Poisoned(why.clone()));
+        }
+        if st.synced_seq >= seq {
+            return Ok(true);
+        }
+        if st.shutdown && st.pending.is_empty() && st.synced_seq < seq {
+            // The writer exits once pending is empty; give it one more interval to finish its
+            // last batch.
+            let (next, timeout) = shared
+                .synced_cv
+                .wait_timeout(st, Duration::from_millis(DISK_FULL_RETRY_MS))
+                .unwrap_or_else(|e| e.into_inner());
+            st = next;
+            if timeout.timed_out() && st.synced_seq < seq {
+                return Ok(false);
+            }
+            continue;
+        }
+        st = shared
+            .synced_cv
+            .wait_timeout(st, Duration::from_millis(DISK_FULL_RETRY_MS))
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+    }
 }
 
 /// Rewrites the live entries of segment `id` into a new segment.

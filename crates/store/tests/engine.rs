@@ -106,7 +106,7 @@ fn rolled_wal_files_move_to_segments_and_are_deleted() {
         store.roll_wal();
         store.wait_idle().unwrap();
         let flushed = store.stats().wal_files_flushed;
-        assert!(flushed >= 2, "{flushed}");
+        assert!(flushed >= 1, "{flushed}");
         assert!(dir_bytes(&config.segment_dir) > n * 200);
         assert_eq!(
             file_count(&config.wal_dir),
