@@ -288,7 +288,6 @@ impl LogState {
             self.terms.drain(..run - 1);
             self.terms[0].0 = self.first_index;
         }
-        self.durable_index = self.durable_index.max(index);
         let mut freed = 0;
         while self.cache.front().is_some_and(|c| c.index <= index) {
             freed += self.cache.pop_front().expect("non-empty").payload.len();

@@ -170,18 +170,22 @@ fn write_batches(shared: &Arc<Shared>, mut wal: WalFile) {
                     let Some(log) = st.logs.get_mut(&op.log_id) else {
                         continue;
                     };
-                    let Some(slot) = log.slot_mut(op.index) else {
-                        continue;
-                    };
-                    // A truncated, deleted or re-appended entry has another submission number.
-                    if slot.loc != (Loc::Pending { seq: op.seq }).pack() {
-                        continue;
+                    // An entry released with a prefix before it was written is still reported
+                    // durable: the broker confirms publishes from these notifications.
+                    if op.index >= log.first_index {
+                        let Some(slot) = log.slot_mut(op.index) else {
+                            continue;
+                        };
+                        // A truncated or re-appended entry has another submission number.
+                        if slot.loc != (Loc::Pending { seq: op.seq }).pack() {
+                            continue;
+                        }
+                        slot.loc = Loc::Wal {
+                            seq: wal.seq,
+                            offset: *offset,
+                        }
+                        .pack();
                     }
-                    slot.loc = Loc::Wal {
-                        seq: wal.seq,
-                        offset: *offset,
-                    }
-                    .pack();
                     if op.index > log.durable_index {
                         log.durable_index = op.index;
                         durable.insert(op.log_id, op.index);

@@ -378,3 +378,18 @@ fn appends_beyond_the_pending_budget_get_backpressure_and_ready_resolves_later()
     store.sync().unwrap();
     assert_eq!(store.log_info(1).unwrap().durable_index, index);
 }
+
+#[test]
+fn entries_consumed_before_their_sync_are_still_reported_durable() {
+    let dir = TempDir::new("prefix-before-sync");
+    let (store, recorder) = open(&Config::new(dir.path()));
+    let entries: Vec<_> = (1..=50).map(|i| entry(3, i, 1, 100)).collect();
+    store.append(3, &entries).unwrap();
+    store.release_prefix(3, 50, 1, Bytes::new()).unwrap();
+    store.sync().unwrap();
+    assert_eq!(
+        recorder.highest(3),
+        Some(50),
+        "publishers wait for these confirms"
+    );
+}
