@@ -138,10 +138,36 @@ fn write_items(
     generation: u64,
     source: &File,
     items: &[Item],
-    mut open: Option<(u32, SegmentMeta)>,
+    open: Option<(u32, SegmentMeta)>,
 ) -> Result<Option<Written>> {
-    let dir = &shared.config.segment_dir;
     let mut out = Written::default();
+    match copy_items(shared, log_id, generation, source, items, open, &mut out) {
+        Ok(true) => Ok(Some(out)),
+        Ok(false) => {
+            discard(shared, log_id, &out.created);
+            Ok(None)
+        }
+        // Files created by a failed copy (a full disk) are named nowhere: remove them now
+        // rather than leaving them to the next recovery. Bytes appended to an existing segment
+        // past its valid end are overwritten by the next attempt.
+        Err(e) => {
+            discard(shared, log_id, &out.created);
+            Err(e)
+        }
+    }
+}
+
+/// The body of [`write_items`]; false when the log was deleted meanwhile.
+fn copy_items(
+    shared: &Shared,
+    log_id: u64,
+    generation: u64,
+    source: &File,
+    items: &[Item],
+    mut open: Option<(u32, SegmentMeta)>,
+    out: &mut Written,
+) -> Result<bool> {
+    let dir = &shared.config.segment_dir;
     let mut data: Vec<u8> = Vec::new();
     let mut index_buf: Vec<u8> = Vec::new();
     let mut i = 0;
@@ -162,11 +188,7 @@ fn write_items(
                             log.next_segment_id += 1;
                             id
                         }
-                        _ => {
-                            drop(st);
-                            discard(shared, log_id, &out.created);
-                            return Ok(None);
-                        }
+                        _ => return Ok(false),
                     }
                 };
                 let file = segment::create(dir, log_id, id)?;
@@ -249,7 +271,7 @@ fn write_items(
     if !out.created.is_empty() {
         sync_dir(dir)?;
     }
-    Ok(Some(out))
+    Ok(true)
 }
 
 /// Deletes segment files this writer created for a log that has since been deleted.
