@@ -399,14 +399,26 @@ fn flush(shared: &Shared, seq: u64) -> Result<()> {
 /// files the checkpoint no longer needs: the flushed WAL file and dead segments.
 fn collect(shared: &Shared, flushed: Option<u64>) -> Result<()> {
     let mut to_compact: Vec<(u64, u64, u32)> = Vec::new();
-    {
+    let with_segments: Vec<u64> = {
+        let st = shared.lock();
+        st.logs
+            .iter()
+            .filter(|(_, log)| !log.segments.is_empty())
+            .map(|(id, _)| *id)
+            .collect()
+    };
+    // A few logs per lock hold: counting live entries is linear in the log's length, and
+    // appends wait for the lock meanwhile.
+    for chunk in with_segments.chunks(CHECKPOINT_LOGS_PER_LOCK) {
         let mut guard = shared.lock();
         let st = &mut *guard;
-        for (log_id, log) in st.logs.iter_mut() {
-            if log.segments.is_empty() {
+        for log_id in chunk {
+            let Some(log) = st.logs.get_mut(log_id) else {
                 continue;
-            }
-            let open_id = *log.segments.keys().next_back().expect("non-empty");
+            };
+            let Some(open_id) = log.segments.keys().next_back().copied() else {
+                continue;
+            };
             for (id, live) in log.live_per_segment() {
                 let meta = log.segments[&id];
                 if live == 0 {
