@@ -930,3 +930,9 @@ impl Future for Ready<'_> {
         Poll::Pending
     }
 }
+
+// The broker shares one `Store` between all its tasks and threads.
+const _: fn() = || {
+    fn shared_between_threads<T: Send + Sync>() {}
+    shared_between_threads::<Store>();
+};
