@@ -24,6 +24,7 @@ pub const COMPACT_RATIO: u64 = 2;
 pub const COMPACT_BYTES_MIN: u64 = 1024 * 1024;
 const HEADER_BYTES: usize = 8;
 
+/// The open journal: appends go to `journal`, compaction rewrites `snapshot`.
 pub struct Journal {
     dir: PathBuf,
     file: File,
@@ -154,6 +155,7 @@ impl Journal {
         Ok(records)
     }
 
+    /// Bytes appended since the last compaction.
     pub fn journal_bytes(&self) -> u64 {
         self.journal_bytes
     }

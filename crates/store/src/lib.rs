@@ -1,5 +1,50 @@
-//! The storage engine: one shared write-ahead log per node and per-log segment files. Knows nothing of AMQP.
+//! warren's storage engine: many Raft-shaped logs (one per queue) on one shared write-ahead log
+//! per node plus per-log segment files. It knows nothing of AMQP.
 //!
-//! - [`journal`]: the small durable journal of metadata records.
+//! # Map
+//!
+//! | module | concept |
+//! |---|---|
+//! | [`store`] | [`Store`], the public API: append, read, truncate, release, release a prefix, delete |
+//! | `log` | the in-memory index of one log: 16 bytes per entry, terms as runs, a payload cache |
+//! | [`record`] | the record format shared by the WAL and segments, with its crc32c |
+//! | [`wal`] | the WAL files and the writer thread: group commit, rollover, fault handling |
+//! | `segment_writer` | the thread moving live entries of rolled WAL files into segments, deleting and compacting segments |
+//! | [`segment`] | the segment file format: header, index, data |
+//! | `checkpoint` | the manifest in the meta dir that lets WAL files be deleted |
+//! | `recovery` | rebuilding every log at open: checkpoint, segment indexes, WAL replay |
+//! | [`config`] | directories, sizes, and every limit as a named constant |
+//! | [`error`] | the error type |
+//! | [`journal`] | the small synced journal of metadata records (durable topology) |
+//!
+//! # How an entry flows
+//!
+//! [`Store::append`] puts the entry in the log's index and cache and queues a record. The WAL
+//! writer thread takes all queued records of all logs, writes them with one `pwrite`, one
+//! `fdatasync`, and calls [`DurabilityListener::on_durable`] per log. When the WAL file reaches
+//! its size limit it rolls over; the segment writer copies the entries of the rolled file that
+//! are still live into the logs' segment files (released ones are never written again), writes
+//! the checkpoint, and deletes the WAL file. Reads come from the cache, else from the WAL or
+//! segment file, checksum verified. `docs/storage.md` has the byte layouts and the life cycle.
 
+#![warn(missing_docs)]
+
+mod checkpoint;
+pub mod config;
+pub mod error;
+mod fault;
 pub mod journal;
+mod id_hash;
+mod log;
+pub mod record;
+mod recovery;
+pub mod segment;
+mod segment_writer;
+pub mod store;
+pub mod wal;
+
+pub use config::Config;
+pub use error::{Error, Result};
+#[doc(hidden)]
+pub use fault::Faults;
+pub use store::{DurabilityListener, Entry, LogInfo, NoopListener, Ready, Snapshot, Stats, Store};

@@ -1,0 +1,298 @@
+//! Recovery: rebuilds every log from the checkpoint, the segment indexes and the WAL files.
+//!
+//! 1. Read the checkpoint: for each log its range, terms, snapshot and segments, and which
+//!    entries are live in segments.
+//! 2. Read the index area of each segment it names (32 bytes per entry, no payload), pointing
+//!    live entries at their records. Segment files it does not name are leftovers of a crash
+//!    or of deleted logs, and are deleted.
+//! 3. Replay every WAL file newer than the checkpoint's `wal_flushed_seq`, in order, record by
+//!    record, verifying each checksum. The first torn or corrupt record ends the file: the file
+//!    is truncated there, so that nothing after it is ever handed out.
+//! 4. Hand the replayed WAL files to the segment writer and start a new WAL file.
+//!
+//! Cost: payloads are never read (only segment indexes and WAL files younger than the last
+//! flush), so the work is proportional to the number of entries plus at most a few WAL files.
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::sync::Arc;
+
+use crate::checkpoint::{self, LogCheckpoint};
+use crate::config::{Config, PAYLOAD_BYTES_MAX, RECOVERY_READ_BYTES};
+use crate::log::{Loc, LogState, Slot, SnapshotMeta};
+use crate::record::{decode, Decoded, RecordHeader, RecordKind, RECORD_HEADER_BYTES};
+use crate::segment;
+use crate::store::State;
+use crate::wal::{self, WalFile, WAL_HEADER_BYTES};
+use crate::{Error, Result};
+
+pub(crate) struct Recovered {
+    pub state: State,
+    pub active: WalFile,
+    /// Holds the exclusive lock on the meta directory for the engine's lifetime.
+    pub lock: File,
+}
+
+const LOCK_FILE: &str = "LOCK";
+
+/// Takes an exclusive, non-blocking flock on `meta/LOCK`: a second engine on the same
+/// directories would interleave WAL writes and delete each other's files.
+fn lock_dirs(config: &Config) -> Result<File> {
+    use std::os::fd::AsRawFd;
+    let path = config.meta_dir.join(LOCK_FILE);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)?;
+    // SAFETY: flock on a valid, owned file descriptor has no memory-safety requirement.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::WouldBlock {
+            return Err(Error::AlreadyOpen(path));
+        }
+        return Err(e.into());
+    }
+    Ok(file)
+}
+
+pub(crate) fn recover(config: &Config) -> Result<Recovered> {
+    for dir in [&config.wal_dir, &config.segment_dir, &config.meta_dir] {
+        fs::create_dir_all(dir)?;
+    }
+    let lock = lock_dirs(config)?;
+    let mut state = State::new();
+    let cp = checkpoint::read(&config.meta_dir)?.unwrap_or_default();
+    state.wal_flushed_seq = cp.wal_flushed_seq;
+    let mut named: HashMap<(u64, u32), ()> = HashMap::new();
+    for log_cp in &cp.logs {
+        let log = load_log(config, &mut state, log_cp)?;
+        for (id, _) in &log_cp.segments {
+            named.insert((log_cp.log_id, *id), ());
+        }
+        state.logs.insert(log_cp.log_id, log);
+    }
+    for entry in fs::read_dir(&config.segment_dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if let Some(key) = name.to_str().and_then(segment::parse_segment_name) {
+            if !named.contains_key(&key) {
+                fs::remove_file(entry.path())?;
+            }
+        }
+    }
+
+    let mut seqs: Vec<u64> = Vec::new();
+    for entry in fs::read_dir(&config.wal_dir)? {
+        let entry = entry?;
+        if let Some(seq) = entry.file_name().to_str().and_then(wal::parse_wal_name) {
+            if seq <= cp.wal_flushed_seq {
+                fs::remove_file(entry.path())?;
+            } else {
+                seqs.push(seq);
+            }
+        }
+    }
+    seqs.sort_unstable();
+    let mut last_seq = cp.wal_flushed_seq;
+    for (n, seq) in seqs.iter().enumerate() {
+        let is_last = n + 1 == seqs.len();
+        let path = wal::wal_path(&config.wal_dir, *seq);
+        let file = OpenOptions::new().read(true).write(true).open(&path)?;
+        if !has_header(&file, *seq)? {
+            if is_last {
+                // Torn while being created: it holds nothing durable.
+                drop(file);
+                fs::remove_file(&path)?;
+                continue;
+            }
+            return Err(Error::Corrupt(format!("WAL file {seq}: bad header")));
+        }
+        replay(&mut state, &file, *seq)?;
+        state.wal_files.insert(*seq, Arc::new(file));
+        state.flush_queue.push_back(*seq);
+        last_seq = *seq;
+    }
+    for log in state.logs.values_mut() {
+        log.durable_index = log.last_index();
+    }
+    let active = wal::create(&config.wal_dir, last_seq + 1)?;
+    state.wal_files.insert(active.seq, active.file.clone());
+    state.active_wal_seq = active.seq;
+    Ok(Recovered {
+        state,
+        active,
+        lock,
+    })
+}
+
+fn has_header(file: &File, seq: u64) -> Result<bool> {
+    use std::os::unix::fs::FileExt;
+    let mut h = [0u8; WAL_HEADER_BYTES as usize];
+    match file.read_exact_at(&mut h, 0) {
+        Ok(()) => Ok(h == wal::header(seq)),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn load_log(config: &Config, state: &mut State, cp: &LogCheckpoint) -> Result<LogState> {
+    let corrupt = |why: String| Error::Corrupt(format!("log {}: {why}", cp.log_id));
+    let mut log = state.new_log(cp.log_id);
+    log.first_index = cp.first_index;
+    log.snapshot = SnapshotMeta {
+        index: cp.snapshot_index,
+        term: cp.snapshot_term,
+        blob: cp.snapshot_blob.clone(),
+    };
+    log.next_segment_id = cp.next_segment_id;
+    if cp.last_index >= cp.first_index && cp.terms.first().map(|t| t.0) != Some(cp.first_index) {
+        return Err(corrupt("term runs do not cover the log".into()));
+    }
+    log.terms = cp.terms.clone();
+    let len = (cp.last_index + 1 - cp.first_index) as usize;
+    log.slots = std::iter::repeat_n(Slot::released_at(0), len).collect();
+    for (id, meta) in &cp.segments {
+        if u64::from(*id) > crate::log::FILE_ID_MAX {
+            return Err(corrupt(format!("segment id {id}")));
+        }
+        let file = segment::open(&config.segment_dir, cp.log_id, *id)
+            .map_err(|e| corrupt(format!("segment {id}: {e}")))?;
+        for e in segment::read_index(&file, cp.log_id, *id, meta.count)? {
+            if e.index < cp.first_index
+                || e.index > cp.last_index
+                || !cp.is_live_in_segment(e.index)
+            {
+                continue;
+            }
+            // An older version of the entry (written before a truncation) has another term; the
+            // current one is in this or a later segment, which overrides it.
+            if log.term_of(e.index) != Some(e.term) {
+                continue;
+            }
+            let payload_len = e.length as usize - RECORD_HEADER_BYTES;
+            let slot = log.slot_mut(e.index).expect("within range");
+            *slot = Slot::new(
+                Loc::Segment {
+                    id: *id,
+                    offset: e.offset,
+                },
+                payload_len as u32,
+            );
+        }
+        log.segments.insert(*id, *meta);
+    }
+    log.live_count = log.slots.iter().filter(|s| !s.released()).count() as u64;
+    if log.live_count != cp.live_count() {
+        return Err(corrupt(format!(
+            "{} live entries expected in segments, {} found",
+            cp.live_count(),
+            log.live_count
+        )));
+    }
+    Ok(log)
+}
+
+/// Reads as many bytes as the file has, up to `buf.len()`.
+fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match reader.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+fn replay(state: &mut State, file: &File, seq: u64) -> Result<()> {
+    let mut reader = BufReader::with_capacity(RECOVERY_READ_BYTES, file);
+    reader.seek(SeekFrom::Start(WAL_HEADER_BYTES))?;
+    let mut offset = WAL_HEADER_BYTES;
+    let mut rec: Vec<u8> = vec![0; RECORD_HEADER_BYTES];
+    let end = loop {
+        rec.resize(RECORD_HEADER_BYTES, 0);
+        let n = read_full(&mut reader, &mut rec[..RECORD_HEADER_BYTES])?;
+        if n == 0 {
+            break None;
+        }
+        if n < RECORD_HEADER_BYTES {
+            break Some("torn record header");
+        }
+        let len = u32::from_le_bytes(rec[4..8].try_into().expect("4")) as usize;
+        if len > PAYLOAD_BYTES_MAX {
+            break Some("impossible record length");
+        }
+        rec.resize(RECORD_HEADER_BYTES + len, 0);
+        if read_full(&mut reader, &mut rec[RECORD_HEADER_BYTES..])? < len {
+            break Some("torn record payload");
+        }
+        match decode(&rec) {
+            Decoded::Record(h, payload) => {
+                apply(state, &h, payload, seq, offset as u32);
+                offset += h.record_bytes() as u64;
+            }
+            _ => break Some("corrupt record"),
+        }
+    };
+    if let Some(why) = end {
+        eprintln!("warren-store: WAL file {seq}: {why} at offset {offset}; truncating the tail");
+        file.set_len(offset)?;
+        file.sync_all()?;
+    }
+    Ok(())
+}
+
+fn apply(state: &mut State, h: &RecordHeader, payload: &[u8], seq: u64, offset: u32) {
+    match h.kind {
+        RecordKind::Append => {
+            if !state.logs.contains_key(&h.log_id) {
+                let log = state.new_log(h.log_id);
+                state.logs.insert(h.log_id, log);
+            }
+            let log = state.logs.get_mut(&h.log_id).expect("inserted above");
+            if h.index < log.first_index {
+                return;
+            }
+            log.truncate_from(h.index);
+            let here = Loc::Wal { seq, offset }.pack();
+            // Entries missing before this one were lost with an earlier corrupt record.
+            while log.last_index() + 1 < h.index {
+                let index = log.last_index() + 1;
+                log.push(index, h.term, Slot::released_at(here));
+            }
+            log.push(h.index, h.term, Slot::new(Loc::Wal { seq, offset }, h.len));
+            state.wal_touched.entry(seq).or_default().insert(h.log_id);
+        }
+        RecordKind::Truncate => {
+            if let Some(log) = state.logs.get_mut(&h.log_id) {
+                log.truncate_from(h.index);
+            }
+        }
+        RecordKind::Release => {
+            if let Some(log) = state.logs.get_mut(&h.log_id) {
+                log.release(h.index);
+            }
+        }
+        RecordKind::ReleasePrefix => {
+            if !state.logs.contains_key(&h.log_id) {
+                let log = state.new_log(h.log_id);
+                state.logs.insert(h.log_id, log);
+            }
+            let log = state.logs.get_mut(&h.log_id).expect("inserted above");
+            log.release_prefix(h.index, h.term, bytes::Bytes::copy_from_slice(payload));
+        }
+        RecordKind::DeleteLog => {
+            if let Some(log) = state.logs.remove(&h.log_id) {
+                state
+                    .dead_segments
+                    .extend(log.segments.keys().map(|id| (h.log_id, *id)));
+            }
+        }
+    }
+}

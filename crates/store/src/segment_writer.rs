@@ -1,0 +1,586 @@
+//! The segment writer: moves what outlives a WAL file into per-log segment files, deletes
+//! segments nobody needs, compacts mostly-dead ones, and writes the checkpoint.
+//!
+//! One thread, one job at a time:
+//! 1. **Flush** a rolled WAL file: for each log that appended to it, copy the entries of that
+//!    file that are still live (not released, not truncated) into the log's open segment, as the
+//!    very same record bytes (checksum verified after reading them back from the WAL), then one
+//!    fdatasync per segment file. Entries released before this point are never written again.
+//! 2. **Collect**: segments with no live entry are forgotten; full segments with fewer than
+//!    [`COMPACT_LIVE_PERCENT_MAX`] percent live entries are rewritten into a new segment.
+//! 3. **Checkpoint** the state (see `checkpoint`), and only then delete the flushed WAL file
+//!    and the dead segment files.
+//!
+//! When the WAL is idle, a collection pass also runs every [`GC_INTERVAL_MS`] if anything was
+//! released, so acknowledged backlogs free their disk space without waiting for a rollover.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::checkpoint::{self, sync_dir, LogCheckpoint};
+use crate::config::{
+    COMPACT_LIVE_PERCENT_MAX, COMPACT_SEGMENTS_PER_PASS_MAX, DISK_FULL_RETRY_MS, GC_INTERVAL_MS,
+    SEGMENT_DATA_BYTES_MAX, SEGMENT_ENTRIES_MAX,
+};
+use crate::fault::is_disk_full;
+use crate::log::{Loc, SegmentMeta};
+use crate::record::{decode, Decoded, RecordKind, RECORD_HEADER_BYTES};
+use crate::segment::{self, IndexEntry, DATA_START};
+use crate::store::Shared;
+use crate::{Error, Result};
+
+/// Bytes of records gathered in memory before they are written to a segment file.
+const SEGMENT_WRITE_BYTES_MAX: usize = 8 << 20;
+/// Logs whose checkpoint is built under one acquisition of the lock.
+const CHECKPOINT_LOGS_PER_LOCK: usize = 256;
+
+enum Job {
+    Flush(u64),
+    Collect,
+}
+
+/// The segment writer thread. A panic in it (a bug) poisons the engine rather than leaving
+/// rolled WAL files unflushed forever.
+pub(crate) fn run(shared: Arc<Shared>) {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_jobs(&shared)));
+    if result.is_err() {
+        shared.poison("segment writer panicked".into());
+    }
+}
+
+fn run_jobs(shared: &Arc<Shared>) {
+    let interval = Duration::from_millis(GC_INTERVAL_MS);
+    let mut last_collect = Instant::now();
+    loop {
+        let job = {
+            let mut st = shared.lock();
+            loop {
+                if st.shutdown || st.poisoned.is_some() {
+                    st.segment_writer_busy = false;
+                    drop(st);
+                    shared.idle_cv.notify_all();
+                    return;
+                }
+                if let Some(&seq) = st.flush_queue.front() {
+                    st.segment_writer_busy = true;
+                    break Job::Flush(seq);
+                }
+                if st.gc_forced || (st.gc_requested && last_collect.elapsed() >= interval) {
+                    st.gc_forced = false;
+                    st.gc_requested = false;
+                    st.segment_writer_busy = true;
+                    break Job::Collect;
+                }
+                st = shared
+                    .segment_writer_cv
+                    .wait_timeout(st, interval)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+        };
+        let result = match job {
+            Job::Flush(seq) => flush(shared, seq).and_then(|()| collect(shared, Some(seq))),
+            Job::Collect => collect(shared, None),
+        };
+        last_collect = Instant::now();
+        let retry = match result {
+            Ok(()) => {
+                if let Job::Flush(seq) = job {
+                    let mut st = shared.lock();
+                    if st.flush_queue.front() == Some(&seq) {
+                        st.flush_queue.pop_front();
+                    }
+                }
+                false
+            }
+            Err(Error::Io(e)) if is_disk_full(&e) => true,
+            Err(e) => {
+                shared.poison(format!("segment writer: {e}"));
+                return;
+            }
+        };
+        shared.lock().segment_writer_busy = false;
+        shared.idle_cv.notify_all();
+        if retry {
+            std::thread::sleep(Duration::from_millis(DISK_FULL_RETRY_MS));
+        }
+    }
+}
+
+/// One entry to copy into a segment.
+struct Item {
+    index: u64,
+    term: u64,
+    /// Where it is now (packed [`Loc`]); the copy is adopted only if it is still there.
+    old_loc: u64,
+    offset: u64,
+    len: u32,
+}
+
+/// What a copy produced, to adopt under the lock.
+#[derive(Default)]
+struct Written {
+    /// (index, old packed loc, new packed loc).
+    placed: Vec<(u64, u64, u64)>,
+    metas: Vec<(u32, SegmentMeta)>,
+    created: Vec<u32>,
+}
+
+/// Copies `items` (ascending indexes) from `source` into segments of `log_id`, appending to
+/// `open` while it has room and its entries are all below the first item.
+fn write_items(
+    shared: &Shared,
+    log_id: u64,
+    generation: u64,
+    source: &File,
+    items: &[Item],
+    open: Option<(u32, SegmentMeta)>,
+) -> Result<Option<Written>> {
+    let mut out = Written::default();
+    match copy_items(shared, log_id, generation, source, items, open, &mut out) {
+        Ok(true) => Ok(Some(out)),
+        Ok(false) => {
+            discard(shared, log_id, &out.created);
+            Ok(None)
+        }
+        // Files created by a failed copy (a full disk) are named nowhere: remove them now
+        // rather than leaving them to the next recovery. Bytes appended to an existing segment
+        // past its valid end are overwritten by the next attempt.
+        Err(e) => {
+            discard(shared, log_id, &out.created);
+            Err(e)
+        }
+    }
+}
+
+/// The body of [`write_items`]; false when the log was deleted meanwhile.
+fn copy_items(
+    shared: &Shared,
+    log_id: u64,
+    generation: u64,
+    source: &File,
+    items: &[Item],
+    mut open: Option<(u32, SegmentMeta)>,
+    out: &mut Written,
+) -> Result<bool> {
+    let dir = &shared.config.segment_dir;
+    let mut data: Vec<u8> = Vec::new();
+    let mut index_buf: Vec<u8> = Vec::new();
+    let mut i = 0;
+    while i < items.len() {
+        let fits = |m: &SegmentMeta| {
+            m.count < SEGMENT_ENTRIES_MAX
+                && m.data_end - DATA_START < SEGMENT_DATA_BYTES_MAX
+                && m.last_index < items[i].index
+        };
+        let (id, mut meta, file) = match open.take() {
+            Some((id, meta)) if fits(&meta) => (id, meta, segment::open(dir, log_id, id)?),
+            _ => {
+                let id = {
+                    let mut st = shared.lock();
+                    match st.logs.get_mut(&log_id) {
+                        Some(log) if log.generation == generation => {
+                            let id = log.next_segment_id;
+                            log.next_segment_id += 1;
+                            id
+                        }
+                        _ => return Ok(false),
+                    }
+                };
+                let file = segment::create(dir, log_id, id)?;
+                out.created.push(id);
+                let meta = SegmentMeta {
+                    count: 0,
+                    data_end: DATA_START,
+                    last_index: 0,
+                };
+                (id, meta, file)
+            }
+        };
+        let first_position = meta.count;
+        let first_data = meta.data_end;
+        data.clear();
+        index_buf.clear();
+        while i < items.len()
+            && meta.count < SEGMENT_ENTRIES_MAX
+            && meta.data_end - DATA_START < SEGMENT_DATA_BYTES_MAX
+            && data.len() < SEGMENT_WRITE_BYTES_MAX
+        {
+            let item = &items[i];
+            let start = data.len();
+            let record_len = RECORD_HEADER_BYTES + item.len as usize;
+            data.resize(start + record_len, 0);
+            source.read_exact_at(&mut data[start..], item.offset)?;
+            let crc = match decode(&data[start..]) {
+                Decoded::Record(h, _)
+                    if h.kind == RecordKind::Append
+                        && h.log_id == log_id
+                        && h.index == item.index
+                        && h.term == item.term =>
+                {
+                    h.crc
+                }
+                _ => {
+                    return Err(Error::Corrupt(format!(
+                        "log {log_id} entry {}: bad record at offset {} while copying to a segment",
+                        item.index, item.offset
+                    )))
+                }
+            };
+            IndexEntry {
+                index: item.index,
+                term: item.term,
+                offset: meta.data_end as u32,
+                length: record_len as u32,
+                crc,
+            }
+            .encode(&mut index_buf);
+            out.placed.push((
+                item.index,
+                item.old_loc,
+                Loc::Segment {
+                    id,
+                    offset: meta.data_end as u32,
+                }
+                .pack(),
+            ));
+            meta.data_end += record_len as u64;
+            meta.count += 1;
+            meta.last_index = item.index;
+            i += 1;
+        }
+        file.write_all_at(&data, first_data)?;
+        file.write_all_at(&index_buf, segment::index_entry_offset(first_position))?;
+        file.sync_data()?;
+        shared
+            .counters
+            .segment_bytes
+            .fetch_add((data.len() + index_buf.len()) as u64, Ordering::Relaxed);
+        if let Some(last) = out.metas.last_mut().filter(|m| m.0 == id) {
+            last.1 = meta;
+        } else {
+            out.metas.push((id, meta));
+        }
+        // Keep filling the same segment if the write buffer, not the segment, was full.
+        open = Some((id, meta));
+    }
+    if !out.created.is_empty() {
+        sync_dir(dir)?;
+    }
+    Ok(true)
+}
+
+/// Deletes segment files this writer created for a log that has since been deleted.
+fn discard(shared: &Shared, log_id: u64, created: &[u32]) {
+    for id in created {
+        let _ = std::fs::remove_file(segment::segment_path(
+            &shared.config.segment_dir,
+            log_id,
+            *id,
+        ));
+    }
+}
+
+/// Points released entries of flushed WAL file `seq` nowhere (packed location 0, which sorts
+/// with segment locations): their bytes die with the WAL file, and keeping a WAL location
+/// behind entries already in segments would break the age order of locations along the log.
+fn forget_released(log: &mut crate::log::LogState, seq: u64) {
+    let range = log.wal_file_range(seq);
+    for slot in log.slots.range_mut(range) {
+        if slot.released() {
+            slot.loc = 0;
+        }
+    }
+}
+
+/// Points the log's entries at their copies, if they are still where they were copied from.
+fn adopt(
+    shared: &Shared,
+    log_id: u64,
+    generation: u64,
+    written: Written,
+    replaced: Option<u32>,
+    flushed_seq: Option<u64>,
+) {
+    let mut st = shared.lock();
+    let log = match st.logs.get_mut(&log_id) {
+        Some(log) if log.generation == generation => log,
+        _ => {
+            drop(st);
+            discard(shared, log_id, &written.created);
+            return;
+        }
+    };
+    // Before repointing: the range is found by binary search over locations in age order.
+    if let Some(seq) = flushed_seq {
+        forget_released(log, seq);
+    }
+    for (index, old, new) in written.placed {
+        if let Some(slot) = log.slot_mut(index) {
+            if slot.loc == old {
+                slot.loc = new;
+            }
+        }
+    }
+    for (id, meta) in written.metas {
+        log.segments.insert(id, meta);
+    }
+    if let Some(old) = replaced {
+        log.segments.remove(&old);
+        st.dead_segments.push((log_id, old));
+    }
+}
+
+/// Copies the live entries of rolled WAL file `seq` into segments.
+fn flush(shared: &Shared, seq: u64) -> Result<()> {
+    let (mut logs, source) = {
+        let st = shared.lock();
+        let logs: Vec<u64> = st
+            .wal_touched
+            .get(&seq)
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default();
+        (logs, st.wal_files.get(&seq).cloned())
+    };
+    let Some(source) = source else {
+        return Err(Error::Corrupt(format!(
+            "WAL file {seq} to flush is not open"
+        )));
+    };
+    logs.sort_unstable();
+    for log_id in logs {
+        let (generation, items, open) = {
+            let st = shared.lock();
+            let Some(log) = st.logs.get(&log_id) else {
+                continue;
+            };
+            let range = log.wal_file_range(seq);
+            let mut items = Vec::new();
+            for pos in range {
+                let slot = log.slots[pos];
+                if slot.released() {
+                    continue;
+                }
+                let index = log.first_index + pos as u64;
+                let Loc::Wal { offset, .. } = slot.loc() else {
+                    unreachable!("slots of the range are in the WAL file");
+                };
+                items.push(Item {
+                    index,
+                    term: log.term_of(index).expect("in range"),
+                    old_loc: slot.loc,
+                    offset: u64::from(offset),
+                    len: slot.len,
+                });
+            }
+            let open = log.segments.last_key_value().map(|(id, m)| (*id, *m));
+            (log.generation, items, open)
+        };
+        if items.is_empty() {
+            let mut st = shared.lock();
+            if let Some(log) = st.logs.get_mut(&log_id) {
+                forget_released(log, seq);
+            }
+            continue;
+        }
+        if let Some(written) = write_items(shared, log_id, generation, &source, &items, open)? {
+            adopt(shared, log_id, generation, written, None, Some(seq));
+        }
+    }
+    shared.lock().wal_touched.remove(&seq);
+    Ok(())
+}
+
+/// Forgets dead segments, compacts mostly-dead ones, writes the checkpoint, then deletes the
+/// files the checkpoint no longer needs: the flushed WAL file and dead segments.
+fn collect(shared: &Shared, flushed: Option<u64>) -> Result<()> {
+    let mut to_compact: Vec<(u64, u64, u32)> = Vec::new();
+    let with_segments: Vec<u64> = {
+        let st = shared.lock();
+        st.logs
+            .iter()
+            .filter(|(_, log)| !log.segments.is_empty())
+            .map(|(id, _)| *id)
+            .collect()
+    };
+    // A few logs per lock hold: counting live entries is linear in the log's length, and
+    // appends wait for the lock meanwhile.
+    for chunk in with_segments.chunks(CHECKPOINT_LOGS_PER_LOCK) {
+        let mut guard = shared.lock();
+        let st = &mut *guard;
+        for log_id in chunk {
+            let Some(log) = st.logs.get_mut(log_id) else {
+                continue;
+            };
+            let Some(open_id) = log.segments.keys().next_back().copied() else {
+                continue;
+            };
+            for (id, live) in log.live_per_segment() {
+                let meta = log.segments[&id];
+                if live == 0 {
+                    log.segments.remove(&id);
+                    st.dead_segments.push((*log_id, id));
+                } else if (id != open_id || meta.count == SEGMENT_ENTRIES_MAX)
+                    && u64::from(live) * 100 < u64::from(meta.count) * COMPACT_LIVE_PERCENT_MAX
+                    && to_compact.len() < COMPACT_SEGMENTS_PER_PASS_MAX
+                {
+                    to_compact.push((*log_id, log.generation, id));
+                }
+            }
+        }
+    }
+    for (log_id, generation, id) in to_compact {
+        compact(shared, log_id, generation, id)?;
+    }
+
+    // The dead list is taken before the checkpoint is built, so nothing in it can be named by
+    // the checkpoint; segments that die meanwhile wait for the next one.
+    let (dead, wal_flushed_seq, log_ids) = {
+        let mut st = shared.lock();
+        if let Some(seq) = flushed {
+            st.wal_flushed_seq = st.wal_flushed_seq.max(seq);
+        }
+        let dead = std::mem::take(&mut st.dead_segments);
+        let mut ids: Vec<u64> = st.logs.keys().copied().collect();
+        ids.sort_unstable();
+        (dead, st.wal_flushed_seq, ids)
+    };
+    let mut body = Vec::new();
+    let mut count = 0u64;
+    let mut seen_seq = 0;
+    for chunk in log_ids.chunks(CHECKPOINT_LOGS_PER_LOCK) {
+        let st = shared.lock();
+        seen_seq = st.next_seq - 1;
+        for log_id in chunk {
+            if let Some(log) = st.logs.get(log_id) {
+                checkpoint::push_log(&mut body, &LogCheckpoint::from_state(*log_id, log));
+                count += 1;
+            }
+        }
+    }
+    // The state just described may include releases, truncations or deletions whose records
+    // are not durable yet; the checkpoint must not be more durable than the WAL, or a crash
+    // could leave, e.g., a truncation without the entries that followed it.
+    if !wait_synced(shared, seen_seq)? {
+        shared.lock().dead_segments.extend(dead);
+        return Ok(());
+    }
+    let mut bytes = checkpoint::begin(wal_flushed_seq, count);
+    bytes.extend_from_slice(&body);
+    let bytes = checkpoint::finish(bytes);
+    if let Err(e) = checkpoint::write(&shared.config.meta_dir, &bytes) {
+        shared.lock().dead_segments.extend(dead);
+        return Err(e.into());
+    }
+
+    for (log_id, id) in &dead {
+        shared.lock().seg_files.remove(&(*log_id, *id));
+        match std::fs::remove_file(segment::segment_path(
+            &shared.config.segment_dir,
+            *log_id,
+            *id,
+        )) {
+            Ok(()) => {
+                shared
+                    .counters
+                    .segments_deleted
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if let Some(seq) = flushed {
+        shared.lock().wal_files.remove(&seq);
+        match std::fs::remove_file(crate::wal::wal_path(&shared.config.wal_dir, seq)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        shared
+            .counters
+            .wal_files_flushed
+            .fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// Waits until every record up to `seq` is durable. False when the engine shuts down first
+/// (the writer gave up on a full disk): the caller then writes nothing.
+fn wait_synced(shared: &Shared, seq: u64) -> Result<bool> {
+    let mut st = shared.lock();
+    loop {
+        if let Some(why) = &st.poisoned {
+            return Err(Error::Poisoned(why.clone()));
+        }
+        if st.synced_seq >= seq {
+            return Ok(true);
+        }
+        if st.shutdown && st.pending.is_empty() && st.synced_seq < seq {
+            // The writer exits once pending is empty; give it one more interval to finish its
+            // last batch.
+            let (next, timeout) = shared
+                .synced_cv
+                .wait_timeout(st, Duration::from_millis(DISK_FULL_RETRY_MS))
+                .unwrap_or_else(|e| e.into_inner());
+            st = next;
+            if timeout.timed_out() && st.synced_seq < seq {
+                return Ok(false);
+            }
+            continue;
+        }
+        st = shared
+            .synced_cv
+            .wait_timeout(st, Duration::from_millis(DISK_FULL_RETRY_MS))
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+    }
+}
+
+/// Rewrites the live entries of segment `id` into a new segment.
+fn compact(shared: &Shared, log_id: u64, generation: u64, id: u32) -> Result<()> {
+    let items = {
+        let st = shared.lock();
+        let Some(log) = st.logs.get(&log_id).filter(|l| l.generation == generation) else {
+            return Ok(());
+        };
+        let end = log
+            .slots
+            .partition_point(|s| s.loc < Loc::wal_file_start(0));
+        let mut items = Vec::new();
+        for (pos, slot) in log.slots.range(..end).enumerate() {
+            if slot.released() {
+                continue;
+            }
+            if let Loc::Segment { id: sid, offset } = slot.loc() {
+                if sid == id {
+                    let index = log.first_index + pos as u64;
+                    items.push(Item {
+                        index,
+                        term: log.term_of(index).expect("in range"),
+                        old_loc: slot.loc,
+                        offset: u64::from(offset),
+                        len: slot.len,
+                    });
+                }
+            }
+        }
+        items
+    };
+    if items.is_empty() {
+        return Ok(());
+    }
+    let source = segment::open(&shared.config.segment_dir, log_id, id)?;
+    if let Some(written) = write_items(shared, log_id, generation, &source, &items, None)? {
+        adopt(shared, log_id, generation, written, Some(id), None);
+        shared
+            .counters
+            .segments_compacted
+            .fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(())
+}

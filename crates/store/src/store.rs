@@ -1,0 +1,938 @@
+//! The public face of the engine: [`Store`], shared by every log of the node.
+//!
+//! Callers change the in-memory state under one short lock and queue a record for the WAL
+//! writer; they never wait for I/O. The WAL writer thread ([`crate::wal`]) makes queued records
+//! durable in batches and tells the [`DurabilityListener`]; the segment writer thread
+//! (`segment_writer`) moves what outlives a WAL file into segments.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fs::File;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::thread::JoinHandle;
+
+use bytes::Bytes;
+
+use crate::config::{
+    Config, APPEND_ENTRIES_MAX, CACHE_ENTRIES_MAX, LOGS_MAX, PAYLOAD_BYTES_MAX, PENDING_BYTES_MAX,
+    PENDING_CONTROL_MAX, PENDING_ENTRIES_MAX, READ_ENTRIES_MAX, SEGMENT_FDS_MAX,
+    SNAPSHOT_BYTES_MAX,
+};
+use crate::id_hash::{IdMap, IdSet};
+use crate::log::{Cached, Loc, LogState, Slot};
+use crate::record::{read_entry_at, RecordKind};
+use crate::{recovery, segment, segment_writer, wal, Error, Result};
+
+/// One entry of a log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Position in the log, from 1, contiguous.
+    pub index: u64,
+    /// Raft term (non-decreasing along the log); any constant for non-replicated queues.
+    pub term: u64,
+    /// The data.
+    pub payload: Bytes,
+}
+
+/// Told when entries become durable. Called from the WAL writer thread right after each
+/// fdatasync, once per log that had entries in the batch: it must be quick and must not block
+/// (send to a channel, wake a task).
+pub trait DurabilityListener: Send + Sync + 'static {
+    /// Every entry of `log_id` up to `durable_index` is on disk.
+    fn on_durable(&self, log_id: u64, durable_index: u64);
+    /// The engine is poisoned; no more `on_durable` will come.
+    fn on_failure(&self, _error: &Error) {}
+}
+
+/// A listener that ignores everything (for callers that poll [`Store::log_info`] or use
+/// [`Store::sync`]).
+pub struct NoopListener;
+
+impl DurabilityListener for NoopListener {
+    fn on_durable(&self, _log_id: u64, _durable_index: u64) {}
+}
+
+/// What the store knows of a log: what recovery hands back for each log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogInfo {
+    /// The log.
+    pub log_id: u64,
+    /// First index held (snapshot index + 1).
+    pub first_index: u64,
+    /// Last index held (first_index - 1 when empty).
+    pub last_index: u64,
+    /// Term of the last entry, or of the snapshot when empty.
+    pub last_term: u64,
+    /// Entries up to here are durable.
+    pub durable_index: u64,
+    /// Index of the last prefix release (0 if none).
+    pub snapshot_index: u64,
+    /// Term given with the last prefix release.
+    pub snapshot_term: u64,
+    /// Entries between first and last not released.
+    pub live_entries: u64,
+}
+
+/// The snapshot given with the last prefix release.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Everything up to here was released.
+    pub index: u64,
+    /// The term of that index.
+    pub term: u64,
+    /// The caller's blob.
+    pub blob: Bytes,
+}
+
+/// Counters for benches, metrics and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Entries appended.
+    pub appends: u64,
+    /// WAL write + fdatasync rounds (each one group commit).
+    pub wal_syncs: u64,
+    /// Bytes written to WAL files.
+    pub wal_bytes: u64,
+    /// Bytes written to segment files (records and index entries).
+    pub segment_bytes: u64,
+    /// WAL files flushed to segments and deleted.
+    pub wal_files_flushed: u64,
+    /// Segment files deleted because nothing in them was live.
+    pub segments_deleted: u64,
+    /// Segment files rewritten by compaction.
+    pub segments_compacted: u64,
+    /// Payload bytes held by the cache.
+    pub cache_bytes: u64,
+    /// Records waiting for the WAL writer.
+    pub pending_records: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub appends: AtomicU64,
+    pub wal_syncs: AtomicU64,
+    pub wal_bytes: AtomicU64,
+    pub segment_bytes: AtomicU64,
+    pub wal_files_flushed: AtomicU64,
+    pub segments_deleted: AtomicU64,
+    pub segments_compacted: AtomicU64,
+}
+
+/// A record waiting for the WAL writer.
+#[derive(Debug)]
+pub(crate) struct Op {
+    pub seq: u64,
+    pub kind: RecordKind,
+    pub log_id: u64,
+    pub index: u64,
+    pub term: u64,
+    pub payload: Bytes,
+}
+
+/// Everything behind the engine's lock.
+pub(crate) struct State {
+    pub logs: IdMap<LogState>,
+    pub next_generation: u64,
+    pub pending: Vec<Op>,
+    pub pending_bytes: usize,
+    /// Submission number of the next record.
+    pub next_seq: u64,
+    /// Every record up to this submission number is durable.
+    pub synced_seq: u64,
+    /// Cache entries in submission order: (log id, index, seq), for eviction.
+    pub fifo: VecDeque<(u64, u64, u64)>,
+    pub cache_bytes: usize,
+    pub poisoned: Option<String>,
+    pub disk_full: bool,
+    pub shutdown: bool,
+    /// Read handles of WAL files still referenced.
+    pub wal_files: BTreeMap<u64, Arc<File>>,
+    pub active_wal_seq: u64,
+    /// Logs with appends in each WAL file, so a flush visits only them.
+    pub wal_touched: IdMap<IdSet>,
+    /// Rolled WAL files waiting for the segment writer, oldest first.
+    pub flush_queue: VecDeque<u64>,
+    pub wal_flushed_seq: u64,
+    pub roll_requested: bool,
+    /// A requested roll happens once every record up to this one is written.
+    pub roll_after_seq: u64,
+    pub segment_writer_busy: bool,
+    pub gc_requested: bool,
+    pub gc_forced: bool,
+    pub seg_files: HashMap<(u64, u32), Arc<File>>,
+    /// Segments no longer referenced, deleted after the next checkpoint.
+    pub dead_segments: Vec<(u64, u32)>,
+    pub room_wakers: Vec<Waker>,
+}
+
+impl State {
+    pub(crate) fn new() -> State {
+        State {
+            logs: IdMap::default(),
+            next_generation: 1,
+            pending: Vec::new(),
+            pending_bytes: 0,
+            next_seq: 1,
+            synced_seq: 0,
+            fifo: VecDeque::new(),
+            cache_bytes: 0,
+            poisoned: None,
+            disk_full: false,
+            shutdown: false,
+            wal_files: BTreeMap::new(),
+            active_wal_seq: 0,
+            wal_touched: IdMap::default(),
+            flush_queue: VecDeque::new(),
+            wal_flushed_seq: 0,
+            roll_requested: false,
+            roll_after_seq: 0,
+            segment_writer_busy: false,
+            gc_requested: false,
+            gc_forced: false,
+            seg_files: HashMap::new(),
+            dead_segments: Vec::new(),
+            room_wakers: Vec::new(),
+        }
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        if let Some(why) = &self.poisoned {
+            return Err(Error::Poisoned(why.clone()));
+        }
+        if self.shutdown {
+            return Err(Error::Closed);
+        }
+        if self.disk_full {
+            return Err(Error::DiskFull);
+        }
+        Ok(())
+    }
+
+    fn has_room(&self) -> bool {
+        self.pending.len() < PENDING_ENTRIES_MAX && self.pending_bytes < PENDING_BYTES_MAX
+    }
+
+    /// A new log, whose segment ids cannot collide with files of an earlier life of the same id
+    /// that are not deleted yet.
+    pub(crate) fn new_log(&mut self, log_id: u64) -> LogState {
+        let mut log = LogState::new(self.next_generation);
+        self.next_generation += 1;
+        let floor = self
+            .dead_segments
+            .iter()
+            .filter(|(l, _)| *l == log_id)
+            .map(|(_, id)| id + 1)
+            .max()
+            .unwrap_or(1);
+        log.next_segment_id = floor;
+        // Segment ids of an earlier life may be reused once its files are gone: forget any
+        // read handle of them.
+        self.seg_files.retain(|(l, _), _| *l != log_id);
+        log
+    }
+
+    fn push_op(&mut self, kind: RecordKind, log_id: u64, index: u64, term: u64, payload: Bytes) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.pending_bytes += payload.len();
+        self.pending.push(Op {
+            seq,
+            kind,
+            log_id,
+            index,
+            term,
+            payload,
+        });
+    }
+
+    /// Drops cached payloads beyond the budget, oldest first; entries not yet durable stay.
+    pub(crate) fn evict(&mut self, budget_bytes: usize) {
+        while self.cache_bytes > budget_bytes || self.fifo.len() > CACHE_ENTRIES_MAX {
+            let Some(&(log_id, index, seq)) = self.fifo.front() else {
+                break;
+            };
+            if seq > self.synced_seq {
+                break;
+            }
+            self.fifo.pop_front();
+            if let Some(log) = self.logs.get_mut(&log_id) {
+                if log
+                    .cache
+                    .front()
+                    .is_some_and(|c| c.index == index && c.seq == seq)
+                {
+                    let c = log.cache.pop_front().expect("non-empty");
+                    self.cache_bytes -= c.payload.len();
+                }
+            }
+        }
+    }
+
+    pub(crate) fn wake_room_waiters(&mut self) {
+        for waker in self.room_wakers.drain(..) {
+            waker.wake();
+        }
+    }
+
+    pub(crate) fn log_info(&self, log_id: u64) -> Option<LogInfo> {
+        let log = self.logs.get(&log_id)?;
+        Some(LogInfo {
+            log_id,
+            first_index: log.first_index,
+            last_index: log.last_index(),
+            last_term: log.last_term(),
+            durable_index: log.durable_index,
+            snapshot_index: log.snapshot.index,
+            snapshot_term: log.snapshot.term,
+            live_entries: log.live_count,
+        })
+    }
+}
+
+/// What the engine's threads share.
+pub(crate) struct Shared {
+    pub config: Config,
+    pub state: Mutex<State>,
+    /// Wakes the WAL writer: records are pending, a roll is asked, or shutdown.
+    pub writer_cv: Condvar,
+    /// Wakes blocking submitters: the pending queue has room.
+    pub room_cv: Condvar,
+    /// Wakes [`Store::sync`] callers: a batch is durable.
+    pub synced_cv: Condvar,
+    /// Wakes the segment writer.
+    pub segment_writer_cv: Condvar,
+    /// Wakes [`Store::wait_idle`] callers.
+    pub idle_cv: Condvar,
+    pub listener: Arc<dyn DurabilityListener>,
+    pub counters: Counters,
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Marks the engine failed for good and tells everyone waiting.
+    pub(crate) fn poison(&self, why: String) {
+        {
+            let mut st = self.lock();
+            if st.poisoned.is_none() {
+                st.poisoned = Some(why.clone());
+            }
+            st.pending.clear();
+            st.pending_bytes = 0;
+            st.wake_room_waiters();
+        }
+        self.listener.on_failure(&Error::Poisoned(why));
+        self.synced_cv.notify_all();
+        self.room_cv.notify_all();
+        self.idle_cv.notify_all();
+        self.segment_writer_cv.notify_all();
+    }
+}
+
+/// The storage engine of one node: many logs, one WAL, per-log segments.
+///
+/// Cheap to share (`Arc<Store>`); every method takes `&self`, never blocks on I/O except the
+/// documented `*_blocking`, [`Store::sync`] and [`Store::wait_idle`] helpers, and reads, which
+/// read a file when the entry is no longer cached.
+pub struct Store {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+    /// Released (closing the flock) only after both threads stopped.
+    _lock: File,
+}
+
+/// Where an entry's bytes are, decided under the lock and read after it.
+enum Source {
+    Memory(Bytes),
+    File(Arc<File>, u64),
+    Segment(u32, u64),
+}
+
+impl Store {
+    /// Opens (or creates) the store: recovers every log from the checkpoint, segments and WAL
+    /// files, truncating a torn WAL tail, then starts the WAL writer and segment writer threads.
+    /// Returns what each log holds.
+    pub fn open(
+        config: Config,
+        listener: Arc<dyn DurabilityListener>,
+    ) -> Result<(Store, Vec<LogInfo>)> {
+        let recovered = recovery::recover(&config)?;
+        let mut infos: Vec<LogInfo> = recovered
+            .state
+            .logs
+            .keys()
+            .filter_map(|id| recovered.state.log_info(*id))
+            .collect();
+        infos.sort_by_key(|i| i.log_id);
+        let shared = Arc::new(Shared {
+            config,
+            state: Mutex::new(recovered.state),
+            writer_cv: Condvar::new(),
+            room_cv: Condvar::new(),
+            synced_cv: Condvar::new(),
+            segment_writer_cv: Condvar::new(),
+            idle_cv: Condvar::new(),
+            listener,
+            counters: Counters::default(),
+        });
+        let writer = {
+            let shared = shared.clone();
+            let active = recovered.active;
+            std::thread::Builder::new()
+                .name("warren-wal".into())
+                .spawn(move || wal::run_writer(shared, active))?
+        };
+        let segments = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("warren-segments".into())
+                .spawn(move || segment_writer::run(shared))?
+        };
+        Ok((
+            Store {
+                shared,
+                threads: vec![writer, segments],
+                _lock: recovered.lock,
+            },
+            infos,
+        ))
+    }
+
+    /// Queues entries for the WAL. They are readable at once and durable when the listener says
+    /// so. `entries` must continue the log: the first index is `last_index + 1` (use
+    /// [`Store::truncate`] first on a Raft conflict), indexes are contiguous, terms do not go
+    /// back. Never blocks: answers [`Error::Backpressure`] when the WAL writer is behind, and
+    /// [`Error::DiskFull`] while the disk is full.
+    pub fn append(&self, log_id: u64, entries: &[Entry]) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        if entries.len() > APPEND_ENTRIES_MAX {
+            return Err(Error::TooLarge {
+                what: "append batch",
+                bytes: entries.len(),
+                max: APPEND_ENTRIES_MAX,
+            });
+        }
+        let mut bytes = 0;
+        for e in entries {
+            if e.payload.len() > PAYLOAD_BYTES_MAX {
+                return Err(Error::TooLarge {
+                    what: "payload",
+                    bytes: e.payload.len(),
+                    max: PAYLOAD_BYTES_MAX,
+                });
+            }
+            bytes += e.payload.len();
+        }
+        let mut guard = self.shared.lock();
+        let st = &mut *guard;
+        st.check_writable()?;
+        if st.pending.len() + entries.len() > PENDING_ENTRIES_MAX
+            || (st.pending_bytes + bytes > PENDING_BYTES_MAX && !st.pending.is_empty())
+        {
+            return Err(Error::Backpressure);
+        }
+        if !st.logs.contains_key(&log_id) {
+            if st.logs.len() >= LOGS_MAX {
+                return Err(Error::TooManyLogs);
+            }
+            let log = st.new_log(log_id);
+            st.logs.insert(log_id, log);
+        }
+        let log = st.logs.get_mut(&log_id).expect("inserted above");
+        let mut term = log.last_term();
+        for (expected, e) in (log.last_index() + 1..).zip(entries) {
+            if e.index != expected || e.term < term {
+                return Err(Error::InvalidAppend {
+                    log_id,
+                    expected_index: expected,
+                    index: e.index,
+                });
+            }
+            term = e.term;
+        }
+        for e in entries {
+            let seq = st.next_seq;
+            st.next_seq += 1;
+            log.push(
+                e.index,
+                e.term,
+                Slot::new(Loc::Pending { seq }, e.payload.len() as u32),
+            );
+            log.cache.push_back(Cached {
+                index: e.index,
+                seq,
+                payload: e.payload.clone(),
+            });
+            st.fifo.push_back((log_id, e.index, seq));
+            st.pending.push(Op {
+                seq,
+                kind: RecordKind::Append,
+                log_id,
+                index: e.index,
+                term: e.term,
+                payload: e.payload.clone(),
+            });
+        }
+        st.cache_bytes += bytes;
+        st.pending_bytes += bytes;
+        st.evict(self.shared.config.cache_bytes_max);
+        drop(guard);
+        self.shared
+            .counters
+            .appends
+            .fetch_add(entries.len() as u64, Ordering::Relaxed);
+        self.shared.writer_cv.notify_one();
+        Ok(())
+    }
+
+    /// Like [`Store::append`], but waits (blocking the thread) while the WAL writer is behind.
+    /// For threads that are not async tasks: tests, benches, tools.
+    pub fn append_blocking(&self, log_id: u64, entries: &[Entry]) -> Result<()> {
+        loop {
+            match self.append(log_id, entries) {
+                Err(Error::Backpressure) => {
+                    let st = self.shared.lock();
+                    if !st.has_room() && st.poisoned.is_none() && !st.shutdown {
+                        drop(self.shared.room_cv.wait(st));
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Resolves when the pending queue has room again (after [`Error::Backpressure`]), or
+    /// when the engine is poisoned or closed (the next call then says so). Runtime-agnostic.
+    pub fn ready(&self) -> Ready<'_> {
+        Ready { store: self }
+    }
+
+    fn control_op(&self, st: &State) -> Result<()> {
+        st.check_writable()?;
+        if st.pending.len() >= PENDING_ENTRIES_MAX + PENDING_CONTROL_MAX {
+            return Err(Error::Backpressure);
+        }
+        Ok(())
+    }
+
+    /// Drops entries from `from_index` on (a Raft conflict). Entries below stay; the next append
+    /// must be at `from_index`.
+    pub fn truncate(&self, log_id: u64, from_index: u64) -> Result<()> {
+        let mut guard = self.shared.lock();
+        let st = &mut *guard;
+        self.control_op(st)?;
+        let log = st.logs.get_mut(&log_id).ok_or(Error::NoSuchLog(log_id))?;
+        if from_index < log.first_index {
+            return Err(Error::OutOfRange {
+                log_id,
+                index: from_index,
+            });
+        }
+        if from_index > log.last_index() {
+            return Ok(());
+        }
+        let freed = log.truncate_from(from_index);
+        st.cache_bytes -= freed;
+        st.push_op(RecordKind::Truncate, log_id, from_index, 0, Bytes::new());
+        drop(guard);
+        self.shared.writer_cv.notify_one();
+        Ok(())
+    }
+
+    /// Releases one entry (consumed and acknowledged, perhaps out of order): it is never read
+    /// again, never copied to a segment if still in the WAL, and segments holding only released
+    /// entries are deleted. Releasing twice, or below the first index, does nothing.
+    pub fn release(&self, log_id: u64, index: u64) -> Result<()> {
+        let mut guard = self.shared.lock();
+        let st = &mut *guard;
+        self.control_op(st)?;
+        let log = st.logs.get_mut(&log_id).ok_or(Error::NoSuchLog(log_id))?;
+        if index > log.last_index() {
+            return Err(Error::OutOfRange { log_id, index });
+        }
+        let Some(freed) = log.release(index) else {
+            return Ok(());
+        };
+        st.cache_bytes -= freed;
+        st.gc_requested = true;
+        st.push_op(RecordKind::Release, log_id, index, 0, Bytes::new());
+        drop(guard);
+        self.shared.writer_cv.notify_one();
+        Ok(())
+    }
+
+    /// Releases every entry up to `index` and keeps `snapshot` (the caller's state at that
+    /// index, e.g. a Raft snapshot or a queue's counters). `term` is the term of `index`. An
+    /// `index` beyond the last entry empties the log and moves it there (Raft snapshot install).
+    pub fn release_prefix(
+        &self,
+        log_id: u64,
+        index: u64,
+        term: u64,
+        snapshot: Bytes,
+    ) -> Result<()> {
+        if snapshot.len() > crate::config::SNAPSHOT_BYTES_MAX {
+            return Err(Error::TooLarge {
+                what: "snapshot",
+                bytes: snapshot.len(),
+                max: SNAPSHOT_BYTES_MAX,
+            });
+        }
+        let mut guard = self.shared.lock();
+        let st = &mut *guard;
+        self.control_op(st)?;
+        if !st.logs.contains_key(&log_id) {
+            if st.logs.len() >= LOGS_MAX {
+                return Err(Error::TooManyLogs);
+            }
+            let log = st.new_log(log_id);
+            st.logs.insert(log_id, log);
+        }
+        let log = st.logs.get_mut(&log_id).expect("inserted above");
+        if index < log.snapshot.index {
+            return Ok(());
+        }
+        if let Some(known) = log.term_of(index) {
+            if known != term {
+                return Err(Error::InvalidAppend {
+                    log_id,
+                    expected_index: index,
+                    index,
+                });
+            }
+        }
+        let freed = log.release_prefix(index, term, snapshot.clone());
+        st.cache_bytes -= freed;
+        st.gc_requested = true;
+        st.push_op(RecordKind::ReleasePrefix, log_id, index, term, snapshot);
+        drop(guard);
+        self.shared.writer_cv.notify_one();
+        Ok(())
+    }
+
+    /// Deletes a log and, at the next checkpoint, its segment files.
+    pub fn delete_log(&self, log_id: u64) -> Result<()> {
+        let mut guard = self.shared.lock();
+        let st = &mut *guard;
+        self.control_op(st)?;
+        let Some(log) = st.logs.remove(&log_id) else {
+            return Ok(());
+        };
+        st.cache_bytes -= log.cache.iter().map(|c| c.payload.len()).sum::<usize>();
+        st.dead_segments
+            .extend(log.segments.keys().map(|id| (log_id, *id)));
+        st.gc_requested = true;
+        st.push_op(RecordKind::DeleteLog, log_id, 0, 0, Bytes::new());
+        drop(guard);
+        self.shared.writer_cv.notify_one();
+        Ok(())
+    }
+
+    /// Reads entry `index`; `None` when released or outside the log. The record's checksum,
+    /// log id, index and term are verified right after the read.
+    pub fn read(&self, log_id: u64, index: u64) -> Result<Option<Entry>> {
+        let mut entries = self.read_range(log_id, index, index + 1, usize::MAX)?;
+        Ok(entries.pop())
+    }
+
+    /// Reads the entries of `from..to` that are not released, in order, stopping after
+    /// [`READ_ENTRIES_MAX`] entries or once `max_bytes` of payload are gathered (always at least
+    /// one entry if any).
+    pub fn read_range(
+        &self,
+        log_id: u64,
+        from: u64,
+        to: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<Entry>> {
+        // A segment may be compacted away between planning and reading: plan again then.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match self.try_read_range(log_id, from, to, max_bytes) {
+                Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound && attempts < 4 => {
+                    continue
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn try_read_range(
+        &self,
+        log_id: u64,
+        from: u64,
+        to: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<Entry>> {
+        let mut plan: Vec<(u64, u64, u32, Source)> = Vec::new();
+        {
+            let st = self.shared.lock();
+            let Some(log) = st.logs.get(&log_id) else {
+                return Ok(Vec::new());
+            };
+            let from = from.max(log.first_index);
+            let to = to.min(log.last_index() + 1);
+            let mut bytes = 0usize;
+            let mut index = from;
+            while index < to
+                && plan.len() < READ_ENTRIES_MAX
+                && (plan.is_empty() || bytes < max_bytes)
+            {
+                let slot = *log.slot(index).expect("index within the log");
+                if !slot.released() {
+                    let term = log.term_of(index).expect("index within the log");
+                    let source = if let Some(p) = log.cached(index) {
+                        Source::Memory(p.clone())
+                    } else {
+                        match slot.loc() {
+                            Loc::Pending { .. } => {
+                                return Err(Error::Corrupt(format!(
+                                    "log {log_id} entry {index}: pending entry missing from cache"
+                                )))
+                            }
+                            Loc::Wal { seq, offset } => match st.wal_files.get(&seq) {
+                                Some(f) => Source::File(f.clone(), u64::from(offset)),
+                                None => {
+                                    return Err(Error::Corrupt(format!("WAL file {seq} missing")))
+                                }
+                            },
+                            Loc::Segment { id, offset } => match st.seg_files.get(&(log_id, id)) {
+                                Some(f) => Source::File(f.clone(), u64::from(offset)),
+                                None => Source::Segment(id, u64::from(offset)),
+                            },
+                        }
+                    };
+                    bytes += slot.len as usize;
+                    plan.push((index, term, slot.len, source));
+                }
+                index += 1;
+            }
+        }
+        let mut out = Vec::with_capacity(plan.len());
+        for (index, term, len, source) in plan {
+            let payload = match source {
+                Source::Memory(p) => p,
+                Source::File(file, offset) => {
+                    self.read_file(&file, offset, len, log_id, index, term)?
+                }
+                Source::Segment(id, offset) => {
+                    let file = self.segment_file(log_id, id)?;
+                    self.read_file(&file, offset, len, log_id, index, term)?
+                }
+            };
+            out.push(Entry {
+                index,
+                term,
+                payload,
+            });
+        }
+        Ok(out)
+    }
+
+    fn read_file(
+        &self,
+        file: &File,
+        offset: u64,
+        len: u32,
+        log_id: u64,
+        index: u64,
+        term: u64,
+    ) -> Result<Bytes> {
+        let (read_term, payload) = read_entry_at(file, offset, len, log_id, index)?;
+        if read_term != term {
+            return Err(Error::Corrupt(format!(
+                "log {log_id} entry {index}: term {read_term} on disk, {term} in the index"
+            )));
+        }
+        Ok(payload)
+    }
+
+    fn segment_file(&self, log_id: u64, id: u32) -> Result<Arc<File>> {
+        let file = Arc::new(segment::open(&self.shared.config.segment_dir, log_id, id)?);
+        let mut st = self.shared.lock();
+        if st.seg_files.len() >= SEGMENT_FDS_MAX {
+            st.seg_files.clear();
+        }
+        st.seg_files.insert((log_id, id), file.clone());
+        Ok(file)
+    }
+
+    /// The term of entry `index`, also for the snapshot index; `None` outside the log.
+    pub fn term(&self, log_id: u64, index: u64) -> Option<u64> {
+        self.shared.lock().logs.get(&log_id)?.term_of(index)
+    }
+
+    /// What the store holds for `log_id`.
+    pub fn log_info(&self, log_id: u64) -> Option<LogInfo> {
+        self.shared.lock().log_info(log_id)
+    }
+
+    /// Every log's info, by log id.
+    pub fn logs(&self) -> Vec<LogInfo> {
+        let st = self.shared.lock();
+        let mut out: Vec<LogInfo> = st.logs.keys().filter_map(|id| st.log_info(*id)).collect();
+        out.sort_by_key(|i| i.log_id);
+        out
+    }
+
+    /// The snapshot of the last prefix release.
+    pub fn snapshot(&self, log_id: u64) -> Option<Snapshot> {
+        let st = self.shared.lock();
+        let log = st.logs.get(&log_id)?;
+        (log.snapshot.index > 0).then(|| Snapshot {
+            index: log.snapshot.index,
+            term: log.snapshot.term,
+            blob: log.snapshot.blob.clone(),
+        })
+    }
+
+    /// Indexes of entries not released, from `from` on, at most `max` of them: how a recovering
+    /// queue rebuilds its message list page by page.
+    pub fn live_indexes(&self, log_id: u64, from: u64, max: usize) -> Vec<u64> {
+        let st = self.shared.lock();
+        let Some(log) = st.logs.get(&log_id) else {
+            return Vec::new();
+        };
+        let from = from.max(log.first_index);
+        let mut out = Vec::new();
+        let mut index = from;
+        while index <= log.last_index() && out.len() < max {
+            if !log.slot(index).expect("in range").released() {
+                out.push(index);
+            }
+            index += 1;
+        }
+        out
+    }
+
+    /// Blocks until everything submitted before the call is durable.
+    pub fn sync(&self) -> Result<()> {
+        let mut st = self.shared.lock();
+        let target = st.next_seq - 1;
+        loop {
+            if let Some(why) = &st.poisoned {
+                return Err(Error::Poisoned(why.clone()));
+            }
+            if st.synced_seq >= target {
+                return Ok(());
+            }
+            if st.shutdown {
+                return Err(Error::Closed);
+            }
+            st = self
+                .shared
+                .synced_cv
+                .wait(st)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Asks the WAL writer to roll over to a new file now (as if the size limit were reached),
+    /// handing the current one to the segment writer.
+    pub fn roll_wal(&self) {
+        let mut st = self.shared.lock();
+        st.roll_requested = true;
+        st.roll_after_seq = st.next_seq - 1;
+        drop(st);
+        self.shared.writer_cv.notify_one();
+    }
+
+    /// Asks the segment writer for a pass of deletion of released segments, compaction and
+    /// checkpoint now rather than at its next interval.
+    pub fn compact(&self) {
+        self.shared.lock().gc_forced = true;
+        self.shared.segment_writer_cv.notify_one();
+    }
+
+    /// Blocks until the WAL writer and segment writer have nothing left to do: everything
+    /// submitted is durable, asked rollovers done, rolled WAL files flushed, asked compaction
+    /// done. For tests, tools and orderly shutdown.
+    pub fn wait_idle(&self) -> Result<()> {
+        self.sync()?;
+        let mut st = self.shared.lock();
+        loop {
+            if let Some(why) = &st.poisoned {
+                return Err(Error::Poisoned(why.clone()));
+            }
+            let idle = !st.roll_requested
+                && st.pending.is_empty()
+                && st.flush_queue.is_empty()
+                && !st.gc_forced
+                && !st.segment_writer_busy;
+            if idle {
+                return Ok(());
+            }
+            st = self
+                .shared
+                .idle_cv
+                .wait_timeout(st, std::time::Duration::from_millis(50))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Counters since open.
+    pub fn stats(&self) -> Stats {
+        let c = &self.shared.counters;
+        let st = self.shared.lock();
+        Stats {
+            appends: c.appends.load(Ordering::Relaxed),
+            wal_syncs: c.wal_syncs.load(Ordering::Relaxed),
+            wal_bytes: c.wal_bytes.load(Ordering::Relaxed),
+            segment_bytes: c.segment_bytes.load(Ordering::Relaxed),
+            wal_files_flushed: c.wal_files_flushed.load(Ordering::Relaxed),
+            segments_deleted: c.segments_deleted.load(Ordering::Relaxed),
+            segments_compacted: c.segments_compacted.load(Ordering::Relaxed),
+            cache_bytes: st.cache_bytes as u64,
+            pending_records: st.pending.len() as u64,
+        }
+    }
+}
+
+impl Drop for Store {
+    /// Writes and syncs everything pending, lets the segment writer finish its current job,
+    /// and stops both threads. Rolled WAL files not yet flushed are flushed at the next open.
+    fn drop(&mut self) {
+        self.shared.lock().shutdown = true;
+        self.shared.writer_cv.notify_all();
+        self.shared.segment_writer_cv.notify_all();
+        self.shared.room_cv.notify_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The future returned by [`Store::ready`].
+pub struct Ready<'a> {
+    store: &'a Store,
+}
+
+impl Future for Ready<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut st = self.store.shared.lock();
+        if (st.has_room() && !st.disk_full) || st.poisoned.is_some() || st.shutdown {
+            return Poll::Ready(());
+        }
+        if !st.room_wakers.iter().any(|w| w.will_wake(cx.waker())) {
+            st.room_wakers.push(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+}
+
+// The broker shares one `Store` between all its tasks and threads.
+const _: fn() = || {
+    fn shared_between_threads<T: Send + Sync>() {}
+    shared_between_threads::<Store>();
+};

@@ -1,0 +1,350 @@
+//! The write-ahead log: one per node, shared by every log, written by one thread.
+//!
+//! Group commit: the writer takes every pending record of every log (up to
+//! [`BATCH_ENTRIES_MAX`] records and [`BATCH_BYTES_MAX`] bytes), encodes them into one buffer,
+//! writes it with one `pwrite`, then one `fdatasync`, and only then marks the entries durable and
+//! calls the listener. While it syncs, new records pile up, so batches grow with the load.
+//!
+//! File `wal/<seq as 16 hex digits>.wal`:
+//!
+//! ```text
+//!  0  8  magic "WRNWAL01"
+//!  8  4  version (1)
+//! 12  4  zero
+//! 16  8  sequence number (same as the name)
+//! 24  4  zero
+//! 28  4  crc32c of bytes 0..28
+//! 32  .. records (see `record`), back to back
+//! ```
+//!
+//! Faults: a failed fdatasync poisons the engine (the kernel may have dropped the dirty pages,
+//! so retrying could report lost data as durable). A write failing with ENOSPC truncates the
+//! file back to its last durable length, answers [`crate::Error::DiskFull`] to new appends and
+//! retries every [`DISK_FULL_RETRY_MS`] until space returns; nothing already durable is touched.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::checkpoint::sync_dir;
+use crate::config::{BATCH_BYTES_MAX, BATCH_ENTRIES_MAX, DISK_FULL_RETRY_MS};
+use crate::fault::is_disk_full;
+use crate::id_hash::IdMap;
+use crate::log::{Loc, FILE_ID_MAX};
+use crate::record::{self, RecordKind, RECORD_HEADER_BYTES};
+use crate::store::{Op, Shared};
+
+const MAGIC: &[u8; 8] = b"WRNWAL01";
+const VERSION: u32 = 1;
+/// Size of the WAL file header.
+pub const WAL_HEADER_BYTES: u64 = 32;
+
+/// The WAL file being written.
+pub(crate) struct WalFile {
+    pub seq: u64,
+    pub file: Arc<File>,
+    /// Durable length: everything before it is synced.
+    pub len: u64,
+}
+
+/// The path of WAL file `seq`.
+pub fn wal_path(dir: &Path, seq: u64) -> PathBuf {
+    dir.join(format!("{seq:016x}.wal"))
+}
+
+/// The sequence number a WAL file name stands for.
+pub fn parse_wal_name(name: &str) -> Option<u64> {
+    let stem = name.strip_suffix(".wal")?;
+    if stem.len() != 16 {
+        return None;
+    }
+    u64::from_str_radix(stem, 16).ok()
+}
+
+pub(crate) fn header(seq: u64) -> [u8; WAL_HEADER_BYTES as usize] {
+    let mut h = [0u8; WAL_HEADER_BYTES as usize];
+    h[0..8].copy_from_slice(MAGIC);
+    h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    h[16..24].copy_from_slice(&seq.to_le_bytes());
+    let crc = crc32c::crc32c(&h[..28]);
+    h[28..32].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+/// Creates WAL file `seq` with its header, durably (file and directory entry synced), so that
+/// records written into it later are found after a crash.
+pub(crate) fn create(dir: &Path, seq: u64) -> io::Result<WalFile> {
+    assert!(seq <= FILE_ID_MAX, "WAL sequence space exhausted");
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(wal_path(dir, seq))?;
+    file.write_all_at(&header(seq), 0)?;
+    file.sync_all()?;
+    sync_dir(dir)?;
+    Ok(WalFile {
+        seq,
+        file: Arc::new(file),
+        len: WAL_HEADER_BYTES,
+    })
+}
+
+enum WriteOutcome {
+    Durable,
+    /// Shut down while the disk was full: the batch was never durable nor acknowledged.
+    GaveUp,
+    Poisoned,
+}
+
+/// The WAL writer thread. A panic in it (a bug) poisons the engine, so that callers get errors
+/// instead of waiting forever for durability.
+pub(crate) fn run_writer(shared: Arc<Shared>, wal: WalFile) {
+    let result =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write_batches(&shared, wal)));
+    if result.is_err() {
+        shared.poison("WAL writer panicked".into());
+    }
+}
+
+fn write_batches(shared: &Arc<Shared>, mut wal: WalFile) {
+    let wal_bytes_max = shared.config.wal_file_bytes();
+    let mut batch: Vec<Op> = Vec::new();
+    let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
+    let mut offsets: Vec<u32> = Vec::new();
+    let mut durable: IdMap<u64> = IdMap::default();
+    let mut notes: Vec<(u64, u64)> = Vec::new();
+    loop {
+        {
+            let mut st = shared.lock();
+            while st.pending.is_empty() && !st.roll_requested && !st.shutdown {
+                st = shared.writer_cv.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+            if st.poisoned.is_some() || (st.shutdown && st.pending.is_empty()) {
+                return;
+            }
+            take_batch(&mut st.pending, &mut batch);
+            st.pending_bytes -= batch.iter().map(|op| op.payload.len()).sum::<usize>();
+            st.wake_room_waiters();
+        }
+        shared.room_cv.notify_all();
+
+        if !batch.is_empty() {
+            buf.clear();
+            offsets.clear();
+            for op in &batch {
+                let offset = wal.len + buf.len() as u64;
+                offsets.push(u32::try_from(offset).expect("WAL files stay below 4 GiB"));
+                record::encode(&mut buf, op.kind, op.log_id, op.index, op.term, &op.payload);
+            }
+            match write_and_sync(shared, &mut wal, &buf) {
+                WriteOutcome::Durable => {}
+                WriteOutcome::GaveUp | WriteOutcome::Poisoned => return,
+            }
+            shared.counters.wal_syncs.fetch_add(1, Ordering::Relaxed);
+            shared
+                .counters
+                .wal_bytes
+                .fetch_add(buf.len() as u64, Ordering::Relaxed);
+
+            durable.clear();
+            notes.clear();
+            {
+                let mut guard = shared.lock();
+                let st = &mut *guard;
+                let touched = st.wal_touched.entry(wal.seq).or_default();
+                let mut last_log = None;
+                for (op, offset) in batch.iter().zip(&offsets) {
+                    if op.kind != RecordKind::Append {
+                        continue;
+                    }
+                    if last_log != Some(op.log_id) {
+                        touched.insert(op.log_id);
+                        last_log = Some(op.log_id);
+                    }
+                    let Some(log) = st.logs.get_mut(&op.log_id) else {
+                        continue;
+                    };
+                    // An entry released with a prefix before it was written is still reported
+                    // durable: the broker confirms publishes from these notifications.
+                    if op.index >= log.first_index {
+                        let Some(slot) = log.slot_mut(op.index) else {
+                            continue;
+                        };
+                        // A truncated or re-appended entry has another submission number.
+                        if slot.loc != (Loc::Pending { seq: op.seq }).pack() {
+                            continue;
+                        }
+                        slot.loc = Loc::Wal {
+                            seq: wal.seq,
+                            offset: *offset,
+                        }
+                        .pack();
+                    }
+                    if op.index > log.durable_index {
+                        log.durable_index = op.index;
+                        durable.insert(op.log_id, op.index);
+                    }
+                }
+            }
+            notes.extend(durable.iter().map(|(l, i)| (*l, *i)));
+            for (log_id, index) in &notes {
+                shared.listener.on_durable(*log_id, *index);
+            }
+        }
+
+        // Roll before publishing the batch as synced, so that a caller who waited for it
+        // (`Store::wait_idle`) finds the rolled file already queued for the segment writer.
+        let written_through = match batch.last() {
+            Some(op) => op.seq,
+            None => shared.lock().next_seq - 1,
+        };
+        let asked = {
+            let st = shared.lock();
+            st.roll_requested && st.roll_after_seq <= written_through
+        };
+        if asked || wal.len >= wal_bytes_max {
+            match create(&shared.config.wal_dir, wal.seq + 1) {
+                Ok(next) => {
+                    {
+                        let mut st = shared.lock();
+                        st.wal_files.insert(next.seq, next.file.clone());
+                        st.active_wal_seq = next.seq;
+                        st.flush_queue.push_back(wal.seq);
+                        if st.roll_requested && st.roll_after_seq <= written_through {
+                            st.roll_requested = false;
+                        }
+                    }
+                    wal = next;
+                    shared.segment_writer_cv.notify_one();
+                }
+                // Keep writing the current file; the roll is tried again after the next batch.
+                Err(e) if is_disk_full(&e) => {}
+                Err(e) => {
+                    shared.poison(format!("creating WAL file {}: {e}", wal.seq + 1));
+                    return;
+                }
+            }
+        }
+        // Published after the listener ran, so that a caller of `Store::sync` knows the
+        // listener has heard of everything it waited for.
+        if let Some(op) = batch.last() {
+            let mut st = shared.lock();
+            st.synced_seq = op.seq;
+            st.evict(shared.config.cache_bytes_max);
+        }
+        batch.clear();
+        shared.synced_cv.notify_all();
+        shared.idle_cv.notify_all();
+    }
+}
+
+/// Moves the oldest pending records into `batch`, within the batch limits (at least one).
+fn take_batch(pending: &mut Vec<Op>, batch: &mut Vec<Op>) {
+    let mut bytes = 0;
+    let mut n = 0;
+    for op in pending.iter() {
+        let size = RECORD_HEADER_BYTES + op.payload.len();
+        if n > 0 && (n == BATCH_ENTRIES_MAX || bytes + size > BATCH_BYTES_MAX) {
+            break;
+        }
+        bytes += size;
+        n += 1;
+    }
+    if n == pending.len() {
+        std::mem::swap(pending, batch);
+    } else {
+        batch.extend(pending.drain(..n));
+    }
+}
+
+fn write_and_sync(shared: &Shared, wal: &mut WalFile, buf: &[u8]) -> WriteOutcome {
+    let faults = &shared.config.faults;
+    loop {
+        let written = faults
+            .before_write()
+            .and_then(|()| wal.file.write_all_at(buf, wal.len));
+        match written {
+            Ok(()) => break,
+            Err(e) if is_disk_full(&e) => {
+                // Drop whatever part of the batch reached the file so the next attempt (and
+                // recovery) sees the file end at its last durable record.
+                let _ = wal.file.set_len(wal.len);
+                {
+                    let mut st = shared.lock();
+                    st.disk_full = true;
+                    if st.shutdown {
+                        return WriteOutcome::GaveUp;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(DISK_FULL_RETRY_MS));
+            }
+            Err(e) => {
+                shared.poison(format!("writing WAL file {}: {e}", wal.seq));
+                return WriteOutcome::Poisoned;
+            }
+        }
+    }
+    if let Err(e) = faults.before_sync().and_then(|()| wal.file.sync_data()) {
+        shared.poison(format!("fdatasync of WAL file {}: {e}", wal.seq));
+        return WriteOutcome::Poisoned;
+    }
+    wal.len += buf.len() as u64;
+    let mut st = shared.lock();
+    if st.disk_full {
+        st.disk_full = false;
+        st.wake_room_waiters();
+        drop(st);
+        shared.room_cv.notify_all();
+    }
+    WriteOutcome::Durable
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    #[test]
+    fn batches_respect_entry_and_byte_limits() {
+        let op = |seq, len| Op {
+            seq,
+            kind: RecordKind::Append,
+            log_id: 1,
+            index: seq,
+            term: 1,
+            payload: Bytes::from(vec![0u8; len]),
+        };
+        let mut pending: Vec<Op> = (1..=BATCH_ENTRIES_MAX as u64 + 5)
+            .map(|s| op(s, 1))
+            .collect();
+        let mut batch = Vec::new();
+        take_batch(&mut pending, &mut batch);
+        assert_eq!((batch.len(), pending.len()), (BATCH_ENTRIES_MAX, 5));
+        assert_eq!(pending[0].seq, BATCH_ENTRIES_MAX as u64 + 1);
+
+        let mut pending = vec![op(1, BATCH_BYTES_MAX), op(2, 10)];
+        let mut batch = Vec::new();
+        take_batch(&mut pending, &mut batch);
+        assert_eq!(
+            (batch.len(), pending.len()),
+            (1, 1),
+            "an oversized record goes alone"
+        );
+    }
+
+    #[test]
+    fn names_round_trip() {
+        let p = wal_path(Path::new("/w"), 0x1f);
+        assert_eq!(
+            parse_wal_name(p.file_name().unwrap().to_str().unwrap()),
+            Some(0x1f)
+        );
+        assert_eq!(parse_wal_name("checkpoint"), None);
+    }
+}
