@@ -149,7 +149,7 @@ fn entries_released_before_rollover_never_reach_the_segment_dir() {
     store.roll_wal();
     store.wait_idle().unwrap();
     let stats = store.stats();
-    assert!(stats.wal_files_flushed >= 2, "{stats:?}");
+    assert!(stats.wal_files_flushed >= 1, "{stats:?}");
     assert_eq!(stats.segment_bytes, 0);
     assert_eq!(dir_bytes(&config.segment_dir), 0);
     assert!(stats.wal_bytes > 1_000 * 1024);
