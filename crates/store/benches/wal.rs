@@ -98,6 +98,9 @@ fn wal(c: &mut Criterion) {
                     })
                 },
             );
+            if total_appends == 0 {
+                continue; // filtered out on the command line
+            }
             let syncs = case.store.stats().wal_syncs - syncs_before;
             let secs = total_time.as_secs_f64();
             eprintln!(

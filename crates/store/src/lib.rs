@@ -14,6 +14,8 @@
 //! | `checkpoint` | the manifest in the meta dir that lets WAL files be deleted |
 //! | `recovery` | rebuilding every log at open: checkpoint, segment indexes, WAL replay |
 //! | [`config`] | directories, sizes, and every limit as a named constant |
+//! | `fault` | fault injection for tests; what counts as a full disk |
+//! | `id_hash` | the fast hasher for maps keyed by log id |
 //! | [`error`] | the error type |
 //! | [`journal`] | the small synced journal of metadata records (durable topology) |
 //!

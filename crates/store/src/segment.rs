@@ -30,7 +30,8 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use crate::config::SEGMENT_ENTRIES_MAX;
+use crate::config::{PAYLOAD_BYTES_MAX, SEGMENT_ENTRIES_MAX};
+use crate::record::RECORD_HEADER_BYTES;
 use crate::{Error, Result};
 
 const MAGIC: &[u8; 8] = b"WRNSEG01";
@@ -151,7 +152,12 @@ pub fn read_index(file: &File, log_id: u64, id: u32, count: u32) -> Result<Vec<I
     let mut last_index = 0;
     for chunk in buf[SEGMENT_HEADER_BYTES as usize..].chunks_exact(INDEX_ENTRY_BYTES as usize) {
         let entry = IndexEntry::decode(chunk)
-            .filter(|e| e.index > last_index && u64::from(e.offset) >= DATA_START)
+            .filter(|e| {
+                e.index > last_index
+                    && u64::from(e.offset) >= DATA_START
+                    && (e.length as usize) >= RECORD_HEADER_BYTES
+                    && (e.length as usize) - RECORD_HEADER_BYTES <= PAYLOAD_BYTES_MAX
+            })
             .ok_or_else(|| Error::Corrupt(format!("segment {log_id}/{id}: bad index entry")))?;
         last_index = entry.index;
         entries.push(entry);

@@ -14,6 +14,7 @@
 //! When the WAL is idle, a collection pass also runs every [`GC_INTERVAL_MS`] if anything was
 //! released, so acknowledged backlogs free their disk space without waiting for a rollover.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -117,6 +118,8 @@ struct Item {
     term: u64,
     /// Where it is now (packed [`Loc`]); the copy is adopted only if it is still there.
     old_loc: u64,
+    /// Which of the source files holds it, and where.
+    source: usize,
     offset: u64,
     len: u32,
 }
@@ -130,18 +133,18 @@ struct Written {
     created: Vec<u32>,
 }
 
-/// Copies `items` (ascending indexes) from `source` into segments of `log_id`, appending to
+/// Copies `items` (ascending indexes) from `sources` into segments of `log_id`, appending to
 /// `open` while it has room and its entries are all below the first item.
 fn write_items(
     shared: &Shared,
     log_id: u64,
     generation: u64,
-    source: &File,
+    sources: &[&File],
     items: &[Item],
     open: Option<(u32, SegmentMeta)>,
 ) -> Result<Option<Written>> {
     let mut out = Written::default();
-    match copy_items(shared, log_id, generation, source, items, open, &mut out) {
+    match copy_items(shared, log_id, generation, sources, items, open, &mut out) {
         Ok(true) => Ok(Some(out)),
         Ok(false) => {
             discard(shared, log_id, &out.created);
@@ -162,7 +165,7 @@ fn copy_items(
     shared: &Shared,
     log_id: u64,
     generation: u64,
-    source: &File,
+    sources: &[&File],
     items: &[Item],
     mut open: Option<(u32, SegmentMeta)>,
     out: &mut Written,
@@ -214,7 +217,7 @@ fn copy_items(
             let start = data.len();
             let record_len = RECORD_HEADER_BYTES + item.len as usize;
             data.resize(start + record_len, 0);
-            source.read_exact_at(&mut data[start..], item.offset)?;
+            sources[item.source].read_exact_at(&mut data[start..], item.offset)?;
             let crc = match decode(&data[start..]) {
                 Decoded::Record(h, _)
                     if h.kind == RecordKind::Append
@@ -303,17 +306,19 @@ fn adopt(
     log_id: u64,
     generation: u64,
     written: Written,
-    replaced: Option<u32>,
+    replaced: &[u32],
     flushed_seq: Option<u64>,
 ) {
-    let mut st = shared.lock();
-    let log = match st.logs.get_mut(&log_id) {
-        Some(log) if log.generation == generation => log,
-        _ => {
-            drop(st);
-            discard(shared, log_id, &written.created);
-            return;
-        }
+    let mut guard = shared.lock();
+    let st = &mut *guard;
+    let Some(log) = st
+        .logs
+        .get_mut(&log_id)
+        .filter(|l| l.generation == generation)
+    else {
+        drop(guard);
+        discard(shared, log_id, &written.created);
+        return;
     };
     // Before repointing: the range is found by binary search over locations in age order.
     if let Some(seq) = flushed_seq {
@@ -329,9 +334,9 @@ fn adopt(
     for (id, meta) in written.metas {
         log.segments.insert(id, meta);
     }
-    if let Some(old) = replaced {
-        log.segments.remove(&old);
-        st.dead_segments.push((log_id, old));
+    for old in replaced {
+        log.segments.remove(old);
+        st.dead_segments.push((log_id, *old));
     }
 }
 
@@ -373,6 +378,7 @@ fn flush(shared: &Shared, seq: u64) -> Result<()> {
                     index,
                     term: log.term_of(index).expect("in range"),
                     old_loc: slot.loc,
+                    source: 0,
                     offset: u64::from(offset),
                     len: slot.len,
                 });
@@ -387,8 +393,9 @@ fn flush(shared: &Shared, seq: u64) -> Result<()> {
             }
             continue;
         }
-        if let Some(written) = write_items(shared, log_id, generation, &source, &items, open)? {
-            adopt(shared, log_id, generation, written, None, Some(seq));
+        let sources = [source.as_ref()];
+        if let Some(written) = write_items(shared, log_id, generation, &sources, &items, open)? {
+            adopt(shared, log_id, generation, written, &[], Some(seq));
         }
     }
     shared.lock().wal_touched.remove(&seq);
@@ -398,7 +405,8 @@ fn flush(shared: &Shared, seq: u64) -> Result<()> {
 /// Forgets dead segments, compacts mostly-dead ones, writes the checkpoint, then deletes the
 /// files the checkpoint no longer needs: the flushed WAL file and dead segments.
 fn collect(shared: &Shared, flushed: Option<u64>) -> Result<()> {
-    let mut to_compact: Vec<(u64, u64, u32)> = Vec::new();
+    let mut to_compact: BTreeMap<(u64, u64), Vec<u32>> = BTreeMap::new();
+    let mut to_compact_count = 0;
     let with_segments: Vec<u64> = {
         let st = shared.lock();
         st.logs
@@ -426,15 +434,19 @@ fn collect(shared: &Shared, flushed: Option<u64>) -> Result<()> {
                     st.dead_segments.push((*log_id, id));
                 } else if (id != open_id || meta.count == SEGMENT_ENTRIES_MAX)
                     && u64::from(live) * 100 < u64::from(meta.count) * COMPACT_LIVE_PERCENT_MAX
-                    && to_compact.len() < COMPACT_SEGMENTS_PER_PASS_MAX
+                    && to_compact_count < COMPACT_SEGMENTS_PER_PASS_MAX
                 {
-                    to_compact.push((*log_id, log.generation, id));
+                    to_compact
+                        .entry((*log_id, log.generation))
+                        .or_default()
+                        .push(id);
+                    to_compact_count += 1;
                 }
             }
         }
     }
-    for (log_id, generation, id) in to_compact {
-        compact(shared, log_id, generation, id)?;
+    for ((log_id, generation), ids) in to_compact {
+        compact(shared, log_id, generation, &ids)?;
     }
 
     // The dead list is taken before the checkpoint is built, so nothing in it can be named by
@@ -541,8 +553,9 @@ fn wait_synced(shared: &Shared, seq: u64) -> Result<bool> {
     }
 }
 
-/// Rewrites the live entries of segment `id` into a new segment.
-fn compact(shared: &Shared, log_id: u64, generation: u64, id: u32) -> Result<()> {
+/// Rewrites the live entries of segments `ids` of one log into new segments (merging them, so
+/// that compaction also reduces the number of files).
+fn compact(shared: &Shared, log_id: u64, generation: u64, ids: &[u32]) -> Result<()> {
     let items = {
         let st = shared.lock();
         let Some(log) = st.logs.get(&log_id).filter(|l| l.generation == generation) else {
@@ -556,13 +569,14 @@ fn compact(shared: &Shared, log_id: u64, generation: u64, id: u32) -> Result<()>
             if slot.released() {
                 continue;
             }
-            if let Loc::Segment { id: sid, offset } = slot.loc() {
-                if sid == id {
+            if let Loc::Segment { id, offset } = slot.loc() {
+                if let Some(source) = ids.iter().position(|c| *c == id) {
                     let index = log.first_index + pos as u64;
                     items.push(Item {
                         index,
                         term: log.term_of(index).expect("in range"),
                         old_loc: slot.loc,
+                        source,
                         offset: u64::from(offset),
                         len: slot.len,
                     });
@@ -574,13 +588,17 @@ fn compact(shared: &Shared, log_id: u64, generation: u64, id: u32) -> Result<()>
     if items.is_empty() {
         return Ok(());
     }
-    let source = segment::open(&shared.config.segment_dir, log_id, id)?;
-    if let Some(written) = write_items(shared, log_id, generation, &source, &items, None)? {
-        adopt(shared, log_id, generation, written, Some(id), None);
+    let files = ids
+        .iter()
+        .map(|id| segment::open(&shared.config.segment_dir, log_id, *id))
+        .collect::<io::Result<Vec<File>>>()?;
+    let sources: Vec<&File> = files.iter().collect();
+    if let Some(written) = write_items(shared, log_id, generation, &sources, &items, None)? {
+        adopt(shared, log_id, generation, written, ids, None);
         shared
             .counters
             .segments_compacted
-            .fetch_add(1, Ordering::Relaxed);
+            .fetch_add(ids.len() as u64, Ordering::Relaxed);
     }
     Ok(())
 }

@@ -39,7 +39,8 @@ pub struct Entry {
 
 /// Told when entries become durable. Called from the WAL writer thread right after each
 /// fdatasync, once per log that had entries in the batch: it must be quick and must not block
-/// (send to a channel, wake a task).
+/// (send to a channel, wake a task). It may read the store, but must not call [`Store::sync`]
+/// or [`Store::wait_idle`], which wait for the very thread that calls it.
 pub trait DurabilityListener: Send + Sync + 'static {
     /// Every entry of `log_id` up to `durable_index` is on disk.
     fn on_durable(&self, log_id: u64, durable_index: u64);

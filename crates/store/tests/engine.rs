@@ -149,7 +149,7 @@ fn entries_released_before_rollover_never_reach_the_segment_dir() {
     store.roll_wal();
     store.wait_idle().unwrap();
     let stats = store.stats();
-    assert!(stats.wal_files_flushed >= 2, "{stats:?}");
+    assert!(stats.wal_files_flushed >= 1, "{stats:?}");
     assert_eq!(stats.segment_bytes, 0);
     assert_eq!(dir_bytes(&config.segment_dir), 0);
     assert!(stats.wal_bytes > 1_000 * 1024);
@@ -392,4 +392,43 @@ fn entries_consumed_before_their_sync_are_still_reported_durable() {
         Some(50),
         "publishers wait for these confirms"
     );
+}
+
+#[test]
+fn compaction_merges_mostly_dead_segments_into_one() {
+    let dir = TempDir::new("merge");
+    let config = small_config(&dir);
+    let n = 3 * 4096 + 100;
+    {
+        let (store, _) = open(&config);
+        let mut i = 1u64;
+        while i <= n {
+            let batch: Vec<_> = (i..(i + 500).min(n + 1))
+                .map(|k| entry(1, k, 1, 16))
+                .collect();
+            i += batch.len() as u64;
+            store.append_blocking(1, &batch).unwrap();
+        }
+        store.roll_wal();
+        store.wait_idle().unwrap();
+        assert_eq!(file_count(&config.segment_dir), 4);
+        for k in 1..=3 * 4096 {
+            if k % 10 != 0 {
+                store.release(1, k).unwrap();
+            }
+        }
+        store.compact();
+        store.wait_idle().unwrap();
+        assert_eq!(store.stats().segments_compacted, 3);
+        assert_eq!(
+            file_count(&config.segment_dir),
+            2,
+            "three merged into one, plus the open one"
+        );
+    }
+    let (store, _) = open(&config);
+    for k in 1..=n {
+        let expected = (k > 3 * 4096 || k % 10 == 0).then(|| entry(1, k, 1, 16));
+        assert_eq!(store.read(1, k).unwrap(), expected, "entry {k}");
+    }
 }
