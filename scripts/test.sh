@@ -14,8 +14,4 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
 
-# Persistent messages across restarts arrive when queues are put on the storage engine
-# (issue 3); until then the four tests that need them are deselected here by name, not
-# skipped silently. Durable topology across restarts is tested. INTEROP_PYTEST_ARGS overrides.
-PENDING_MESSAGE_STORE="test_confirmed_persistent_messages_survive_restart or test_acked_messages_do_not_come_back_after_restart or test_transient_messages_in_durable_queue_are_gone_after_restart or test_unacked_messages_are_redelivered_after_restart or test_confirmed_quorum_queue_messages_survive_restart"
-./scripts/interop.sh --broker warren ${INTEROP_PYTEST_ARGS:--k "not ($PENDING_MESSAGE_STORE)"}
+./scripts/interop.sh --broker warren ${INTEROP_PYTEST_ARGS:-}

@@ -13,6 +13,8 @@ pub struct Broker {
     vhosts: RwLock<HashMap<String, SharedVHost>>,
     pub users: RwLock<Users>,
     epoch: Instant,
+    /// Unix time in ms at `epoch`: turns broker-relative expiries into wall-clock ones.
+    unix_ms_at_epoch: u64,
 }
 
 impl Default for Broker {
@@ -28,6 +30,10 @@ impl Broker {
             vhosts: RwLock::new(HashMap::new()),
             users: RwLock::new(Users::default()),
             epoch: Instant::now(),
+            unix_ms_at_epoch: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
         };
         b.add_vhost("/");
         {
@@ -48,7 +54,9 @@ impl Broker {
         if v.contains_key(name) {
             return false;
         }
-        v.insert(name.to_string(), Arc::new(Mutex::new(VHost::new(name))));
+        let mut vhost = VHost::new(name);
+        vhost.unix_ms_at_epoch = self.unix_ms_at_epoch;
+        v.insert(name.to_string(), Arc::new(Mutex::new(vhost)));
         true
     }
 
@@ -143,12 +151,15 @@ impl Broker {
                 name,
                 auto_delete,
                 arguments,
+                log_id,
             } => {
-                vhost(&v)?
-                    .lock()
-                    .expect("vhost lock")
-                    .queue_declare(0, &name, false, true, false, auto_delete, arguments, now)
+                let v = vhost(&v)?;
+                let mut v = v.lock().expect("vhost lock");
+                v.queue_declare(0, &name, false, true, false, auto_delete, arguments, now)
                     .map_err(amqp)?;
+                if log_id != 0 {
+                    v.set_queue_log(&name, log_id);
+                }
             }
             MetaRecord::DeleteQueue { vhost: v, name } => {
                 vhost(&v)?

@@ -55,6 +55,9 @@ pub enum MetaRecord {
         name: String,
         auto_delete: bool,
         arguments: FieldTable,
+        /// The queue's log in the storage engine, where its persistent messages are.
+        #[serde(default)]
+        log_id: u64,
     },
     DeleteQueue {
         vhost: String,

@@ -10,6 +10,7 @@
 //! - [`args`]: queue arguments validated as RabbitMQ validates them.
 //! - [`definitions`]: durable-topology changes as records for the metadata journal, and replay.
 //! - [`exchange`], [`message`], [`users`], [`error`].
+//! - [`persistence`]: the storage work a command asks for (appends, releases), as effects.
 //! - [`outbox`]: where delivered frames wait for a connection's writer; the only way this
 //!   crate talks to sockets, so everything here is testable without them.
 
@@ -21,6 +22,7 @@ pub mod error;
 pub mod exchange;
 pub mod message;
 pub mod outbox;
+pub mod persistence;
 pub mod queue;
 pub mod routing;
 pub mod users;

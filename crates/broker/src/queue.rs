@@ -26,6 +26,9 @@ pub struct QueuedMessage {
     /// Arrival order in its queue, set by [`Backlog::push_back`]: a requeue puts the message
     /// back at this position, as RabbitMQ's classic queues do.
     pub seq: u64,
+    /// Its index in the queue's log when it is stored (a persistent message in a durable
+    /// queue, or any message in a quorum queue).
+    pub store_index: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -174,9 +177,19 @@ pub struct Queue {
     pub had_consumer: bool,
     /// Last time (broker ms) the queue was used, for x-expires.
     pub last_used_ms: u64,
+    /// The store log holding its persistent messages (durable queues only).
+    pub log_id: Option<u64>,
+    /// The index the next stored message gets in that log.
+    pub next_index: u64,
 }
 
 impl Queue {
+    /// Whether a message is written to this queue's log: persistent messages in durable
+    /// queues, and every message of a quorum queue, as RabbitMQ does.
+    pub fn stores(&self, persistent: bool) -> bool {
+        self.log_id.is_some() && (persistent || self.is_quorum())
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         id: QueueId,
@@ -202,6 +215,8 @@ impl Queue {
             unacked: 0,
             had_consumer: false,
             last_used_ms: now_ms,
+            log_id: None,
+            next_index: 1,
         }
     }
 
@@ -296,6 +311,7 @@ mod tests {
             delivery_count: 0,
             expires_at_ms: None,
             seq: 0,
+            store_index: None,
         }
     }
 

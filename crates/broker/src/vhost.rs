@@ -13,6 +13,7 @@ use crate::error::{AmqpError, Result};
 use crate::exchange::{kind_from_name, kind_name, Exchange, STANDARD_EXCHANGES};
 use crate::message::{Message, MessageRef};
 use crate::outbox::Outbox;
+use crate::persistence::StoreOp;
 use crate::queue::{ChannelKey, ConnId, Consumer, Queue, QueuedMessage};
 use crate::routing::{Destination, ExchangeId, ExchangeKind, QueueId, RoutingTable};
 use amq_protocol_types::{AMQPValue, FieldArray, FieldTable, LongString};
@@ -102,6 +103,11 @@ pub struct VHost {
     reply_tokens: HashMap<Bytes, ChannelKey>,
     /// Changes to durable topology not yet handed to the metadata journal.
     meta: Vec<MetaRecord>,
+    /// Stored-message work not yet handed to the storage engine, in order.
+    store_ops: Vec<StoreOp>,
+    /// Unix time in ms at the broker's epoch: stored expiries are wall-clock, so that a TTL
+    /// survives a restart.
+    pub unix_ms_at_epoch: u64,
 }
 
 /// A message leaving a queue for its dead-letter exchange.
@@ -130,6 +136,8 @@ impl VHost {
             alternate_wanted_by: HashMap::new(),
             reply_tokens: HashMap::new(),
             meta: Vec::new(),
+            store_ops: Vec::new(),
+            unix_ms_at_epoch: 0,
         };
         for (n, kind, internal) in STANDARD_EXCHANGES {
             v.create_exchange(n, *kind, true, false, *internal, FieldTable::default());
@@ -511,7 +519,7 @@ impl VHost {
             QueueId(self.next_queue - 1)
         });
         let owner = exclusive.then_some(conn);
-        let q = Queue::new(
+        let mut q = Queue::new(
             id,
             name.clone(),
             durable,
@@ -522,11 +530,14 @@ impl VHost {
             now_ms,
         );
         if q.durable {
+            // A random log id: unique with overwhelming odds, and never reused after a delete.
+            q.log_id = Some(rand::random::<u64>() | 1);
             self.meta.push(MetaRecord::DeclareQueue {
                 vhost: self.name.clone(),
                 name: name.clone(),
                 auto_delete: q.auto_delete,
                 arguments: q.arguments.clone(),
+                log_id: q.log_id.unwrap_or(0),
             });
         }
         self.queues.insert(id, q);
@@ -613,7 +624,13 @@ impl VHost {
 
     pub fn queue_purge(&mut self, conn: ConnId, queue: &str) -> Result<u32> {
         let q = self.usable_queue(queue, conn)?;
-        Ok(q.backlog.clear().len() as u32)
+        let purged = q.backlog.clear();
+        if let Some(log) = q.log_id {
+            for index in purged.iter().filter_map(|m| m.store_index) {
+                self.store_ops.push(StoreOp::Release { log, index });
+            }
+        }
+        Ok(purged.len() as u32)
     }
 
     pub fn queue_delete(
@@ -649,6 +666,9 @@ impl VHost {
         let Some(mut q) = self.queues.remove(&id) else {
             return 0;
         };
+        if let Some(log) = q.log_id {
+            self.store_ops.push(StoreOp::DeleteLog { log });
+        }
         if q.durable {
             self.meta.push(MetaRecord::DeleteQueue {
                 vhost: self.name.clone(),
@@ -778,6 +798,7 @@ impl VHost {
             delivery_count: 0,
             expires_at_ms: None,
             seq: 0,
+            store_index: None,
         };
         deliver(ch, &tag, delivery_tag, &m, false);
         PublishOutcome {
@@ -935,6 +956,7 @@ impl VHost {
                         delivery_count: 0,
                         expires_at_ms: None,
                         seq: 0,
+                        store_index: None,
                     };
                     dead.push(DeadLetter {
                         queue: q.name.clone(),
@@ -966,14 +988,31 @@ impl VHost {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        let expires_at_ms = ttl_ms.map(|t| now_ms.saturating_add(t.saturating_sub(1)));
+        let store_index = if q.stores(msg.persistent) {
+            let log = q.log_id.expect("stores() checked the log");
+            let index = q.next_index;
+            q.next_index += 1;
+            let expires_unix = expires_at_ms.map_or(0, |e| e + self.unix_ms_at_epoch);
+            let payload = crate::message::encode_stored(msg, expires_unix);
+            self.store_ops.push(StoreOp::Append {
+                log,
+                index,
+                payload,
+            });
+            Some(index)
+        } else {
+            None
+        };
         let seq = q.backlog.push_back(QueuedMessage {
             msg: msg.clone(),
             redelivered: false,
             delivery_count: 0,
             // Dead once `now_ms > expires_at_ms`, i.e. from publish + TTL on, as RabbitMQ's
             // `Now >= Expiry`.
-            expires_at_ms: ttl_ms.map(|t| now_ms.saturating_add(t.saturating_sub(1))),
+            expires_at_ms,
             seq: 0,
+            store_index,
         });
         self.dispatch(qid, now_ms);
         let Some(q) = self.queues.get_mut(&qid) else {
@@ -999,7 +1038,10 @@ impl VHost {
         let mut dead = Vec::new();
         {
             let VHost {
-                queues, channels, ..
+                queues,
+                channels,
+                store_ops,
+                ..
             } = self;
             let Some(q) = queues.get_mut(&qid) else {
                 return;
@@ -1051,6 +1093,9 @@ impl VHost {
                         message: m,
                         settled: false,
                     });
+                } else if let (Some(log), Some(index)) = (q.log_id, m.store_index) {
+                    // Settled on delivery: a no-ack consumer took it for good.
+                    store_ops.push(StoreOp::Release { log, index });
                 }
             }
         }
@@ -1281,7 +1326,10 @@ impl VHost {
         // Expire heads first so get never returns a dead message.
         self.dispatch(qid, now_ms);
         let VHost {
-            queues, channels, ..
+            queues,
+            channels,
+            store_ops,
+            ..
         } = self;
         let q = queues.get_mut(&qid).expect("queue exists");
         q.last_used_ms = now_ms;
@@ -1322,6 +1370,8 @@ impl VHost {
                 message: m,
                 settled: false,
             });
+        } else if let (Some(log), Some(index)) = (q.log_id, m.store_index) {
+            store_ops.push(StoreOp::Release { log, index });
         }
         Ok(GetResult::Delivered)
     }
@@ -1337,6 +1387,12 @@ impl VHost {
         let settled = self.settle(key, tag, multiple)?;
         let mut touched = Vec::new();
         for u in &settled {
+            if let (Some(index), Some(log)) = (
+                u.message.store_index,
+                self.queues.get(&u.queue).and_then(|q| q.log_id),
+            ) {
+                self.store_ops.push(StoreOp::Release { log, index });
+            }
             if !touched.contains(&u.queue) {
                 touched.push(u.queue);
             }
@@ -1497,6 +1553,17 @@ impl VHost {
             hops += 1;
             let batch = std::mem::take(&mut work);
             for d in batch {
+                // It left its queue for good, whether or not it goes on to a DLX.
+                if let Some(index) = d.message.store_index {
+                    let log = self
+                        .queues_by_name
+                        .get(&d.queue)
+                        .and_then(|id| self.queues.get(id))
+                        .and_then(|q| q.log_id);
+                    if let Some(log) = log {
+                        self.store_ops.push(StoreOp::Release { log, index });
+                    }
+                }
                 let Some(dlx) = d.config.dead_letter_exchange.clone() else {
                     continue;
                 };
@@ -1533,6 +1600,7 @@ impl VHost {
                                     delivery_count: 0,
                                     expires_at_ms: None,
                                     seq: 0,
+                                    store_index: None,
                                 },
                                 reason: "maxlen",
                             });
@@ -1551,6 +1619,65 @@ impl VHost {
 
     pub fn has_meta(&self) -> bool {
         !self.meta.is_empty()
+    }
+
+    /// Storage work since the last call, in order: carry it out before replying.
+    pub fn take_store_ops(&mut self) -> Vec<StoreOp> {
+        std::mem::take(&mut self.store_ops)
+    }
+
+    pub fn has_store_ops(&self) -> bool {
+        !self.store_ops.is_empty()
+    }
+
+    /// Gives a recovered durable queue its log (the id the journal recorded).
+    pub fn set_queue_log(&mut self, queue: &str, log_id: u64) {
+        if let Some(q) = self
+            .queues_by_name
+            .get(queue)
+            .and_then(|id| self.queues.get_mut(id))
+        {
+            q.log_id = Some(log_id);
+        }
+    }
+
+    /// Durable queues and their logs, for recovery.
+    pub fn queue_logs(&self) -> Vec<(String, u64)> {
+        self.queues
+            .values()
+            .filter_map(|q| Some((q.name.clone(), q.log_id?)))
+            .collect()
+    }
+
+    /// Puts a recovered queue's stored messages back, oldest first: redelivered, since a
+    /// consumer may have seen them before the restart (RabbitMQ marks them so too).
+    /// `messages` holds (log index, message, wall-clock expiry in Unix ms or 0).
+    pub fn restore_messages(
+        &mut self,
+        queue: &str,
+        next_index: u64,
+        messages: Vec<(u64, Message, u64)>,
+    ) {
+        let Some(q) = self
+            .queues_by_name
+            .get(queue)
+            .and_then(|id| self.queues.get_mut(id))
+        else {
+            return;
+        };
+        q.next_index = q.next_index.max(next_index);
+        for (index, msg, expires_unix) in messages {
+            let expires_at_ms =
+                (expires_unix != 0).then(|| expires_unix.saturating_sub(self.unix_ms_at_epoch));
+            q.backlog.push_back(QueuedMessage {
+                msg: Arc::new(msg),
+                redelivered: true,
+                delivery_count: 0,
+                expires_at_ms,
+                seq: 0,
+                store_index: Some(index),
+            });
+        }
     }
 
     /// Durable-topology changes since the last call, in the order they happened.
@@ -1582,6 +1709,7 @@ impl VHost {
                 name: q.name.clone(),
                 auto_delete: q.auto_delete,
                 arguments: q.arguments.clone(),
+                log_id: q.log_id.unwrap_or(0),
             });
         }
         for b in self.routes.bindings() {

@@ -56,6 +56,8 @@ pub struct Channel {
     pub ack_upto: Option<u64>,
     /// Highest sequence number already confirmed, to count confirms for metrics.
     pub confirmed_upto: u64,
+    /// Publishes waiting for their stored copies to be synced, in sequence order.
+    pub pending_confirms: std::collections::VecDeque<(u64, Vec<(u64, u64)>)>,
     pub tx: Option<Vec<TxOp>>,
     /// The queue most recently declared on this channel: an empty queue name means it.
     pub last_queue: Option<String>,
@@ -72,6 +74,7 @@ impl Channel {
             next_publish_seq: 1,
             ack_upto: None,
             confirmed_upto: 0,
+            pending_confirms: std::collections::VecDeque::new(),
             tx: None,
             last_queue: None,
         }
@@ -134,8 +137,32 @@ impl Connection {
     }
 
     /// Sends the pending publisher confirms of every channel as one ack(multiple) each.
+    pub fn has_pending_confirms(&self) -> bool {
+        self.channels
+            .values()
+            .any(|c| !c.pending_confirms.is_empty())
+    }
+
     pub fn flush_confirms(&mut self) {
+        let durability = self.shared.durability.clone();
         for (number, ch) in self.channels.iter_mut() {
+            while let Some((seq, waits)) = ch.pending_confirms.front() {
+                if durability.has_failed() {
+                    // The engine stopped: these will never be durable, so they are refused.
+                    let nack = Method::Nack(method::Nack {
+                        delivery_tag: *seq,
+                        multiple: false,
+                        requeue: false,
+                    });
+                    let n = *number;
+                    self.outbox.push(|b| nack.encode(n, b));
+                } else if durability.all_durable(waits) {
+                    ch.ack_upto = Some(*seq);
+                } else {
+                    break;
+                }
+                ch.pending_confirms.pop_front();
+            }
             if let Some(seq) = ch.ack_upto.take() {
                 self.shared.counters.confirmed.fetch_add(
                     seq - ch.confirmed_upto,
@@ -314,11 +341,14 @@ impl Connection {
                 message.body.clone(),
             )
         });
-        let outcome = self
-            .vhost
-            .lock()
-            .expect("vhost lock")
-            .publish(key, exchange, message, props, now)?;
+        let (outcome, stored) = {
+            let mut v = self.vhost.lock().expect("vhost lock");
+            let outcome = v.publish(key, exchange, message, props, now);
+            // Appends go to the engine under the vhost lock, so each log gets them in order.
+            let ops = v.take_store_ops();
+            (outcome, crate::metadata::apply_store_ops(&self.shared, ops))
+        };
+        let outcome = outcome?;
         let counters = &self.shared.counters;
         counters
             .published
@@ -348,7 +378,18 @@ impl Connection {
         if ch.confirm {
             let seq = ch.next_publish_seq;
             ch.next_publish_seq += 1;
-            if outcome.rejected {
+            let (failed, waits) = match stored {
+                Ok(waits) => (false, waits),
+                Err(crate::metadata::NotStored) => (true, Vec::new()),
+            };
+            if !outcome.rejected
+                && !failed
+                && (!waits.is_empty() || !ch.pending_confirms.is_empty())
+            {
+                // Confirmed once the WAL has synced it, and in order: an ack(multiple) must
+                // never cover an earlier message that is not durable yet.
+                ch.pending_confirms.push_back((seq, waits));
+            } else if outcome.rejected || failed {
                 if let Some(upto) = ch.ack_upto.take() {
                     self.outbox
                         .push(|b| method::encode_ack(b, number, upto, true));

@@ -527,6 +527,7 @@ impl Connection {
     async fn run(&mut self, rd: &mut OwnedReadHalf, buf: &mut BytesMut) {
         let mut shutdown = self.shared.shutdown.clone();
         let mut alarm = self.shared.memory_alarm.clone();
+        let mut durable = self.shared.durability.subscribe();
         let heartbeat_timeout =
             (self.heartbeat_s != 0).then(|| Duration::from_secs(self.heartbeat_s as u64 * 2));
         let mut last_read = Instant::now();
@@ -623,6 +624,8 @@ impl Connection {
                     tracing::warn!(conn = self.id, "missed heartbeats from client, closing");
                     return;
                 }
+                // The WAL synced something: publisher confirms may be due (sent at the loop's top).
+                r = durable.changed(), if self.has_pending_confirms() => if r.is_err() { return },
                 _ = shutdown.changed() => {
                     self.shutdown();
                 }

@@ -15,6 +15,7 @@
 pub mod channel;
 pub mod config;
 pub mod connection;
+pub mod durability;
 pub mod management;
 pub mod memory;
 pub mod metadata;
@@ -48,6 +49,9 @@ pub struct Shared {
     pub memory_alarm_setter: Arc<watch::Sender<bool>>,
     /// Where durable-topology changes are written before they are acknowledged.
     pub journal: Option<std::sync::Mutex<warren_store::journal::Journal>>,
+    /// The storage engine holding durable queues' persistent messages.
+    pub store: Option<Arc<warren_store::Store>>,
+    pub durability: Arc<durability::Durability>,
 }
 
 /// Node-wide message counters for metrics; relaxed atomics, added to once per read batch.
@@ -71,6 +75,7 @@ pub async fn serve(
     broker: Arc<Broker>,
     mut shutdown: watch::Receiver<bool>,
     journal: Option<warren_store::journal::Journal>,
+    storage: Option<(Arc<warren_store::Store>, Arc<durability::Durability>)>,
 ) {
     let management_listen = config.management_listen;
     let (alarm_tx, alarm_rx) = watch::channel(false);
@@ -92,6 +97,8 @@ pub async fn serve(
         memory_watermark_bytes,
         memory_alarm_setter: alarm_tx,
         journal: journal.map(std::sync::Mutex::new),
+        store: storage.as_ref().map(|s| s.0.clone()),
+        durability: storage.map(|s| s.1).unwrap_or_default(),
     });
     let ticking = shared.clone();
     tokio::spawn(async move {

@@ -10,9 +10,12 @@ use crate::Shared;
 use warren_broker::broker::Broker;
 use warren_broker::definitions::MetaRecord;
 use warren_broker::error::AmqpError;
+use warren_broker::message::decode_stored;
+use warren_broker::persistence::StoreOp;
 use warren_broker::vhost::VHost;
 use warren_protocol::constants::INTERNAL_ERROR;
 use warren_store::journal::Journal;
+use warren_store::{Entry, Error as StoreError, Store};
 
 /// Appends `records`; an I/O failure is reported to the client as 541 INTERNAL_ERROR.
 pub fn append(shared: &Shared, records: Vec<MetaRecord>) -> Result<(), AmqpError> {
@@ -124,5 +127,105 @@ impl Drop for MetaGuard<'_> {
                 tracing::error!(error = %e.text, "durable topology change not persisted");
             }
         }
+        if self.vhost.has_store_ops() {
+            let ops = self.vhost.take_store_ops();
+            // Failures are logged inside; no publisher waits on these (they are not publishes).
+            let _ = apply_store_ops(self.shared, ops);
+        }
     }
+}
+
+/// A stored message the engine refused (full disk, stopped engine): its publisher gets a nack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotStored;
+
+/// Carries out a command's storage work, in order (still under the vhost lock, so each log's
+/// appends reach the engine in index order). Returns the appended (log, index) pairs a
+/// publisher confirm must wait for, or `Err` when an append failed (the publisher gets a nack).
+pub fn apply_store_ops(shared: &Shared, ops: Vec<StoreOp>) -> Result<Vec<(u64, u64)>, NotStored> {
+    let Some(store) = &shared.store else {
+        return Ok(Vec::new());
+    };
+    let mut appended = Vec::new();
+    let mut failed = false;
+    for op in ops {
+        let result = match op {
+            StoreOp::Append {
+                log,
+                index,
+                payload,
+            } => {
+                let entry = [Entry {
+                    index,
+                    term: 0,
+                    payload,
+                }];
+                let mut r = store.append(log, &entry);
+                if matches!(r, Err(StoreError::Backpressure)) {
+                    // The WAL writer is behind: wait for it, which holds this publisher back.
+                    r = store.append_blocking(log, &entry);
+                }
+                if r.is_ok() {
+                    appended.push((log, index));
+                } else {
+                    failed = true;
+                }
+                r
+            }
+            StoreOp::Release { log, index } => store.release(log, index),
+            StoreOp::DeleteLog { log } => store.delete_log(log),
+        };
+        if let Err(e) = result {
+            tracing::error!(error = %e, "storage engine refused an operation");
+        }
+    }
+    if failed {
+        Err(NotStored)
+    } else {
+        Ok(appended)
+    }
+}
+
+/// Puts every durable queue's stored messages back after a restart, and drops logs whose
+/// queue no longer exists (deleted while the deletion's log record was not yet durable).
+pub fn recover_messages(store: &Store, broker: &Broker) -> Result<(), String> {
+    const PAGE_ENTRIES: usize = 4096;
+    let mut known = std::collections::HashSet::new();
+    let mut restored = 0usize;
+    for (_, v) in broker.vhosts() {
+        let mut v = v.lock().expect("vhost lock");
+        for (queue, log) in v.queue_logs() {
+            known.insert(log);
+            let Some(info) = store.log_info(log) else {
+                continue;
+            };
+            let mut messages = Vec::new();
+            let mut from = info.first_index;
+            loop {
+                let page = store.live_indexes(log, from, PAGE_ENTRIES);
+                let Some(&last) = page.last() else { break };
+                for index in page {
+                    match store.read(log, index).map_err(|e| e.to_string())? {
+                        Some(entry) => match decode_stored(&entry.payload) {
+                            Some((msg, expires)) => messages.push((index, msg, expires)),
+                            None => {
+                                tracing::error!(log, index, "unreadable stored message skipped")
+                            }
+                        },
+                        None => continue,
+                    }
+                }
+                from = last + 1;
+            }
+            restored += messages.len();
+            v.restore_messages(&queue, info.last_index + 1, messages);
+        }
+    }
+    for info in store.logs() {
+        if !known.contains(&info.log_id) {
+            store.delete_log(info.log_id).map_err(|e| e.to_string())?;
+        }
+    }
+    tracing::info!(messages = restored, "stored messages recovered");
+    Ok(())
 }

@@ -201,14 +201,30 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
             let _ = stop_tx.send(true);
         });
         let broker = Arc::new(warren_broker::broker::Broker::new());
-        let journal = match warren_server::metadata::recover(&config.meta_dir(), &broker) {
+        let journal = match warren_server::metadata::recover(&config.meta_dir().join("topology"), &broker) {
             Ok(j) => j,
             Err(e) => {
                 eprintln!("warren: {e}");
                 return std::process::ExitCode::from(1);
             }
         };
-        warren_server::serve(listener, config, broker, stop_rx, Some(journal)).await;
+        let durability = Arc::new(warren_server::durability::Durability::default());
+        let mut store_config = warren_store::Config::new(&config.data_dir);
+        store_config.wal_dir = config.wal_dir();
+        store_config.segment_dir = config.segment_dir();
+        store_config.meta_dir = config.meta_dir().join("store");
+        let store = match warren_store::Store::open(store_config, durability.clone()) {
+            Ok((store, _logs)) => Arc::new(store),
+            Err(e) => {
+                eprintln!("warren: cannot open the message store: {e}");
+                return std::process::ExitCode::from(1);
+            }
+        };
+        if let Err(e) = warren_server::metadata::recover_messages(&store, &broker) {
+            eprintln!("warren: cannot recover stored messages: {e}");
+            return std::process::ExitCode::from(1);
+        }
+        warren_server::serve(listener, config, broker, stop_rx, Some(journal), Some((store, durability))).await;
         tracing::info!("stopped");
         std::process::ExitCode::SUCCESS
     })
