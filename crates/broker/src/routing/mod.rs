@@ -47,7 +47,7 @@ use amq_protocol_types::FieldTable;
 
 pub use headers::XMatch;
 
-use headers::HeadersMatch;
+use headers::{Anchor, HeadersIndex, HeadersMatch};
 use topic::TopicTrie;
 
 /// Ids are indices into per-table vectors (exchange slots, route marks), so they must stay
@@ -168,7 +168,8 @@ enum IndexSlot {
         node: u32,
         position: u32,
     },
-    /// Fanout and headers exchanges route over their source list.
+    Headers(Box<[Anchor]>),
+    /// Fanout exchanges route over their source list.
     SourceList,
 }
 
@@ -192,7 +193,7 @@ enum Index {
     Direct(HashMap<Box<[u8]>, Vec<BindingId>>),
     Fanout,
     Topic(TopicTrie),
-    Headers,
+    Headers(HeadersIndex),
 }
 
 #[derive(Debug)]
@@ -213,6 +214,8 @@ struct Scratch {
     exchange_marks: Vec<u32>,
     /// `queue_marks[id] == epoch` when the queue is already in this route's output.
     queue_marks: Vec<u32>,
+    /// `binding_marks[id] == epoch` when a headers binding was already checked.
+    binding_marks: Vec<u32>,
     work: Vec<ExchangeId>,
 }
 
@@ -222,6 +225,7 @@ impl Scratch {
         if self.epoch == 0 {
             self.exchange_marks.fill(0);
             self.queue_marks.fill(0);
+            self.binding_marks.fill(0);
             self.epoch = 1;
         }
         self.epoch
@@ -309,7 +313,7 @@ impl RoutingTable {
             ExchangeKind::Direct => Index::Direct(HashMap::new()),
             ExchangeKind::Fanout => Index::Fanout,
             ExchangeKind::Topic => Index::Topic(TopicTrie::default()),
-            ExchangeKind::Headers => Index::Headers,
+            ExchangeKind::Headers => Index::Headers(HeadersIndex::default()),
         };
         self.exchanges[slot] = Some(Exchange {
             kind,
@@ -421,6 +425,7 @@ impl RoutingTable {
             Some(free) => BindingId(free),
             None => {
                 self.bindings.push(None);
+                self.scratch.binding_marks.push(0);
                 BindingId(position(self.bindings.len() - 1))
             }
         };
@@ -457,7 +462,13 @@ impl RoutingTable {
                 let (node, position) = trie.insert(key, id);
                 IndexSlot::Topic { node, position }
             }
-            Index::Fanout | Index::Headers => IndexSlot::SourceList,
+            Index::Headers(index) => {
+                let matcher = headers
+                    .as_ref()
+                    .expect("parsed above for headers exchanges");
+                IndexSlot::Headers(index.insert(id, matcher).into_boxed_slice())
+            }
+            Index::Fanout => IndexSlot::SourceList,
         };
 
         self.bindings[id.0 as usize] = Some(Binding {
@@ -575,6 +586,7 @@ impl RoutingTable {
             .expect("a source exchange outlives its bindings");
         let moved_source = swap_remove(&mut exchange.as_source, binding.source_position, id);
         let source_unused = exchange.as_source.is_empty();
+        let mut moved_anchors = Vec::new();
         let moved_index = match (&mut exchange.index, &binding.slot) {
             (Index::Direct(keys), IndexSlot::Direct { position }) => {
                 let list = keys.get_mut(&binding.key).expect("a bound key has a list");
@@ -587,7 +599,27 @@ impl RoutingTable {
             (Index::Topic(trie), IndexSlot::Topic { node, position }) => {
                 trie.remove(*node, *position).map(|m| (m, *position))
             }
-            (Index::Fanout | Index::Headers, IndexSlot::SourceList) => None,
+            (Index::Headers(index), IndexSlot::Headers(anchors)) => {
+                let mut anchors = anchors.to_vec();
+                for i in 0..anchors.len() {
+                    let Some((moved, from)) = index.remove(anchors[i], id) else {
+                        continue;
+                    };
+                    let (list, to) = (anchors[i].list, anchors[i].position);
+                    if moved == id {
+                        // Two of this binding's own anchors share a list (a fingerprint
+                        // collision): the later one moved.
+                        let own = anchors
+                            .iter_mut()
+                            .find(|a| a.list == list && a.position == from);
+                        own.expect("the moved anchor is one of ours").position = to;
+                    } else {
+                        moved_anchors.push((moved, list, from, to));
+                    }
+                }
+                None
+            }
+            (Index::Fanout, IndexSlot::SourceList) => None,
             _ => unreachable!("a binding's slot matches its source's kind"),
         };
         if let Some(moved) = moved_source {
@@ -598,8 +630,21 @@ impl RoutingTable {
                 IndexSlot::Direct { position } | IndexSlot::Topic { position, .. } => {
                     *position = new_position;
                 }
-                IndexSlot::SourceList => unreachable!("source-list kinds keep no index slot"),
+                IndexSlot::Headers(_) | IndexSlot::SourceList => {
+                    unreachable!("only direct and topic report a single moved binding")
+                }
             }
+        }
+        for (moved, list, from, to) in moved_anchors {
+            let IndexSlot::Headers(anchors) = &mut self.binding_mut(moved).slot else {
+                unreachable!("headers lists hold headers bindings")
+            };
+            let anchor = anchors
+                .iter_mut()
+                .find(|a| a.list == list && a.position == from);
+            anchor
+                .expect("the moved binding has an anchor there")
+                .position = to;
         }
         source_unused
     }
@@ -701,6 +746,7 @@ impl RoutingTable {
         let Scratch {
             exchange_marks,
             queue_marks,
+            binding_marks,
             work,
             ..
         } = scratch;
@@ -743,17 +789,32 @@ impl RoutingTable {
                 }
                 Index::Fanout => source.as_source.iter().for_each(|&b| deliver(b)),
                 Index::Topic(trie) => trie.matches(routing_key, &mut deliver),
-                Index::Headers => {
-                    for &b in &source.as_source {
-                        let binding = bindings[b.0 as usize]
-                            .as_ref()
-                            .expect("listed bindings are live");
-                        let matcher = binding
-                            .headers
-                            .as_ref()
-                            .expect("headers bindings carry a matcher");
-                        if matcher.matches(headers) {
-                            deliver(b);
+                Index::Headers(index) => {
+                    index.always.iter().for_each(|&b| deliver(b));
+                    for (key, value) in headers.into_iter().flatten() {
+                        let key = key.as_str();
+                        let fingerprints = [
+                            index.value_fingerprint(key, value),
+                            index.key_fingerprint(key),
+                        ];
+                        for fingerprint in fingerprints {
+                            let Some(candidates) = index.keyed.get(&fingerprint) else {
+                                continue;
+                            };
+                            for &b in candidates {
+                                let mark = &mut binding_marks[b.0 as usize];
+                                if *mark == epoch {
+                                    continue;
+                                }
+                                *mark = epoch;
+                                let matcher = bindings[b.0 as usize]
+                                    .as_ref()
+                                    .and_then(|binding| binding.headers.as_ref())
+                                    .expect("headers bindings are live and carry a matcher");
+                                if matcher.matches(headers) {
+                                    deliver(b);
+                                }
+                            }
                         }
                     }
                 }
@@ -795,7 +856,16 @@ impl RoutingTable {
                     assert_eq!(keys[&b.key][*position as usize], id);
                 }
                 (Index::Topic(_), IndexSlot::Topic { .. }) => {}
-                (Index::Fanout | Index::Headers, IndexSlot::SourceList) => {}
+                (Index::Headers(index), IndexSlot::Headers(anchors)) => {
+                    for anchor in anchors.iter() {
+                        let list = match anchor.list {
+                            headers::AnchorList::Always => &index.always,
+                            headers::AnchorList::Keyed(f) => &index.keyed[&f],
+                        };
+                        assert_eq!(list[anchor.position as usize], id);
+                    }
+                }
+                (Index::Fanout, IndexSlot::SourceList) => {}
                 _ => panic!("slot does not match the exchange kind"),
             }
             let mut identity = Vec::new();

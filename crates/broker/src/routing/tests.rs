@@ -1108,3 +1108,144 @@ proptest! {
         }
     }
 }
+
+/// Values for the headers property test: equal and unequal across types, as Erlang sees them.
+fn header_value() -> impl Strategy<Value = AMQPValue> {
+    prop_oneof![
+        Just(AMQPValue::LongInt(1)),
+        Just(AMQPValue::Double(1.0)),
+        Just(AMQPValue::LongLongInt(2)),
+        Just(s("1")),
+        Just(s("z")),
+        Just(AMQPValue::ByteArray(b"z".to_vec().into())),
+        Just(AMQPValue::Boolean(true)),
+        Just(AMQPValue::Void),
+    ]
+}
+
+/// The values above as the Erlang terms RabbitMQ compares, written out by hand.
+fn naive_term(v: &AMQPValue) -> String {
+    match v {
+        AMQPValue::LongInt(1) | AMQPValue::Double(1.0) => "num:1".into(),
+        AMQPValue::LongLongInt(2) => "num:2".into(),
+        AMQPValue::LongString(x) => format!("bin:{}", String::from_utf8_lossy(x.as_bytes())),
+        AMQPValue::ByteArray(x) => format!("bin:{}", String::from_utf8_lossy(x.as_slice())),
+        AMQPValue::Boolean(true) => "atom:true".into(),
+        AMQPValue::Void => "undefined".into(),
+        other => panic!("not in the generator: {other:?}"),
+    }
+}
+
+/// A transcription of RabbitMQ's `headers_match/5` merge over sorted keys.
+fn naive_headers_match(args: &FieldTable, headers: &FieldTable) -> bool {
+    let mode = match args.inner().get("x-match") {
+        Some(AMQPValue::LongString(m)) => m.to_string(),
+        _ => "all".to_string(),
+    };
+    let with_x = mode.ends_with("-with-x");
+    let all = mode.starts_with("all");
+    let pattern: Vec<(&str, &AMQPValue)> =
+        args.inner().iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let data: Vec<(&str, &AMQPValue)> = headers
+        .inner()
+        .iter()
+        .map(|(k, v)| (k.as_str(), v))
+        .collect();
+    let (mut all_match, mut any_match) = (true, false);
+    let (mut p, mut d) = (0, 0);
+    while p < pattern.len() {
+        let (pk, pv) = pattern[p];
+        if pk == "x-match" || (!with_x && pk.starts_with("x-")) {
+            p += 1;
+            continue;
+        }
+        if d == data.len() {
+            all_match = false;
+            break;
+        }
+        let (dk, dv) = data[d];
+        if pk > dk {
+            d += 1;
+        } else if pk < dk {
+            all_match = false;
+            p += 1;
+        } else {
+            if matches!(pv, AMQPValue::Void) || naive_term(pv) == naive_term(dv) {
+                any_match = true;
+            } else {
+                all_match = false;
+            }
+            p += 1;
+            d += 1;
+        }
+    }
+    if all {
+        all_match
+    } else {
+        any_match
+    }
+}
+
+fn header_table(max: usize) -> impl Strategy<Value = FieldTable> {
+    prop::collection::vec(
+        (
+            prop::sample::select(vec!["a", "b", "c", "x-d"]),
+            header_value(),
+        ),
+        0..=max,
+    )
+    .prop_map(|entries| {
+        let mut t = FieldTable::default();
+        for (k, v) in entries {
+            t.insert(k.into(), v);
+        }
+        t
+    })
+}
+
+fn binding_args() -> impl Strategy<Value = FieldTable> {
+    let mode = prop::option::of(prop::sample::select(vec![
+        "all",
+        "any",
+        "all-with-x",
+        "any-with-x",
+    ]));
+    (mode, header_table(3)).prop_map(|(mode, mut t)| {
+        if let Some(mode) = mode {
+            t.insert("x-match".into(), s(mode));
+        }
+        t
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn headers_index_agrees_with_rabbitmq_merge(
+        args in prop::collection::vec(binding_args(), 1..24),
+        removed in prop::collection::vec(any::<bool>(), 24),
+        messages in prop::collection::vec(prop::option::of(header_table(4)), 1..12),
+    ) {
+        let mut t = with_exchange(ExchangeKind::Headers);
+        for (i, a) in args.iter().enumerate() {
+            t.bind(X, q(i as u32), b"", a).unwrap();
+        }
+        for (i, a) in args.iter().enumerate() {
+            if removed[i] {
+                t.unbind(X, q(i as u32), b"", a).unwrap();
+                t.assert_consistent();
+            }
+        }
+        for headers in &messages {
+            let empty = FieldTable::default();
+            let expected: Vec<u32> = args
+                .iter()
+                .enumerate()
+                .filter(|(i, a)| !removed[*i] && naive_headers_match(a, headers.as_ref().unwrap_or(&empty)))
+                .map(|(i, _)| i as u32)
+                .collect();
+            prop_assert_eq!(routed(&mut t, X, "", headers.as_ref()), expected, "headers {:?}", headers);
+        }
+    }
+}
