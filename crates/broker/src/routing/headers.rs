@@ -266,7 +266,19 @@ impl HeadersIndex {
     ) -> Vec<Anchor> {
         let lists: Vec<AnchorList> = match (matcher.mode, matcher.pattern.first()) {
             (XMatch::All | XMatch::AllWithX, None) => vec![AnchorList::Always],
-            (XMatch::All | XMatch::AllWithX, Some(first)) => vec![self.entry_list(first)],
+            // Any one entry must match, so file under the most selective one: the shortest
+            // list now, a value rather than mere presence on ties. Bindings that share their
+            // first key and value (format=pdf, tenant=N) then spread over the tenant lists.
+            (XMatch::All | XMatch::AllWithX, Some(_)) => {
+                let best = matcher.pattern.iter().min_by_key(|entry| {
+                    let len = match self.entry_list(entry) {
+                        AnchorList::Keyed(f) => self.keyed.get(&f).map_or(0, Vec::len),
+                        AnchorList::Always => 0,
+                    };
+                    (len, matches!(entry.1, AMQPValue::Void))
+                });
+                vec![self.entry_list(best.expect("the pattern is not empty"))]
+            }
             // `any` with nothing to compare never matches: filed nowhere.
             (XMatch::Any | XMatch::AnyWithX, _) => {
                 matcher.pattern.iter().map(|e| self.entry_list(e)).collect()

@@ -10,8 +10,8 @@
 //!
 //! The broker keeps names and allocates ids; this table keeps ids only. A publish flows as
 //! `route(exchange, key, headers, &mut out)`: the source exchange's index yields the matching
-//! bindings (a hash lookup for direct, a trie walk for topic, the whole list for fanout and
-//! headers); queue destinations go to `out` once each, exchange destinations join a work list
+//! bindings (a hash lookup for direct, a trie walk for topic, the whole list for fanout, a
+//! lookup per message header for headers); queue destinations go to `out` once each, exchange destinations join a work list
 //! once each (cycles are legal and end there); an exchange that matched no binding hands the
 //! message to its alternate exchange, if any.
 //!
@@ -19,7 +19,10 @@
 //! declare/delete of an empty exchange O(1); bind and unbind O(k + arguments) amortised,
 //! whatever the number of bindings; removing a queue or exchange O(its own bindings);
 //! route O(matching destinations) for direct and fanout, O(words x live trie nodes + matches)
-//! for topic, and O(bindings of that exchange x pattern keys) for headers, as in RabbitMQ.
+//! for topic, and O(message headers x candidate bindings) for headers, where a candidate
+//! shares one (key, value) with the message: RabbitMQ scans every headers binding instead.
+//! (Worst case, many `all` bindings sharing all but one rare pair, headers stays linear in
+//! those candidates; bind files each `all` binding under its currently rarest pair.)
 //! Memory: about 150 bytes per binding plus its key and arguments, and 8 bytes per id up to
 //! the largest exchange or queue id in use (route marks, so that route never allocates).
 //!
@@ -78,6 +81,29 @@ pub enum ExchangeKind {
     Fanout,
     Topic,
     Headers,
+}
+
+impl ExchangeKind {
+    /// The kind for an `exchange.declare` type; `None` is RabbitMQ's 503 COMMAND_INVALID
+    /// ("invalid exchange type"), for plugin types such as `x-consistent-hash` too.
+    pub fn from_name(name: &str) -> Option<ExchangeKind> {
+        match name {
+            "direct" => Some(ExchangeKind::Direct),
+            "fanout" => Some(ExchangeKind::Fanout),
+            "topic" => Some(ExchangeKind::Topic),
+            "headers" => Some(ExchangeKind::Headers),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ExchangeKind::Direct => "direct",
+            ExchangeKind::Fanout => "fanout",
+            ExchangeKind::Topic => "topic",
+            ExchangeKind::Headers => "headers",
+        }
+    }
 }
 
 /// Why the table refused a command. [`RoutingError::reply_code`] gives the AMQP code.
@@ -650,16 +676,17 @@ impl RoutingTable {
     }
 
     /// Whether a binding with exactly this (source, destination, key, arguments) exists.
+    /// Control plane: builds its lookup key in a fresh buffer so it can take `&self`.
     pub fn binding_exists(
-        &mut self,
+        &self,
         source: ExchangeId,
         destination: Destination,
         key: &[u8],
         args: &FieldTable,
     ) -> bool {
-        identity::encode(source, destination, key, args, &mut self.scratch.identity);
-        self.identities
-            .contains_key(self.scratch.identity.as_slice())
+        let mut identity = Vec::new();
+        identity::encode(source, destination, key, args, &mut identity);
+        self.identities.contains_key(identity.as_slice())
     }
 
     /// For `exchange.delete` with `if-unused`, and auto-delete.

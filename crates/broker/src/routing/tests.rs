@@ -83,6 +83,20 @@ fn direct_delivers_a_queue_once_when_bound_twice_with_other_args() {
 }
 
 #[test]
+fn exchange_kinds_have_rabbitmq_names() {
+    for kind in [
+        ExchangeKind::Direct,
+        ExchangeKind::Fanout,
+        ExchangeKind::Topic,
+        ExchangeKind::Headers,
+    ] {
+        assert_eq!(ExchangeKind::from_name(kind.name()), Some(kind));
+    }
+    assert_eq!(ExchangeKind::from_name("x-consistent-hash"), None);
+    assert_eq!(ExchangeKind::from_name("Direct"), None);
+}
+
+#[test]
 fn fanout_ignores_the_routing_key() {
     let mut t = with_exchange(ExchangeKind::Fanout);
     assert_eq!(routed(&mut t, X, "a", None), Vec::<u32>::new());
