@@ -5,10 +5,12 @@
 //! Measurement times are short so the whole run stays well under five minutes on a shared
 //! 2-core machine: `cargo bench -p warren-broker --bench routing`.
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use amq_protocol_types::{AMQPValue, FieldTable, LongString};
-use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion};
+use criterion::{black_box, criterion_group, BenchmarkId, Criterion};
 use warren_broker::routing::{Destination, ExchangeId, ExchangeKind, QueueId, RoutingTable};
 
 const SIZES: [u32; 3] = [1, 1_000, 100_000];
@@ -18,6 +20,28 @@ const FANOUT: ExchangeId = ExchangeId(2);
 const HEADERS: ExchangeId = ExchangeId(3);
 /// Holds the bindings that only make the table big, for the fanout case.
 const FILLER: ExchangeId = ExchangeId(4);
+
+/// Counts live heap bytes, to report the table's memory per binding beside its speed.
+struct CountingAllocator;
+
+static HEAP_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        HEAP_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
+        // SAFETY: forwards the caller's layout unchanged to the system allocator.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        HEAP_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: `ptr` came from `alloc` above with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 fn queue(i: u32) -> Destination {
     Destination::Queue(QueueId(i))
@@ -185,5 +209,29 @@ fn bind_unbind(c: &mut Criterion) {
     group.finish();
 }
 
+/// Heap bytes per binding (requested sizes, before allocator overhead) at 100k bindings.
+fn report_memory() {
+    const N: u32 = 100_000;
+    for (name, kind, exchange) in [
+        ("direct", ExchangeKind::Direct, DIRECT),
+        ("topic", ExchangeKind::Topic, TOPIC),
+        ("headers", ExchangeKind::Headers, HEADERS),
+    ] {
+        let before = HEAP_BYTES.load(Ordering::Relaxed);
+        let t = table_with(kind, exchange, N);
+        let after = HEAP_BYTES.load(Ordering::Relaxed);
+        println!(
+            "memory/{name}: {} bytes per binding at {N} bindings",
+            (after - before) / N as usize
+        );
+        drop(t);
+    }
+}
+
 criterion_group!(benches, route, bind_unbind);
-criterion_main!(benches);
+
+fn main() {
+    report_memory();
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
