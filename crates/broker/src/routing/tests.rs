@@ -824,14 +824,8 @@ fn route_appends_without_looking_at_previous_output() {
 fn epoch_wraparound_resets_marks() {
     let mut t = with_exchange(ExchangeKind::Topic);
     t.bind(X, q(1), b"a.#", &no_args()).unwrap();
-    t.scratch.epoch = u32::MAX - 1;
-    if let Some(Exchange {
-        index: Index::Topic(trie),
-        ..
-    }) = t.exchange_mut(X)
-    {
-        trie.set_epoch_for_test(u32::MAX - 1);
-    }
+    t.route_scratch.epoch = u32::MAX - 1;
+    t.route_scratch.topic.set_epoch_for_test(u32::MAX - 1);
     for _ in 0..4 {
         assert_eq!(routed(&mut t, X, "a.b", None), vec![1]);
     }
@@ -1262,4 +1256,44 @@ proptest! {
             prop_assert_eq!(routed(&mut t, X, "", headers.as_ref()), expected, "headers {:?}", headers);
         }
     }
+}
+
+#[test]
+fn route_with_caller_scratch_through_a_shared_reference() {
+    let mut t = with_exchange(ExchangeKind::Topic);
+    let mut early = RouteScratch::new();
+    let mut out = Vec::new();
+    t.route_with(&mut early, X, b"a", None, &mut out).unwrap();
+    assert!(out.is_empty());
+    // The table grows after the scratch was sized: route_with must grow the scratch.
+    t.declare_exchange(ExchangeId(500), ExchangeKind::Fanout)
+        .unwrap();
+    t.bind(X, x(ExchangeId(500)), b"a.#", &no_args()).unwrap();
+    t.bind(ExchangeId(500), q(70_000), b"", &no_args()).unwrap();
+    t.bind(X, q(3), b"*", &no_args()).unwrap();
+    let shared: &RoutingTable = &t;
+    let mut late = RouteScratch::new();
+    for use_late in [false, true, false] {
+        let scratch = if use_late { &mut late } else { &mut early };
+        out.clear();
+        shared.route_with(scratch, X, b"a", None, &mut out).unwrap();
+        out.sort();
+        assert_eq!(out, vec![QueueId(3), QueueId(70_000)]);
+    }
+    let threads: Vec<u32> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut scratch = RouteScratch::new();
+                    let mut out = Vec::new();
+                    shared
+                        .route_with(&mut scratch, X, b"a.b", None, &mut out)
+                        .unwrap();
+                    out.len() as u32
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(threads, vec![1, 1]);
 }
