@@ -782,10 +782,16 @@ impl RoutingTable {
         headers: Option<&FieldTable>,
         out: &mut Vec<QueueId>,
     ) -> Result<(), RoutingError> {
-        let mut scratch = std::mem::take(&mut self.route_scratch);
-        let result = self.route_with(&mut scratch, exchange, routing_key, headers, out);
-        self.route_scratch = scratch;
-        result
+        route_through(
+            &self.exchanges,
+            &self.bindings,
+            self.queue_slots,
+            &mut self.route_scratch,
+            exchange,
+            routing_key,
+            headers,
+            out,
+        )
     }
 
     /// [`RoutingTable::route`] with the caller's scratch, so that threads can route at once
@@ -798,107 +804,16 @@ impl RoutingTable {
         headers: Option<&FieldTable>,
         out: &mut Vec<QueueId>,
     ) -> Result<(), RoutingError> {
-        if self.exchange(exchange).is_none() {
-            return Err(RoutingError::ExchangeNotFound(exchange));
-        }
-        scratch.fit(self.exchanges.len(), self.queue_slots, self.bindings.len());
-        let epoch = scratch.next_epoch();
-        let RoutingTable {
-            exchanges,
-            bindings,
-            ..
-        } = self;
-        let RouteScratch {
-            exchange_marks,
-            queue_marks,
-            binding_marks,
-            work,
-            topic: topic_scratch,
-            ..
-        } = scratch;
-        work.clear();
-        exchange_marks[exchange.0 as usize] = epoch;
-        work.push(exchange);
-
-        while let Some(current) = work.pop() {
-            let source = exchanges[current.0 as usize]
-                .as_ref()
-                .expect("only existing exchanges join the work list");
-            let mut matched = false;
-            let mut deliver = |id: BindingId| {
-                matched = true;
-                let binding = bindings[id.0 as usize]
-                    .as_ref()
-                    .expect("indexed bindings are live");
-                match binding.destination {
-                    Destination::Queue(q) => {
-                        let mark = &mut queue_marks[q.0 as usize];
-                        if *mark != epoch {
-                            *mark = epoch;
-                            out.push(q);
-                        }
-                    }
-                    Destination::Exchange(x) => {
-                        let mark = &mut exchange_marks[x.0 as usize];
-                        if *mark != epoch {
-                            *mark = epoch;
-                            work.push(x);
-                        }
-                    }
-                }
-            };
-            match &source.index {
-                Index::Direct(keys) => {
-                    if let Some(list) = keys.get(routing_key) {
-                        list.iter().for_each(|&b| deliver(b));
-                    }
-                }
-                Index::Fanout => source.as_source.iter().for_each(|&b| deliver(b)),
-                Index::Topic(trie) => trie.matches(routing_key, topic_scratch, &mut deliver),
-                Index::Headers(index) => {
-                    index.always.iter().for_each(|&b| deliver(b));
-                    for (key, value) in headers.into_iter().flatten() {
-                        let key = key.as_str();
-                        let fingerprints = [
-                            index.value_fingerprint(key, value),
-                            index.key_fingerprint(key),
-                        ];
-                        for fingerprint in fingerprints {
-                            let Some(candidates) = index.keyed.get(&fingerprint) else {
-                                continue;
-                            };
-                            for &b in candidates {
-                                let mark = &mut binding_marks[b.0 as usize];
-                                if *mark == epoch {
-                                    continue;
-                                }
-                                *mark = epoch;
-                                let matcher = bindings[b.0 as usize]
-                                    .as_ref()
-                                    .and_then(|binding| binding.headers.as_ref())
-                                    .expect("headers bindings are live and carry a matcher");
-                                if matcher.matches(headers) {
-                                    deliver(b);
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            let alternate = source.alternate;
-            if !matched {
-                if let Some(alternate) = alternate {
-                    let exists = exchanges
-                        .get(alternate.0 as usize)
-                        .is_some_and(Option::is_some);
-                    if exists && exchange_marks[alternate.0 as usize] != epoch {
-                        exchange_marks[alternate.0 as usize] = epoch;
-                        work.push(alternate);
-                    }
-                }
-            }
-        }
-        Ok(())
+        route_through(
+            &self.exchanges,
+            &self.bindings,
+            self.queue_slots,
+            scratch,
+            exchange,
+            routing_key,
+            headers,
+            out,
+        )
     }
 
     /// Checks every back-pointer (positions, identities, counts) against the lists: the
@@ -957,4 +872,118 @@ fn swap_remove(list: &mut Vec<BindingId>, position: u32, id: BindingId) -> Optio
     let removed = list.swap_remove(position as usize);
     assert_eq!(removed, id, "binding back-pointer out of date");
     list.get(position as usize).copied()
+}
+
+/// The route walk itself, over the table's parts, so that [`RoutingTable::route`] can lend
+/// the table's own scratch mutably while the rest is read.
+#[allow(clippy::too_many_arguments)]
+fn route_through(
+    exchanges: &[Option<Exchange>],
+    bindings: &[Option<Binding>],
+    queue_slots: usize,
+    scratch: &mut RouteScratch,
+    exchange: ExchangeId,
+    routing_key: &[u8],
+    headers: Option<&FieldTable>,
+    out: &mut Vec<QueueId>,
+) -> Result<(), RoutingError> {
+    if !exchanges
+        .get(exchange.0 as usize)
+        .is_some_and(Option::is_some)
+    {
+        return Err(RoutingError::ExchangeNotFound(exchange));
+    }
+    scratch.fit(exchanges.len(), queue_slots, bindings.len());
+    let epoch = scratch.next_epoch();
+    let RouteScratch {
+        exchange_marks,
+        queue_marks,
+        binding_marks,
+        work,
+        topic: topic_scratch,
+        ..
+    } = scratch;
+    work.clear();
+    exchange_marks[exchange.0 as usize] = epoch;
+    work.push(exchange);
+
+    while let Some(current) = work.pop() {
+        let source = exchanges[current.0 as usize]
+            .as_ref()
+            .expect("only existing exchanges join the work list");
+        let mut matched = false;
+        let mut deliver = |id: BindingId| {
+            matched = true;
+            let binding = bindings[id.0 as usize]
+                .as_ref()
+                .expect("indexed bindings are live");
+            match binding.destination {
+                Destination::Queue(q) => {
+                    let mark = &mut queue_marks[q.0 as usize];
+                    if *mark != epoch {
+                        *mark = epoch;
+                        out.push(q);
+                    }
+                }
+                Destination::Exchange(x) => {
+                    let mark = &mut exchange_marks[x.0 as usize];
+                    if *mark != epoch {
+                        *mark = epoch;
+                        work.push(x);
+                    }
+                }
+            }
+        };
+        match &source.index {
+            Index::Direct(keys) => {
+                if let Some(list) = keys.get(routing_key) {
+                    list.iter().for_each(|&b| deliver(b));
+                }
+            }
+            Index::Fanout => source.as_source.iter().for_each(|&b| deliver(b)),
+            Index::Topic(trie) => trie.matches(routing_key, topic_scratch, &mut deliver),
+            Index::Headers(index) => {
+                index.always.iter().for_each(|&b| deliver(b));
+                for (key, value) in headers.into_iter().flatten() {
+                    let key = key.as_str();
+                    let fingerprints = [
+                        index.value_fingerprint(key, value),
+                        index.key_fingerprint(key),
+                    ];
+                    for fingerprint in fingerprints {
+                        let Some(candidates) = index.keyed.get(&fingerprint) else {
+                            continue;
+                        };
+                        for &b in candidates {
+                            let mark = &mut binding_marks[b.0 as usize];
+                            if *mark == epoch {
+                                continue;
+                            }
+                            *mark = epoch;
+                            let matcher = bindings[b.0 as usize]
+                                .as_ref()
+                                .and_then(|binding| binding.headers.as_ref())
+                                .expect("headers bindings are live and carry a matcher");
+                            if matcher.matches(headers) {
+                                deliver(b);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let alternate = source.alternate;
+        if !matched {
+            if let Some(alternate) = alternate {
+                let exists = exchanges
+                    .get(alternate.0 as usize)
+                    .is_some_and(Option::is_some);
+                if exists && exchange_marks[alternate.0 as usize] != epoch {
+                    exchange_marks[alternate.0 as usize] = epoch;
+                    work.push(alternate);
+                }
+            }
+        }
+    }
+    Ok(())
 }
