@@ -836,7 +836,9 @@ impl RoutingTable {
                 (Index::Direct(keys), IndexSlot::Direct { position }) => {
                     assert_eq!(keys[&b.key][*position as usize], id);
                 }
-                (Index::Topic(_), IndexSlot::Topic { .. }) => {}
+                (Index::Topic(trie), IndexSlot::Topic { node, position }) => {
+                    assert_eq!(trie.binding_at(*node, *position), Some(id));
+                }
                 (Index::Headers(index), IndexSlot::Headers(anchors)) => {
                     for anchor in anchors.iter() {
                         let list = match anchor.list {

@@ -1232,7 +1232,8 @@ proptest! {
     #[test]
     fn headers_index_agrees_with_rabbitmq_merge(
         args in prop::collection::vec(binding_args(), 1..24),
-        removed in prop::collection::vec(any::<bool>(), 24),
+        mut removed in prop::collection::vec(any::<bool>(), 24),
+        rebound in prop::collection::vec(any::<bool>(), 24),
         messages in prop::collection::vec(prop::option::of(header_table(4)), 1..12),
     ) {
         let mut t = with_exchange(ExchangeKind::Headers);
@@ -1241,7 +1242,15 @@ proptest! {
         }
         for (i, a) in args.iter().enumerate() {
             if removed[i] {
-                t.unbind(X, q(i as u32), b"", a).unwrap();
+                prop_assert!(t.unbind(X, q(i as u32), b"", a).unwrap().existed);
+                t.assert_consistent();
+            }
+        }
+        // Binding again reuses freed slots and refiles anchors among the survivors.
+        for (i, a) in args.iter().enumerate().rev() {
+            if removed[i] && rebound[i] {
+                prop_assert!(t.bind(X, q(i as u32), b"", a).unwrap());
+                removed[i] = false;
                 t.assert_consistent();
             }
         }

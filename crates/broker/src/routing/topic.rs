@@ -138,6 +138,13 @@ impl TopicTrie {
         self.nodes.len() - self.free.len()
     }
 
+    /// The binding stored at `position` of `node`, to check back-pointers in tests.
+    #[cfg(test)]
+    pub(crate) fn binding_at(&self, node: u32, position: u32) -> Option<BindingId> {
+        let node = self.nodes.get(node as usize)?;
+        node.bindings.get(position as usize).copied()
+    }
+
     fn alloc(&mut self, parent: u32, edge: Edge) -> u32 {
         let node = Node::new(parent, edge);
         if let Some(id) = self.free.pop() {
