@@ -11,11 +11,11 @@
 //! The broker keeps names and allocates ids; this table keeps ids only. A publish flows as
 //! `route(exchange, key, headers, &mut out)`: the source exchange's index yields the matching
 //! bindings (a hash lookup for direct, a trie walk for topic, the whole list for fanout, a
-//! lookup per message header for headers); queue destinations go to `out` once each, exchange destinations join a work list
-//! once each (cycles are legal and end there); an exchange that matched no binding hands the
-//! message to its alternate exchange, if any.
+//! lookup per message header for headers); queue destinations go to `out` once each,
+//! exchange destinations join a work list once each (cycles are legal and end there); an
+//! exchange that matched no binding hands the message to its alternate exchange, if any.
 //!
-//! Costs, with `b` the bindings of the exchanges involved and `k` the key length:
+//! Costs, with `k` the key length:
 //! declare/delete of an empty exchange O(1); bind and unbind O(k + arguments) amortised,
 //! whatever the number of bindings; removing a queue or exchange O(its own bindings);
 //! route O(matching destinations) for direct and fanout, O(words x live trie nodes + matches)
