@@ -788,7 +788,7 @@ impl RoutingTable {
             self.queue_slots,
             &mut self.route_scratch,
             exchange,
-            routing_key,
+            &[routing_key],
             headers,
             out,
         )
@@ -810,7 +810,32 @@ impl RoutingTable {
             self.queue_slots,
             scratch,
             exchange,
-            routing_key,
+            &[routing_key],
+            headers,
+            out,
+        )
+    }
+
+    /// Routes a message published with several routing keys: its own plus those of its `CC`
+    /// and `BCC` headers (RabbitMQ's sender-selected distribution). As in RabbitMQ this is one
+    /// walk, not one per key: each exchange is visited once and matches a binding if any key
+    /// does, each queue is returned once, and an exchange goes to its alternate only if no
+    /// key matched any of its bindings.
+    pub fn route_keys_with(
+        &self,
+        scratch: &mut RouteScratch,
+        exchange: ExchangeId,
+        routing_keys: &[&[u8]],
+        headers: Option<&FieldTable>,
+        out: &mut Vec<QueueId>,
+    ) -> Result<(), RoutingError> {
+        route_through(
+            &self.exchanges,
+            &self.bindings,
+            self.queue_slots,
+            scratch,
+            exchange,
+            routing_keys,
             headers,
             out,
         )
@@ -885,7 +910,7 @@ fn route_through(
     queue_slots: usize,
     scratch: &mut RouteScratch,
     exchange: ExchangeId,
-    routing_key: &[u8],
+    routing_keys: &[&[u8]],
     headers: Option<&FieldTable>,
     out: &mut Vec<QueueId>,
 ) -> Result<(), RoutingError> {
@@ -938,12 +963,18 @@ fn route_through(
         };
         match &source.index {
             Index::Direct(keys) => {
-                if let Some(list) = keys.get(routing_key) {
-                    list.iter().for_each(|&b| deliver(b));
+                for &routing_key in routing_keys {
+                    if let Some(list) = keys.get(routing_key) {
+                        list.iter().for_each(|&b| deliver(b));
+                    }
                 }
             }
             Index::Fanout => source.as_source.iter().for_each(|&b| deliver(b)),
-            Index::Topic(trie) => trie.matches(routing_key, topic_scratch, &mut deliver),
+            Index::Topic(trie) => {
+                for &routing_key in routing_keys {
+                    trie.matches(routing_key, topic_scratch, &mut deliver);
+                }
+            }
             Index::Headers(index) => {
                 index.always.iter().for_each(|&b| deliver(b));
                 for (key, value) in headers.into_iter().flatten() {

@@ -1306,3 +1306,32 @@ fn route_with_caller_scratch_through_a_shared_reference() {
     });
     assert_eq!(threads, vec![1, 1]);
 }
+
+#[test]
+fn several_routing_keys_are_one_walk_as_with_cc_headers() {
+    let mut t = with_exchange(ExchangeKind::Direct);
+    t.declare_exchange(Y, ExchangeKind::Topic).unwrap();
+    t.declare_exchange(Z, ExchangeKind::Fanout).unwrap();
+    t.bind(X, q(1), b"k1", &no_args()).unwrap();
+    t.bind(X, q(1), b"k2", &no_args()).unwrap();
+    t.bind(X, x(Y), b"k3", &no_args()).unwrap();
+    t.bind(Y, q(2), b"k1", &no_args()).unwrap();
+    t.bind(Y, q(3), b"*", &no_args()).unwrap();
+    t.bind(Z, q(9), b"", &no_args()).unwrap();
+    t.set_alternate_exchange(X, Some(Z)).unwrap();
+    t.set_alternate_exchange(Y, Some(Z)).unwrap();
+    let route = |t: &RoutingTable, keys: &[&[u8]]| {
+        let mut out = Vec::new();
+        t.route_keys_with(&mut RouteScratch::new(), X, keys, None, &mut out)
+            .unwrap();
+        out.sort();
+        out.into_iter().map(|q| q.0).collect::<Vec<u32>>()
+    };
+    // k1 and k2 both reach queue 1: once. "nope" alone would go to the alternate, but
+    // another key matched, so the alternate is not used (one walk, not one per key).
+    assert_eq!(route(&t, &[b"k1", b"k2", b"nope"]), vec![1]);
+    assert_eq!(route(&t, &[b"nope"]), vec![9]);
+    // Y sees every key too: k3 brings the message to Y, where k1 and `*` match.
+    assert_eq!(route(&t, &[b"k3", b"k1"]), vec![1, 2, 3]);
+    assert_eq!(route(&t, &[]), vec![9]);
+}
