@@ -904,8 +904,8 @@ proptest! {
     }
 }
 
-/// One command of the model-based test. Exchanges 0..3 are direct, topic, fanout; queue ids
-/// are 0..4; exchange destinations use ids 0..3 as well.
+/// One command of the model-based test. Exchanges 0..4 are direct, topic, fanout, headers;
+/// queue ids are 0..4 too.
 #[derive(Debug, Clone)]
 enum Command {
     Bind {
@@ -926,40 +926,57 @@ enum Command {
     Route {
         source: u32,
         key: usize,
+        headers: Option<usize>,
     },
 }
 
 const MODEL_KEYS: [&str; 6] = ["a", "b", "a.b", "#", "*.b", ""];
-const MODEL_KINDS: [ExchangeKind; 3] = [
+const MODEL_KINDS: [ExchangeKind; 4] = [
     ExchangeKind::Direct,
     ExchangeKind::Topic,
     ExchangeKind::Fanout,
+    ExchangeKind::Headers,
 ];
 
+/// Binding arguments: identity only, except on the headers exchange (id 3).
 fn model_args(index: usize) -> FieldTable {
     match index {
         0 => FieldTable::default(),
-        _ => table(&[("v", AMQPValue::LongInt(index as i32))]),
+        1 => table(&[("v", AMQPValue::LongInt(1))]),
+        _ => table(&[
+            ("x-match", s("any")),
+            ("v", AMQPValue::LongLongInt(2)),
+            ("w", AMQPValue::Void),
+        ]),
+    }
+}
+
+fn model_headers(index: usize) -> FieldTable {
+    match index {
+        0 => table(&[("v", AMQPValue::Double(1.0))]),
+        1 => table(&[("v", AMQPValue::LongLongInt(2))]),
+        _ => table(&[("w", s("z"))]),
     }
 }
 
 fn destination() -> impl Strategy<Value = Destination> {
     prop_oneof![
         (0u32..4).prop_map(|i| Destination::Queue(QueueId(i))),
-        (0u32..3).prop_map(|i| Destination::Exchange(ExchangeId(i))),
+        (0u32..4).prop_map(|i| Destination::Exchange(ExchangeId(i))),
     ]
 }
 
 fn command() -> impl Strategy<Value = Command> {
     prop_oneof![
-        4 => (0u32..3, destination(), 0..MODEL_KEYS.len(), 0usize..2)
+        4 => (0u32..4, destination(), 0..MODEL_KEYS.len(), 0usize..3)
             .prop_map(|(source, destination, key, args)| Command::Bind { source, destination, key, args }),
-        3 => (0u32..3, destination(), 0..MODEL_KEYS.len(), 0usize..2)
+        3 => (0u32..4, destination(), 0..MODEL_KEYS.len(), 0usize..3)
             .prop_map(|(source, destination, key, args)| Command::Unbind { source, destination, key, args }),
         1 => (0u32..4).prop_map(Command::RemoveQueue),
-        1 => (0u32..3).prop_map(Command::RecreateExchange),
-        1 => (0u32..3, prop::option::of(0u32..3)).prop_map(|(x, a)| Command::SetAlternate(x, a)),
-        3 => (0u32..3, 0..MODEL_KEYS.len()).prop_map(|(source, key)| Command::Route { source, key }),
+        1 => (0u32..4).prop_map(Command::RecreateExchange),
+        1 => (0u32..4, prop::option::of(0u32..4)).prop_map(|(x, a)| Command::SetAlternate(x, a)),
+        3 => (0u32..4, 0..MODEL_KEYS.len(), prop::option::of(0usize..3))
+            .prop_map(|(source, key, headers)| Command::Route { source, key, headers }),
     ]
 }
 
@@ -967,23 +984,29 @@ fn command() -> impl Strategy<Value = Command> {
 struct Model {
     /// (source, destination, key index, args index), no duplicates.
     bindings: Vec<(u32, Destination, usize, usize)>,
-    alternates: [Option<u32>; 3],
+    alternates: [Option<u32>; 4],
 }
 
 impl Model {
-    fn matches(source: u32, binding_key: &str, routing_key: &str) -> bool {
+    fn matches(
+        source: u32,
+        binding_key: &str,
+        args: usize,
+        routing_key: &str,
+        headers: &FieldTable,
+    ) -> bool {
         match MODEL_KINDS[source as usize] {
             ExchangeKind::Direct => binding_key == routing_key,
             ExchangeKind::Fanout => true,
             ExchangeKind::Topic => {
                 naive_topic_match(&naive_words(binding_key), &naive_words(routing_key))
             }
-            ExchangeKind::Headers => unreachable!("not modelled"),
+            ExchangeKind::Headers => naive_headers_match(&model_args(args), headers),
         }
     }
 
     /// RabbitMQ's route1: a work list, a seen set, alternates for exchanges that matched nothing.
-    fn route(&self, start: u32, routing_key: &str) -> Vec<u32> {
+    fn route(&self, start: u32, routing_key: &str, headers: &FieldTable) -> Vec<u32> {
         let mut seen = vec![start];
         let mut work = vec![start];
         let mut queues = Vec::new();
@@ -991,8 +1014,9 @@ impl Model {
             let matched: Vec<Destination> = self
                 .bindings
                 .iter()
-                .filter(|(s, _, k, _)| {
-                    *s == current && Self::matches(current, MODEL_KEYS[*k], routing_key)
+                .filter(|(s, _, k, a)| {
+                    *s == current
+                        && Self::matches(current, MODEL_KEYS[*k], *a, routing_key, headers)
                 })
                 .map(|(_, d, _, _)| *d)
                 .collect();
@@ -1062,7 +1086,7 @@ proptest! {
                     let destination = Destination::Queue(QueueId(queue));
                     let mut unused = t.remove_destination(destination).unwrap();
                     unused.sort();
-                    let sources_before: Vec<u32> = (0..3).filter(|s| model.has_source(*s)).collect();
+                    let sources_before: Vec<u32> = (0..4).filter(|s| model.has_source(*s)).collect();
                     model.bindings.retain(|b| b.1 != destination);
                     let expected: Vec<ExchangeId> = sources_before
                         .into_iter()
@@ -1075,7 +1099,7 @@ proptest! {
                     let alternate = t.alternate_exchange(ExchangeId(id));
                     let mut unused = t.delete_exchange(ExchangeId(id)).unwrap();
                     unused.sort();
-                    let sources_before: Vec<u32> = (0..3).filter(|s| *s != id && model.has_source(*s)).collect();
+                    let sources_before: Vec<u32> = (0..4).filter(|s| *s != id && model.has_source(*s)).collect();
                     let gone = Destination::Exchange(ExchangeId(id));
                     model.bindings.retain(|b| b.0 != id && b.1 != gone);
                     let expected: Vec<ExchangeId> = sources_before
@@ -1094,16 +1118,18 @@ proptest! {
                     t.set_alternate_exchange(ExchangeId(id), alternate.map(ExchangeId)).unwrap();
                     model.alternates[id as usize] = alternate;
                 }
-                Command::Route { source, key } => {
+                Command::Route { source, key, headers } => {
+                    let headers = headers.map(model_headers);
+                    let empty = FieldTable::default();
                     prop_assert_eq!(
-                        routed(&mut t, ExchangeId(source), MODEL_KEYS[key], None),
-                        model.route(source, MODEL_KEYS[key])
+                        routed(&mut t, ExchangeId(source), MODEL_KEYS[key], headers.as_ref()),
+                        model.route(source, MODEL_KEYS[key], headers.as_ref().unwrap_or(&empty))
                     );
                 }
             }
             t.assert_consistent();
             prop_assert_eq!(t.binding_count(), model.bindings.len());
-            for s in 0..3 {
+            for s in 0..4 {
                 prop_assert_eq!(t.has_bindings_as_source(ExchangeId(s)), model.has_source(s));
                 prop_assert_eq!(
                     t.destination_binding_count(Destination::Exchange(ExchangeId(s))),
