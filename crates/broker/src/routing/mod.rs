@@ -289,6 +289,24 @@ impl RouteScratch {
 }
 
 /// One vhost's exchanges and bindings. See the module documentation for semantics and costs.
+///
+/// ```
+/// use amq_protocol_types::FieldTable;
+/// use warren_broker::routing::{Destination, ExchangeId, ExchangeKind, QueueId, RoutingTable};
+///
+/// let mut table = RoutingTable::new();
+/// let logs = ExchangeId(1);
+/// table.declare_exchange(logs, ExchangeKind::Topic)?;
+/// table.bind(logs, Destination::Queue(QueueId(7)), b"app.*.error", &FieldTable::default())?;
+///
+/// let mut queues = Vec::new();
+/// table.route(logs, b"app.web.error", None, &mut queues)?;
+/// assert_eq!(queues, [QueueId(7)]);
+///
+/// // Deleting queue 7 leaves `logs` with no binding: the broker deletes it if auto-delete.
+/// assert_eq!(table.remove_destination(Destination::Queue(QueueId(7)))?, [logs]);
+/// # Ok::<(), warren_broker::routing::RoutingError>(())
+/// ```
 #[derive(Debug, Default)]
 pub struct RoutingTable {
     exchanges: Vec<Option<Exchange>>,

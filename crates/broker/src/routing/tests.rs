@@ -60,6 +60,13 @@ fn with_exchange(kind: ExchangeKind) -> RoutingTable {
 // ---------------------------------------------------------------- direct, fanout
 
 #[test]
+fn table_and_scratch_can_be_shared_across_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<RoutingTable>();
+    send_sync::<RouteScratch>();
+}
+
+#[test]
 fn direct_routes_only_the_exact_key() {
     let mut t = with_exchange(ExchangeKind::Direct);
     t.bind(X, q(1), b"orders", &no_args()).unwrap();
