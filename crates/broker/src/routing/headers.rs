@@ -56,7 +56,8 @@ impl HeadersMatch {
             Some(AMQPValue::ShortString(s)) => parse_mode(s.as_str().as_bytes())?,
             Some(other) => {
                 return Err(RoutingError::InvalidXMatchType {
-                    type_name: format!("{:?}", other.get_type()),
+                    type_name: type_tag(other).to_string(),
+                    value: term_text(other),
                 })
             }
         };
@@ -159,6 +160,18 @@ pub(crate) fn erlang_equal(a: &AMQPValue, b: &AMQPValue) -> bool {
             x.len() == y.len() && x.iter().zip(y).all(|(vx, vy)| typed_equal(vx, vy))
         }
         _ => false,
+    }
+}
+
+/// A value roughly as RabbitMQ prints it in error texts (`~tp`).
+fn term_text(value: &AMQPValue) -> String {
+    match term(value) {
+        Term::Int(x) => x.to_string(),
+        Term::Float(y) => y.to_string(),
+        Term::Bool(b) => b.to_string(),
+        Term::Binary(b) => format!("<<{:?}>>", String::from_utf8_lossy(b)),
+        Term::Undefined => "undefined".to_string(),
+        _ => format!("{value:?}"),
     }
 }
 

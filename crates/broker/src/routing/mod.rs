@@ -127,7 +127,7 @@ pub enum RoutingError {
     /// A headers binding whose `x-match` is a string other than the four modes: 406.
     InvalidXMatch { value: String },
     /// A headers binding whose `x-match` is not a long string: 406.
-    InvalidXMatchType { type_name: String },
+    InvalidXMatchType { type_name: String, value: String },
 }
 
 impl RoutingError {
@@ -155,13 +155,15 @@ impl fmt::Display for RoutingError {
             RoutingError::KeyTooLong { bytes } => {
                 write!(f, "key of {bytes} bytes is longer than {KEY_BYTES_MAX}")
             }
+            // RabbitMQ's texts, so clients that show them see the same words.
             RoutingError::InvalidXMatch { value } => write!(
                 f,
-                "Invalid x-match field value {value:?}; expected all, any, all-with-x, or any-with-x"
+                "Invalid x-match field value <<{value:?}>>; \
+                 expected all, any, all-with-x, or any-with-x"
             ),
-            RoutingError::InvalidXMatchType { type_name } => write!(
+            RoutingError::InvalidXMatchType { type_name, value } => write!(
                 f,
-                "Invalid x-match field type {type_name}; expected longstr"
+                "Invalid x-match field type {type_name} (value {value}); expected longstr"
             ),
         }
     }
