@@ -218,7 +218,8 @@ impl TopicTrie {
                 }
                 Edge::Root => unreachable!("only the root has no parent edge"),
             }
-            self.nodes[node as usize].children = HashMap::new();
+            // Give back the emptied node's allocations: a freed slot costs only its struct.
+            self.nodes[node as usize] = Node::new(NODE_NONE, Edge::Root);
             self.free.push(node);
             node = parent;
         }
