@@ -53,7 +53,7 @@ mod tests;
 use std::collections::HashMap;
 use std::fmt;
 
-use amq_protocol_types::FieldTable;
+use amq_protocol_types::{AMQPValue, FieldTable, ShortString};
 
 pub use headers::XMatch;
 
@@ -186,7 +186,18 @@ pub struct BindingInfo<'a> {
     pub source: ExchangeId,
     pub destination: Destination,
     pub key: &'a [u8],
-    pub args: &'a FieldTable,
+    /// In key order; [`BindingInfo::args_table`] rebuilds the table.
+    pub args: &'a [(ShortString, AMQPValue)],
+}
+
+impl BindingInfo<'_> {
+    pub fn args_table(&self) -> FieldTable {
+        let mut table = FieldTable::default();
+        for (key, value) in self.args {
+            table.insert(key.clone(), value.clone());
+        }
+        table
+    }
 }
 
 /// Index of a binding in [`RoutingTable::bindings`]; never leaves the module.
@@ -213,7 +224,9 @@ struct Binding {
     source: ExchangeId,
     destination: Destination,
     key: Box<[u8]>,
-    args: FieldTable,
+    /// Kept as a sorted slice rather than a `FieldTable`: a B-tree node is about 600 bytes
+    /// even for one entry, and only listing needs a table back.
+    args: Box<[(ShortString, AMQPValue)]>,
     /// Position in the source exchange's `as_source` list.
     source_position: u32,
     /// Position in the destination's list (exchange `as_destination` or queue list).
@@ -492,7 +505,13 @@ impl RoutingTable {
             ExchangeKind::Headers => Some(Box::new(HeadersMatch::parse(args)?)),
             _ => None,
         };
-        identity::encode(source, destination, key, args, &mut self.identity);
+        identity::encode(
+            source,
+            destination,
+            key,
+            args.inner().iter(),
+            &mut self.identity,
+        );
         if self.identities.contains_key(self.identity.as_slice()) {
             return Ok(false);
         }
@@ -547,7 +566,11 @@ impl RoutingTable {
             source,
             destination,
             key: key.into(),
-            args: args.clone(),
+            args: args
+                .inner()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
             source_position,
             destination_position,
             slot,
@@ -567,7 +590,13 @@ impl RoutingTable {
         args: &FieldTable,
     ) -> Result<Unbound, RoutingError> {
         self.check_binding_ends(source, destination)?;
-        identity::encode(source, destination, key, args, &mut self.identity);
+        identity::encode(
+            source,
+            destination,
+            key,
+            args.inner().iter(),
+            &mut self.identity,
+        );
         match self.identities.get(self.identity.as_slice()).copied() {
             None => Ok(Unbound {
                 existed: false,
@@ -620,7 +649,7 @@ impl RoutingTable {
             binding.source,
             binding.destination,
             &binding.key,
-            &binding.args,
+            binding.args.iter().map(|(k, v)| (k, v)),
             &mut self.identity,
         );
         let removed = self.identities.remove(self.identity.as_slice());
@@ -727,7 +756,7 @@ impl RoutingTable {
         args: &FieldTable,
     ) -> bool {
         let mut identity = Vec::new();
-        identity::encode(source, destination, key, args, &mut identity);
+        identity::encode(source, destination, key, args.inner().iter(), &mut identity);
         self.identities.contains_key(identity.as_slice())
     }
 
@@ -897,7 +926,8 @@ impl RoutingTable {
                 _ => panic!("slot does not match the exchange kind"),
             }
             let mut identity = Vec::new();
-            identity::encode(b.source, b.destination, &b.key, &b.args, &mut identity);
+            let args = b.args.iter().map(|(k, v)| (k, v));
+            identity::encode(b.source, b.destination, &b.key, args, &mut identity);
             assert_eq!(self.identities.get(identity.as_slice()), Some(&id));
         }
         assert_eq!(live, self.binding_count);
