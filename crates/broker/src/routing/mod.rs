@@ -24,7 +24,7 @@
 //! (Worst case, many `all` bindings sharing all but one rare pair, headers stays linear in
 //! those candidates; bind files each `all` binding under its currently rarest pair.)
 //! Memory, measured by the bench at 100k bindings (heap bytes requested, one queue per
-//! binding): about 340 bytes per direct binding, 680 per topic binding (trie nodes), 1.2 KB
+//! binding): about 320 bytes per direct binding, 570 per topic binding (trie nodes), 690
 //! per headers binding with two pattern entries (arguments are kept for listing and parsed
 //! for matching). Route marks add 4 bytes per exchange, queue and binding id up to the
 //! largest in use, per [`RouteScratch`].
