@@ -1592,3 +1592,50 @@ fn several_routing_keys_are_one_walk_as_with_cc_headers() {
     assert_eq!(route(&t, &[b"k3", b"k1"]), vec![1, 2, 3]);
     assert_eq!(route(&t, &[]), vec![9]);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Interleaved binds and unbinds of random topic keys keep the trie equal to the naive
+    /// matcher over the live bindings, and removing everything prunes it to its root.
+    #[test]
+    fn topic_trie_survives_interleaved_bind_unbind(
+        ops in prop::collection::vec((any::<bool>(), 0u32..6, topic_key(binding_word(), 4)), 1..60),
+        routing_keys in prop::collection::vec(topic_key(routing_word(), 5), 1..8),
+    ) {
+        let mut t = with_exchange(ExchangeKind::Topic);
+        let mut live: Vec<(u32, String)> = Vec::new();
+        for (bind, queue, key) in ops {
+            let entry = (queue, key.clone());
+            if bind {
+                let created = t.bind(X, q(queue), key.as_bytes(), &no_args()).unwrap();
+                prop_assert_eq!(created, !live.contains(&entry));
+                if created {
+                    live.push(entry);
+                }
+            } else {
+                let outcome = t.unbind(X, q(queue), key.as_bytes(), &no_args()).unwrap();
+                prop_assert_eq!(outcome.existed, live.contains(&entry));
+                live.retain(|e| *e != entry);
+            }
+            t.assert_consistent();
+        }
+        for rk in &routing_keys {
+            let mut expected: Vec<u32> = live
+                .iter()
+                .filter(|(_, bk)| naive_topic_match(&naive_words(bk), &naive_words(rk)))
+                .map(|(queue, _)| *queue)
+                .collect();
+            expected.sort_unstable();
+            expected.dedup();
+            prop_assert_eq!(routed(&mut t, X, rk, None), expected, "routing key {:?}", rk);
+        }
+        for (queue, key) in &live {
+            prop_assert!(t.unbind(X, q(*queue), key.as_bytes(), &no_args()).unwrap().existed);
+        }
+        let Some(Exchange { index: Index::Topic(trie), .. }) = t.exchange(X) else {
+            panic!("topic exchange")
+        };
+        prop_assert_eq!(trie.node_count(), 1);
+    }
+}
