@@ -29,7 +29,7 @@ use super::RoutingError;
 /// The four `x-match` modes; the "with-x" ones also compare arguments whose key starts with
 /// `x-` (except `x-match` itself), the others ignore them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum XMatch {
+pub(crate) enum XMatch {
     All,
     Any,
     AllWithX,

@@ -55,8 +55,6 @@ use std::fmt;
 
 use amq_protocol_types::{AMQPValue, FieldTable, ShortString};
 
-pub use headers::XMatch;
-
 use headers::{Anchor, HeadersIndex, HeadersMatch};
 use topic::{TopicScratch, TopicTrie};
 
