@@ -156,6 +156,22 @@ fn route(c: &mut Criterion) {
             })
         });
     }
+
+    // Cost per matching destination: a fanout exchange bound to every one of 1k queues.
+    let mut t = RoutingTable::new();
+    t.declare_exchange(FANOUT, ExchangeKind::Fanout).unwrap();
+    for i in 0..1_000 {
+        t.bind(FANOUT, queue(i), b"", &FieldTable::default())
+            .unwrap();
+    }
+    let mut out = Vec::with_capacity(1_000);
+    group.bench_function("fanout_1000_destinations", |b| {
+        b.iter(|| {
+            out.clear();
+            t.route(FANOUT, b"", None, &mut out).unwrap();
+            assert_eq!(out.len(), 1_000);
+        })
+    });
     group.finish();
 }
 
