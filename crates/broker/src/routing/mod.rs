@@ -50,7 +50,7 @@ mod topic;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 use amq_protocol_types::{AMQPValue, FieldTable, ShortString};
@@ -246,6 +246,8 @@ enum Index {
 struct Exchange {
     kind: ExchangeKind,
     alternate: Option<ExchangeId>,
+    /// Exchanges whose alternate this one is, so deleting it clears them in O(their count).
+    alternate_for: HashSet<ExchangeId>,
     as_source: Vec<BindingId>,
     as_destination: Vec<BindingId>,
     index: Index,
@@ -408,6 +410,7 @@ impl RoutingTable {
         self.exchanges[slot] = Some(Exchange {
             kind,
             alternate: None,
+            alternate_for: HashSet::new(),
             as_source: Vec::new(),
             as_destination: Vec::new(),
             index,
@@ -420,12 +423,23 @@ impl RoutingTable {
     /// bindings). Returns the other exchanges left with no binding as source, which the broker
     /// deletes in turn if they are auto-delete.
     ///
-    /// Alternate-exchange settings that name this id are kept, as RabbitMQ keeps the name:
-    /// routing skips an alternate that does not exist, and it works again if the id is
-    /// declared again. A broker that reuses ids for other names must re-point them.
+    /// Exchanges that had this one as their alternate lose it, so that a reused id never
+    /// inherits the role. RabbitMQ names an alternate, and a new exchange of that name
+    /// takes it up again: the broker, which keeps the names, calls
+    /// [`RoutingTable::set_alternate_exchange`] again when it declares one.
     pub fn delete_exchange(&mut self, id: ExchangeId) -> Result<Vec<ExchangeId>, RoutingError> {
-        if self.exchange(id).is_none() {
+        let Some(exchange) = self.exchange_mut(id) else {
             return Err(RoutingError::ExchangeNotFound(id));
+        };
+        let referrers = std::mem::take(&mut exchange.alternate_for);
+        let own_alternate = exchange.alternate.take();
+        for referrer in referrers {
+            if let Some(r) = self.exchange_mut(referrer) {
+                r.alternate = None;
+            }
+        }
+        if let Some(alternate) = own_alternate.and_then(|a| self.exchange_mut(a)) {
+            alternate.alternate_for.remove(&id);
         }
         while let Some(&binding) = self.exchange(id).and_then(|x| x.as_source.last()) {
             self.remove_binding(binding);
@@ -442,20 +456,31 @@ impl RoutingTable {
         Ok(unused)
     }
 
-    /// Sets or clears the exchange that takes the messages `id` routes to nothing.
-    /// The alternate need not exist yet (RabbitMQ names it in a policy or argument).
+    /// Sets or clears the exchange that takes the messages `id` routes to nothing. Both must
+    /// exist: RabbitMQ accepts the name of an exchange not declared yet, so the broker keeps
+    /// the name and sets the id once that exchange is declared (and again if it is deleted
+    /// and declared anew, since deletion clears it here).
     pub fn set_alternate_exchange(
         &mut self,
         id: ExchangeId,
         alternate: Option<ExchangeId>,
     ) -> Result<(), RoutingError> {
-        if let Some(alternate) = alternate {
-            check_id(alternate.0)?;
+        if self.exchange(id).is_none() {
+            return Err(RoutingError::ExchangeNotFound(id));
         }
-        let exchange = self
-            .exchange_mut(id)
-            .ok_or(RoutingError::ExchangeNotFound(id))?;
-        exchange.alternate = alternate;
+        if let Some(new) = alternate {
+            self.exchange_mut(new)
+                .ok_or(RoutingError::ExchangeNotFound(new))?
+                .alternate_for
+                .insert(id);
+        }
+        let exchange = self.exchange_mut(id).expect("checked above");
+        let old = std::mem::replace(&mut exchange.alternate, alternate);
+        if let Some(old) = old.filter(|&old| Some(old) != alternate) {
+            if let Some(old) = self.exchange_mut(old) {
+                old.alternate_for.remove(&id);
+            }
+        }
         Ok(())
     }
 
@@ -863,6 +888,26 @@ impl RoutingTable {
         )
     }
 
+    /// [`RoutingTable::route_keys_with`] with the table's own scratch.
+    pub fn route_keys(
+        &mut self,
+        exchange: ExchangeId,
+        routing_keys: &[&[u8]],
+        headers: Option<&FieldTable>,
+        out: &mut Vec<QueueId>,
+    ) -> Result<(), RoutingError> {
+        route_through(
+            &self.exchanges,
+            &self.bindings,
+            self.queue_slots,
+            &mut self.route_scratch,
+            exchange,
+            routing_keys,
+            headers,
+            out,
+        )
+    }
+
     /// Routes a message published with several routing keys: its own plus those of its `CC`
     /// and `BCC` headers (RabbitMQ's sender-selected distribution). As in RabbitMQ this is one
     /// walk, not one per key: each exchange is visited once and matches a binding if any key
@@ -938,6 +983,17 @@ impl RoutingTable {
             .sum();
         assert_eq!(listed, self.binding_count);
         assert!(self.queue_bindings.values().all(|l| !l.is_empty()));
+        for (index, exchange) in self.exchanges.iter().enumerate() {
+            let Some(exchange) = exchange else { continue };
+            let id = ExchangeId(position(index));
+            if let Some(alternate) = exchange.alternate {
+                let alternate = self.exchange(alternate).expect("alternates exist");
+                assert!(alternate.alternate_for.contains(&id));
+            }
+            for &referrer in &exchange.alternate_for {
+                assert_eq!(self.alternate_exchange(referrer), Some(id));
+            }
+        }
     }
 }
 

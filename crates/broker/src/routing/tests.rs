@@ -1027,15 +1027,46 @@ fn alternate_exchange_is_not_used_when_a_binding_matched() {
 }
 
 #[test]
-fn missing_alternate_exchange_is_skipped_until_declared() {
+fn deleting_an_alternate_clears_it_until_the_broker_sets_it_again() {
     let mut t = with_exchange(ExchangeKind::Direct);
-    t.set_alternate_exchange(X, Some(Y)).unwrap();
-    assert_eq!(routed(&mut t, X, "k", None), Vec::<u32>::new());
+    assert_eq!(
+        t.set_alternate_exchange(X, Some(Y)),
+        Err(RoutingError::ExchangeNotFound(Y))
+    );
     t.declare_exchange(Y, ExchangeKind::Fanout).unwrap();
     t.bind(Y, q(4), b"", &no_args()).unwrap();
+    t.set_alternate_exchange(X, Some(Y)).unwrap();
     assert_eq!(routed(&mut t, X, "k", None), vec![4]);
     t.delete_exchange(Y).unwrap();
+    assert_eq!(t.alternate_exchange(X), None);
     assert_eq!(routed(&mut t, X, "k", None), Vec::<u32>::new());
+    // The id is reused for another exchange: it must not become X's alternate by accident.
+    t.declare_exchange(Y, ExchangeKind::Fanout).unwrap();
+    t.bind(Y, q(5), b"", &no_args()).unwrap();
+    assert_eq!(routed(&mut t, X, "k", None), Vec::<u32>::new());
+    t.set_alternate_exchange(X, Some(Y)).unwrap();
+    assert_eq!(routed(&mut t, X, "k", None), vec![5]);
+}
+
+#[test]
+fn changing_an_alternate_forgets_the_old_one() {
+    let mut t = with_exchange(ExchangeKind::Direct);
+    t.declare_exchange(Y, ExchangeKind::Fanout).unwrap();
+    t.declare_exchange(Z, ExchangeKind::Fanout).unwrap();
+    t.set_alternate_exchange(X, Some(Y)).unwrap();
+    t.set_alternate_exchange(X, Some(Z)).unwrap();
+    // Deleting the old alternate must leave X's new one alone.
+    t.delete_exchange(Y).unwrap();
+    assert_eq!(t.alternate_exchange(X), Some(Z));
+    // An exchange deleted while it has an alternate unregisters from it.
+    t.delete_exchange(X).unwrap();
+    t.declare_exchange(X, ExchangeKind::Direct).unwrap();
+    t.delete_exchange(Z).unwrap();
+    assert_eq!(t.alternate_exchange(X), None);
+    // An exchange may be its own alternate; deleting it is fine.
+    t.set_alternate_exchange(X, Some(X)).unwrap();
+    assert_eq!(routed(&mut t, X, "k", None), Vec::<u32>::new());
+    t.delete_exchange(X).unwrap();
 }
 
 #[test]
@@ -1345,8 +1376,12 @@ proptest! {
                     t.declare_exchange(ExchangeId(id), MODEL_KINDS[id as usize]).unwrap();
                     prop_assert_eq!(t.alternate_exchange(ExchangeId(id)), None);
                     model.alternates[id as usize] = None;
-                    // Alternates of other exchanges that named this id still stand: the
-                    // model keeps them, and later routes check they work again.
+                    // Exchanges that had this one as alternate lose it.
+                    for alternate in model.alternates.iter_mut() {
+                        if *alternate == Some(id) {
+                            *alternate = None;
+                        }
+                    }
                 }
                 Command::SetAlternate(id, alternate) => {
                     t.set_alternate_exchange(ExchangeId(id), alternate.map(ExchangeId)).unwrap();
@@ -1364,6 +1399,10 @@ proptest! {
             t.assert_consistent();
             prop_assert_eq!(t.binding_count(), model.bindings.len());
             for s in 0..4 {
+                prop_assert_eq!(
+                    t.alternate_exchange(ExchangeId(s)),
+                    model.alternates[s as usize].map(ExchangeId)
+                );
                 prop_assert_eq!(t.has_bindings_as_source(ExchangeId(s)), model.has_source(s));
                 prop_assert_eq!(
                     t.destination_binding_count(Destination::Exchange(ExchangeId(s))),
@@ -1594,6 +1633,11 @@ fn several_routing_keys_are_one_walk_as_with_cc_headers() {
     // Y sees every key too: k3 brings the message to Y, where k1 and `*` match.
     assert_eq!(route(&t, &[b"k3", b"k1"]), vec![1, 2, 3]);
     assert_eq!(route(&t, &[]), vec![9]);
+    let mut out = Vec::new();
+    t.route_keys(X, &[b"k2", b"k3", b"k1"], None, &mut out)
+        .unwrap();
+    out.sort();
+    assert_eq!(out, [QueueId(1), QueueId(2), QueueId(3)]);
 }
 
 proptest! {
