@@ -41,6 +41,10 @@
 //!   checks since it knows the names. [`RoutingTable::unbind`] tells whether the binding was there.
 //! - An auto-delete exchange goes when its last binding *as source* goes; unbind and removals
 //!   report such sources and the broker decides (it knows the auto-delete flag).
+//! - An alternate exchange takes a message when its exchange's own bindings matched nothing,
+//!   at any depth of an exchange-to-exchange walk, and not when they matched an exchange that
+//!   then routed nowhere (checked against RabbitMQ 3.10). Several routing keys (CC, BCC) are
+//!   one walk: [`RoutingTable::route_keys`].
 //! - The default exchange ("") is not in this table: the broker routes it by queue name.
 
 mod headers;
