@@ -893,10 +893,10 @@ impl RoutingTable {
     }
 
     /// [`RoutingTable::route_keys_with`] with the table's own scratch.
-    pub fn route_keys(
+    pub fn route_keys<K: AsRef<[u8]>>(
         &mut self,
         exchange: ExchangeId,
-        routing_keys: &[&[u8]],
+        routing_keys: &[K],
         headers: Option<&FieldTable>,
         out: &mut Vec<QueueId>,
     ) -> Result<(), RoutingError> {
@@ -912,16 +912,16 @@ impl RoutingTable {
         )
     }
 
-    /// Routes a message published with several routing keys: its own plus those of its `CC`
-    /// and `BCC` headers (RabbitMQ's sender-selected distribution). As in RabbitMQ this is one
+    /// Routes a message published with several routing keys (any `AsRef<[u8]>`: `&[u8]`,
+    /// `Bytes`, `String`): its own plus those of its `CC` and `BCC` headers (RabbitMQ's sender-selected distribution). As in RabbitMQ this is one
     /// walk, not one per key: each exchange is visited once and matches a binding if any key
     /// does, each queue is returned once, and an exchange goes to its alternate only if no
     /// key matched any of its bindings.
-    pub fn route_keys_with(
+    pub fn route_keys_with<K: AsRef<[u8]>>(
         &self,
         scratch: &mut RouteScratch,
         exchange: ExchangeId,
-        routing_keys: &[&[u8]],
+        routing_keys: &[K],
         headers: Option<&FieldTable>,
         out: &mut Vec<QueueId>,
     ) -> Result<(), RoutingError> {
@@ -1012,13 +1012,13 @@ fn swap_remove(list: &mut Vec<BindingId>, position: u32, id: BindingId) -> Optio
 /// The route walk itself, over the table's parts, so that [`RoutingTable::route`] can lend
 /// the table's own scratch mutably while the rest is read.
 #[allow(clippy::too_many_arguments)]
-fn route_through(
+fn route_through<K: AsRef<[u8]>>(
     exchanges: &[Option<Exchange>],
     bindings: &[Option<Binding>],
     queue_slots: usize,
     scratch: &mut RouteScratch,
     exchange: ExchangeId,
-    routing_keys: &[&[u8]],
+    routing_keys: &[K],
     headers: Option<&FieldTable>,
     out: &mut Vec<QueueId>,
 ) -> Result<(), RoutingError> {
@@ -1071,16 +1071,16 @@ fn route_through(
         };
         match &source.index {
             Index::Direct(keys) => {
-                for &routing_key in routing_keys {
-                    if let Some(list) = keys.get(routing_key) {
+                for routing_key in routing_keys {
+                    if let Some(list) = keys.get(routing_key.as_ref()) {
                         list.iter().for_each(|&b| deliver(b));
                     }
                 }
             }
             Index::Fanout => source.as_source.iter().for_each(|&b| deliver(b)),
             Index::Topic(trie) => {
-                for &routing_key in routing_keys {
-                    trie.matches(routing_key, topic_scratch, &mut deliver);
+                for routing_key in routing_keys {
+                    trie.matches(routing_key.as_ref(), topic_scratch, &mut deliver);
                 }
             }
             Index::Headers(index) => {
