@@ -1686,3 +1686,47 @@ proptest! {
         prop_assert_eq!(trie.node_count(), 1);
     }
 }
+
+#[test]
+fn removing_every_queue_leaves_every_index_empty() {
+    let mut t = RoutingTable::new();
+    let kinds = [
+        ExchangeKind::Direct,
+        ExchangeKind::Topic,
+        ExchangeKind::Fanout,
+        ExchangeKind::Headers,
+    ];
+    for (i, kind) in kinds.iter().enumerate() {
+        t.declare_exchange(ExchangeId(i as u32), *kind).unwrap();
+    }
+    for queue in 0..2_000u32 {
+        for (i, _) in kinds.iter().enumerate() {
+            let key = format!("k{}.{}", queue % 7, queue);
+            let args = table(&[("k", AMQPValue::LongInt((queue % 5) as i32))]);
+            t.bind(ExchangeId(i as u32), q(queue), key.as_bytes(), &args)
+                .unwrap();
+        }
+    }
+    assert_eq!(t.binding_count(), 8_000);
+    let mut emptied = Vec::new();
+    for queue in (0..2_000u32).rev() {
+        emptied.extend(t.remove_destination(q(queue)).unwrap());
+    }
+    emptied.sort();
+    assert_eq!(emptied, (0..4).map(ExchangeId).collect::<Vec<_>>());
+    t.assert_consistent();
+    assert_eq!(t.binding_count(), 0);
+    assert!(t.identities.is_empty());
+    assert!(t.queue_bindings.is_empty());
+    for (i, _) in kinds.iter().enumerate() {
+        match &t.exchange(ExchangeId(i as u32)).unwrap().index {
+            Index::Direct(keys) => assert!(keys.is_empty()),
+            Index::Topic(trie) => assert_eq!(trie.node_count(), 1),
+            Index::Headers(index) => {
+                assert!(index.always.is_empty());
+                assert!(index.keyed.is_empty());
+            }
+            Index::Fanout => {}
+        }
+    }
+}
