@@ -570,7 +570,11 @@ impl RoutingTable {
         exchange.as_source.push(id);
         let slot = match &mut exchange.index {
             Index::Direct(keys) => {
-                let list = keys.entry(key.into()).or_default();
+                // Look up before inserting: `entry` would copy the key even when it is bound.
+                let list = match keys.get_mut(key) {
+                    Some(list) => list,
+                    None => keys.entry(key.into()).or_default(),
+                };
                 list.push(id);
                 IndexSlot::Direct {
                     position: position(list.len() - 1),
