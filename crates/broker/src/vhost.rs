@@ -1732,7 +1732,7 @@ impl VHost {
                 destination,
                 to_queue,
                 key: String::from_utf8_lossy(b.key).into_owned(),
-                arguments: b.args.clone(),
+                arguments: b.args_table(),
             });
         }
     }

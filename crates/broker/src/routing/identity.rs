@@ -6,15 +6,16 @@
 //! one byte string, the key of the table's identity map. Encoding costs O(key + arguments),
 //! which bind and unbind pay anyway to copy them.
 
-use amq_protocol_types::{AMQPValue, FieldTable};
+use amq_protocol_types::{AMQPValue, FieldTable, ShortString};
 
 use super::{Destination, ExchangeId};
 
-pub(crate) fn encode(
+/// `args` in key order, as a `FieldTable` iterates or a binding stores them.
+pub(crate) fn encode<'a>(
     source: ExchangeId,
     destination: Destination,
     key: &[u8],
-    args: &FieldTable,
+    args: impl ExactSizeIterator<Item = (&'a ShortString, &'a AMQPValue)>,
     out: &mut Vec<u8>,
 ) {
     out.clear();
@@ -30,7 +31,7 @@ pub(crate) fn encode(
         }
     }
     bytes(key, out);
-    table(args, out);
+    entries(args, out);
 }
 
 fn bytes(b: &[u8], out: &mut Vec<u8>) {
@@ -39,13 +40,20 @@ fn bytes(b: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(b);
 }
 
-fn table(t: &FieldTable, out: &mut Vec<u8>) {
-    let len = u32::try_from(t.inner().len()).expect("AMQP tables have fewer than 2^32 entries");
+fn entries<'a>(
+    entries: impl ExactSizeIterator<Item = (&'a ShortString, &'a AMQPValue)>,
+    out: &mut Vec<u8>,
+) {
+    let len = u32::try_from(entries.len()).expect("AMQP tables have fewer than 2^32 entries");
     out.extend_from_slice(&len.to_le_bytes());
-    for (k, v) in t.inner() {
+    for (k, v) in entries {
         bytes(k.as_str().as_bytes(), out);
         value(v, out);
     }
+}
+
+fn table(t: &FieldTable, out: &mut Vec<u8>) {
+    entries(t.inner().iter(), out);
 }
 
 fn value(v: &AMQPValue, out: &mut Vec<u8>) {

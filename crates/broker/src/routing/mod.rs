@@ -10,18 +10,28 @@
 //!
 //! The broker keeps names and allocates ids; this table keeps ids only. A publish flows as
 //! `route(exchange, key, headers, &mut out)`: the source exchange's index yields the matching
-//! bindings (a hash lookup for direct, a trie walk for topic, the whole list for fanout and
-//! headers); queue destinations go to `out` once each, exchange destinations join a work list
-//! once each (cycles are legal and end there); an exchange that matched no binding hands the
-//! message to its alternate exchange, if any.
+//! bindings (a hash lookup for direct, a trie walk for topic, the whole list for fanout, a
+//! lookup per message header for headers); queue destinations go to `out` once each,
+//! exchange destinations join a work list once each (cycles are legal and end there); an
+//! exchange that matched no binding hands the message to its alternate exchange, if any.
 //!
-//! Costs, with `b` the bindings of the exchanges involved and `k` the key length:
+//! Costs, with `k` the key length:
 //! declare/delete of an empty exchange O(1); bind and unbind O(k + arguments) amortised,
 //! whatever the number of bindings; removing a queue or exchange O(its own bindings);
 //! route O(matching destinations) for direct and fanout, O(words x live trie nodes + matches)
-//! for topic, and O(bindings of that exchange x pattern keys) for headers, as in RabbitMQ.
-//! Memory: about 150 bytes per binding plus its key and arguments, and 8 bytes per id up to
-//! the largest exchange or queue id in use (route marks, so that route never allocates).
+//! for topic, and O(message headers x candidate bindings) for headers, where a candidate
+//! shares one (key, value) with the message: RabbitMQ scans every headers binding instead.
+//! (Worst case, many `all` bindings sharing all but one rare pair, headers stays linear in
+//! those candidates; bind files each `all` binding under its currently rarest pair.)
+//! Memory, measured by the bench at 100k bindings (heap bytes requested, one queue per
+//! binding): about 320 bytes per direct binding, 570 per topic binding (trie nodes), 690
+//! per headers binding with two pattern entries (arguments are kept for listing and parsed
+//! for matching). Route marks add 4 bytes per exchange, queue and binding id up to the
+//! largest in use, per [`RouteScratch`].
+//!
+//! Concurrency: [`RoutingTable::route`] takes `&mut self` and the table's own scratch;
+//! [`RoutingTable::route_with`] takes `&self` and the caller's [`RouteScratch`], so publishers
+//! on several threads can route under a read lock while bind and unbind take the write lock.
 //!
 //! What RabbitMQ does and this table follows:
 //! - Binding the same (source, destination, key, arguments) twice is a no-op; arguments are
@@ -31,6 +41,10 @@
 //!   checks since it knows the names. [`RoutingTable::unbind`] tells whether the binding was there.
 //! - An auto-delete exchange goes when its last binding *as source* goes; unbind and removals
 //!   report such sources and the broker decides (it knows the auto-delete flag).
+//! - An alternate exchange takes a message when its exchange's own bindings matched nothing,
+//!   at any depth of an exchange-to-exchange walk, and not when they matched an exchange that
+//!   then routed nowhere (checked against RabbitMQ 3.10). Several routing keys (CC, BCC) are
+//!   one walk: [`RoutingTable::route_keys`].
 //! - The default exchange ("") is not in this table: the broker routes it by queue name.
 
 mod headers;
@@ -40,15 +54,13 @@ mod topic;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
-use amq_protocol_types::FieldTable;
+use amq_protocol_types::{AMQPValue, FieldTable, ShortString};
 
-pub use headers::XMatch;
-
-use headers::HeadersMatch;
-use topic::TopicTrie;
+use headers::{Anchor, HeadersIndex, HeadersMatch};
+use topic::{TopicScratch, TopicTrie};
 
 /// Ids are indices into per-table vectors (exchange slots, route marks), so they must stay
 /// small: the broker allocates them densely. 2^24 ids cost at most 64 MiB of marks.
@@ -80,6 +92,29 @@ pub enum ExchangeKind {
     Headers,
 }
 
+impl ExchangeKind {
+    /// The kind for an `exchange.declare` type; `None` is RabbitMQ's 503 COMMAND_INVALID
+    /// ("invalid exchange type"), for plugin types such as `x-consistent-hash` too.
+    pub fn from_name(name: &str) -> Option<ExchangeKind> {
+        match name {
+            "direct" => Some(ExchangeKind::Direct),
+            "fanout" => Some(ExchangeKind::Fanout),
+            "topic" => Some(ExchangeKind::Topic),
+            "headers" => Some(ExchangeKind::Headers),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ExchangeKind::Direct => "direct",
+            ExchangeKind::Fanout => "fanout",
+            ExchangeKind::Topic => "topic",
+            ExchangeKind::Headers => "headers",
+        }
+    }
+}
+
 /// Why the table refused a command. [`RoutingError::reply_code`] gives the AMQP code.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RoutingError {
@@ -93,8 +128,7 @@ pub enum RoutingError {
     KeyTooLong { bytes: usize },
     /// A headers binding whose `x-match` is a string other than the four modes: 406.
     InvalidXMatch { value: String },
-    /// A headers binding whose `x-match` is not a long string: 406. `type_name` is RabbitMQ's
-    /// name for the field type and `value` the value as Erlang prints it, for the reply text.
+    /// A headers binding whose `x-match` is not a long string: 406.
     InvalidXMatchType { type_name: String, value: String },
 }
 
@@ -123,10 +157,11 @@ impl fmt::Display for RoutingError {
             RoutingError::KeyTooLong { bytes } => {
                 write!(f, "key of {bytes} bytes is longer than {KEY_BYTES_MAX}")
             }
-            // RabbitMQ 3.10's rabbit_exchange_type_headers:validate_binding, formatted with ~p.
+            // RabbitMQ's texts, so clients that show them see the same words.
             RoutingError::InvalidXMatch { value } => write!(
                 f,
-                "Invalid x-match field value <<\"{value}\">>; expected all, any, all-with-x, or any-with-x"
+                "Invalid x-match field value <<{value:?}>>; \
+                 expected all, any, all-with-x, or any-with-x"
             ),
             RoutingError::InvalidXMatchType { type_name, value } => write!(
                 f,
@@ -153,7 +188,18 @@ pub struct BindingInfo<'a> {
     pub source: ExchangeId,
     pub destination: Destination,
     pub key: &'a [u8],
-    pub args: &'a FieldTable,
+    /// In key order; [`BindingInfo::args_table`] rebuilds the table.
+    pub args: &'a [(ShortString, AMQPValue)],
+}
+
+impl BindingInfo<'_> {
+    pub fn args_table(&self) -> FieldTable {
+        let mut table = FieldTable::default();
+        for (key, value) in self.args {
+            table.insert(key.clone(), value.clone());
+        }
+        table
+    }
 }
 
 /// Index of a binding in [`RoutingTable::bindings`]; never leaves the module.
@@ -170,7 +216,8 @@ enum IndexSlot {
         node: u32,
         position: u32,
     },
-    /// Fanout and headers exchanges route over their source list.
+    Headers(Box<[Anchor]>),
+    /// Fanout exchanges route over their source list.
     SourceList,
 }
 
@@ -179,7 +226,9 @@ struct Binding {
     source: ExchangeId,
     destination: Destination,
     key: Box<[u8]>,
-    args: FieldTable,
+    /// Kept as a sorted slice rather than a `FieldTable`: a B-tree node is about 600 bytes
+    /// even for one entry, and only listing needs a table back.
+    args: Box<[(ShortString, AMQPValue)]>,
     /// Position in the source exchange's `as_source` list.
     source_position: u32,
     /// Position in the destination's list (exchange `as_destination` or queue list).
@@ -194,36 +243,64 @@ enum Index {
     Direct(HashMap<Box<[u8]>, Vec<BindingId>>),
     Fanout,
     Topic(TopicTrie),
-    Headers,
+    Headers(HeadersIndex),
 }
 
 #[derive(Debug)]
 struct Exchange {
     kind: ExchangeKind,
     alternate: Option<ExchangeId>,
+    /// Exchanges whose alternate this one is, so deleting it clears them in O(their count).
+    alternate_for: HashSet<ExchangeId>,
     as_source: Vec<BindingId>,
     as_destination: Vec<BindingId>,
     index: Index,
 }
 
-/// Buffers reused by every call, so that routing allocates nothing once warm.
+/// Buffers a router reuses across calls, so that routing allocates nothing once warm.
+///
+/// The table keeps one for [`RoutingTable::route`] (`&mut self`). A broker that routes from
+/// several threads under a shared (read) lock keeps one per thread or channel and calls
+/// [`RoutingTable::route_with`] (`&self`). Its marks grow with the largest ids routed to:
+/// 4 bytes per exchange, queue and binding id.
 #[derive(Debug, Default)]
-struct Scratch {
-    identity: Vec<u8>,
+pub struct RouteScratch {
     epoch: u32,
     /// `exchange_marks[id] == epoch` when the exchange is already on this route's work list.
     exchange_marks: Vec<u32>,
     /// `queue_marks[id] == epoch` when the queue is already in this route's output.
     queue_marks: Vec<u32>,
+    /// `binding_marks[id] == epoch` when a headers binding was already checked.
+    binding_marks: Vec<u32>,
     work: Vec<ExchangeId>,
+    topic: TopicScratch,
 }
 
-impl Scratch {
+impl RouteScratch {
+    pub fn new() -> RouteScratch {
+        RouteScratch::default()
+    }
+
+    /// Grows the marks to the table's id ranges; a no-op unless the table grew.
+    fn fit(&mut self, exchange_slots: usize, queue_slots: usize, binding_slots: usize) {
+        for (marks, len) in [
+            (&mut self.exchange_marks, exchange_slots),
+            (&mut self.queue_marks, queue_slots),
+            (&mut self.binding_marks, binding_slots),
+        ] {
+            if marks.len() < len {
+                marks.resize(len, 0);
+            }
+        }
+    }
+
+    /// A fresh mark value for one route call; on wrap-around every mark is cleared first.
     fn next_epoch(&mut self) -> u32 {
         self.epoch = self.epoch.wrapping_add(1);
         if self.epoch == 0 {
             self.exchange_marks.fill(0);
             self.queue_marks.fill(0);
+            self.binding_marks.fill(0);
             self.epoch = 1;
         }
         self.epoch
@@ -231,6 +308,24 @@ impl Scratch {
 }
 
 /// One vhost's exchanges and bindings. See the module documentation for semantics and costs.
+///
+/// ```
+/// use amq_protocol_types::FieldTable;
+/// use warren_broker::routing::{Destination, ExchangeId, ExchangeKind, QueueId, RoutingTable};
+///
+/// let mut table = RoutingTable::new();
+/// let logs = ExchangeId(1);
+/// table.declare_exchange(logs, ExchangeKind::Topic)?;
+/// table.bind(logs, Destination::Queue(QueueId(7)), b"app.*.error", &FieldTable::default())?;
+///
+/// let mut queues = Vec::new();
+/// table.route(logs, b"app.web.error", None, &mut queues)?;
+/// assert_eq!(queues, [QueueId(7)]);
+///
+/// // Deleting queue 7 leaves `logs` with no binding: the broker deletes it if auto-delete.
+/// assert_eq!(table.remove_destination(Destination::Queue(QueueId(7)))?, [logs]);
+/// # Ok::<(), warren_broker::routing::RoutingError>(())
+/// ```
 #[derive(Debug, Default)]
 pub struct RoutingTable {
     exchanges: Vec<Option<Exchange>>,
@@ -240,7 +335,11 @@ pub struct RoutingTable {
     binding_count: usize,
     identities: HashMap<Box<[u8]>, BindingId>,
     queue_bindings: HashMap<QueueId, Vec<BindingId>>,
-    scratch: Scratch,
+    /// One more than the largest queue id ever bound: the length route marks need.
+    queue_slots: usize,
+    /// Buffer for a binding's identity bytes in bind and unbind.
+    identity: Vec<u8>,
+    route_scratch: RouteScratch,
 }
 
 fn check_id(id: u32) -> Result<usize, RoutingError> {
@@ -302,7 +401,6 @@ impl RoutingTable {
         let slot = check_id(id.0)?;
         if self.exchanges.len() <= slot {
             self.exchanges.resize_with(slot + 1, || None);
-            self.scratch.exchange_marks.resize(slot + 1, 0);
         }
         if self.exchanges[slot].is_some() {
             return Err(RoutingError::ExchangeAlreadyDeclared(id));
@@ -311,11 +409,12 @@ impl RoutingTable {
             ExchangeKind::Direct => Index::Direct(HashMap::new()),
             ExchangeKind::Fanout => Index::Fanout,
             ExchangeKind::Topic => Index::Topic(TopicTrie::default()),
-            ExchangeKind::Headers => Index::Headers,
+            ExchangeKind::Headers => Index::Headers(HeadersIndex::default()),
         };
         self.exchanges[slot] = Some(Exchange {
             kind,
             alternate: None,
+            alternate_for: HashSet::new(),
             as_source: Vec::new(),
             as_destination: Vec::new(),
             index,
@@ -328,12 +427,23 @@ impl RoutingTable {
     /// bindings). Returns the other exchanges left with no binding as source, which the broker
     /// deletes in turn if they are auto-delete.
     ///
-    /// Alternate-exchange settings that name this id are kept, as RabbitMQ keeps the name:
-    /// routing skips an alternate that does not exist, and it works again if the id is
-    /// declared again. A broker that reuses ids for other names must re-point them.
+    /// Exchanges that had this one as their alternate lose it, so that a reused id never
+    /// inherits the role. RabbitMQ names an alternate, and a new exchange of that name
+    /// takes it up again: the broker, which keeps the names, calls
+    /// [`RoutingTable::set_alternate_exchange`] again when it declares one.
     pub fn delete_exchange(&mut self, id: ExchangeId) -> Result<Vec<ExchangeId>, RoutingError> {
-        if self.exchange(id).is_none() {
+        let Some(exchange) = self.exchange_mut(id) else {
             return Err(RoutingError::ExchangeNotFound(id));
+        };
+        let referrers = std::mem::take(&mut exchange.alternate_for);
+        let own_alternate = exchange.alternate.take();
+        for referrer in referrers {
+            if let Some(r) = self.exchange_mut(referrer) {
+                r.alternate = None;
+            }
+        }
+        if let Some(alternate) = own_alternate.and_then(|a| self.exchange_mut(a)) {
+            alternate.alternate_for.remove(&id);
         }
         while let Some(&binding) = self.exchange(id).and_then(|x| x.as_source.last()) {
             self.remove_binding(binding);
@@ -350,20 +460,31 @@ impl RoutingTable {
         Ok(unused)
     }
 
-    /// Sets or clears the exchange that takes the messages `id` routes to nothing.
-    /// The alternate need not exist yet (RabbitMQ names it in a policy or argument).
+    /// Sets or clears the exchange that takes the messages `id` routes to nothing. Both must
+    /// exist: RabbitMQ accepts the name of an exchange not declared yet, so the broker keeps
+    /// the name and sets the id once that exchange is declared (and again if it is deleted
+    /// and declared anew, since deletion clears it here).
     pub fn set_alternate_exchange(
         &mut self,
         id: ExchangeId,
         alternate: Option<ExchangeId>,
     ) -> Result<(), RoutingError> {
-        if let Some(alternate) = alternate {
-            check_id(alternate.0)?;
+        if self.exchange(id).is_none() {
+            return Err(RoutingError::ExchangeNotFound(id));
         }
-        let exchange = self
-            .exchange_mut(id)
-            .ok_or(RoutingError::ExchangeNotFound(id))?;
-        exchange.alternate = alternate;
+        if let Some(new) = alternate {
+            self.exchange_mut(new)
+                .ok_or(RoutingError::ExchangeNotFound(new))?
+                .alternate_for
+                .insert(id);
+        }
+        let exchange = self.exchange_mut(id).expect("checked above");
+        let old = std::mem::replace(&mut exchange.alternate, alternate);
+        if let Some(old) = old.filter(|&old| Some(old) != alternate) {
+            if let Some(old) = self.exchange_mut(old) {
+                old.alternate_for.remove(&id);
+            }
+        }
         Ok(())
     }
 
@@ -411,11 +532,14 @@ impl RoutingTable {
             ExchangeKind::Headers => Some(Box::new(HeadersMatch::parse(args)?)),
             _ => None,
         };
-        identity::encode(source, destination, key, args, &mut self.scratch.identity);
-        if self
-            .identities
-            .contains_key(self.scratch.identity.as_slice())
-        {
+        identity::encode(
+            source,
+            destination,
+            key,
+            args.inner().iter(),
+            &mut self.identity,
+        );
+        if self.identities.contains_key(self.identity.as_slice()) {
             return Ok(false);
         }
 
@@ -426,15 +550,12 @@ impl RoutingTable {
                 BindingId(position(self.bindings.len() - 1))
             }
         };
-        self.identities
-            .insert(self.scratch.identity.as_slice().into(), id);
+        self.identities.insert(self.identity.as_slice().into(), id);
 
         let destination_list = match destination {
             Destination::Queue(q) => {
                 let slot = q.0 as usize;
-                if self.scratch.queue_marks.len() <= slot {
-                    self.scratch.queue_marks.resize(slot + 1, 0);
-                }
+                self.queue_slots = self.queue_slots.max(slot + 1);
                 self.queue_bindings.entry(q).or_default()
             }
             Destination::Exchange(x) => {
@@ -449,7 +570,11 @@ impl RoutingTable {
         exchange.as_source.push(id);
         let slot = match &mut exchange.index {
             Index::Direct(keys) => {
-                let list = keys.entry(key.into()).or_default();
+                // Look up before inserting: `entry` would copy the key even when it is bound.
+                let list = match keys.get_mut(key) {
+                    Some(list) => list,
+                    None => keys.entry(key.into()).or_default(),
+                };
                 list.push(id);
                 IndexSlot::Direct {
                     position: position(list.len() - 1),
@@ -459,14 +584,24 @@ impl RoutingTable {
                 let (node, position) = trie.insert(key, id);
                 IndexSlot::Topic { node, position }
             }
-            Index::Fanout | Index::Headers => IndexSlot::SourceList,
+            Index::Headers(index) => {
+                let matcher = headers
+                    .as_ref()
+                    .expect("parsed above for headers exchanges");
+                IndexSlot::Headers(index.insert(id, matcher).into_boxed_slice())
+            }
+            Index::Fanout => IndexSlot::SourceList,
         };
 
         self.bindings[id.0 as usize] = Some(Binding {
             source,
             destination,
             key: key.into(),
-            args: args.clone(),
+            args: args
+                .inner()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
             source_position,
             destination_position,
             slot,
@@ -486,12 +621,14 @@ impl RoutingTable {
         args: &FieldTable,
     ) -> Result<Unbound, RoutingError> {
         self.check_binding_ends(source, destination)?;
-        identity::encode(source, destination, key, args, &mut self.scratch.identity);
-        match self
-            .identities
-            .get(self.scratch.identity.as_slice())
-            .copied()
-        {
+        identity::encode(
+            source,
+            destination,
+            key,
+            args.inner().iter(),
+            &mut self.identity,
+        );
+        match self.identities.get(self.identity.as_slice()).copied() {
             None => Ok(Unbound {
                 existed: false,
                 source_unused: false,
@@ -543,10 +680,10 @@ impl RoutingTable {
             binding.source,
             binding.destination,
             &binding.key,
-            &binding.args,
-            &mut self.scratch.identity,
+            binding.args.iter().map(|(k, v)| (k, v)),
+            &mut self.identity,
         );
-        let removed = self.identities.remove(self.scratch.identity.as_slice());
+        let removed = self.identities.remove(self.identity.as_slice());
         debug_assert_eq!(removed, Some(id));
 
         // Destination list.
@@ -577,6 +714,7 @@ impl RoutingTable {
             .expect("a source exchange outlives its bindings");
         let moved_source = swap_remove(&mut exchange.as_source, binding.source_position, id);
         let source_unused = exchange.as_source.is_empty();
+        let mut moved_anchors = Vec::new();
         let moved_index = match (&mut exchange.index, &binding.slot) {
             (Index::Direct(keys), IndexSlot::Direct { position }) => {
                 let list = keys.get_mut(&binding.key).expect("a bound key has a list");
@@ -589,7 +727,27 @@ impl RoutingTable {
             (Index::Topic(trie), IndexSlot::Topic { node, position }) => {
                 trie.remove(*node, *position).map(|m| (m, *position))
             }
-            (Index::Fanout | Index::Headers, IndexSlot::SourceList) => None,
+            (Index::Headers(index), IndexSlot::Headers(anchors)) => {
+                let mut anchors = anchors.to_vec();
+                for i in 0..anchors.len() {
+                    let Some((moved, from)) = index.remove(anchors[i], id) else {
+                        continue;
+                    };
+                    let (list, to) = (anchors[i].list, anchors[i].position);
+                    if moved == id {
+                        // Two of this binding's own anchors share a list (a fingerprint
+                        // collision): the later one moved.
+                        let own = anchors
+                            .iter_mut()
+                            .find(|a| a.list == list && a.position == from);
+                        own.expect("the moved anchor is one of ours").position = to;
+                    } else {
+                        moved_anchors.push((moved, list, from, to));
+                    }
+                }
+                None
+            }
+            (Index::Fanout, IndexSlot::SourceList) => None,
             _ => unreachable!("a binding's slot matches its source's kind"),
         };
         if let Some(moved) = moved_source {
@@ -600,23 +758,37 @@ impl RoutingTable {
                 IndexSlot::Direct { position } | IndexSlot::Topic { position, .. } => {
                     *position = new_position;
                 }
-                IndexSlot::SourceList => unreachable!("source-list kinds keep no index slot"),
+                IndexSlot::Headers(_) | IndexSlot::SourceList => {
+                    unreachable!("only direct and topic report a single moved binding")
+                }
             }
+        }
+        for (moved, list, from, to) in moved_anchors {
+            let IndexSlot::Headers(anchors) = &mut self.binding_mut(moved).slot else {
+                unreachable!("headers lists hold headers bindings")
+            };
+            let anchor = anchors
+                .iter_mut()
+                .find(|a| a.list == list && a.position == from);
+            anchor
+                .expect("the moved binding has an anchor there")
+                .position = to;
         }
         source_unused
     }
 
     /// Whether a binding with exactly this (source, destination, key, arguments) exists.
+    /// Control plane: builds its lookup key in a fresh buffer so it can take `&self`.
     pub fn binding_exists(
-        &mut self,
+        &self,
         source: ExchangeId,
         destination: Destination,
         key: &[u8],
         args: &FieldTable,
     ) -> bool {
-        identity::encode(source, destination, key, args, &mut self.scratch.identity);
-        self.identities
-            .contains_key(self.scratch.identity.as_slice())
+        let mut identity = Vec::new();
+        identity::encode(source, destination, key, args.inner().iter(), &mut identity);
+        self.identities.contains_key(identity.as_slice())
     }
 
     /// For `exchange.delete` with `if-unused`, and auto-delete.
@@ -682,7 +854,7 @@ impl RoutingTable {
     /// Appends to `out` each queue the message reaches, once, following exchange-to-exchange
     /// bindings and alternate exchanges with every exchange visited at most once. `out` is
     /// not cleared: queues already in it are not considered. Allocates only to grow `out`
-    /// (and the topic scratch, the first time a trie sees that many live nodes).
+    /// and, the first time the table has grown, the table's own [`RouteScratch`].
     pub fn route(
         &mut self,
         exchange: ExchangeId,
@@ -690,12 +862,41 @@ impl RoutingTable {
         headers: Option<&FieldTable>,
         out: &mut Vec<QueueId>,
     ) -> Result<(), RoutingError> {
-        self.route_keys(exchange, &[routing_key], headers, out)
+        route_through(
+            &self.exchanges,
+            &self.bindings,
+            self.queue_slots,
+            &mut self.route_scratch,
+            exchange,
+            &[routing_key],
+            headers,
+            out,
+        )
     }
 
-    /// [`RoutingTable::route`] for a message with several routing keys (its key plus CC/BCC),
-    /// matched together as RabbitMQ does: an exchange's alternate is used only when none of
-    /// the keys matched any of its bindings.
+    /// [`RoutingTable::route`] with the caller's scratch, so that threads can route at once
+    /// through a shared reference.
+    pub fn route_with(
+        &self,
+        scratch: &mut RouteScratch,
+        exchange: ExchangeId,
+        routing_key: &[u8],
+        headers: Option<&FieldTable>,
+        out: &mut Vec<QueueId>,
+    ) -> Result<(), RoutingError> {
+        route_through(
+            &self.exchanges,
+            &self.bindings,
+            self.queue_slots,
+            scratch,
+            exchange,
+            &[routing_key],
+            headers,
+            out,
+        )
+    }
+
+    /// [`RoutingTable::route_keys_with`] with the table's own scratch.
     pub fn route_keys<K: AsRef<[u8]>>(
         &mut self,
         exchange: ExchangeId,
@@ -703,96 +904,41 @@ impl RoutingTable {
         headers: Option<&FieldTable>,
         out: &mut Vec<QueueId>,
     ) -> Result<(), RoutingError> {
-        if self.exchange(exchange).is_none() {
-            return Err(RoutingError::ExchangeNotFound(exchange));
-        }
-        let RoutingTable {
-            exchanges,
-            bindings,
-            scratch,
-            ..
-        } = self;
-        let epoch = scratch.next_epoch();
-        let Scratch {
-            exchange_marks,
-            queue_marks,
-            work,
-            ..
-        } = scratch;
-        work.clear();
-        exchange_marks[exchange.0 as usize] = epoch;
-        work.push(exchange);
+        route_through(
+            &self.exchanges,
+            &self.bindings,
+            self.queue_slots,
+            &mut self.route_scratch,
+            exchange,
+            routing_keys,
+            headers,
+            out,
+        )
+    }
 
-        while let Some(current) = work.pop() {
-            let source = exchanges[current.0 as usize]
-                .as_mut()
-                .expect("only existing exchanges join the work list");
-            let mut matched = false;
-            let mut deliver = |id: BindingId| {
-                matched = true;
-                let binding = bindings[id.0 as usize]
-                    .as_ref()
-                    .expect("indexed bindings are live");
-                match binding.destination {
-                    Destination::Queue(q) => {
-                        let mark = &mut queue_marks[q.0 as usize];
-                        if *mark != epoch {
-                            *mark = epoch;
-                            out.push(q);
-                        }
-                    }
-                    Destination::Exchange(x) => {
-                        let mark = &mut exchange_marks[x.0 as usize];
-                        if *mark != epoch {
-                            *mark = epoch;
-                            work.push(x);
-                        }
-                    }
-                }
-            };
-            match &mut source.index {
-                Index::Direct(keys) => {
-                    for routing_key in routing_keys {
-                        if let Some(list) = keys.get(routing_key.as_ref()) {
-                            list.iter().for_each(|&b| deliver(b));
-                        }
-                    }
-                }
-                Index::Fanout => source.as_source.iter().for_each(|&b| deliver(b)),
-                Index::Topic(trie) => {
-                    for routing_key in routing_keys {
-                        trie.matches(routing_key.as_ref(), &mut deliver);
-                    }
-                }
-                Index::Headers => {
-                    for &b in &source.as_source {
-                        let binding = bindings[b.0 as usize]
-                            .as_ref()
-                            .expect("listed bindings are live");
-                        let matcher = binding
-                            .headers
-                            .as_ref()
-                            .expect("headers bindings carry a matcher");
-                        if matcher.matches(headers) {
-                            deliver(b);
-                        }
-                    }
-                }
-            }
-            let alternate = source.alternate;
-            if !matched {
-                if let Some(alternate) = alternate {
-                    let exists = exchanges
-                        .get(alternate.0 as usize)
-                        .is_some_and(Option::is_some);
-                    if exists && exchange_marks[alternate.0 as usize] != epoch {
-                        exchange_marks[alternate.0 as usize] = epoch;
-                        work.push(alternate);
-                    }
-                }
-            }
-        }
-        Ok(())
+    /// Routes a message published with several routing keys (any `AsRef<[u8]>`: `&[u8]`,
+    /// `Bytes`, `String`): its own plus those of its `CC` and `BCC` headers (RabbitMQ's sender-selected distribution). As in RabbitMQ this is one
+    /// walk, not one per key: each exchange is visited once and matches a binding if any key
+    /// does, each queue is returned once, and an exchange goes to its alternate only if no
+    /// key matched any of its bindings.
+    pub fn route_keys_with<K: AsRef<[u8]>>(
+        &self,
+        scratch: &mut RouteScratch,
+        exchange: ExchangeId,
+        routing_keys: &[K],
+        headers: Option<&FieldTable>,
+        out: &mut Vec<QueueId>,
+    ) -> Result<(), RoutingError> {
+        route_through(
+            &self.exchanges,
+            &self.bindings,
+            self.queue_slots,
+            scratch,
+            exchange,
+            routing_keys,
+            headers,
+            out,
+        )
     }
 
     /// Checks every back-pointer (positions, identities, counts) against the lists: the
@@ -815,12 +961,24 @@ impl RoutingTable {
                 (Index::Direct(keys), IndexSlot::Direct { position }) => {
                     assert_eq!(keys[&b.key][*position as usize], id);
                 }
-                (Index::Topic(_), IndexSlot::Topic { .. }) => {}
-                (Index::Fanout | Index::Headers, IndexSlot::SourceList) => {}
+                (Index::Topic(trie), IndexSlot::Topic { node, position }) => {
+                    assert_eq!(trie.binding_at(*node, *position), Some(id));
+                }
+                (Index::Headers(index), IndexSlot::Headers(anchors)) => {
+                    for anchor in anchors.iter() {
+                        let list = match anchor.list {
+                            headers::AnchorList::Always => &index.always,
+                            headers::AnchorList::Keyed(f) => &index.keyed[&f],
+                        };
+                        assert_eq!(list[anchor.position as usize], id);
+                    }
+                }
+                (Index::Fanout, IndexSlot::SourceList) => {}
                 _ => panic!("slot does not match the exchange kind"),
             }
             let mut identity = Vec::new();
-            identity::encode(b.source, b.destination, &b.key, &b.args, &mut identity);
+            let args = b.args.iter().map(|(k, v)| (k, v));
+            identity::encode(b.source, b.destination, &b.key, args, &mut identity);
             assert_eq!(self.identities.get(identity.as_slice()), Some(&id));
         }
         assert_eq!(live, self.binding_count);
@@ -833,6 +991,17 @@ impl RoutingTable {
             .sum();
         assert_eq!(listed, self.binding_count);
         assert!(self.queue_bindings.values().all(|l| !l.is_empty()));
+        for (index, exchange) in self.exchanges.iter().enumerate() {
+            let Some(exchange) = exchange else { continue };
+            let id = ExchangeId(position(index));
+            if let Some(alternate) = exchange.alternate {
+                let alternate = self.exchange(alternate).expect("alternates exist");
+                assert!(alternate.alternate_for.contains(&id));
+            }
+            for &referrer in &exchange.alternate_for {
+                assert_eq!(self.alternate_exchange(referrer), Some(id));
+            }
+        }
     }
 }
 
@@ -842,4 +1011,124 @@ fn swap_remove(list: &mut Vec<BindingId>, position: u32, id: BindingId) -> Optio
     let removed = list.swap_remove(position as usize);
     assert_eq!(removed, id, "binding back-pointer out of date");
     list.get(position as usize).copied()
+}
+
+/// The route walk itself, over the table's parts, so that [`RoutingTable::route`] can lend
+/// the table's own scratch mutably while the rest is read.
+#[allow(clippy::too_many_arguments)]
+fn route_through<K: AsRef<[u8]>>(
+    exchanges: &[Option<Exchange>],
+    bindings: &[Option<Binding>],
+    queue_slots: usize,
+    scratch: &mut RouteScratch,
+    exchange: ExchangeId,
+    routing_keys: &[K],
+    headers: Option<&FieldTable>,
+    out: &mut Vec<QueueId>,
+) -> Result<(), RoutingError> {
+    if !exchanges
+        .get(exchange.0 as usize)
+        .is_some_and(Option::is_some)
+    {
+        return Err(RoutingError::ExchangeNotFound(exchange));
+    }
+    scratch.fit(exchanges.len(), queue_slots, bindings.len());
+    let epoch = scratch.next_epoch();
+    let RouteScratch {
+        exchange_marks,
+        queue_marks,
+        binding_marks,
+        work,
+        topic: topic_scratch,
+        ..
+    } = scratch;
+    work.clear();
+    exchange_marks[exchange.0 as usize] = epoch;
+    work.push(exchange);
+
+    while let Some(current) = work.pop() {
+        let source = exchanges[current.0 as usize]
+            .as_ref()
+            .expect("only existing exchanges join the work list");
+        let mut matched = false;
+        let mut deliver = |id: BindingId| {
+            matched = true;
+            let binding = bindings[id.0 as usize]
+                .as_ref()
+                .expect("indexed bindings are live");
+            match binding.destination {
+                Destination::Queue(q) => {
+                    let mark = &mut queue_marks[q.0 as usize];
+                    if *mark != epoch {
+                        *mark = epoch;
+                        out.push(q);
+                    }
+                }
+                Destination::Exchange(x) => {
+                    let mark = &mut exchange_marks[x.0 as usize];
+                    if *mark != epoch {
+                        *mark = epoch;
+                        work.push(x);
+                    }
+                }
+            }
+        };
+        match &source.index {
+            Index::Direct(keys) => {
+                for routing_key in routing_keys {
+                    if let Some(list) = keys.get(routing_key.as_ref()) {
+                        list.iter().for_each(|&b| deliver(b));
+                    }
+                }
+            }
+            Index::Fanout => source.as_source.iter().for_each(|&b| deliver(b)),
+            Index::Topic(trie) => {
+                for routing_key in routing_keys {
+                    trie.matches(routing_key.as_ref(), topic_scratch, &mut deliver);
+                }
+            }
+            Index::Headers(index) => {
+                index.always.iter().for_each(|&b| deliver(b));
+                for (key, value) in headers.into_iter().flatten() {
+                    let key = key.as_str();
+                    let fingerprints = [
+                        index.value_fingerprint(key, value),
+                        index.key_fingerprint(key),
+                    ];
+                    for fingerprint in fingerprints {
+                        let Some(candidates) = index.keyed.get(&fingerprint) else {
+                            continue;
+                        };
+                        for &b in candidates {
+                            let mark = &mut binding_marks[b.0 as usize];
+                            if *mark == epoch {
+                                continue;
+                            }
+                            *mark = epoch;
+                            let matcher = bindings[b.0 as usize]
+                                .as_ref()
+                                .and_then(|binding| binding.headers.as_ref())
+                                .expect("headers bindings are live and carry a matcher");
+                            if matcher.matches(headers) {
+                                deliver(b);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let alternate = source.alternate;
+        if !matched {
+            if let Some(alternate) = alternate {
+                let exists = exchanges
+                    .get(alternate.0 as usize)
+                    .is_some_and(Option::is_some);
+                if exists && exchange_marks[alternate.0 as usize] != epoch {
+                    exchange_marks[alternate.0 as usize] = epoch;
+                    work.push(alternate);
+                }
+            }
+        }
+    }
+    Ok(())
 }
