@@ -470,6 +470,7 @@ impl Connection {
             )),
             C::Close(_) => {
                 self.close_channel_state(number);
+                self.sync_store();
                 self.flush_confirms();
                 self.channels.remove(&number);
                 ctl(

@@ -633,6 +633,17 @@ impl Connection {
         }
     }
 
+    /// Waits until everything this connection asked of the storage engine is synced (a few
+    /// milliseconds at most: the WAL writer syncs continuously), so that a close handshake
+    /// means its acks survive a crash.
+    pub fn sync_store(&self) {
+        if let Some(store) = &self.shared.store {
+            if let Err(e) = store.sync() {
+                tracing::error!(error = %e, "storage engine sync failed");
+            }
+        }
+    }
+
     fn shutdown(&mut self) {
         if !self.closing {
             self.fault(Fault::Connection(
@@ -881,6 +892,8 @@ impl Connection {
         use connection::AMQPMethod as M;
         match m {
             M::Close(_) => {
+                // Acks released stored messages; once close-ok is out they must stay released.
+                self.sync_store();
                 control(
                     &self.outbox,
                     0,
