@@ -15,6 +15,9 @@ pub enum StoreOp {
     /// The message at `index` left the queue for good (acked, dead-lettered, expired, purged):
     /// the engine never writes it again and reclaims its space.
     Release { log: u64, index: u64 },
+    /// Every entry up to `index` is settled: the engine drops them from its index and its
+    /// checkpoint (single releases alone would keep a slot each until then).
+    ReleasePrefix { log: u64, index: u64 },
     /// The queue is gone.
     DeleteLog { log: u64 },
 }

@@ -5,6 +5,7 @@
 
 use crate::args::{QueueConfig, QueueType};
 use crate::message::MessageRef;
+use crate::persistence::StoreOp;
 use crate::routing::QueueId;
 use amq_protocol_types::FieldTable;
 use bytes::Bytes;
@@ -179,11 +180,89 @@ pub struct Queue {
     pub last_used_ms: u64,
     /// The store log holding its persistent messages (durable queues only).
     pub log_id: Option<u64>,
+    /// Which stored entries are settled, so that settled prefixes are released in one step.
+    pub released: ReleaseTracker,
     /// The index the next stored message gets in that log.
     pub next_index: u64,
 }
 
+/// A prefix release goes out once this many entries have been settled in a row (or the log
+/// has caught up): often enough to keep the engine's per-entry state small, rarely enough to
+/// cost nothing per message.
+pub const PREFIX_RELEASE_STEP: u64 = 4096;
+
+/// The settled flags of a queue's stored entries from the oldest unsettled one on: one byte
+/// per outstanding entry, so that acks in any order still yield contiguous settled prefixes.
+#[derive(Debug, Default)]
+pub struct ReleaseTracker {
+    /// Index of `settled[0]`.
+    base: u64,
+    settled: VecDeque<bool>,
+    /// Entries dropped from the front since the last prefix release.
+    advanced: u64,
+}
+
+impl ReleaseTracker {
+    /// A tracker for a recovered log: `live` (ascending) are the unsettled indexes, `next` the
+    /// index the next append gets.
+    pub fn recovered(live: &[u64], next: u64) -> Self {
+        let base = live.first().copied().unwrap_or(next);
+        let mut settled = VecDeque::with_capacity((next - base) as usize);
+        let mut l = live.iter().peekable();
+        for i in base..next {
+            let is_live = l.peek() == Some(&&i);
+            if is_live {
+                l.next();
+            }
+            settled.push_back(!is_live);
+        }
+        ReleaseTracker {
+            base,
+            settled,
+            advanced: 0,
+        }
+    }
+
+    pub fn appended(&mut self, index: u64) {
+        if self.settled.is_empty() {
+            self.base = index;
+        }
+        debug_assert_eq!(
+            index,
+            self.base + self.settled.len() as u64,
+            "appends are contiguous"
+        );
+        self.settled.push_back(false);
+    }
+
+    /// Marks `index` settled; returns the end of a settled prefix when one is due for release.
+    pub fn settle(&mut self, index: u64) -> Option<u64> {
+        let i = index.checked_sub(self.base)? as usize;
+        *self.settled.get_mut(i)? = true;
+        while self.settled.front() == Some(&true) {
+            self.settled.pop_front();
+            self.base += 1;
+            self.advanced += 1;
+        }
+        let caught_up = self.settled.is_empty();
+        if self.advanced > 0 && (self.advanced >= PREFIX_RELEASE_STEP || caught_up) {
+            self.advanced = 0;
+            return Some(self.base - 1);
+        }
+        None
+    }
+}
+
 impl Queue {
+    /// A stored message left the queue for good: release it, and the settled prefix when due.
+    pub fn release_stored(&mut self, index: u64, ops: &mut Vec<StoreOp>) {
+        let Some(log) = self.log_id else { return };
+        ops.push(StoreOp::Release { log, index });
+        if let Some(upto) = self.released.settle(index) {
+            ops.push(StoreOp::ReleasePrefix { log, index: upto });
+        }
+    }
+
     /// Whether a message is written to this queue's log: persistent messages in durable
     /// queues, and every message of a quorum queue, as RabbitMQ does.
     pub fn stores(&self, persistent: bool) -> bool {
@@ -217,6 +296,7 @@ impl Queue {
             last_used_ms: now_ms,
             log_id: None,
             next_index: 1,
+            released: ReleaseTracker::default(),
         }
     }
 
@@ -327,6 +407,34 @@ mod tests {
             .collect();
         assert_eq!(order, vec![9, 3, 1, 1]);
         assert_eq!(b.bytes(), 0);
+    }
+
+    #[test]
+    fn settled_prefixes_are_released_in_steps_whatever_the_ack_order() {
+        let mut t = ReleaseTracker::default();
+        for i in 10..20 {
+            t.appended(i);
+        }
+        assert_eq!(t.settle(11), None, "10 is still unsettled");
+        assert_eq!(t.settle(12), None);
+        assert_eq!(
+            t.settle(10),
+            None,
+            "prefix 10..=12 is not a step yet, 13.. still live"
+        );
+        for i in 13..19 {
+            assert_eq!(t.settle(i), None);
+        }
+        assert_eq!(t.settle(19), Some(19), "caught up: the whole prefix goes");
+        assert_eq!(t.settle(19), None, "settling twice does nothing");
+        let r = ReleaseTracker::recovered(&[5, 7], 9);
+        let mut r = r;
+        assert_eq!(r.settle(5), None, "7 is live");
+        assert_eq!(
+            r.settle(7),
+            Some(8),
+            "6 and 8 were settled before the restart"
+        );
     }
 
     #[test]

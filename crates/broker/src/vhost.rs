@@ -625,11 +625,11 @@ impl VHost {
     pub fn queue_purge(&mut self, conn: ConnId, queue: &str) -> Result<u32> {
         let q = self.usable_queue(queue, conn)?;
         let purged = q.backlog.clear();
-        if let Some(log) = q.log_id {
-            for index in purged.iter().filter_map(|m| m.store_index) {
-                self.store_ops.push(StoreOp::Release { log, index });
-            }
+        let mut ops = Vec::new();
+        for index in purged.iter().filter_map(|m| m.store_index) {
+            q.release_stored(index, &mut ops);
         }
+        self.store_ops.extend(ops);
         Ok(purged.len() as u32)
     }
 
@@ -993,6 +993,7 @@ impl VHost {
             let log = q.log_id.expect("stores() checked the log");
             let index = q.next_index;
             q.next_index += 1;
+            q.released.appended(index);
             let expires_unix = expires_at_ms.map_or(0, |e| e + self.unix_ms_at_epoch);
             let payload = crate::message::encode_stored(msg, expires_unix);
             self.store_ops.push(StoreOp::Append {
@@ -1093,9 +1094,9 @@ impl VHost {
                         message: m,
                         settled: false,
                     });
-                } else if let (Some(log), Some(index)) = (q.log_id, m.store_index) {
+                } else if let Some(index) = m.store_index {
                     // Settled on delivery: a no-ack consumer took it for good.
-                    store_ops.push(StoreOp::Release { log, index });
+                    q.release_stored(index, store_ops);
                 }
             }
         }
@@ -1370,8 +1371,8 @@ impl VHost {
                 message: m,
                 settled: false,
             });
-        } else if let (Some(log), Some(index)) = (q.log_id, m.store_index) {
-            store_ops.push(StoreOp::Release { log, index });
+        } else if let Some(index) = m.store_index {
+            q.release_stored(index, store_ops);
         }
         Ok(GetResult::Delivered)
     }
@@ -1387,11 +1388,8 @@ impl VHost {
         let settled = self.settle(key, tag, multiple)?;
         let mut touched = Vec::new();
         for u in &settled {
-            if let (Some(index), Some(log)) = (
-                u.message.store_index,
-                self.queues.get(&u.queue).and_then(|q| q.log_id),
-            ) {
-                self.store_ops.push(StoreOp::Release { log, index });
+            if let (Some(index), Some(q)) = (u.message.store_index, self.queues.get_mut(&u.queue)) {
+                q.release_stored(index, &mut self.store_ops);
             }
             if !touched.contains(&u.queue) {
                 touched.push(u.queue);
@@ -1555,13 +1553,12 @@ impl VHost {
             for d in batch {
                 // It left its queue for good, whether or not it goes on to a DLX.
                 if let Some(index) = d.message.store_index {
-                    let log = self
+                    let q = self
                         .queues_by_name
                         .get(&d.queue)
-                        .and_then(|id| self.queues.get(id))
-                        .and_then(|q| q.log_id);
-                    if let Some(log) = log {
-                        self.store_ops.push(StoreOp::Release { log, index });
+                        .and_then(|id| self.queues.get_mut(id));
+                    if let Some(q) = q {
+                        q.release_stored(index, &mut self.store_ops);
                     }
                 }
                 let Some(dlx) = d.config.dead_letter_exchange.clone() else {
@@ -1666,6 +1663,8 @@ impl VHost {
             return;
         };
         q.next_index = q.next_index.max(next_index);
+        let live: Vec<u64> = messages.iter().map(|(i, _, _)| *i).collect();
+        q.released = crate::queue::ReleaseTracker::recovered(&live, q.next_index);
         for (index, msg, expires_unix) in messages {
             let expires_at_ms =
                 (expires_unix != 0).then(|| expires_unix.saturating_sub(self.unix_ms_at_epoch));

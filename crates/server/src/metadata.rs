@@ -173,6 +173,9 @@ pub fn apply_store_ops(shared: &Shared, ops: Vec<StoreOp>) -> Result<Vec<(u64, u
                 r
             }
             StoreOp::Release { log, index } => store.release(log, index),
+            StoreOp::ReleasePrefix { log, index } => {
+                store.release_prefix(log, index, 0, bytes::Bytes::new())
+            }
             StoreOp::DeleteLog { log } => store.delete_log(log),
         };
         if let Err(e) = result {
