@@ -10,6 +10,8 @@ pub const CHANNEL_MAX_DEFAULT: u16 = 2047;
 pub const FRAME_MAX_DEFAULT_BYTES: u32 = warren_protocol::frame::FRAME_MAX_DEFAULT_BYTES;
 /// RabbitMQ 3.10's max_message_size default: 128 MiB.
 pub const MESSAGE_BYTES_MAX_DEFAULT: u64 = 128 * 1024 * 1024;
+/// RabbitMQ's default disk_free_limit.
+pub const DISK_FREE_LIMIT_DEFAULT_BYTES: u64 = 50_000_000;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -28,6 +30,9 @@ pub struct ServerConfig {
     pub message_bytes_max: u64,
     /// Publishers are blocked (connection.blocked) while the broker's RSS is above this.
     pub memory_high_watermark_bytes: u64,
+    /// Publishers are blocked while the WAL's file system has less free space than this
+    /// (RabbitMQ's disk_free_limit, 50 MB by default).
+    pub disk_free_limit_bytes: u64,
     /// Where the HTTP management API and /metrics listen; none disables them.
     pub management_listen: Option<SocketAddr>,
 }
@@ -45,6 +50,7 @@ impl Default for ServerConfig {
             frame_max_bytes: FRAME_MAX_DEFAULT_BYTES,
             message_bytes_max: MESSAGE_BYTES_MAX_DEFAULT,
             memory_high_watermark_bytes: default_memory_watermark(),
+            disk_free_limit_bytes: DISK_FREE_LIMIT_DEFAULT_BYTES,
             management_listen: Some("127.0.0.1:15672".parse().expect("valid address")),
         }
     }

@@ -526,7 +526,7 @@ async fn wait_close_ok(rd: &mut OwnedReadHalf, buf: &mut BytesMut) {
 impl Connection {
     async fn run(&mut self, rd: &mut OwnedReadHalf, buf: &mut BytesMut) {
         let mut shutdown = self.shared.shutdown.clone();
-        let mut alarm = self.shared.memory_alarm.clone();
+        let mut alarm = self.shared.alarms.subscribe();
         let mut durable = self.shared.durability.subscribe();
         let heartbeat_timeout =
             (self.heartbeat_s != 0).then(|| Duration::from_secs(self.heartbeat_s as u64 * 2));
@@ -536,7 +536,7 @@ impl Connection {
             loop {
                 // Under the memory alarm a publish is not even read, as RabbitMQ blocks the
                 // connection at its first publish; other methods (declares, acks) go on.
-                if *alarm.borrow() && !self.closing && starts_with_publish(buf) {
+                if alarm.borrow().any() && !self.closing && starts_with_publish(buf) {
                     held = true;
                     break;
                 }
@@ -577,18 +577,19 @@ impl Connection {
                 return;
             }
             if held {
+                let reason = alarm.borrow().reason();
                 if self.caps.connection_blocked {
                     control(
                         &self.outbox,
                         0,
                         AMQPClass::Connection(connection::AMQPMethod::Blocked(
                             connection::Blocked {
-                                reason: "low on memory".into(),
+                                reason: reason.into(),
                             },
                         )),
                     );
                 }
-                while *alarm.borrow() {
+                while alarm.borrow().any() {
                     tokio::select! {
                         r = alarm.changed() => if r.is_err() { return },
                         _ = shutdown.changed() => {

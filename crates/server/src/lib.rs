@@ -5,13 +5,14 @@
 //! - [`connection`]: one client: handshake, frame loop, content assembly, closing.
 //! - [`channel`]: what each method on an open channel does (permissions, reply codes).
 //! - [`writer`]: drains a connection's outbox into its socket, sends heartbeats.
-//! - [`memory`]: the memory alarm that blocks publishers.
+//! - [`alarms`]: memory and disk alarms that block publishers; [`memory`]: memory readings.
 //! - [`management`]: the HTTP management API and Prometheus metrics.
 //! - [`metadata`]: durable topology: the journal it is written to and replayed from.
 //!
 //! A frame flows: socket -> `connection` (decode) -> `channel` (command) -> the broker's vhost
 //! (route, enqueue, dispatch) -> consumer connection's outbox -> its `writer` -> socket.
 
+pub mod alarms;
 pub mod channel;
 pub mod config;
 pub mod connection;
@@ -38,15 +39,14 @@ const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
 pub struct Shared {
     pub broker: Arc<Broker>,
     pub config: ServerConfig,
-    pub memory_alarm: watch::Receiver<bool>,
     pub shutdown: watch::Receiver<bool>,
     pub next_conn: AtomicU64,
     pub next_channel: AtomicU64,
     pub connections_open: AtomicUsize,
     pub counters: Counters,
-    /// The memory alarm's threshold; `warren ctl set_vm_memory_high_watermark` changes it.
-    pub memory_watermark_bytes: Arc<AtomicU64>,
-    pub memory_alarm_setter: Arc<watch::Sender<bool>>,
+    /// Memory and disk alarms; `warren ctl set_vm_memory_high_watermark` / `set_disk_free_limit`
+    /// change their limits.
+    pub alarms: Arc<alarms::Alarms>,
     /// Where durable-topology changes are written before they are acknowledged.
     pub journal: Option<std::sync::Mutex<warren_store::journal::Journal>>,
     /// The storage engine holding durable queues' persistent messages.
@@ -78,24 +78,21 @@ pub async fn serve(
     storage: Option<(Arc<warren_store::Store>, Arc<durability::Durability>)>,
 ) {
     let management_listen = config.management_listen;
-    let (alarm_tx, alarm_rx) = watch::channel(false);
-    let alarm_tx = Arc::new(alarm_tx);
-    let memory_watermark_bytes = Arc::new(AtomicU64::new(config.memory_high_watermark_bytes));
-    tokio::spawn(memory::monitor(
-        memory_watermark_bytes.clone(),
-        alarm_tx.clone(),
+    let alarms = Arc::new(alarms::Alarms::new(
+        config.memory_high_watermark_bytes,
+        config.disk_free_limit_bytes,
+        config.wal_dir(),
     ));
+    tokio::spawn(alarms::monitor(alarms.clone()));
     let shared = Arc::new(Shared {
         broker,
         config,
-        memory_alarm: alarm_rx,
         shutdown: shutdown.clone(),
         next_conn: AtomicU64::new(1),
         next_channel: AtomicU64::new(1),
         connections_open: AtomicUsize::new(0),
         counters: Counters::default(),
-        memory_watermark_bytes,
-        memory_alarm_setter: alarm_tx,
+        alarms,
         journal: journal.map(std::sync::Mutex::new),
         store: storage.as_ref().map(|s| s.0.clone()),
         durability: storage.map(|s| s.1).unwrap_or_default(),

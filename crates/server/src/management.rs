@@ -40,6 +40,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/api/queues/{vhost}/{queue}", get(get_queue))
         .route("/api/exchanges/{vhost}", get(list_exchanges))
         .route("/api/warren/vm-memory-high-watermark", put(put_watermark))
+        .route("/api/warren/disk-free-limit", put(put_disk_free_limit))
         .route("/metrics", get(metrics))
         .with_state(shared)
 }
@@ -448,9 +449,33 @@ async fn put_watermark(
             )
         }
     };
-    s.memory_watermark_bytes.store(bytes, Ordering::Relaxed);
-    crate::memory::evaluate(bytes, &s.memory_alarm_setter);
+    s.alarms
+        .memory_watermark_bytes
+        .store(bytes, Ordering::Relaxed);
+    s.alarms.evaluate();
     tracing::info!(bytes, "memory high watermark set");
+    StatusCode::NO_CONTENT.into_response()
+}
+
+#[derive(Deserialize)]
+struct DiskFreeLimitBody {
+    bytes: u64,
+}
+
+/// rabbitmqctl set_disk_free_limit, over HTTP.
+async fn put_disk_free_limit(
+    State(s): Api,
+    headers: HeaderMap,
+    Json(body): Json<DiskFreeLimitBody>,
+) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    s.alarms
+        .disk_free_limit_bytes
+        .store(body.bytes, Ordering::Relaxed);
+    s.alarms.evaluate();
+    tracing::info!(bytes = body.bytes, "disk free limit set");
     StatusCode::NO_CONTENT.into_response()
 }
 

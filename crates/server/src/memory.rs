@@ -1,12 +1,4 @@
-//! The memory alarm: above the high watermark, publishing connections are blocked
-//! (connection.blocked) until memory falls again, as RabbitMQ does.
-
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
-use tokio::sync::watch;
-
-const SAMPLE_INTERVAL: Duration = Duration::from_millis(200);
+//! Memory readings for the memory alarm (see [`crate::alarms`]) and for metrics.
 
 /// The process's resident set size, from /proc (Linux).
 pub fn rss_bytes() -> u64 {
@@ -36,32 +28,4 @@ pub fn total_memory_bytes() -> u64 {
         })
         .map(|kb| kb * 1024)
         .unwrap_or(4 << 30)
-}
-
-/// Compares RSS with the watermark and raises or clears the alarm; called by the sampler and
-/// at once when the watermark changes (rabbitmqctl's change takes effect immediately too).
-pub fn evaluate(watermark_bytes: u64, alarm: &watch::Sender<bool>) {
-    let rss = rss_bytes();
-    let on = rss > watermark_bytes;
-    if *alarm.borrow() != on {
-        if on {
-            tracing::warn!(
-                watermark_bytes,
-                rss,
-                "memory alarm set: blocking publishers"
-            );
-        } else {
-            tracing::info!("memory alarm cleared");
-        }
-        let _ = alarm.send(on);
-    }
-}
-
-/// Samples RSS against the (runtime-adjustable) watermark.
-pub async fn monitor(watermark_bytes: Arc<AtomicU64>, alarm: Arc<watch::Sender<bool>>) {
-    let mut tick = tokio::time::interval(SAMPLE_INTERVAL);
-    loop {
-        tick.tick().await;
-        evaluate(watermark_bytes.load(Ordering::Relaxed), &alarm);
-    }
 }

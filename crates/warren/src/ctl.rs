@@ -81,6 +81,10 @@ enum CtlCommand {
     SetVmMemoryHighWatermark {
         args: Vec<String>,
     },
+    /// Set the disk alarm threshold in bytes of free space (RabbitMQ's disk_free_limit).
+    SetDiskFreeLimit {
+        bytes: u64,
+    },
 }
 
 struct Endpoint {
@@ -358,6 +362,14 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
                 "PUT",
                 "/api/warren/vm-memory-high-watermark",
                 Some(&body),
+            )?)?;
+        }
+        CtlCommand::SetDiskFreeLimit { bytes } => {
+            expect_ok(request(
+                &ep,
+                "PUT",
+                "/api/warren/disk-free-limit",
+                Some(&json!({ "bytes": bytes })),
             )?)?;
         }
         CtlCommand::Status => {

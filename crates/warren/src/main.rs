@@ -70,6 +70,10 @@ struct ServerArgs {
     /// [default: 40% of physical memory].
     #[arg(long, env = "WARREN_MEMORY_HIGH_WATERMARK_BYTES")]
     memory_high_watermark_bytes: Option<u64>,
+    /// Publishers are blocked while the WAL's file system has less free space than this many
+    /// bytes [default: 50000000, as RabbitMQ's disk_free_limit].
+    #[arg(long, env = "WARREN_DISK_FREE_LIMIT_BYTES")]
+    disk_free_limit_bytes: Option<u64>,
     /// Where the HTTP management API and /metrics listen, or "none" [default: 127.0.0.1:15672].
     #[arg(long, env = "WARREN_MANAGEMENT_LISTEN")]
     management_listen: Option<String>,
@@ -127,6 +131,9 @@ impl ServerArgs {
                         .map_err(|e| format!("--management-listen '{addr}': {e}"))?,
                 ),
             };
+        }
+        if let Some(v) = self.disk_free_limit_bytes {
+            c.disk_free_limit_bytes = v;
         }
         if let Some(v) = self.memory_high_watermark_bytes {
             c.memory_high_watermark_bytes = v;

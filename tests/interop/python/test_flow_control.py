@@ -82,3 +82,30 @@ def test_clearing_the_alarm_unblocks_and_delivers_held_messages(broker, name):
     assert get(pch, name)[2] == b"held"
     pch.queue_delete(name)
     publisher.close()
+
+
+def test_disk_alarm_blocks_publishers_until_the_limit_is_lowered(broker, name):
+    # A disk free limit above any real free space raises the disk alarm at once, as a full
+    # disk would; lowering it clears the alarm and the held publish goes through.
+    broker.ctl("set_disk_free_limit", str(10**18))
+    publisher = None
+    try:
+        publisher = broker.connect(blocked_connection_timeout=10)
+        events = []
+        publisher.add_on_connection_blocked_callback(
+            lambda c, f: events.append(("blocked", f.method.reason)))
+        publisher.add_on_connection_unblocked_callback(lambda c, f: events.append(("unblocked",)))
+        pch = publisher.channel()
+        pch.queue_declare(name)
+        pch.basic_publish("", name, b"held")
+        pump(publisher, lambda: events, what="connection.blocked")
+        assert events == [("blocked", "low on disk")]
+    finally:
+        broker.ctl("set_disk_free_limit", "50000000")
+    pump(publisher, lambda: len(events) == 2, what="connection.unblocked")
+    assert events[1] == ("unblocked",)
+    wait_for(lambda: publisher.process_data_events(time_limit=0.05)
+             or pch.queue_declare(name, passive=True).method.message_count == 1,
+             BLOCKED_WAIT_S, what="the held message to arrive")
+    pch.queue_delete(name)
+    publisher.close()
