@@ -360,15 +360,14 @@ impl VHost {
             .routes
             .bind(src, Destination::Exchange(dst), key.as_bytes(), arguments)
             .map_err(routing_error)?;
-        if new && self.exchanges[&src].durable && self.exchanges[&dst].durable {
-            self.meta.push(MetaRecord::Bind {
-                vhost: self.name.clone(),
-                source: source.to_string(),
-                destination: destination.to_string(),
-                to_queue: false,
-                key: key.to_string(),
-                arguments: arguments.clone(),
-            });
+        if new {
+            self.record_binding(
+                true,
+                src,
+                Destination::Exchange(dst),
+                key.as_bytes(),
+                arguments,
+            );
         }
         Ok(())
     }
@@ -390,15 +389,14 @@ impl VHost {
             .routes
             .unbind(src, Destination::Exchange(dst), key.as_bytes(), arguments)
             .map_err(routing_error)?;
-        if unbound.existed && self.exchanges[&src].durable && self.exchanges[&dst].durable {
-            self.meta.push(MetaRecord::Unbind {
-                vhost: self.name.clone(),
-                source: source.to_string(),
-                destination: destination.to_string(),
-                to_queue: false,
-                key: key.to_string(),
-                arguments: arguments.clone(),
-            });
+        if unbound.existed {
+            self.record_binding(
+                false,
+                src,
+                Destination::Exchange(dst),
+                key.as_bytes(),
+                arguments,
+            );
         }
         if unbound.source_unused {
             self.delete_orphaned_auto_delete(vec![src]);
@@ -565,15 +563,14 @@ impl VHost {
             .routes
             .bind(xid, Destination::Queue(qid), key.as_bytes(), arguments)
             .map_err(routing_error)?;
-        if new && self.exchanges[&xid].durable && self.queues[&qid].durable {
-            self.meta.push(MetaRecord::Bind {
-                vhost: self.name.clone(),
-                source: exchange.to_string(),
-                destination: queue.to_string(),
-                to_queue: true,
-                key: key.to_string(),
-                arguments: arguments.clone(),
-            });
+        if new {
+            self.record_binding(
+                true,
+                xid,
+                Destination::Queue(qid),
+                key.as_bytes(),
+                arguments,
+            );
         }
         Ok(())
     }
@@ -606,15 +603,14 @@ impl VHost {
             .routes
             .unbind(xid, Destination::Queue(qid), key.as_bytes(), arguments)
             .map_err(routing_error)?;
-        if unbound.existed && self.exchanges[&xid].durable && self.queues[&qid].durable {
-            self.meta.push(MetaRecord::Unbind {
-                vhost: self.name.clone(),
-                source: exchange.to_string(),
-                destination: queue.to_string(),
-                to_queue: true,
-                key: key.to_string(),
-                arguments: arguments.clone(),
-            });
+        if unbound.existed {
+            self.record_binding(
+                false,
+                xid,
+                Destination::Queue(qid),
+                key.as_bytes(),
+                arguments,
+            );
         }
         if unbound.source_unused {
             self.delete_orphaned_auto_delete(vec![xid]);
@@ -1712,27 +1708,72 @@ impl VHost {
             });
         }
         for b in self.routes.bindings() {
-            let Some(src) = self.exchanges.get(&b.source).filter(|x| x.durable) else {
-                continue;
-            };
-            let (destination, to_queue) = match b.destination {
-                Destination::Queue(q) => match self.queues.get(&q).filter(|q| q.durable) {
-                    Some(q) => (q.name.clone(), true),
-                    None => continue,
-                },
-                Destination::Exchange(x) => match self.exchanges.get(&x).filter(|x| x.durable) {
-                    Some(x) => (x.name.clone(), false),
-                    None => continue,
-                },
-            };
-            out.push(MetaRecord::Bind {
-                vhost: vhost.clone(),
-                source: src.name.clone(),
+            out.extend(self.binding_record(true, b.source, b.destination, b.key, &b.args_table()));
+        }
+    }
+
+    /// The journal record of a binding change, when both ends are durable: RabbitMQ keeps
+    /// only those across a restart.
+    fn binding_record(
+        &self,
+        bind: bool,
+        source: ExchangeId,
+        destination: Destination,
+        key: &[u8],
+        arguments: &FieldTable,
+    ) -> Option<MetaRecord> {
+        let source = self
+            .exchanges
+            .get(&source)
+            .filter(|x| x.durable)?
+            .name
+            .clone();
+        let (destination, to_queue) = match destination {
+            Destination::Queue(q) => (
+                self.queues.get(&q).filter(|q| q.durable)?.name.clone(),
+                true,
+            ),
+            Destination::Exchange(x) => (
+                self.exchanges.get(&x).filter(|x| x.durable)?.name.clone(),
+                false,
+            ),
+        };
+        let (vhost, key, arguments) = (
+            self.name.clone(),
+            String::from_utf8_lossy(key).into_owned(),
+            arguments.clone(),
+        );
+        Some(if bind {
+            MetaRecord::Bind {
+                vhost,
+                source,
                 destination,
                 to_queue,
-                key: String::from_utf8_lossy(b.key).into_owned(),
-                arguments: b.args_table(),
-            });
+                key,
+                arguments,
+            }
+        } else {
+            MetaRecord::Unbind {
+                vhost,
+                source,
+                destination,
+                to_queue,
+                key,
+                arguments,
+            }
+        })
+    }
+
+    fn record_binding(
+        &mut self,
+        bind: bool,
+        source: ExchangeId,
+        destination: Destination,
+        key: &[u8],
+        arguments: &FieldTable,
+    ) {
+        if let Some(record) = self.binding_record(bind, source, destination, key, arguments) {
+            self.meta.push(record);
         }
     }
 
