@@ -169,3 +169,22 @@ def test_users_vhosts_and_permissions_survive_restart(broker):
     expect_channel_error(403, "ACCESS_REFUSED - access to queue 'x-q' in vhost 'interop-restart-vhost' "
                          "refused for user 'interop-restart-user'", c.channel().queue_declare, "x-q")
     c.close()
+
+
+@pytest.mark.restart
+def test_sigterm_closes_client_connections_with_320_connection_forced(broker):
+    # RabbitMQ closes every connection with 320 when it is stopped; warren does on SIGTERM.
+    if broker.is_rabbitmq:
+        pytest.skip("the suite does not own RabbitMQ's process")
+    c = broker.connect()
+    c.channel()
+    broker.proc.send_signal(signal.SIGTERM)
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as excinfo:
+        for _ in range(100):  # at most 10 s
+            c.process_data_events(time_limit=0.1)
+    assert excinfo.value.reply_code == 320
+    assert excinfo.value.reply_text == (
+        "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'")
+    broker.proc.wait(10)
+    assert broker.proc.returncode == 0, "a clean shutdown exits 0"
+    broker.restart(signal.SIGTERM)
