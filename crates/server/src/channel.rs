@@ -832,6 +832,8 @@ impl Connection {
                     ch.tx = Some(Vec::new());
                 }
                 result?;
+                // commit-ok promises the committed publishes and acks are durable, as in RabbitMQ.
+                self.sync_store();
                 ctl(self, number, AMQPClass::Tx(T::CommitOk(tx::CommitOk {})));
             }
             T::Rollback(_) => {
