@@ -79,6 +79,8 @@ class Ledger:
         self.returned = set()
         self.recovered = set()        # seen by the checker after a restart
         self.acked = set()            # ack sent since the message was last seen after a restart
+        self.acked_settled = set()    # of those, acks the broker had processed (a round trip
+                                      # followed) well before the kill
         self.acks_sent = 0
         self.requeues_sent = 0
         self.anomalies = []           # protocol-level surprises (bad confirms, bad deliveries)
@@ -91,10 +93,12 @@ class Ledger:
         with self.lock:
             (self.confirmed if ok else self.nacked).update(mids)
 
-    def record_acks(self, mids):
+    def record_acks(self, mids, settled=False):
         with self.lock:
             self.acked.update(mids)
             self.acks_sent += len(mids)
+            if settled:
+                self.acked_settled.update(mids)
 
     def anomaly(self, text):
         with self.lock:
@@ -349,7 +353,7 @@ def drain(broker, ledger, queues, n):
         for q in queues:
             ch = conn.channel()
             ch.basic_qos(prefetch_count=500)
-            got, acked = [], 0
+            got, acked, mids = [], 0, []
             tag = ch.basic_consume(q, lambda c, m, p, b: got.append((m, p, b)), auto_ack=False)
             deadline = time.monotonic() + BROWSE_TIMEOUT_S
             while acked < n // len(queues) and time.monotonic() < deadline:
@@ -360,8 +364,10 @@ def drain(broker, ledger, queues, n):
                     if mid is not None:   # a bad one stays unacked (and is reported)
                         ledger.record_acks([mid])
                         ch.basic_ack(m.delivery_tag)
+                        mids.append(mid)
                         acked += 1
-            ch.basic_cancel(tag)
+            ch.basic_cancel(tag)   # a round trip: the broker has processed every ack above
+            ledger.record_acks(mids, settled=True)
             ch.close()   # what it still held goes back to the queue
             total += acked
     finally:
@@ -378,6 +384,7 @@ class Checker:
         self.duplicates_confirmed = collections.Counter()
         self.duplicates_unconfirmed = collections.Counter()
         self.resurrected_acked = 0
+        self.resurrected_settled = []   # (cycle, id): acked, a round trip, then back after a kill
         self.unconfirmed_recovered = set()
         self.last_present = 0
 
@@ -394,6 +401,8 @@ class Checker:
             for mid in present:
                 if mid in self.ledger.acked:
                     self.resurrected_acked += 1
+                    if mid in self.ledger.acked_settled:
+                        self.resurrected_settled.append((cycle, mid))
                 if mid not in self.ledger.confirmed:
                     self.unconfirmed_recovered.add(mid)
                 if present[mid] > 1:
@@ -404,6 +413,7 @@ class Checker:
             # Seen now: must be there at every later restart until an ack is sent for it.
             self.ledger.recovered.update(present)
             self.ledger.acked.difference_update(present)
+            self.ledger.acked_settled.difference_update(present)
         for mid in sorted(must_have - present.keys()):
             self.lost.append((cycle, mid, "confirmed" if mid in confirmed else
                               "recovered at an earlier restart"))
@@ -527,6 +537,7 @@ def test_confirmed_messages_survive_repeated_sigkill_under_load(broker, name, ca
             "recovered (distinct ids seen after a restart)": len(ledger.recovered),
             "recovered unconfirmed (allowed)": len(checker.unconfirmed_recovered),
             "acked but back after a kill (allowed)": checker.resurrected_acked,
+            "of which acked with the broker running long after": len(checker.resurrected_settled),
             "in the queues at the end": drained,
             "required at the end": len(must_at_end),
             "lost": len(checker.lost),
@@ -539,6 +550,9 @@ def test_confirmed_messages_survive_repeated_sigkill_under_load(broker, name, ca
     with capsys.disabled():
         print("\n[crash] " + "\n[crash] ".join(log))
         print("[crash] summary: " + ", ".join(f"{k}={v}" for k, v in summary.items()))
+        if checker.resurrected_settled:
+            print(f"[crash] acked (then a round trip) but back after a kill (cycle, id): "
+                  f"{checker.resurrected_settled[:20]}")
         if checker.duplicates_confirmed:
             print(f"[crash] duplicated confirmed ids (id: copies): "
                   f"{dict(list(checker.duplicates_confirmed.items())[:20])}")
