@@ -93,12 +93,14 @@ class Ledger:
         with self.lock:
             (self.confirmed if ok else self.nacked).update(mids)
 
-    def record_acks(self, mids, settled=False):
+    def record_acks(self, mids):
         with self.lock:
             self.acked.update(mids)
             self.acks_sent += len(mids)
-            if settled:
-                self.acked_settled.update(mids)
+
+    def record_acks_settled(self, mids):
+        with self.lock:
+            self.acked_settled.update(mids)
 
     def anomaly(self, text):
         with self.lock:
@@ -367,7 +369,7 @@ def drain(broker, ledger, queues, n):
                         mids.append(mid)
                         acked += 1
             ch.basic_cancel(tag)   # a round trip: the broker has processed every ack above
-            ledger.record_acks(mids, settled=True)
+            ledger.record_acks_settled(mids)
             ch.close()   # what it still held goes back to the queue
             total += acked
     finally:
