@@ -13,8 +13,14 @@ asserts that
 * nothing confirmed was returned as unroutable, and no confirm names a sequence number that was
   never published or was already settled.
 
-Acks are not confirmed to the client, so an acked message may come back (counted, allowed), and
-so may unconfirmed ones (at-least-once). Duplicates within one queue are reported separately.
+Acks are not confirmed to the client, so an acked message may come back (counted, allowed; those
+whose ack was followed by a round trip long before the kill are listed apart), and so may
+unconfirmed ones (at-least-once). Duplicates within one queue are reported, confirmed ones apart,
+without failing the test. The run ends with a SIGTERM restart and one more full check.
+
+What SIGKILL cannot show: the kernel keeps the page cache of a killed process, so a confirm sent
+after write() but before fdatasync() passes here; only a confirm sent before the write (or a
+recovery that drops or mangles what is on disk) fails. Power loss is not simulated.
 
 Kills land while publishers have a window of unconfirmed messages outstanding, sometimes while a
 consumer is acking, and sometimes a second time within moments of the restart (while the store
