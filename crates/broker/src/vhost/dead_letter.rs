@@ -1,0 +1,211 @@
+//! Dead-lettering: messages that expire, overflow, are rejected or hit their delivery limit
+//! go to the queue's dead-letter exchange with RabbitMQ's x-death bookkeeping.
+
+use super::*;
+
+impl VHost {
+    // ---- dead-lettering --------------------------------------------------------------------
+
+    pub(super) fn dead_letter(&mut self, mut work: Vec<DeadLetter>, now_ms: u64) {
+        let mut hops = 0;
+        while !work.is_empty() && hops < DEAD_LETTER_HOPS_MAX {
+            hops += 1;
+            let batch = std::mem::take(&mut work);
+            for d in batch {
+                // It left its queue for good, whether or not it goes on to a DLX.
+                if let Some(index) = d.message.store_index {
+                    let q = self
+                        .queues_by_name
+                        .get(&d.queue)
+                        .and_then(|id| self.queues.get_mut(id));
+                    if let Some(q) = q {
+                        q.release_stored(index, &mut self.store_ops);
+                    }
+                }
+                let Some(dlx) = d.config.dead_letter_exchange.clone() else {
+                    continue;
+                };
+                let Ok(props) = Properties::decode(&d.message.msg.properties) else {
+                    continue;
+                };
+                let (msg, props) = dead_lettered_message(&d, &props, now_ms);
+                let mut targets = Vec::new();
+                if self.route(&dlx, &msg, &props, &mut targets).is_err() {
+                    continue;
+                }
+                let deaths = props.headers_table().ok().flatten();
+                targets.retain(|t| {
+                    !self
+                        .queues
+                        .get(t)
+                        .is_some_and(|q| is_cycle(deaths.as_ref(), &q.name))
+                });
+                let msg = Arc::new(msg);
+                for qid in targets {
+                    let Some(q) = self.queues.get_mut(&qid) else {
+                        continue;
+                    };
+                    if q.over_limit(msg.size_bytes()) && q.config.overflow != Overflow::DropHead {
+                        // A full reject-publish-dlx queue dead-letters whatever it refuses,
+                        // dead letters included (maybe_deliver_or_enqueue).
+                        if q.config.overflow == Overflow::RejectPublishDlx {
+                            work.push(DeadLetter {
+                                queue: q.name.clone(),
+                                config: q.config.clone(),
+                                message: QueuedMessage {
+                                    msg: msg.clone(),
+                                    redelivered: false,
+                                    delivery_count: 0,
+                                    expires_at_ms: None,
+                                    seq: 0,
+                                    store_index: None,
+                                },
+                                reason: "maxlen",
+                            });
+                        }
+                        continue;
+                    }
+                    self.enqueue(qid, &msg, now_ms, &mut work);
+                }
+            }
+        }
+    }
+}
+
+/// The message as it leaves for the dead-letter exchange, with RabbitMQ's x-death bookkeeping.
+pub(super) fn dead_lettered_message(
+    d: &DeadLetter,
+    props: &Properties,
+    now_ms: u64,
+) -> (Message, Properties) {
+    let orig = &d.message.msg;
+    let mut table = props.headers_table().ok().flatten().unwrap_or_default();
+    let mut routing_keys = vec![AMQPValue::LongString(LongString::from(
+        orig.routing_key.to_vec(),
+    ))];
+    if let Some(AMQPValue::FieldArray(cc)) = table.inner().get("CC") {
+        routing_keys.extend(cc.as_slice().iter().cloned());
+    }
+    let mut deaths: Vec<AMQPValue> = match table.inner().get("x-death") {
+        Some(AMQPValue::FieldArray(a)) => a.as_slice().to_vec(),
+        _ => Vec::new(),
+    };
+    let same = |t: &FieldTable| {
+        t.inner().get("queue").and_then(args::string).as_deref() == Some(d.queue.as_str())
+            && t.inner().get("reason").and_then(args::string).as_deref() == Some(d.reason)
+    };
+    let existing = deaths
+        .iter()
+        .position(|v| matches!(v, AMQPValue::FieldTable(t) if same(t)));
+    let entry = match existing {
+        Some(i) => {
+            let AMQPValue::FieldTable(mut t) = deaths.remove(i) else {
+                unreachable!("matched a table")
+            };
+            let count = t.inner().get("count").and_then(args::integer).unwrap_or(0) + 1;
+            t.insert("count".into(), AMQPValue::LongLongInt(count));
+            t
+        }
+        None => {
+            let mut t = FieldTable::default();
+            t.insert("count".into(), AMQPValue::LongLongInt(1));
+            t.insert(
+                "reason".into(),
+                AMQPValue::LongString(LongString::from(d.reason)),
+            );
+            t.insert(
+                "queue".into(),
+                AMQPValue::LongString(LongString::from(d.queue.as_str())),
+            );
+            t.insert("time".into(), AMQPValue::Timestamp(now_ms / 1000));
+            t.insert(
+                "exchange".into(),
+                AMQPValue::LongString(LongString::from(orig.exchange.to_vec())),
+            );
+            t.insert(
+                "routing-keys".into(),
+                AMQPValue::FieldArray(FieldArray::from(routing_keys.clone())),
+            );
+            if let Some(e) = &props.expiration {
+                t.insert(
+                    "original-expiration".into(),
+                    AMQPValue::LongString(LongString::from(e.to_vec())),
+                );
+            }
+            t
+        }
+    };
+    deaths.insert(0, AMQPValue::FieldTable(entry));
+    table.insert(
+        "x-death".into(),
+        AMQPValue::FieldArray(FieldArray::from(deaths)),
+    );
+    if !table.inner().contains_key("x-first-death-reason") {
+        table.insert(
+            "x-first-death-reason".into(),
+            AMQPValue::LongString(LongString::from(d.reason)),
+        );
+        table.insert(
+            "x-first-death-queue".into(),
+            AMQPValue::LongString(LongString::from(d.queue.as_str())),
+        );
+        table.insert(
+            "x-first-death-exchange".into(),
+            AMQPValue::LongString(LongString::from(orig.exchange.to_vec())),
+        );
+    }
+    if d.config.dead_letter_routing_key.is_some() {
+        // RabbitMQ's make_msg: a replaced routing key also drops CC, so the dead letter is
+        // routed by that key alone (x-death's routing-keys still record the CC keys).
+        let mut inner = table.inner().clone();
+        inner.remove("CC");
+        table = FieldTable::from(inner);
+    }
+    let mut p = props.clone();
+    p.expiration = None;
+    p.set_headers_table(Some(&table));
+    let routing_key = match &d.config.dead_letter_routing_key {
+        Some(k) => Bytes::from(k.clone()),
+        None => orig.routing_key.clone(),
+    };
+    let exchange = Bytes::from(d.config.dead_letter_exchange.clone().unwrap_or_default());
+    let msg = Message {
+        exchange,
+        routing_key,
+        properties: p.encode(),
+        body: orig.body.clone(),
+        persistent: orig.persistent,
+        priority: orig.priority,
+        expiration_ms: None,
+        // RabbitMQ routes the dead letter by all the original keys unless the queue set one.
+        bcc: match &d.config.dead_letter_routing_key {
+            Some(_) => Vec::new(),
+            None => orig.bcc.clone(),
+        },
+    };
+    (msg, p)
+}
+
+/// RabbitMQ drops a dead letter that would return to a queue it already died in, unless a
+/// rejection (a client's decision, so no endless automatic loop) happened since it last died
+/// there: rabbit_dead_letter:is_cycle looks at the deaths newest first, up to and including
+/// the target queue's entry. `headers` are the dead letter's, its newest death first.
+pub(super) fn is_cycle(headers: Option<&FieldTable>, target: &str) -> bool {
+    let Some(AMQPValue::FieldArray(deaths)) = headers.and_then(|h| h.inner().get("x-death")) else {
+        return false;
+    };
+    let mut rejected_since = false;
+    for v in deaths.as_slice() {
+        let AMQPValue::FieldTable(t) = v else {
+            // RabbitMQ counts an entry that is not a table as breaking the cycle.
+            rejected_since = true;
+            continue;
+        };
+        let field = |k: &str| t.inner().get(k).and_then(args::string);
+        rejected_since |= field("reason").as_deref() == Some("rejected");
+        if field("queue").as_deref() == Some(target) {
+            return !rejected_since;
+        }
+    }
+    false
+}

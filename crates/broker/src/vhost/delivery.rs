@@ -1,0 +1,623 @@
+//! Delivery: handing ready messages to consumers with credit, consumers and channels,
+//! acks, nacks, requeues and the clock (TTL, x-expires).
+
+use super::*;
+
+impl VHost {
+    // ---- dispatch --------------------------------------------------------------------------
+
+    /// Hands ready messages of one queue to consumers with credit.
+    pub(super) fn dispatch(&mut self, qid: QueueId, now_ms: u64) {
+        let mut dead = Vec::new();
+        {
+            let VHost {
+                queues,
+                channels,
+                store_ops,
+                ..
+            } = self;
+            let Some(q) = queues.get_mut(&qid) else {
+                return;
+            };
+            loop {
+                while let Some(head) = q.backlog.peek() {
+                    if head.expires_at_ms.is_some_and(|t| t < now_ms) {
+                        let m = q.backlog.pop_front().expect("peeked");
+                        dead.push(DeadLetter {
+                            queue: q.name.clone(),
+                            config: q.config.clone(),
+                            message: m,
+                            reason: "expired",
+                        });
+                    } else {
+                        break;
+                    }
+                }
+                if q.backlog.is_empty() || q.consumers.is_empty() {
+                    break;
+                }
+                let pick = q.pick_consumer(|c| {
+                    channels.get(&c.channel).is_some_and(|ch| {
+                        // channel.flow pauses every consumer; prefetch spares no-ack ones.
+                        ch.flow_active && (c.no_ack || ch.can_take()) && !ch.outbox.is_congested()
+                    })
+                });
+                let Some(ci) = pick else { break };
+                let m = q.backlog.pop_front().expect("backlog not empty");
+                let consumer = &mut q.consumers[ci];
+                let ch = channels
+                    .get_mut(&consumer.channel)
+                    .expect("consumer's channel exists");
+                let tag = ch.next_delivery_tag();
+                deliver(
+                    ch,
+                    &consumer.tag,
+                    tag,
+                    &m,
+                    q.config.queue_type == QueueType::Quorum,
+                );
+                if !consumer.no_ack {
+                    consumer.unacked += 1;
+                    q.unacked += 1;
+                    ch.record(Unacked {
+                        tag,
+                        queue: qid,
+                        consumer_tag: Some(consumer.tag.clone()),
+                        message: m,
+                        settled: false,
+                    });
+                } else if let Some(index) = m.store_index {
+                    // Settled on delivery: a no-ack consumer took it for good.
+                    q.release_stored(index, store_ops);
+                }
+            }
+        }
+        self.dead_letter(dead, now_ms);
+    }
+
+    // ---- consumers -------------------------------------------------------------------------
+
+    pub fn channel_open(
+        &mut self,
+        key: ChannelKey,
+        conn: ConnId,
+        number: u16,
+        outbox: Arc<Outbox>,
+        user: &str,
+    ) {
+        self.channels.insert(
+            key,
+            ChannelState::new(conn, number, outbox, user.to_string()),
+        );
+    }
+
+    /// Cancels the channel's consumers and requeues everything it had not acknowledged.
+    pub fn channel_close(&mut self, key: ChannelKey, now_ms: u64) {
+        let Some(mut ch) = self.channels.remove(&key) else {
+            return;
+        };
+        if let Some((token, _)) = ch.reply_to.take() {
+            self.reply_tokens.remove(&token);
+        }
+        let consumers: Vec<(Bytes, QueueId)> = ch.consumers.drain().collect();
+        let unacked = ch.drain_unacked();
+        let mut touched: Vec<QueueId> = Vec::new();
+        for (tag, qid) in consumers {
+            self.remove_consumer(qid, key, &tag);
+            touched.push(qid);
+        }
+        let mut dead = Vec::new();
+        for u in unacked {
+            if let Some(q) = self.queues.get_mut(&u.queue) {
+                q.unacked = q.unacked.saturating_sub(1);
+                return_to_queue(q, u.message, false, &mut dead);
+                if !touched.contains(&u.queue) {
+                    touched.push(u.queue);
+                }
+            }
+        }
+        for qid in touched {
+            self.after_consumer_change(qid, now_ms);
+        }
+        self.dead_letter(dead, now_ms);
+    }
+
+    pub(super) fn remove_consumer(&mut self, qid: QueueId, channel: ChannelKey, tag: &[u8]) {
+        if let Some(q) = self.queues.get_mut(&qid) {
+            q.consumers
+                .retain(|c| !(c.channel == channel && c.tag == tag));
+            if q.next_consumer >= q.consumers.len() {
+                q.next_consumer = 0;
+            }
+        }
+    }
+
+    /// Auto-delete queues go once their last consumer is gone; others get a dispatch pass.
+    pub(super) fn after_consumer_change(&mut self, qid: QueueId, now_ms: u64) {
+        let Some(q) = self.queues.get(&qid) else {
+            return;
+        };
+        if q.auto_delete && q.had_consumer && q.consumers.is_empty() {
+            self.delete_queue_by_id(qid);
+        } else {
+            // RabbitMQ restarts the x-expires timer when a queue becomes unused.
+            if let Some(q) = self.queues.get_mut(&qid).filter(|q| q.consumers.is_empty()) {
+                q.last_used_ms = now_ms;
+            }
+            self.dispatch(qid, now_ms);
+        }
+    }
+
+    pub fn basic_qos(&mut self, key: ChannelKey, prefetch_count: u16, global: bool, now_ms: u64) {
+        let Some(ch) = self.channels.get_mut(&key) else {
+            return;
+        };
+        if global {
+            ch.channel_prefetch = prefetch_count as u32;
+        } else {
+            ch.consumer_prefetch = prefetch_count as u32;
+            // RabbitMQ 3.10's basic.qos global=false also lifts the channel-wide limit
+            // (rabbit_limiter:unlimit_prefetch): set it after, not before, to have both.
+            ch.channel_prefetch = 0;
+        }
+        let queues: Vec<QueueId> = ch.consumers.values().copied().collect();
+        for q in queues {
+            self.dispatch(q, now_ms);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn basic_consume(
+        &mut self,
+        key: ChannelKey,
+        queue: &str,
+        tag: &str,
+        no_ack: bool,
+        exclusive: bool,
+        arguments: FieldTable,
+        now_ms: u64,
+    ) -> Result<String> {
+        let ch = self.channels.get(&key).expect("consume on an open channel");
+        let conn = ch.conn;
+        let prefetch = ch.consumer_prefetch;
+        let global_qos = ch.channel_prefetch > 0;
+        let tag = if tag.is_empty() {
+            generate_name("amq.ctag-")
+        } else {
+            tag.to_string()
+        };
+        if ch.consumers.contains_key(tag.as_bytes())
+            || ch
+                .reply_to
+                .as_ref()
+                .is_some_and(|(_, t)| t == tag.as_bytes())
+        {
+            return Err(AmqpError::not_allowed(format!(
+                "attempt to reuse consumer tag '{tag}'"
+            )));
+        }
+        if queue == REPLY_TO_QUEUE {
+            if !no_ack {
+                return Err(AmqpError::precondition("reply consumer cannot acknowledge"));
+            }
+            if ch.reply_to.is_some() {
+                return Err(AmqpError::precondition("reply consumer already set"));
+            }
+            let token = Bytes::from(generate_name(""));
+            self.reply_tokens.insert(token.clone(), key);
+            self.channels.get_mut(&key).expect("checked above").reply_to =
+                Some((token, Bytes::from(tag.clone())));
+            return Ok(tag);
+        }
+        let vhost = self.name.clone();
+        let q = self.usable_queue(queue, conn)?;
+        // Checked after the queue, as RabbitMQ does (404/405 win), and worded like its
+        // check_consume_arguments.
+        let priority = match arguments.inner().get("x-priority") {
+            None => 0,
+            Some(v) => args::integer(v).ok_or_else(|| {
+                AmqpError::precondition(format!(
+                    "invalid arg 'x-priority' for queue '{queue}' in vhost '{vhost}': \"expected integer, got {}\"",
+                    args::type_name(v)
+                ))
+            })? as i32,
+        };
+        // rabbit_quorum_queue:consume refuses a channel whose global limiter is active.
+        if global_qos && q.is_quorum() {
+            return Err(AmqpError::not_implemented(format!(
+                "queue '{queue}' in vhost '{vhost}' does not support global qos"
+            )));
+        }
+        if q.consumers.iter().any(|c| c.exclusive) || (exclusive && !q.consumers.is_empty()) {
+            return Err(AmqpError::access_refused(format!(
+                "queue '{queue}' in vhost '{vhost}' in exclusive use"
+            )));
+        }
+        let tag_bytes = Bytes::from(tag.clone());
+        q.consumers.push(Consumer {
+            channel: key,
+            tag: tag_bytes.clone(),
+            no_ack,
+            exclusive,
+            priority,
+            prefetch,
+            unacked: 0,
+            arguments,
+        });
+        q.had_consumer = true;
+        q.last_used_ms = now_ms;
+        let qid = q.id;
+        self.channels
+            .get_mut(&key)
+            .expect("checked above")
+            .consumers
+            .insert(tag_bytes, qid);
+        Ok(tag)
+    }
+
+    /// Dispatch after the consume-ok went out, so deliveries never precede it.
+    pub fn kick(&mut self, queue: &str, now_ms: u64) {
+        if let Some(&qid) = self.queues_by_name.get(queue) {
+            self.dispatch(qid, now_ms);
+        }
+    }
+
+    pub fn basic_cancel(&mut self, key: ChannelKey, tag: &str, now_ms: u64) -> bool {
+        let Some(ch) = self.channels.get_mut(&key) else {
+            return false;
+        };
+        if ch
+            .reply_to
+            .as_ref()
+            .is_some_and(|(_, t)| t == tag.as_bytes())
+        {
+            let (token, _) = ch.reply_to.take().expect("checked");
+            self.reply_tokens.remove(&token);
+            return true;
+        }
+        let Some(qid) = ch.consumers.remove(tag.as_bytes()) else {
+            return false;
+        };
+        self.remove_consumer(qid, key, tag.as_bytes());
+        self.after_consumer_change(qid, now_ms);
+        true
+    }
+
+    pub fn basic_get(
+        &mut self,
+        key: ChannelKey,
+        queue: &str,
+        no_ack: bool,
+        now_ms: u64,
+    ) -> Result<GetResult> {
+        let conn = self
+            .channels
+            .get(&key)
+            .expect("get on an open channel")
+            .conn;
+        let qid = self.usable_queue(queue, conn)?.id;
+        // Expire heads first so get never returns a dead message.
+        self.dispatch(qid, now_ms);
+        let VHost {
+            queues,
+            channels,
+            store_ops,
+            ..
+        } = self;
+        let q = queues.get_mut(&qid).expect("queue exists");
+        q.last_used_ms = now_ms;
+        while q
+            .backlog
+            .peek()
+            .is_some_and(|h| h.expires_at_ms.is_some_and(|t| t < now_ms))
+        {
+            q.backlog.pop_front();
+        }
+        let Some(m) = q.backlog.pop_front() else {
+            return Ok(GetResult::Empty);
+        };
+        let ch = channels.get_mut(&key).expect("checked above");
+        let tag = ch.next_delivery_tag();
+        let remaining = q.backlog.len() as u32;
+        let number = ch.number;
+        let frame_max = ch.outbox.frame_max();
+        let props = delivery_properties(&m, q.config.queue_type == QueueType::Quorum);
+        let get_ok = Method::GetOk(warren_protocol::method::GetOk {
+            delivery_tag: tag,
+            redelivered: m.redelivered,
+            exchange: m.msg.exchange.clone(),
+            routing_key: m.msg.routing_key.clone(),
+            message_count: remaining,
+        });
+        ch.outbox.push(|buf| {
+            get_ok.encode(number, buf);
+            encode_header(buf, number, 60, m.msg.body.len() as u64, &props);
+            encode_body(buf, number, &m.msg.body, frame_max);
+        });
+        if !no_ack {
+            q.unacked += 1;
+            ch.record(Unacked {
+                tag,
+                queue: qid,
+                consumer_tag: None,
+                message: m,
+                settled: false,
+            });
+        } else if let Some(index) = m.store_index {
+            q.release_stored(index, store_ops);
+        }
+        Ok(GetResult::Delivered)
+    }
+
+    /// basic.ack; an unknown tag is 406 PRECONDITION_FAILED as in RabbitMQ.
+    pub fn basic_ack(
+        &mut self,
+        key: ChannelKey,
+        tag: u64,
+        multiple: bool,
+        now_ms: u64,
+    ) -> Result<()> {
+        let settled = self.settle(key, tag, multiple)?;
+        let mut touched = Vec::new();
+        for u in &settled {
+            if let (Some(index), Some(q)) = (u.message.store_index, self.queues.get_mut(&u.queue)) {
+                q.release_stored(index, &mut self.store_ops);
+            }
+            if !touched.contains(&u.queue) {
+                touched.push(u.queue);
+            }
+        }
+        for q in touched {
+            self.dispatch(q, now_ms);
+        }
+        Ok(())
+    }
+
+    /// basic.nack and basic.reject: requeue at the head, or dead-letter.
+    pub fn basic_nack(
+        &mut self,
+        key: ChannelKey,
+        tag: u64,
+        multiple: bool,
+        requeue: bool,
+        now_ms: u64,
+    ) -> Result<()> {
+        let settled = self.settle(key, tag, multiple)?;
+        let mut touched = Vec::new();
+        let mut dead = Vec::new();
+        for u in settled {
+            let Some(q) = self.queues.get_mut(&u.queue) else {
+                continue;
+            };
+            if requeue {
+                return_to_queue(q, u.message, true, &mut dead);
+            } else {
+                dead.push(DeadLetter {
+                    queue: q.name.clone(),
+                    config: q.config.clone(),
+                    message: u.message,
+                    reason: "rejected",
+                });
+            }
+            if !touched.contains(&u.queue) {
+                touched.push(u.queue);
+            }
+        }
+        for q in touched {
+            self.dispatch(q, now_ms);
+        }
+        self.dead_letter(dead, now_ms);
+        Ok(())
+    }
+
+    pub(super) fn settle(
+        &mut self,
+        key: ChannelKey,
+        tag: u64,
+        multiple: bool,
+    ) -> Result<Vec<Unacked>> {
+        let ch = self.channels.get_mut(&key).expect("ack on an open channel");
+        let settled = ch
+            .settle(tag, multiple)
+            .ok_or_else(|| AmqpError::precondition(format!("unknown delivery tag {tag}")))?;
+        for u in &settled {
+            if let Some(q) = self.queues.get_mut(&u.queue) {
+                q.unacked = q.unacked.saturating_sub(1);
+                if let Some(ct) = &u.consumer_tag {
+                    if let Some(c) = q
+                        .consumers
+                        .iter_mut()
+                        .find(|c| c.channel == key && c.tag == ct)
+                    {
+                        c.unacked = c.unacked.saturating_sub(1);
+                    }
+                }
+            }
+        }
+        Ok(settled)
+    }
+
+    /// basic.recover: RabbitMQ requeues every unacked message whatever `requeue` says.
+    pub fn basic_recover(&mut self, key: ChannelKey, now_ms: u64) {
+        let Some(ch) = self.channels.get_mut(&key) else {
+            return;
+        };
+        let unacked = ch.drain_unacked();
+        let mut touched = Vec::new();
+        let mut dead = Vec::new();
+        for u in unacked {
+            let Some(q) = self.queues.get_mut(&u.queue) else {
+                continue;
+            };
+            q.unacked = q.unacked.saturating_sub(1);
+            if let Some(ct) = &u.consumer_tag {
+                if let Some(c) = q
+                    .consumers
+                    .iter_mut()
+                    .find(|c| c.channel == key && c.tag == ct)
+                {
+                    c.unacked = c.unacked.saturating_sub(1);
+                }
+            }
+            return_to_queue(q, u.message, false, &mut dead);
+            if !touched.contains(&u.queue) {
+                touched.push(u.queue);
+            }
+        }
+        for q in touched {
+            self.dispatch(q, now_ms);
+        }
+        self.dead_letter(dead, now_ms);
+    }
+
+    pub fn channel_flow(&mut self, key: ChannelKey, active: bool, now_ms: u64) {
+        let Some(ch) = self.channels.get_mut(&key) else {
+            return;
+        };
+        ch.flow_active = active;
+        if active {
+            let queues: Vec<QueueId> = ch.consumers.values().copied().collect();
+            for q in queues {
+                self.dispatch(q, now_ms);
+            }
+        }
+    }
+
+    /// Resumes deliveries to a connection whose outbox had filled up.
+    pub fn resume_connection(&mut self, conn: ConnId, now_ms: u64) {
+        let queues: Vec<QueueId> = self
+            .channels
+            .values()
+            .filter(|c| c.conn == conn)
+            .flat_map(|c| c.consumers.values().copied())
+            .collect();
+        for q in queues {
+            self.dispatch(q, now_ms);
+        }
+    }
+
+    // ---- time ------------------------------------------------------------------------------
+
+    /// Expires messages at queue heads and queues unused past x-expires.
+    pub fn tick(&mut self, now_ms: u64) {
+        let ids: Vec<QueueId> = self.queues.keys().copied().collect();
+        for id in ids {
+            let Some(q) = self.queues.get(&id) else {
+                continue;
+            };
+            if let Some(expires) = q.config.expires_ms {
+                if q.consumers.is_empty() && now_ms.saturating_sub(q.last_used_ms) >= expires {
+                    self.delete_queue_by_id(id);
+                    continue;
+                }
+            }
+            if q.backlog
+                .peek()
+                .is_some_and(|h| h.expires_at_ms.is_some_and(|t| t < now_ms))
+            {
+                self.dispatch(id, now_ms);
+            }
+        }
+    }
+}
+
+/// Puts a delivered message back in its queue (nack/reject with requeue, recover, channel
+/// close): at its original position in a classic queue, behind earlier returns in a quorum
+/// queue, or to the dead-letter exchange once it has exceeded the quorum queue's
+/// x-delivery-limit (rabbit_fifo's return_one counts every return alike).
+/// `rejected`: the client nacked or rejected the message (rather than its channel closing or
+/// it calling recover). A quorum queue then puts it at the back, as RabbitMQ 3.10 does.
+pub(super) fn return_to_queue(
+    q: &mut Queue,
+    mut m: QueuedMessage,
+    rejected: bool,
+    dead: &mut Vec<DeadLetter>,
+) {
+    m.redelivered = true;
+    m.delivery_count += 1;
+    if q.config
+        .delivery_limit
+        .is_some_and(|l| m.delivery_count as u64 > l)
+    {
+        dead.push(DeadLetter {
+            queue: q.name.clone(),
+            config: q.config.clone(),
+            message: m,
+            reason: "delivery_limit",
+        });
+    } else {
+        if q.is_quorum() && rejected {
+            m.redelivered = true;
+            q.backlog.push_back(m);
+        } else if q.is_quorum() {
+            q.backlog.requeue_after_returns(m);
+        } else {
+            q.backlog.requeue(m);
+        }
+        // rabbit_amqqueue_process:requeue_and_run applies drop-head after a requeue too.
+        drop_head_over_limit(q, dead);
+    }
+}
+
+/// Drops (dead-letters with reason maxlen) from the head while a drop-head queue is over its
+/// x-max-length or x-max-length-bytes.
+pub(super) fn drop_head_over_limit(q: &mut Queue, dead: &mut Vec<DeadLetter>) {
+    if q.config.overflow != Overflow::DropHead {
+        return;
+    }
+    while q.exceeds_limit() {
+        let Some(m) = q.backlog.pop_front() else {
+            break;
+        };
+        dead.push(DeadLetter {
+            queue: q.name.clone(),
+            config: q.config.clone(),
+            message: m,
+            reason: "maxlen",
+        });
+    }
+}
+
+/// The properties a consumer sees: the publisher's bytes, plus x-delivery-count on every
+/// quorum queue delivery (0 the first time, as RabbitMQ 3.10.8 sends it: measured by the
+/// interop suite).
+pub(super) fn delivery_properties(m: &QueuedMessage, quorum: bool) -> Bytes {
+    if !quorum {
+        return m.msg.properties.clone();
+    }
+    let Ok(mut p) = Properties::decode(&m.msg.properties) else {
+        return m.msg.properties.clone();
+    };
+    let mut table = p.headers_table().ok().flatten().unwrap_or_default();
+    table.insert(
+        "x-delivery-count".into(),
+        AMQPValue::LongLongInt(m.delivery_count as i64),
+    );
+    p.set_headers_table(Some(&table));
+    p.encode()
+}
+
+pub(super) fn deliver(
+    ch: &ChannelState,
+    consumer_tag: &[u8],
+    tag: u64,
+    m: &QueuedMessage,
+    quorum: bool,
+) {
+    let number = ch.number;
+    let frame_max = ch.outbox.frame_max();
+    let props = delivery_properties(m, quorum);
+    ch.outbox.push(|buf| {
+        encode_deliver(
+            buf,
+            number,
+            consumer_tag,
+            tag,
+            m.redelivered,
+            &m.msg.exchange,
+            &m.msg.routing_key,
+        );
+        encode_header(buf, number, 60, m.msg.body.len() as u64, &props);
+        encode_body(buf, number, &m.msg.body, frame_max);
+    });
+}

@@ -1,0 +1,251 @@
+//! What the vhost reports: durable-topology records for the journal, storage effects,
+//! recovery of stored messages, and counters for the management API.
+
+use super::*;
+
+impl VHost {
+    // ---- introspection ---------------------------------------------------------------------
+
+    // ---- metadata --------------------------------------------------------------------------
+
+    pub fn has_meta(&self) -> bool {
+        !self.meta.is_empty()
+    }
+
+    /// Storage work since the last call, in order: carry it out before replying.
+    pub fn take_store_ops(&mut self) -> Vec<StoreOp> {
+        std::mem::take(&mut self.store_ops)
+    }
+
+    pub fn has_store_ops(&self) -> bool {
+        !self.store_ops.is_empty()
+    }
+
+    /// Gives a recovered durable queue its log (the id the journal recorded).
+    pub fn set_queue_log(&mut self, queue: &str, log_id: u64) {
+        if let Some(q) = self
+            .queues_by_name
+            .get(queue)
+            .and_then(|id| self.queues.get_mut(id))
+        {
+            q.log_id = Some(log_id);
+        }
+    }
+
+    /// Durable queues and their logs, for recovery.
+    pub fn queue_logs(&self) -> Vec<(String, u64)> {
+        self.queues
+            .values()
+            .filter_map(|q| Some((q.name.clone(), q.log_id?)))
+            .collect()
+    }
+
+    /// Puts a recovered queue's stored messages back, oldest first: redelivered, since a
+    /// consumer may have seen them before the restart (RabbitMQ marks them so too).
+    /// `messages` holds (log index, message, wall-clock expiry in Unix ms or 0).
+    pub fn restore_messages(
+        &mut self,
+        queue: &str,
+        next_index: u64,
+        messages: Vec<(u64, Message, u64)>,
+    ) {
+        let Some(q) = self
+            .queues_by_name
+            .get(queue)
+            .and_then(|id| self.queues.get_mut(id))
+        else {
+            return;
+        };
+        q.next_index = q.next_index.max(next_index);
+        let live: Vec<u64> = messages.iter().map(|(i, _, _)| *i).collect();
+        q.released = crate::queue::ReleaseTracker::recovered(&live, q.next_index);
+        for (index, msg, expires_unix) in messages {
+            let expires_at_ms =
+                (expires_unix != 0).then(|| expires_unix.saturating_sub(self.unix_ms_at_epoch));
+            q.backlog.push_back(QueuedMessage {
+                msg: Arc::new(msg),
+                redelivered: true,
+                delivery_count: 0,
+                expires_at_ms,
+                seq: 0,
+                store_index: Some(index),
+            });
+        }
+    }
+
+    /// Durable-topology changes since the last call, in the order they happened.
+    pub fn take_meta(&mut self) -> Vec<MetaRecord> {
+        std::mem::take(&mut self.meta)
+    }
+
+    /// The records that rebuild this vhost's durable topology (for journal compaction).
+    pub fn export_meta(&self, out: &mut Vec<MetaRecord>) {
+        let vhost = &self.name;
+        let standard = |n: &str| STANDARD_EXCHANGES.iter().any(|(s, _, _)| *s == n);
+        for x in self
+            .exchanges
+            .values()
+            .filter(|x| x.durable && !standard(&x.name))
+        {
+            out.push(MetaRecord::DeclareExchange {
+                vhost: vhost.clone(),
+                name: x.name.clone(),
+                kind: kind_name(x.kind).to_string(),
+                auto_delete: x.auto_delete,
+                internal: x.internal,
+                arguments: x.arguments.clone(),
+            });
+        }
+        for q in self.queues.values().filter(|q| q.durable) {
+            out.push(MetaRecord::DeclareQueue {
+                vhost: vhost.clone(),
+                name: q.name.clone(),
+                auto_delete: q.auto_delete,
+                arguments: q.arguments.clone(),
+                log_id: q.log_id.unwrap_or(0),
+            });
+        }
+        for b in self.routes.bindings() {
+            out.extend(self.binding_record(true, b.source, b.destination, b.key, &b.args_table()));
+        }
+    }
+
+    /// The journal record of a binding change, when both ends are durable: RabbitMQ keeps
+    /// only those across a restart.
+    pub(super) fn binding_record(
+        &self,
+        bind: bool,
+        source: ExchangeId,
+        destination: Destination,
+        key: &[u8],
+        arguments: &FieldTable,
+    ) -> Option<MetaRecord> {
+        let source = self
+            .exchanges
+            .get(&source)
+            .filter(|x| x.durable)?
+            .name
+            .clone();
+        let (destination, to_queue) = match destination {
+            Destination::Queue(q) => (
+                self.queues.get(&q).filter(|q| q.durable)?.name.clone(),
+                true,
+            ),
+            Destination::Exchange(x) => (
+                self.exchanges.get(&x).filter(|x| x.durable)?.name.clone(),
+                false,
+            ),
+        };
+        let (vhost, key, arguments) = (
+            self.name.clone(),
+            String::from_utf8_lossy(key).into_owned(),
+            arguments.clone(),
+        );
+        Some(if bind {
+            MetaRecord::Bind {
+                vhost,
+                source,
+                destination,
+                to_queue,
+                key,
+                arguments,
+            }
+        } else {
+            MetaRecord::Unbind {
+                vhost,
+                source,
+                destination,
+                to_queue,
+                key,
+                arguments,
+            }
+        })
+    }
+
+    pub(super) fn record_binding(
+        &mut self,
+        bind: bool,
+        source: ExchangeId,
+        destination: Destination,
+        key: &[u8],
+        arguments: &FieldTable,
+    ) {
+        if let Some(record) = self.binding_record(bind, source, destination, key, arguments) {
+            self.meta.push(record);
+        }
+    }
+
+    // ---- introspection ---------------------------------------------------------------------
+
+    /// Every queue with its counters, for the management API and metrics.
+    pub fn queue_infos(&self) -> Vec<QueueInfo> {
+        let mut v: Vec<QueueInfo> = self
+            .queues
+            .values()
+            .map(|q| QueueInfo {
+                name: q.name.clone(),
+                durable: q.durable,
+                auto_delete: q.auto_delete,
+                exclusive: q.exclusive_owner.is_some(),
+                queue_type: if q.is_quorum() { "quorum" } else { "classic" },
+                arguments: q.arguments.clone(),
+                messages_ready: q.backlog.len() as u64,
+                messages_unacknowledged: q.unacked as u64,
+                message_bytes_ready: q.backlog.bytes() as u64,
+                consumers: q.consumers.len() as u64,
+            })
+            .collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    pub fn exchange_infos(&self) -> Vec<ExchangeInfo> {
+        let mut v: Vec<ExchangeInfo> = self
+            .exchanges
+            .values()
+            .map(|x| ExchangeInfo {
+                name: x.name.clone(),
+                kind: kind_name(x.kind),
+                durable: x.durable,
+                auto_delete: x.auto_delete,
+                internal: x.internal,
+                arguments: x.arguments.clone(),
+            })
+            .collect();
+        v.push(ExchangeInfo {
+            name: String::new(),
+            kind: "direct",
+            durable: true,
+            auto_delete: false,
+            internal: false,
+            arguments: FieldTable::default(),
+        });
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    pub fn binding_count(&self) -> usize {
+        self.routes.binding_count()
+    }
+
+    pub fn channel_count(&self) -> usize {
+        self.channels.len()
+    }
+
+    pub fn queue_names(&self) -> Vec<String> {
+        self.queues.values().map(|q| q.name.clone()).collect()
+    }
+
+    pub fn exchange_names(&self) -> Vec<String> {
+        self.exchanges.values().map(|x| x.name.clone()).collect()
+    }
+
+    pub fn queue_stats(&self, name: &str) -> Option<(usize, usize, usize)> {
+        let q = self.queues.get(self.queues_by_name.get(name)?)?;
+        Some((q.backlog.len(), q.unacked, q.consumers.len()))
+    }
+
+    pub fn total_ready_bytes(&self) -> usize {
+        self.queues.values().map(|q| q.backlog.bytes()).sum()
+    }
+}

@@ -1,0 +1,816 @@
+//! A virtual host: its exchanges, queues, bindings and the consumer side of its channels,
+//! driven by commands from connections and by the clock.
+//!
+//! Everything a message touches between publish and delivery lives here, under one lock held
+//! by the server for the duration of a command, so that routing, enqueueing and dispatching
+//! to consumers is plain sequential code with no message passing on the hot path. Outbound
+//! frames go to the target connection's [`Outbox`].
+//!
+//! This file holds the vhost's state, exchanges and queues; the rest is by concept:
+//! `publish` (routing and enqueueing), `delivery` (dispatch, consumers, acks, the clock),
+//! `dead_letter` (x-death and DLX routing), `metadata` (journal records, storage effects,
+//! recovery and counters).
+
+use crate::args::{self, Overflow, QueueConfig, QueueType};
+use crate::channel::{ChannelState, Unacked};
+use crate::definitions::MetaRecord;
+use crate::error::{AmqpError, Result};
+use crate::exchange::{kind_from_name, kind_name, Exchange, STANDARD_EXCHANGES};
+use crate::message::{Message, MessageRef};
+use crate::outbox::Outbox;
+use crate::persistence::StoreOp;
+use crate::queue::{ChannelKey, ConnId, Consumer, Queue, QueuedMessage};
+use crate::routing::{Destination, ExchangeId, ExchangeKind, QueueId, RoutingTable};
+use amq_protocol_types::{AMQPValue, FieldArray, FieldTable, LongString};
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::sync::Arc;
+use warren_protocol::amqp::{basic, AMQPClass};
+use warren_protocol::content::{encode_header, Properties};
+use warren_protocol::frame::encode_body;
+use warren_protocol::method::{encode_deliver, Method};
+
+/// The pseudo queue a client consumes from for direct reply-to.
+pub const REPLY_TO_QUEUE: &str = "amq.rabbitmq.reply-to";
+/// Replies are addressed to this prefix followed by the requester channel's token.
+const REPLY_TO_PREFIX: &str = "amq.rabbitmq.reply-to.";
+
+/// Stands for a deleted queue in unacked entries, whose id may be reused.
+const GONE: QueueId = QueueId(u32::MAX);
+
+/// How many dead-letter hops one event may cause before we stop (cycles are dropped earlier).
+const DEAD_LETTER_HOPS_MAX: usize = 64;
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PublishOutcome {
+    /// Whether at least one queue accepted the message (false + mandatory means basic.return).
+    pub routed: bool,
+    /// A queue with x-overflow=reject-publish refused it: the publisher gets a nack.
+    pub rejected: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeclareOk {
+    pub queue: String,
+    pub message_count: u32,
+    pub consumer_count: u32,
+}
+
+/// What basic.get found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GetResult {
+    Empty,
+    /// The get-ok and content were written to the channel's outbox.
+    Delivered,
+}
+
+#[derive(Debug, Clone)]
+pub struct QueueInfo {
+    pub name: String,
+    pub durable: bool,
+    pub auto_delete: bool,
+    pub exclusive: bool,
+    pub queue_type: &'static str,
+    pub arguments: FieldTable,
+    pub messages_ready: u64,
+    pub messages_unacknowledged: u64,
+    pub message_bytes_ready: u64,
+    pub consumers: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct ExchangeInfo {
+    pub name: String,
+    pub kind: &'static str,
+    pub durable: bool,
+    pub auto_delete: bool,
+    pub internal: bool,
+    pub arguments: FieldTable,
+}
+
+pub struct VHost {
+    pub name: String,
+    exchanges_by_name: HashMap<String, ExchangeId>,
+    exchanges: HashMap<ExchangeId, Exchange>,
+    queues_by_name: HashMap<String, QueueId>,
+    queues: HashMap<QueueId, Queue>,
+    routes: RoutingTable,
+    channels: HashMap<ChannelKey, ChannelState>,
+    next_exchange: u32,
+    next_queue: u32,
+    free_exchange_ids: Vec<ExchangeId>,
+    free_queue_ids: Vec<QueueId>,
+    scratch: Vec<QueueId>,
+    /// Exchanges by the alternate-exchange name they carry, so the routing table's alternate
+    /// ids follow the names as exchanges come and go (RabbitMQ resolves the name per publish).
+    alternate_wanted_by: HashMap<String, Vec<ExchangeId>>,
+    /// Direct reply-to tokens and the channel each one answers to.
+    reply_tokens: HashMap<Bytes, ChannelKey>,
+    /// Changes to durable topology not yet handed to the metadata journal.
+    meta: Vec<MetaRecord>,
+    /// Stored-message work not yet handed to the storage engine, in order.
+    store_ops: Vec<StoreOp>,
+    /// Unix time in ms at the broker's epoch: stored expiries are wall-clock, so that a TTL
+    /// survives a restart.
+    pub unix_ms_at_epoch: u64,
+}
+
+/// A message leaving a queue for its dead-letter exchange.
+struct DeadLetter {
+    queue: String,
+    config: QueueConfig,
+    message: QueuedMessage,
+    reason: &'static str,
+}
+
+mod dead_letter;
+mod delivery;
+mod metadata;
+mod publish;
+
+impl VHost {
+    pub fn new(name: &str) -> Self {
+        let mut v = VHost {
+            name: name.to_string(),
+            exchanges_by_name: HashMap::new(),
+            exchanges: HashMap::new(),
+            queues_by_name: HashMap::new(),
+            queues: HashMap::new(),
+            routes: RoutingTable::new(),
+            channels: HashMap::new(),
+            next_exchange: 1,
+            next_queue: 1,
+            free_exchange_ids: Vec::new(),
+            free_queue_ids: Vec::new(),
+            scratch: Vec::new(),
+            alternate_wanted_by: HashMap::new(),
+            reply_tokens: HashMap::new(),
+            meta: Vec::new(),
+            store_ops: Vec::new(),
+            unix_ms_at_epoch: 0,
+        };
+        for (n, kind, internal) in STANDARD_EXCHANGES {
+            v.create_exchange(n, *kind, true, false, *internal, FieldTable::default());
+        }
+        v
+    }
+
+    // ---- exchanges -------------------------------------------------------------------------
+
+    fn create_exchange(
+        &mut self,
+        name: &str,
+        kind: ExchangeKind,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: FieldTable,
+    ) -> ExchangeId {
+        let id = self.free_exchange_ids.pop().unwrap_or_else(|| {
+            self.next_exchange += 1;
+            ExchangeId(self.next_exchange - 1)
+        });
+        let alternate = arguments
+            .inner()
+            .get("alternate-exchange")
+            .and_then(args::string);
+        self.routes
+            .declare_exchange(id, kind)
+            .expect("exchange ids are allocated once");
+        self.exchanges.insert(
+            id,
+            Exchange {
+                id,
+                name: name.to_string(),
+                kind,
+                durable,
+                auto_delete,
+                internal,
+                arguments,
+                alternate,
+            },
+        );
+        self.exchanges_by_name.insert(name.to_string(), id);
+        self.link_alternates(id, name);
+        id
+    }
+
+    /// Points the routing table at the alternates named by and naming a new exchange.
+    fn link_alternates(&mut self, id: ExchangeId, name: &str) {
+        if let Some(alt) = self.exchanges[&id].alternate.clone() {
+            self.alternate_wanted_by
+                .entry(alt.clone())
+                .or_default()
+                .push(id);
+            let alt_id = self.exchanges_by_name.get(&alt).copied();
+            let _ = self.routes.set_alternate_exchange(id, alt_id);
+        }
+        for &wanting in self.alternate_wanted_by.get(name).into_iter().flatten() {
+            let _ = self.routes.set_alternate_exchange(wanting, Some(id));
+        }
+    }
+
+    fn exchange_id(&self, name: &str) -> Result<ExchangeId> {
+        self.exchanges_by_name
+            .get(name)
+            .copied()
+            .ok_or_else(|| AmqpError::no_exchange(name, &self.name))
+    }
+
+    fn refuse_default(name: &str) -> Result<()> {
+        if name.is_empty() {
+            return Err(AmqpError::access_refused(
+                "operation not permitted on the default exchange",
+            ));
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn exchange_declare(
+        &mut self,
+        name: &str,
+        kind: &str,
+        passive: bool,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: FieldTable,
+    ) -> Result<()> {
+        if passive {
+            Self::refuse_default(name)?;
+            self.exchange_id(name)?;
+            return Ok(());
+        }
+        let kind_parsed = kind_from_name(kind)
+            .ok_or_else(|| AmqpError::command_invalid(format!("unknown exchange type '{kind}'")))?;
+        Self::refuse_default(name)?;
+        if let Some(id) = self.exchanges_by_name.get(name) {
+            let x = &self.exchanges[id];
+            let what = format!("for exchange '{}' in vhost '{}'", name, self.name);
+            if x.kind != kind_parsed {
+                return Err(AmqpError::precondition(format!(
+                    "inequivalent arg 'type' {what}: received '{kind}' but current is '{}'",
+                    kind_name(x.kind)
+                )));
+            }
+            for (arg, got, cur) in [
+                ("durable", durable, x.durable),
+                ("auto_delete", auto_delete, x.auto_delete),
+                ("internal", internal, x.internal),
+            ] {
+                if got != cur {
+                    return Err(AmqpError::precondition(format!(
+                        "inequivalent arg '{arg}' {what}: received '{got}' but current is '{cur}'"
+                    )));
+                }
+            }
+            // RabbitMQ compares this one argument of exchanges (rabbit_exchange).
+            check_arg_equivalence("alternate-exchange", &arguments, &x.arguments, &what)?;
+            return Ok(());
+        }
+        if name.starts_with("amq.") {
+            return Err(AmqpError::access_refused(format!(
+                "exchange name '{name}' contains reserved prefix 'amq.*'"
+            )));
+        }
+        if let Some(v) = arguments.inner().get("alternate-exchange") {
+            if !matches!(v, AMQPValue::LongString(_)) {
+                return Err(AmqpError::precondition(format!(
+                    "invalid type '{}' for arg 'alternate-exchange' in exchange '{name}' in vhost '{}'",
+                    args::type_name(v),
+                    self.name
+                )));
+            }
+        }
+        if durable {
+            self.meta.push(MetaRecord::DeclareExchange {
+                vhost: self.name.clone(),
+                name: name.to_string(),
+                kind: kind.to_string(),
+                auto_delete,
+                internal,
+                arguments: arguments.clone(),
+            });
+        }
+        self.create_exchange(name, kind_parsed, durable, auto_delete, internal, arguments);
+        Ok(())
+    }
+
+    pub fn exchange_delete(&mut self, name: &str, if_unused: bool) -> Result<()> {
+        Self::refuse_default(name)?;
+        // Refused by name before the lookup, as rabbit_channel's check_exchange_deletion does.
+        if name.starts_with("amq.") {
+            return Err(AmqpError::access_refused(format!(
+                "deletion of system exchange '{name}' in vhost '{}' not allowed",
+                self.name
+            )));
+        }
+        let Some(&id) = self.exchanges_by_name.get(name) else {
+            return Ok(());
+        };
+        if if_unused && self.routes.has_bindings_as_source(id) {
+            return Err(AmqpError::precondition(format!(
+                "exchange '{name}' in vhost '{}' in use",
+                self.name
+            )));
+        }
+        self.delete_exchange_by_id(id);
+        Ok(())
+    }
+
+    fn delete_exchange_by_id(&mut self, id: ExchangeId) {
+        let orphaned = self.routes.delete_exchange(id).unwrap_or_default();
+        if let Some(x) = self.exchanges.remove(&id) {
+            if x.durable {
+                self.meta.push(MetaRecord::DeleteExchange {
+                    vhost: self.name.clone(),
+                    name: x.name.clone(),
+                });
+            }
+            self.exchanges_by_name.remove(&x.name);
+            self.free_exchange_ids.push(id);
+            // Its id will be reused: exchanges naming it as alternate must not follow the id.
+            for &wanting in self.alternate_wanted_by.get(&x.name).into_iter().flatten() {
+                let _ = self.routes.set_alternate_exchange(wanting, None);
+            }
+            if let Some(alt) = &x.alternate {
+                if let Some(list) = self.alternate_wanted_by.get_mut(alt) {
+                    list.retain(|w| *w != id);
+                    if list.is_empty() {
+                        self.alternate_wanted_by.remove(alt);
+                    }
+                }
+            }
+        }
+        self.delete_orphaned_auto_delete(orphaned);
+    }
+
+    fn delete_orphaned_auto_delete(&mut self, orphaned: Vec<ExchangeId>) {
+        for src in orphaned {
+            if self.exchanges.get(&src).is_some_and(|x| x.auto_delete) {
+                self.delete_exchange_by_id(src);
+            }
+        }
+    }
+
+    pub fn exchange_bind(
+        &mut self,
+        destination: &str,
+        source: &str,
+        key: &str,
+        arguments: &FieldTable,
+    ) -> Result<()> {
+        Self::refuse_default(destination)?;
+        Self::refuse_default(source)?;
+        // rabbit_binding reports a missing source before a missing destination.
+        let src = self.exchange_id(source)?;
+        let dst = self.exchange_id(destination)?;
+        let new = self
+            .routes
+            .bind(src, Destination::Exchange(dst), key.as_bytes(), arguments)
+            .map_err(routing_error)?;
+        if new {
+            self.record_binding(
+                true,
+                src,
+                Destination::Exchange(dst),
+                key.as_bytes(),
+                arguments,
+            );
+        }
+        Ok(())
+    }
+
+    pub fn exchange_unbind(
+        &mut self,
+        destination: &str,
+        source: &str,
+        key: &str,
+        arguments: &FieldTable,
+    ) -> Result<()> {
+        Self::refuse_default(destination)?;
+        Self::refuse_default(source)?;
+        // RabbitMQ answers unbind-ok when either end is missing (rabbit_binding:remove).
+        let (Ok(src), Ok(dst)) = (self.exchange_id(source), self.exchange_id(destination)) else {
+            return Ok(());
+        };
+        let unbound = self
+            .routes
+            .unbind(src, Destination::Exchange(dst), key.as_bytes(), arguments)
+            .map_err(routing_error)?;
+        if unbound.existed {
+            self.record_binding(
+                false,
+                src,
+                Destination::Exchange(dst),
+                key.as_bytes(),
+                arguments,
+            );
+        }
+        if unbound.source_unused {
+            self.delete_orphaned_auto_delete(vec![src]);
+        }
+        Ok(())
+    }
+
+    // ---- queues ----------------------------------------------------------------------------
+
+    fn queue_id(&self, name: &str) -> Result<QueueId> {
+        self.queues_by_name
+            .get(name)
+            .copied()
+            .ok_or_else(|| AmqpError::no_queue(name, &self.name))
+    }
+
+    /// The queue, if the connection may use it (exclusive queues belong to one connection).
+    fn usable_queue(&mut self, name: &str, conn: ConnId) -> Result<&mut Queue> {
+        let id = self.queue_id(name)?;
+        let vhost = self.name.clone();
+        let q = self.queues.get_mut(&id).expect("indexed queue exists");
+        if q.exclusive_owner.is_some_and(|o| o != conn) {
+            return Err(locked(name, &vhost));
+        }
+        Ok(q)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn queue_declare(
+        &mut self,
+        conn: ConnId,
+        name: &str,
+        passive: bool,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        arguments: FieldTable,
+        now_ms: u64,
+    ) -> Result<DeclareOk> {
+        if passive && name == REPLY_TO_QUEUE {
+            // RabbitMQ reports the pseudo queue with one consumer whoever asks.
+            return Ok(DeclareOk {
+                queue: name.to_string(),
+                message_count: 0,
+                consumer_count: 1,
+            });
+        }
+        if passive {
+            let q = self.usable_queue(name, conn)?;
+            q.last_used_ms = now_ms;
+            return Ok(DeclareOk {
+                queue: q.name.clone(),
+                message_count: q.message_count() as u32,
+                consumer_count: q.consumers.len() as u32,
+            });
+        }
+        // rabbit_channel: exclusive queues are never durable, whatever the client asked.
+        let durable = durable && !exclusive;
+        let name = if name.is_empty() {
+            let quorum = arguments
+                .inner()
+                .get("x-queue-type")
+                .and_then(args::string)
+                .is_some_and(|t| t == "quorum");
+            if quorum {
+                // Only classic queues may be server-named (queue type capability server_named).
+                return Err(AmqpError::precondition(
+                    "Cannot declare a server-named queue for type rabbit_quorum_queue",
+                ));
+            }
+            generate_name("amq.gen-")
+        } else if name.starts_with("amq.") {
+            // rabbit_channel's check_name runs before the lookup: a client may not name an
+            // amq.* queue, not even to redeclare a server-named one (passive declare may).
+            return Err(AmqpError::access_refused(format!(
+                "queue name '{name}' contains reserved prefix 'amq.*'"
+            )));
+        } else {
+            name.to_string()
+        };
+        if let Some(&id) = self.queues_by_name.get(&name) {
+            let vhost = self.name.clone();
+            let q = self.queues.get_mut(&id).expect("indexed queue exists");
+            if q.exclusive_owner.is_some_and(|o| o != conn)
+                || (q.exclusive_owner.is_some() != exclusive)
+            {
+                return Err(locked(&name, &vhost));
+            }
+            check_queue_equivalence(q, durable, auto_delete, &arguments, &vhost)?;
+            q.last_used_ms = now_ms;
+            return Ok(DeclareOk {
+                queue: name,
+                message_count: q.message_count() as u32,
+                consumer_count: q.consumers.len() as u32,
+            });
+        }
+        let config = QueueConfig::parse(&arguments, &name, &self.name)?;
+        if config.queue_type == QueueType::Quorum {
+            let bad = |p: &str| {
+                AmqpError::precondition(format!(
+                    "invalid property '{p}' for queue '{name}' in vhost '{}'",
+                    self.name
+                ))
+            };
+            // rabbit_queue_type_util's checks, in rabbit_quorum_queue:declare's order.
+            if auto_delete {
+                return Err(bad("auto-delete"));
+            }
+            if exclusive {
+                return Err(bad("exclusive-owner"));
+            }
+            if !durable {
+                return Err(bad("non-durable"));
+            }
+        }
+        let id = self.free_queue_ids.pop().unwrap_or_else(|| {
+            self.next_queue += 1;
+            QueueId(self.next_queue - 1)
+        });
+        let owner = exclusive.then_some(conn);
+        let mut q = Queue::new(
+            id,
+            name.clone(),
+            durable,
+            owner,
+            auto_delete,
+            arguments,
+            config,
+            now_ms,
+        );
+        if q.durable {
+            // A random log id: unique with overwhelming odds, and never reused after a delete.
+            q.log_id = Some(rand::random::<u64>() | 1);
+            self.meta.push(MetaRecord::DeclareQueue {
+                vhost: self.name.clone(),
+                name: name.clone(),
+                auto_delete: q.auto_delete,
+                arguments: q.arguments.clone(),
+                log_id: q.log_id.unwrap_or(0),
+            });
+        }
+        self.queues.insert(id, q);
+        self.queues_by_name.insert(name.clone(), id);
+        Ok(DeclareOk {
+            queue: name,
+            message_count: 0,
+            consumer_count: 0,
+        })
+    }
+
+    pub fn queue_bind(
+        &mut self,
+        conn: ConnId,
+        queue: &str,
+        exchange: &str,
+        key: &str,
+        arguments: &FieldTable,
+    ) -> Result<()> {
+        Self::refuse_default(exchange)?;
+        // rabbit_binding reports a missing exchange (the source) before a missing queue.
+        let xid = self.exchange_id(exchange)?;
+        let qid = self.usable_queue(queue, conn)?.id;
+        let new = self
+            .routes
+            .bind(xid, Destination::Queue(qid), key.as_bytes(), arguments)
+            .map_err(routing_error)?;
+        if new {
+            self.record_binding(
+                true,
+                xid,
+                Destination::Queue(qid),
+                key.as_bytes(),
+                arguments,
+            );
+        }
+        Ok(())
+    }
+
+    pub fn queue_unbind(
+        &mut self,
+        conn: ConnId,
+        queue: &str,
+        exchange: &str,
+        key: &str,
+        arguments: &FieldTable,
+    ) -> Result<()> {
+        Self::refuse_default(exchange)?;
+        // RabbitMQ answers unbind-ok when the exchange, the queue or the binding is missing
+        // (rabbit_binding:remove), and checks exclusivity only for a binding it removes.
+        let (Some(&xid), Some(&qid)) = (
+            self.exchanges_by_name.get(exchange),
+            self.queues_by_name.get(queue),
+        ) else {
+            return Ok(());
+        };
+        if !self
+            .routes
+            .binding_exists(xid, Destination::Queue(qid), key.as_bytes(), arguments)
+        {
+            return Ok(());
+        }
+        self.usable_queue(queue, conn)?;
+        let unbound = self
+            .routes
+            .unbind(xid, Destination::Queue(qid), key.as_bytes(), arguments)
+            .map_err(routing_error)?;
+        if unbound.existed {
+            self.record_binding(
+                false,
+                xid,
+                Destination::Queue(qid),
+                key.as_bytes(),
+                arguments,
+            );
+        }
+        if unbound.source_unused {
+            self.delete_orphaned_auto_delete(vec![xid]);
+        }
+        Ok(())
+    }
+
+    pub fn queue_purge(&mut self, conn: ConnId, queue: &str) -> Result<u32> {
+        let q = self.usable_queue(queue, conn)?;
+        let purged = q.backlog.clear();
+        let mut ops = Vec::new();
+        for index in purged.iter().filter_map(|m| m.store_index) {
+            q.release_stored(index, &mut ops);
+        }
+        self.store_ops.extend(ops);
+        Ok(purged.len() as u32)
+    }
+
+    pub fn queue_delete(
+        &mut self,
+        conn: ConnId,
+        queue: &str,
+        if_unused: bool,
+        if_empty: bool,
+    ) -> Result<u32> {
+        let vhost = self.name.clone();
+        let q = match self.usable_queue(queue, conn) {
+            Ok(q) => q,
+            Err(e) if e.code == warren_protocol::constants::NOT_FOUND => return Ok(0),
+            Err(e) => return Err(e),
+        };
+        if if_unused && !q.consumers.is_empty() {
+            return Err(AmqpError::precondition(format!(
+                "queue '{queue}' in vhost '{vhost}' in use"
+            )));
+        }
+        if if_empty && !q.backlog.is_empty() {
+            return Err(AmqpError::precondition(format!(
+                "queue '{queue}' in vhost '{vhost}' not empty"
+            )));
+        }
+        let id = q.id;
+        Ok(self.delete_queue_by_id(id))
+    }
+
+    /// Removes a queue with its bindings and tells its consumers (basic.cancel); returns how
+    /// many ready messages it held.
+    fn delete_queue_by_id(&mut self, id: QueueId) -> u32 {
+        let Some(mut q) = self.queues.remove(&id) else {
+            return 0;
+        };
+        if let Some(log) = q.log_id {
+            self.store_ops.push(StoreOp::DeleteLog { log });
+        }
+        if q.durable {
+            self.meta.push(MetaRecord::DeleteQueue {
+                vhost: self.name.clone(),
+                name: q.name.clone(),
+            });
+        }
+        self.queues_by_name.remove(&q.name);
+        let orphaned = self
+            .routes
+            .remove_destination(Destination::Queue(id))
+            .unwrap_or_default();
+        // The id will be reused: deliveries still unacked elsewhere must not settle into the
+        // next queue that gets it. Acking them stays legal, as in RabbitMQ.
+        for ch in self.channels.values_mut() {
+            for u in ch.unacked.iter_mut().filter(|u| u.queue == id) {
+                u.queue = GONE;
+            }
+        }
+        self.free_queue_ids.push(id);
+        for c in q.consumers.drain(..) {
+            if let Some(ch) = self.channels.get_mut(&c.channel) {
+                ch.consumers.remove(&c.tag);
+                let cancel =
+                    Method::Other(AMQPClass::Basic(basic::AMQPMethod::Cancel(basic::Cancel {
+                        consumer_tag: String::from_utf8_lossy(&c.tag).as_ref().into(),
+                        nowait: true,
+                    })));
+                let number = ch.number;
+                ch.outbox.push(|buf| cancel.encode(number, buf));
+            }
+        }
+        self.delete_orphaned_auto_delete(orphaned);
+        q.backlog.len() as u32
+    }
+
+    /// Exclusive queues die with their connection.
+    pub fn connection_closed(&mut self, conn: ConnId) {
+        let owned: Vec<QueueId> = self
+            .queues
+            .values()
+            .filter(|q| q.exclusive_owner == Some(conn))
+            .map(|q| q.id)
+            .collect();
+        for id in owned {
+            self.delete_queue_by_id(id);
+        }
+    }
+}
+
+fn routing_error(e: crate::routing::RoutingError) -> AmqpError {
+    AmqpError::new(e.reply_code(), e)
+}
+
+fn locked(name: &str, vhost: &str) -> AmqpError {
+    AmqpError::resource_locked(format!(
+        "cannot obtain exclusive access to locked queue '{name}' in vhost '{vhost}'. It could be originally declared on another connection or the exclusive property value does not match that of the original declaration."
+    ))
+}
+
+fn check_queue_equivalence(
+    q: &Queue,
+    durable: bool,
+    auto_delete: bool,
+    arguments: &FieldTable,
+    vhost: &str,
+) -> Result<()> {
+    let what = format!("for queue '{}' in vhost '{vhost}'", q.name);
+    if q.durable != durable {
+        return Err(AmqpError::precondition(format!(
+            "inequivalent arg 'durable' {what}: received '{durable}' but current is '{}'",
+            q.durable
+        )));
+    }
+    if q.auto_delete != auto_delete {
+        return Err(AmqpError::precondition(format!(
+            "inequivalent arg 'auto_delete' {what}: received '{auto_delete}' but current is '{}'",
+            q.auto_delete
+        )));
+    }
+    for key in args::equivalence_keys(q.config.queue_type) {
+        check_arg_equivalence(key, arguments, &q.arguments, &what)?;
+    }
+    Ok(())
+}
+
+/// rabbit_misc:assert_args_equivalence for one key: `what` names the entity ("for queue 'q' in
+/// vhost '/'").
+fn check_arg_equivalence(
+    key: &str,
+    arguments: &FieldTable,
+    current: &FieldTable,
+    what: &str,
+) -> Result<()> {
+    let new = arguments.inner().get(key);
+    let cur = current.inner().get(key);
+    let same = match (new, cur) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            a == b
+                || (args::integer(a).is_some() && args::integer(a) == args::integer(b))
+                || (args::string(a).is_some() && args::string(a) == args::string(b))
+        }
+        // RabbitMQ treats a missing x-queue-type as equal to the current type.
+        (None, Some(_)) | (Some(_), None) => {
+            key == "x-queue-type"
+                && args::string(new.or(cur).expect("one is set")).as_deref() == Some("classic")
+        }
+    };
+    if same {
+        return Ok(());
+    }
+    // rabbit_misc:val/1: with both values present RabbitMQ compares (and prints) the bare
+    // values; only when one side is missing does it print the other with its type.
+    let both = new.is_some() && cur.is_some();
+    let render = |v: Option<&AMQPValue>| match v {
+        Some(v) if both => format!("'{}'", args::render(v)),
+        Some(v) => format!(
+            "the value '{}' of type '{}'",
+            args::render(v),
+            args::type_name(v)
+        ),
+        None => "none".to_string(),
+    };
+    Err(AmqpError::precondition(format!(
+        "inequivalent arg '{key}' {what}: received {} but current is {}",
+        render(new),
+        render(cur)
+    )))
+}
+
+fn generate_name(prefix: &str) -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut rng = rand::thread_rng();
+    let suffix: String = (0..22)
+        .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char)
+        .collect();
+    format!("{prefix}{suffix}")
+}
