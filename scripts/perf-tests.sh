@@ -8,7 +8,8 @@
 # Uses target/release/warren (built if missing, or $WARREN_BIN), on a free loopback port with a
 # fresh data directory and no management listener; the broker is killed on exit. Tests run one
 # at a time (--test-threads=1) so their rates and /proc samples are not disturbed by each other.
-# The sweep and persister tests find the broker's pid by its listening port through /proc.
+# The sweep and persister tests find the broker's pid by its listening port through /proc;
+# WARREN_PERF_TEST_BROKER_PID makes them check that they found this one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -69,7 +70,7 @@ fi
 echo "[perf-tests] warren pid $pid listening on 127.0.0.1:$port, data in $data_dir" >&2
 
 status=0
-WARREN_PERF_TEST_URI="amqp://guest:guest@127.0.0.1:$port/%2f" \
+WARREN_PERF_TEST_URI="amqp://guest:guest@127.0.0.1:$port/%2f" WARREN_PERF_TEST_BROKER_PID=$pid \
   cargo test -p warren-perf "$@" -- --test-threads=1 || status=$?
 
 # A broker that died under the tests explains their failures better than the tests do.

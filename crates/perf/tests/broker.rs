@@ -1,6 +1,8 @@
 //! Against a real broker named by WARREN_PERF_TEST_URI (e.g. RabbitMQ from
 //! `../shared/rabbitmq/rabbitmq.sh start`: amqp://guest:guest@127.0.0.1:5680/%2f). Each test
-//! prints why it skipped when the variable is unset.
+//! prints why it skipped when the variable is unset. `scripts/perf-tests.sh` starts a warren for
+//! them and also sets WARREN_PERF_TEST_BROKER_PID, so the studies' broker lookup by port is
+//! checked against the process it started.
 
 use std::path::Path;
 use tokio::sync::watch;
@@ -20,6 +22,13 @@ fn broker_uri(test: &str) -> Option<String> {
             None
         }
     }
+}
+
+/// The broker's pid when the caller knows it (the studies must find that process by its port).
+fn expected_broker_pid() -> Option<u32> {
+    std::env::var("WARREN_PERF_TEST_BROKER_PID")
+        .ok()
+        .map(|p| p.parse().expect("WARREN_PERF_TEST_BROKER_PID is a pid"))
 }
 
 fn rt() -> tokio::runtime::Runtime {
@@ -130,6 +139,13 @@ fn two_step_sweep_writes_csv_html_and_png() {
         .block_on(warren_perf::sweep::run(&s, never_stop()))
         .unwrap();
     assert_eq!(r.steps.len(), 2);
+    if let Some(pid) = expected_broker_pid() {
+        assert_eq!(r.broker_pids, [pid], "broker found by its port");
+        for step in &r.steps {
+            let b = step.broker.as_ref().expect("broker sampled through /proc");
+            assert!(b.cpu_s > 0.0 && b.rss_bytes_end > 0, "{b:?}");
+        }
+    }
     for (step, target) in r.steps.iter().zip([200.0, 400.0]) {
         assert!(step.pass, "step at {target} msg/s failed: {step:?}");
         assert!((step.publish_rate - target).abs() < target * 0.1);
@@ -190,6 +206,12 @@ fn tiny_persister_run_fills_and_drains_the_queue() {
     assert_eq!(r.phases[1].name, "drain");
     assert_eq!(r.phases[1].messages, 2000);
     assert_eq!(r.phases[0].payload_bytes, 2000 * 1024);
+    if let Some(pid) = expected_broker_pid() {
+        assert_eq!(r.broker_pid, Some(pid), "broker found by its port");
+        // Confirmed persistent messages in a durable queue reached the disk.
+        assert!(r.phases[0].broker_write_bytes > 0, "{:?}", r.phases[0]);
+        assert!(!r.io.is_empty(), "broker /proc/PID/io sampled");
+    }
     assert_png(&dir.path().join("rates.png"));
 }
 
