@@ -63,8 +63,10 @@ fn counted_run_receives_and_confirms_every_message_with_ordered_percentiles() {
         return;
     };
     let q = unique("counted");
+    // Enough messages that the client's CPU time (clock ticks of 10 ms) is above zero even when
+    // the broker is fast: 3000 took under one tick against warren.
     let PerfCommand::Run(w) = command(format!(
-        "-h {uri} -x 1 -y 1 -C 3000 -s 200 -c 100 -q 100 -u {q} -z 60"
+        "-h {uri} -x 1 -y 1 -C 30000 -s 200 -c 100 -q 100 -u {q} -z 60"
     )) else {
         panic!()
     };
@@ -72,12 +74,12 @@ fn counted_run_receives_and_confirms_every_message_with_ordered_percentiles() {
         .block_on(warren_perf::workload::run_workload(&w, never_stop(), None))
         .unwrap();
     assert!(r.errors.is_empty(), "{:?}", r.errors);
-    assert_eq!(r.totals.sent, 3000);
-    assert_eq!(r.totals.confirmed, 3000);
+    assert_eq!(r.totals.sent, 30000);
+    assert_eq!(r.totals.confirmed, 30000);
     assert_eq!(r.totals.nacked, 0);
-    assert_eq!(r.totals.received, 3000, "stopped: {}", r.stop_reason);
-    assert_eq!(r.latency_us.count, 3000);
-    assert_eq!(r.confirm_latency_us.count, 3000);
+    assert_eq!(r.totals.received, 30000, "stopped: {}", r.stop_reason);
+    assert_eq!(r.latency_us.count, 30000);
+    assert_eq!(r.confirm_latency_us.count, 30000);
     let l = r.latency_us;
     assert!(
         l.min <= l.p50
