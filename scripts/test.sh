@@ -13,5 +13,6 @@ cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
+./scripts/perf-tests.sh
 
 ./scripts/interop.sh --broker warren ${INTEROP_PYTEST_ARGS:-}

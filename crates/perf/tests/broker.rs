@@ -1,6 +1,8 @@
 //! Against a real broker named by WARREN_PERF_TEST_URI (e.g. RabbitMQ from
 //! `../shared/rabbitmq/rabbitmq.sh start`: amqp://guest:guest@127.0.0.1:5680/%2f). Each test
-//! prints why it skipped when the variable is unset.
+//! prints why it skipped when the variable is unset. `scripts/perf-tests.sh` starts a warren for
+//! them and also sets WARREN_PERF_TEST_BROKER_PID, so the studies' broker lookup by port is
+//! checked against the process it started.
 
 use std::path::Path;
 use tokio::sync::watch;
@@ -20,6 +22,13 @@ fn broker_uri(test: &str) -> Option<String> {
             None
         }
     }
+}
+
+/// The broker's pid when the caller knows it (the studies must find that process by its port).
+fn expected_broker_pid() -> Option<u32> {
+    std::env::var("WARREN_PERF_TEST_BROKER_PID")
+        .ok()
+        .map(|p| p.parse().expect("WARREN_PERF_TEST_BROKER_PID is a pid"))
 }
 
 fn rt() -> tokio::runtime::Runtime {
@@ -54,8 +63,10 @@ fn counted_run_receives_and_confirms_every_message_with_ordered_percentiles() {
         return;
     };
     let q = unique("counted");
+    // Enough messages that the client's CPU time (clock ticks of 10 ms) is above zero even when
+    // the broker is fast: 3000 took under one tick against warren.
     let PerfCommand::Run(w) = command(format!(
-        "-h {uri} -x 1 -y 1 -C 3000 -s 200 -c 100 -q 100 -u {q} -z 60"
+        "-h {uri} -x 1 -y 1 -C 30000 -s 200 -c 100 -q 100 -u {q} -z 60"
     )) else {
         panic!()
     };
@@ -63,12 +74,12 @@ fn counted_run_receives_and_confirms_every_message_with_ordered_percentiles() {
         .block_on(warren_perf::workload::run_workload(&w, never_stop(), None))
         .unwrap();
     assert!(r.errors.is_empty(), "{:?}", r.errors);
-    assert_eq!(r.totals.sent, 3000);
-    assert_eq!(r.totals.confirmed, 3000);
+    assert_eq!(r.totals.sent, 30000);
+    assert_eq!(r.totals.confirmed, 30000);
     assert_eq!(r.totals.nacked, 0);
-    assert_eq!(r.totals.received, 3000, "stopped: {}", r.stop_reason);
-    assert_eq!(r.latency_us.count, 3000);
-    assert_eq!(r.confirm_latency_us.count, 3000);
+    assert_eq!(r.totals.received, 30000, "stopped: {}", r.stop_reason);
+    assert_eq!(r.latency_us.count, 30000);
+    assert_eq!(r.confirm_latency_us.count, 30000);
     let l = r.latency_us;
     assert!(
         l.min <= l.p50
@@ -130,6 +141,13 @@ fn two_step_sweep_writes_csv_html_and_png() {
         .block_on(warren_perf::sweep::run(&s, never_stop()))
         .unwrap();
     assert_eq!(r.steps.len(), 2);
+    if let Some(pid) = expected_broker_pid() {
+        assert_eq!(r.broker_pids, [pid], "broker found by its port");
+        for step in &r.steps {
+            let b = step.broker.as_ref().expect("broker sampled through /proc");
+            assert!(b.cpu_s > 0.0 && b.rss_bytes_end > 0, "{b:?}");
+        }
+    }
     for (step, target) in r.steps.iter().zip([200.0, 400.0]) {
         assert!(step.pass, "step at {target} msg/s failed: {step:?}");
         assert!((step.publish_rate - target).abs() < target * 0.1);
@@ -190,6 +208,12 @@ fn tiny_persister_run_fills_and_drains_the_queue() {
     assert_eq!(r.phases[1].name, "drain");
     assert_eq!(r.phases[1].messages, 2000);
     assert_eq!(r.phases[0].payload_bytes, 2000 * 1024);
+    if let Some(pid) = expected_broker_pid() {
+        assert_eq!(r.broker_pid, Some(pid), "broker found by its port");
+        // Confirmed persistent messages in a durable queue reached the disk.
+        assert!(r.phases[0].broker_write_bytes > 0, "{:?}", r.phases[0]);
+        assert!(!r.io.is_empty(), "broker /proc/PID/io sampled");
+    }
     assert_png(&dir.path().join("rates.png"));
 }
 
