@@ -1,5 +1,6 @@
 //! The node's broker state: its vhosts and users.
 
+use crate::backlog::{MemoryBudget, Paging, PayloadSource};
 use crate::definitions::MetaRecord;
 use crate::users::{Pattern, Permissions, Users};
 use crate::vhost::VHost;
@@ -15,6 +16,8 @@ pub struct Broker {
     epoch: Instant,
     /// Unix time in ms at `epoch`: turns broker-relative expiries into wall-clock ones.
     unix_ms_at_epoch: u64,
+    /// Set once the node has a store: durable queues may then page bodies out.
+    paging: RwLock<Option<Paging>>,
 }
 
 impl Default for Broker {
@@ -34,6 +37,7 @@ impl Broker {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_millis() as u64)
                 .unwrap_or(0),
+            paging: RwLock::new(None),
         };
         b.add_vhost("/");
         {
@@ -56,8 +60,31 @@ impl Broker {
         }
         let mut vhost = VHost::new(name);
         vhost.unix_ms_at_epoch = self.unix_ms_at_epoch;
+        if let Some(paging) = self.paging.read().expect("paging lock").clone() {
+            vhost.set_paging(paging);
+        }
         v.insert(name.to_string(), Arc::new(Mutex::new(vhost)));
         true
+    }
+
+    /// Lets every durable queue, now and later, keep the bodies of a long backlog on disk only
+    /// (read back through `source`), within the node's `budget` for bodies in memory.
+    pub fn enable_paging(&self, source: Arc<dyn PayloadSource>, budget: Arc<MemoryBudget>) {
+        let paging = Paging {
+            source,
+            budget,
+            unix_ms_at_epoch: self.unix_ms_at_epoch,
+        };
+        *self.paging.write().expect("paging lock") = Some(paging.clone());
+        for (_, v) in self.vhosts() {
+            v.lock().expect("vhost lock").set_paging(paging.clone());
+        }
+    }
+
+    /// The node's budget for message bodies in memory, once paging is enabled.
+    pub fn memory_budget(&self) -> Option<Arc<MemoryBudget>> {
+        let paging = self.paging.read().expect("paging lock");
+        paging.as_ref().map(|p| p.budget.clone())
     }
 
     pub fn delete_vhost(&self, name: &str) -> bool {

@@ -5,7 +5,8 @@
 //! - [`vhost`]: one vhost's entities and the commands on them: declare, bind, publish,
 //!   consume, ack; publish routes, enqueues and dispatches to consumers in one call.
 //! - [`routing`]: bindings and matching for every exchange type (O(1) bind/unbind).
-//! - [`queue`]: a queue's backlog (by priority), consumers and limits.
+//! - [`queue`]: a queue's consumers, limits and stored-message bookkeeping.
+//! - [`backlog`]: a queue's ready messages by priority, with long backlogs paged to disk.
 //! - [`channel`]: the consumer side of a channel: delivery tags, unacked ledger, prefetch.
 //! - [`args`]: queue arguments validated as RabbitMQ validates them.
 //! - [`definitions`]: durable-topology changes as records for the metadata journal, and replay.
@@ -15,6 +16,7 @@
 //!   crate talks to sockets, so everything here is testable without them.
 
 pub mod args;
+pub mod backlog;
 pub mod broker;
 pub mod channel;
 pub mod definitions;

@@ -4,7 +4,7 @@
 //! consumers that have credit, because credit lives in channels.
 
 use crate::args::{QueueConfig, QueueType};
-use crate::message::MessageRef;
+pub use crate::backlog::{Backlog, QueuedMessage};
 use crate::persistence::StoreOp;
 use crate::routing::QueueId;
 use amq_protocol_types::FieldTable;
@@ -15,22 +15,6 @@ use std::collections::VecDeque;
 pub type ConnId = u64;
 /// A channel anywhere in the broker: a connection's channel, globally unique.
 pub type ChannelKey = u64;
-
-#[derive(Debug, Clone)]
-pub struct QueuedMessage {
-    pub msg: MessageRef,
-    pub redelivered: bool,
-    /// How many times this message was delivered and returned (x-delivery-count of quorum queues).
-    pub delivery_count: u32,
-    /// Milliseconds since the broker's epoch after which the message is dead.
-    pub expires_at_ms: Option<u64>,
-    /// Arrival order in its queue, set by [`Backlog::push_back`]: a requeue puts the message
-    /// back at this position, as RabbitMQ's classic queues do.
-    pub seq: u64,
-    /// Its index in the queue's log when it is stored (a persistent message in a durable
-    /// queue, or any message in a quorum queue).
-    pub store_index: Option<u64>,
-}
 
 #[derive(Debug, Clone)]
 pub struct Consumer {
@@ -48,115 +32,6 @@ pub struct Consumer {
 impl Consumer {
     pub fn has_credit(&self) -> bool {
         self.no_ack || self.prefetch == 0 || self.unacked < self.prefetch
-    }
-}
-
-/// Ready messages, one FIFO per priority level (one level without x-max-priority).
-#[derive(Debug, Default)]
-pub struct Backlog {
-    /// Each level is sorted by `seq`.
-    levels: Vec<VecDeque<QueuedMessage>>,
-    len: usize,
-    bytes: usize,
-    next_seq: u64,
-}
-
-impl Backlog {
-    pub fn new(max_priority: Option<u8>) -> Self {
-        let n = max_priority.map(|p| p as usize + 1).unwrap_or(1);
-        Backlog {
-            levels: (0..n).map(|_| VecDeque::new()).collect(),
-            len: 0,
-            bytes: 0,
-            next_seq: 0,
-        }
-    }
-
-    fn level(&self, m: &QueuedMessage) -> usize {
-        (m.msg.priority as usize).min(self.levels.len() - 1)
-    }
-
-    /// Appends a message; returns the sequence number it got.
-    pub fn push_back(&mut self, mut m: QueuedMessage) -> u64 {
-        let seq = self.next_seq;
-        m.seq = seq;
-        self.next_seq += 1;
-        self.len += 1;
-        self.bytes += m.msg.size_bytes();
-        let l = self.level(&m);
-        self.levels[l].push_back(m);
-        seq
-    }
-
-    /// Takes back the message just appended with `seq`, if it is still the newest of its level.
-    pub fn pop_back_if(&mut self, seq: u64) -> Option<QueuedMessage> {
-        let level = self
-            .levels
-            .iter_mut()
-            .find(|l| l.back().is_some_and(|m| m.seq == seq))?;
-        let m = level.pop_back().expect("found at the back");
-        self.len -= 1;
-        self.bytes -= m.msg.size_bytes();
-        Some(m)
-    }
-
-    /// Returns a delivered message to its original position, ahead of everything that arrived
-    /// after it, whatever order the requeues come in (several channels, single nacks). The
-    /// position is near the head in practice, so the insert moves few entries.
-    pub fn requeue(&mut self, m: QueuedMessage) {
-        self.len += 1;
-        self.bytes += m.msg.size_bytes();
-        let l = self.level(&m);
-        let level = &mut self.levels[l];
-        let i = level.partition_point(|x| x.seq < m.seq);
-        level.insert(i, m);
-    }
-
-    /// Returns a delivered message as a quorum queue does (rabbit_fifo's `returns` queue):
-    /// after the messages returned before it and not yet redelivered, ahead of all others.
-    /// Returned messages stay at the front of their level.
-    pub fn requeue_after_returns(&mut self, m: QueuedMessage) {
-        debug_assert!(m.redelivered, "only returned messages go here");
-        self.len += 1;
-        self.bytes += m.msg.size_bytes();
-        let l = self.level(&m);
-        let level = &mut self.levels[l];
-        // A linear scan, not a binary search: a rejected message requeued at the back is
-        // redelivered too, so redelivered ones are not only at the front.
-        let i = level
-            .iter()
-            .position(|x| !x.redelivered)
-            .unwrap_or(level.len());
-        level.insert(i, m);
-    }
-
-    pub fn peek(&self) -> Option<&QueuedMessage> {
-        self.levels.iter().rev().find_map(|l| l.front())
-    }
-
-    pub fn pop_front(&mut self) -> Option<QueuedMessage> {
-        let m = self.levels.iter_mut().rev().find_map(|l| l.pop_front())?;
-        self.len -= 1;
-        self.bytes -= m.msg.size_bytes();
-        Some(m)
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    pub fn bytes(&self) -> usize {
-        self.bytes
-    }
-
-    pub fn clear(&mut self) -> Vec<QueuedMessage> {
-        self.len = 0;
-        self.bytes = 0;
-        self.levels.iter_mut().flat_map(|l| l.drain(..)).collect()
     }
 }
 
@@ -184,6 +59,8 @@ pub struct Queue {
     pub released: ReleaseTracker,
     /// The index the next stored message gets in that log.
     pub next_index: u64,
+    /// Waiting in the vhost's list for [`crate::backlog::Backlog::page_out`].
+    pub page_out_due: bool,
 }
 
 /// A prefix release goes out once this many entries have been settled in a row (or the log
@@ -297,7 +174,21 @@ impl Queue {
             log_id: None,
             next_index: 1,
             released: ReleaseTracker::default(),
+            page_out_due: false,
         }
+    }
+
+    /// Lets the backlog keep bodies on disk only, within the queue's in-memory limits
+    /// (x-max-in-memory-length / -bytes; a lazy queue keeps none) and the node's budget.
+    pub fn enable_paging(&mut self, paging: crate::backlog::Paging) {
+        let Some(log) = self.log_id else { return };
+        let max_len = if self.config.lazy {
+            Some(0)
+        } else {
+            self.config.max_in_memory_length
+        };
+        self.backlog
+            .enable_paging(log, paging, max_len, self.config.max_in_memory_bytes);
     }
 
     pub fn is_quorum(&self) -> bool {
@@ -372,43 +263,6 @@ impl Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::Message;
-    use std::sync::Arc;
-
-    fn msg(priority: u8) -> QueuedMessage {
-        QueuedMessage {
-            msg: Arc::new(Message {
-                exchange: Bytes::new(),
-                routing_key: Bytes::new(),
-                properties: Bytes::new(),
-                body: Bytes::from(vec![priority; 3]),
-                persistent: false,
-                priority,
-                expiration_ms: None,
-                bcc: Vec::new(),
-            }),
-            redelivered: false,
-            delivery_count: 0,
-            expires_at_ms: None,
-            seq: 0,
-            store_index: None,
-        }
-    }
-
-    #[test]
-    fn higher_priority_is_served_first_and_fifo_within_a_level() {
-        let mut b = Backlog::new(Some(5));
-        b.push_back(msg(1));
-        b.push_back(msg(9));
-        b.push_back(msg(1));
-        b.push_back(msg(3));
-        let order: Vec<u8> = std::iter::from_fn(|| b.pop_front())
-            .map(|m| m.msg.priority)
-            .collect();
-        assert_eq!(order, vec![9, 3, 1, 1]);
-        assert_eq!(b.bytes(), 0);
-    }
-
     #[test]
     fn settled_prefixes_are_released_in_steps_whatever_the_ack_order() {
         let mut t = ReleaseTracker::default();
@@ -435,29 +289,5 @@ mod tests {
             Some(8),
             "6 and 8 were settled before the restart"
         );
-    }
-
-    #[test]
-    fn requeue_restores_the_original_order_whatever_order_messages_return_in() {
-        let mut b = Backlog::new(None);
-        for p in 0..5 {
-            b.push_back(msg(p));
-        }
-        let out: Vec<QueuedMessage> = (0..4).map(|_| b.pop_front().unwrap()).collect();
-        for i in [2, 0, 3, 1] {
-            b.requeue(out[i].clone());
-        }
-        let order: Vec<u8> = std::iter::from_fn(|| b.pop_front())
-            .map(|m| m.msg.priority)
-            .collect();
-        assert_eq!(order, vec![0, 1, 2, 3, 4]);
-    }
-
-    #[test]
-    fn without_max_priority_everything_is_fifo() {
-        let mut b = Backlog::new(None);
-        b.push_back(msg(1));
-        b.push_back(msg(9));
-        assert_eq!(b.pop_front().unwrap().msg.priority, 1);
     }
 }

@@ -16,6 +16,12 @@ enum QueueKind {
     Classic,
     Priority,
     Quorum,
+    /// Durable, x-queue-mode lazy, mostly persistent messages: bodies paged out to the store.
+    Lazy,
+    /// Durable, lazy, with priorities, mostly persistent.
+    PagedPriority,
+    /// Quorum with x-max-in-memory-length 2 and a node budget smaller than a few messages.
+    PagedQuorum,
 }
 
 #[derive(Debug, Clone)]
@@ -100,6 +106,26 @@ impl Model {
             QueueKind::Priority => h.declare_args("q", table(&[("x-max-priority", int(2))])),
             QueueKind::Quorum => {
                 h.declare_with(1, "q", true, table(&[("x-queue-type", long_str("quorum"))]))
+            }
+            QueueKind::Lazy => {
+                h.enable_paging(usize::MAX);
+                h.declare_with(1, "q", true, table(&[("x-queue-mode", long_str("lazy"))]))
+            }
+            QueueKind::PagedPriority => {
+                h.enable_paging(usize::MAX);
+                let args = [
+                    ("x-max-priority", int(2)),
+                    ("x-queue-mode", long_str("lazy")),
+                ];
+                h.declare_with(1, "q", true, table(&args))
+            }
+            QueueKind::PagedQuorum => {
+                h.enable_paging(1000);
+                let args = [
+                    ("x-queue-type", long_str("quorum")),
+                    ("x-max-in-memory-length", int(2)),
+                ];
+                h.declare_with(1, "q", true, table(&args))
             }
         }
         .expect("declare");
@@ -217,8 +243,13 @@ impl Model {
                 let id = self.published;
                 self.published += 1;
                 self.priorities.push(priority);
+                let mut props = with_priority(priority);
+                if !id.is_multiple_of(3) {
+                    // Persistent: stored in a durable queue, so its body may be paged out.
+                    props.delivery_mode = Some(2);
+                }
                 self.h
-                    .publish_props("", "q", with_priority(priority), &id.to_string())
+                    .publish_props("", "q", props, &id.to_string())
                     .expect("publish");
             }
             Op::Consume { ch, no_ack } => {
@@ -234,7 +265,10 @@ impl Model {
                 ) {
                     Ok(_) => self.consumers[ch].push((tag, no_ack, self.qos[ch].0)),
                     // Quorum queues refuse consumers on channels with a global prefetch.
-                    Err(e) if e.code == 540 => assert!(matches!(self.kind, QueueKind::Quorum)),
+                    Err(e) if e.code == 540 => assert!(matches!(
+                        self.kind,
+                        QueueKind::Quorum | QueueKind::PagedQuorum
+                    )),
                     Err(e) => panic!("consume failed: {e}"),
                 }
             }
@@ -301,6 +335,7 @@ impl Model {
                 self.keys[ch] = self.h.open(ch as u64 / 2 + 1);
             }
         }
+        self.h.settle_store();
         self.collect();
         let acked: u32 = self.acked.values().sum();
         let outstanding: usize = self.outstanding.iter().map(|o| o.len()).sum();
@@ -332,9 +367,11 @@ impl Model {
         // Classic queues put requeued messages back where they were: what is left comes out in
         // publish order (within each priority level for a priority queue).
         let order_key = |id: &u32| match self.kind {
-            QueueKind::Classic => Some((0, *id)),
-            QueueKind::Priority => Some((u8::MAX - self.priorities[*id as usize].min(2), *id)),
-            QueueKind::Quorum => None,
+            QueueKind::Classic | QueueKind::Lazy => Some((0, *id)),
+            QueueKind::Priority | QueueKind::PagedPriority => {
+                Some((u8::MAX - self.priorities[*id as usize].min(2), *id))
+            }
+            QueueKind::Quorum | QueueKind::PagedQuorum => None,
         };
         let keys: Vec<_> = left.iter().map(order_key).collect();
         let mut sorted = keys.clone();
@@ -353,6 +390,14 @@ impl Model {
             remaining.keys().filter(|id| **id >= self.published).count(),
             0
         );
+        self.h.settle_store();
+        if let Some(store) = &self.h.store {
+            assert_eq!(
+                store.live(),
+                0,
+                "every stored message was released once settled"
+            );
+        }
     }
 }
 
@@ -364,7 +409,10 @@ proptest! {
         kind in prop_oneof![
             Just(QueueKind::Classic),
             Just(QueueKind::Priority),
-            Just(QueueKind::Quorum)
+            Just(QueueKind::Quorum),
+            Just(QueueKind::Lazy),
+            Just(QueueKind::PagedPriority),
+            Just(QueueKind::PagedQuorum)
         ],
         ops in proptest::collection::vec(op(), 1..80),
     ) {

@@ -346,7 +346,9 @@ impl Connection {
             let outcome = v.publish(key, exchange, message, props, now);
             // Appends go to the engine under the vhost lock, so each log gets them in order.
             let ops = v.take_store_ops();
-            (outcome, crate::metadata::apply_store_ops(&self.shared, ops))
+            let stored = crate::metadata::apply_store_ops(&self.shared, ops);
+            v.page_out();
+            (outcome, stored)
         };
         let outcome = outcome?;
         let counters = &self.shared.counters;

@@ -12,6 +12,10 @@ pub const FRAME_MAX_DEFAULT_BYTES: u32 = warren_protocol::frame::FRAME_MAX_DEFAU
 pub const MESSAGE_BYTES_MAX_DEFAULT: u64 = 128 * 1024 * 1024;
 /// RabbitMQ's default disk_free_limit.
 pub const DISK_FREE_LIMIT_DEFAULT_BYTES: u64 = 50_000_000;
+/// Bodies of stored messages kept in memory across the node before long backlogs page out:
+/// enough that queues whose consumers keep up never read from disk, small beside the 1 GiB a
+/// 10 million message backlog may cost in all.
+pub const MESSAGE_MEMORY_DEFAULT_BYTES: u64 = 256 * 1024 * 1024;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -33,6 +37,9 @@ pub struct ServerConfig {
     /// Publishers are blocked while the WAL's file system has less free space than this
     /// (RabbitMQ's disk_free_limit, 50 MB by default).
     pub disk_free_limit_bytes: u64,
+    /// Message bodies durable queues may hold in memory, node-wide; beyond it each keeps only
+    /// the head of its backlog in memory and reads the rest from disk as consumers reach it.
+    pub message_memory_bytes: u64,
     /// Where the HTTP management API and /metrics listen; none disables them.
     pub management_listen: Option<SocketAddr>,
 }
@@ -51,6 +58,7 @@ impl Default for ServerConfig {
             message_bytes_max: MESSAGE_BYTES_MAX_DEFAULT,
             memory_high_watermark_bytes: default_memory_watermark(),
             disk_free_limit_bytes: DISK_FREE_LIMIT_DEFAULT_BYTES,
+            message_memory_bytes: MESSAGE_MEMORY_DEFAULT_BYTES,
             management_listen: Some("127.0.0.1:15672".parse().expect("valid address")),
         }
     }

@@ -7,10 +7,10 @@
 //! only the journal's own lock, which keeps appends out while it runs.
 
 use crate::Shared;
+use warren_broker::backlog::PayloadSource;
 use warren_broker::broker::Broker;
 use warren_broker::definitions::MetaRecord;
 use warren_broker::error::AmqpError;
-use warren_broker::message::decode_stored;
 use warren_broker::persistence::StoreOp;
 use warren_broker::vhost::VHost;
 use warren_protocol::constants::INTERNAL_ERROR;
@@ -47,11 +47,12 @@ pub fn persist(shared: &Shared, vhost: &mut VHost) -> Result<(), AmqpError> {
 pub fn tick(shared: &Shared) {
     let now = shared.broker.now_ms();
     for (_, v) in shared.broker.vhosts() {
-        let mut v = v.lock().expect("vhost lock");
+        // Persists deleted queues and carries out releases and dead-letter appends on drop.
+        let mut v = MetaGuard {
+            vhost: v.lock().expect("vhost lock"),
+            shared,
+        };
         v.tick(now);
-        if let Err(e) = persist(shared, &mut v) {
-            tracing::error!(error = %e.text, "metadata of expired queues not persisted");
-        }
     }
     if let Some(journal) = &shared.journal {
         let mut j = journal.lock().expect("journal lock");
@@ -131,6 +132,7 @@ impl Drop for MetaGuard<'_> {
             let ops = self.vhost.take_store_ops();
             // Failures are logged inside; no publisher waits on these (they are not publishes).
             let _ = apply_store_ops(self.shared, ops);
+            self.vhost.page_out();
         }
     }
 }
@@ -189,10 +191,30 @@ pub fn apply_store_ops(shared: &Shared, ops: Vec<StoreOp>) -> Result<Vec<(u64, u
     }
 }
 
-/// Puts every durable queue's stored messages back after a restart, and drops logs whose
-/// queue no longer exists (deleted while the deletion's log record was not yet durable).
+/// The store as the broker's source of paged-out message bodies.
+pub struct StorePayloads(pub std::sync::Arc<Store>);
+
+impl PayloadSource for StorePayloads {
+    fn read(
+        &self,
+        log: u64,
+        from: u64,
+        to: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<(u64, bytes::Bytes)>, String> {
+        let entries = self
+            .0
+            .read_range(log, from, to, max_bytes)
+            .map_err(|e| e.to_string())?;
+        Ok(entries.into_iter().map(|e| (e.index, e.payload)).collect())
+    }
+}
+
+/// Puts every durable queue's stored messages back after a restart, bodies left on disk
+/// (read back as consumers reach them), and drops logs whose queue no longer exists (deleted
+/// while the deletion's log record was not yet durable).
 pub fn recover_messages(store: &Store, broker: &Broker) -> Result<(), String> {
-    const PAGE_ENTRIES: usize = 4096;
+    const PAGE_ENTRIES: usize = 65_536;
     let mut known = std::collections::HashSet::new();
     let mut restored = 0usize;
     for (_, v) in broker.vhosts() {
@@ -202,26 +224,16 @@ pub fn recover_messages(store: &Store, broker: &Broker) -> Result<(), String> {
             let Some(info) = store.log_info(log) else {
                 continue;
             };
-            let mut messages = Vec::new();
+            let mut entries = Vec::new();
             let mut from = info.first_index;
             loop {
-                let page = store.live_indexes(log, from, PAGE_ENTRIES);
-                let Some(&last) = page.last() else { break };
-                for index in page {
-                    match store.read(log, index).map_err(|e| e.to_string())? {
-                        Some(entry) => match decode_stored(&entry.payload) {
-                            Some((msg, expires)) => messages.push((index, msg, expires)),
-                            None => {
-                                tracing::error!(log, index, "unreadable stored message skipped")
-                            }
-                        },
-                        None => continue,
-                    }
-                }
+                let page = store.live_entries(log, from, PAGE_ENTRIES);
+                let Some(&(last, _)) = page.last() else { break };
+                entries.extend(page);
                 from = last + 1;
             }
-            restored += messages.len();
-            v.restore_messages(&queue, info.last_index + 1, messages);
+            restored += entries.len();
+            v.restore_stored(&queue, info.last_index + 1, &entries);
         }
     }
     for info in store.logs() {

@@ -798,16 +798,25 @@ impl Store {
     /// Indexes of entries not released, from `from` on, at most `max` of them: how a recovering
     /// queue rebuilds its message list page by page.
     pub fn live_indexes(&self, log_id: u64, from: u64, max: usize) -> Vec<u64> {
+        self.live_entries(log_id, from, max)
+            .into_iter()
+            .map(|(index, _)| index)
+            .collect()
+    }
+
+    /// Like [`Store::live_indexes`], with each entry's payload length: what a recovering
+    /// queue needs to account for a backlog it leaves on disk.
+    pub fn live_entries(&self, log_id: u64, from: u64, max: usize) -> Vec<(u64, u32)> {
         let st = self.shared.lock();
         let Some(log) = st.logs.get(&log_id) else {
             return Vec::new();
         };
-        let from = from.max(log.first_index);
         let mut out = Vec::new();
-        let mut index = from;
+        let mut index = from.max(log.first_index);
         while index <= log.last_index() && out.len() < max {
-            if !log.slot(index).expect("in range").released() {
-                out.push(index);
+            let slot = log.slot(index).expect("in range");
+            if !slot.released() {
+                out.push((index, slot.len));
             }
             index += 1;
         }

@@ -36,7 +36,8 @@ enum Command {
 #[derive(Args, Debug)]
 struct ServerArgs {
     /// TOML file with server settings (keys: listen, data_dir, heartbeat_s, channel_max,
-    /// frame_max_bytes, message_bytes_max, memory_high_watermark_bytes).
+    /// frame_max_bytes, message_bytes_max, memory_high_watermark_bytes, disk_free_limit_bytes,
+    /// message_memory_bytes, management_listen).
     #[arg(long, env = "WARREN_CONFIG")]
     config: Option<PathBuf>,
     /// Address to accept AMQP connections on [default: 127.0.0.1:5672].
@@ -74,6 +75,10 @@ struct ServerArgs {
     /// bytes [default: 50000000, as RabbitMQ's disk_free_limit].
     #[arg(long, env = "WARREN_DISK_FREE_LIMIT_BYTES")]
     disk_free_limit_bytes: Option<u64>,
+    /// Message bodies durable queues may keep in memory across the node; beyond it, long
+    /// backlogs keep their heads in memory and the rest on disk only [default: 268435456].
+    #[arg(long, env = "WARREN_MESSAGE_MEMORY_BYTES")]
+    message_memory_bytes: Option<u64>,
     /// Where the HTTP management API and /metrics listen, or "none" [default: 127.0.0.1:15672].
     #[arg(long, env = "WARREN_MANAGEMENT_LISTEN")]
     management_listen: Option<String>,
@@ -137,6 +142,9 @@ impl ServerArgs {
         }
         if let Some(v) = self.memory_high_watermark_bytes {
             c.memory_high_watermark_bytes = v;
+        }
+        if let Some(v) = self.message_memory_bytes {
+            c.message_memory_bytes = v;
         }
         Ok(c)
     }
@@ -227,6 +235,10 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
                 return std::process::ExitCode::from(1);
             }
         };
+        broker.enable_paging(
+            Arc::new(warren_server::metadata::StorePayloads(store.clone())),
+            Arc::new(warren_broker::backlog::MemoryBudget::new(config.message_memory_bytes as usize)),
+        );
         if let Err(e) = warren_server::metadata::recover_messages(&store, &broker) {
             eprintln!("warren: cannot recover stored messages: {e}");
             return std::process::ExitCode::from(1);

@@ -43,7 +43,10 @@ impl VHost {
                     })
                 });
                 let Some(ci) = pick else { break };
-                let m = q.backlog.pop_front().expect("backlog not empty");
+                // None only when what was left could not be read back (reported as lost).
+                let Some(m) = q.backlog.pop_front() else {
+                    break;
+                };
                 let consumer = &mut q.consumers[ci];
                 let ch = channels
                     .get_mut(&consumer.channel)
@@ -70,6 +73,9 @@ impl VHost {
                     // Settled on delivery: a no-ack consumer took it for good.
                     q.release_stored(index, store_ops);
                 }
+            }
+            for index in q.backlog.take_lost() {
+                q.release_stored(index, store_ops);
             }
         }
         self.dead_letter(dead, now_ms);
@@ -311,9 +317,15 @@ impl VHost {
             .peek()
             .is_some_and(|h| h.expires_at_ms.is_some_and(|t| t < now_ms))
         {
-            q.backlog.pop_front();
+            if let Some(index) = q.backlog.pop_front().and_then(|m| m.store_index) {
+                q.release_stored(index, store_ops);
+            }
         }
-        let Some(m) = q.backlog.pop_front() else {
+        let head = q.backlog.pop_front();
+        for index in q.backlog.take_lost() {
+            q.release_stored(index, store_ops);
+        }
+        let Some(m) = head else {
             return Ok(GetResult::Empty);
         };
         let ch = channels.get_mut(&key).expect("checked above");
@@ -502,7 +514,7 @@ impl VHost {
     pub fn tick(&mut self, now_ms: u64) {
         let ids: Vec<QueueId> = self.queues.keys().copied().collect();
         for id in ids {
-            let Some(q) = self.queues.get(&id) else {
+            let Some(q) = self.queues.get_mut(&id) else {
                 continue;
             };
             if let Some(expires) = q.config.expires_ms {

@@ -40,36 +40,51 @@ impl VHost {
             .collect()
     }
 
-    /// Puts a recovered queue's stored messages back, oldest first: redelivered, since a
-    /// consumer may have seen them before the restart (RabbitMQ marks them so too).
-    /// `messages` holds (log index, message, wall-clock expiry in Unix ms or 0).
-    pub fn restore_messages(
-        &mut self,
-        queue: &str,
-        next_index: u64,
-        messages: Vec<(u64, Message, u64)>,
-    ) {
+    /// Puts a recovered queue's stored messages back, oldest first, bodies left on disk:
+    /// `entries` holds (log index, stored size) of every live entry of its log. They are
+    /// marked redelivered, since a consumer may have seen them before the restart (RabbitMQ
+    /// marks them so too). Needs [`VHost::set_paging`] first; false when the queue is gone.
+    pub fn restore_stored(&mut self, queue: &str, next_index: u64, entries: &[(u64, u32)]) -> bool {
         let Some(q) = self
             .queues_by_name
             .get(queue)
             .and_then(|id| self.queues.get_mut(id))
         else {
-            return;
+            return false;
         };
+        debug_assert!(self.paging.is_some(), "restore needs a store to read from");
         q.next_index = q.next_index.max(next_index);
-        let live: Vec<u64> = messages.iter().map(|(i, _, _)| *i).collect();
+        let live: Vec<u64> = entries.iter().map(|(i, _)| *i).collect();
         q.released = crate::queue::ReleaseTracker::recovered(&live, q.next_index);
-        for (index, msg, expires_unix) in messages {
-            let expires_at_ms =
-                (expires_unix != 0).then(|| expires_unix.saturating_sub(self.unix_ms_at_epoch));
-            q.backlog.push_back(QueuedMessage {
-                msg: Arc::new(msg),
-                redelivered: true,
-                delivery_count: 0,
-                expires_at_ms,
-                seq: 0,
-                store_index: Some(index),
-            });
+        q.backlog.restore(entries);
+        true
+    }
+
+    /// Lets every durable queue keep the bodies of a long backlog on disk only, reading them
+    /// back through `paging` (the node's store) as consumers reach them.
+    pub fn set_paging(&mut self, paging: Paging) {
+        for q in self.queues.values_mut() {
+            q.enable_paging(paging.clone());
+        }
+        self.paging = Some(paging);
+    }
+
+    /// Pages out the bodies of queues that took stored messages, now that the server has
+    /// handed their appends to the engine (so they can be read back). Does nothing while
+    /// storage work is still waiting to be taken.
+    pub fn page_out(&mut self) {
+        if !self.store_ops.is_empty() {
+            return;
+        }
+        for qid in std::mem::take(&mut self.page_out_due) {
+            let Some(q) = self.queues.get_mut(&qid) else {
+                continue;
+            };
+            q.page_out_due = false;
+            q.backlog.page_out();
+            for index in q.backlog.take_lost() {
+                q.release_stored(index, &mut self.store_ops);
+            }
         }
     }
 

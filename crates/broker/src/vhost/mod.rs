@@ -12,6 +12,7 @@
 //! recovery and counters).
 
 use crate::args::{self, Overflow, QueueConfig, QueueType};
+use crate::backlog::Paging;
 use crate::channel::{ChannelState, Unacked};
 use crate::definitions::MetaRecord;
 use crate::error::{AmqpError, Result};
@@ -113,6 +114,10 @@ pub struct VHost {
     /// Unix time in ms at the broker's epoch: stored expiries are wall-clock, so that a TTL
     /// survives a restart.
     pub unix_ms_at_epoch: u64,
+    /// Where paged-out bodies are read back from, once the node has a store.
+    paging: Option<Paging>,
+    /// Queues that took stored messages since the last [`VHost::page_out`].
+    page_out_due: Vec<QueueId>,
 }
 
 /// A message leaving a queue for its dead-letter exchange.
@@ -148,6 +153,8 @@ impl VHost {
             meta: Vec::new(),
             store_ops: Vec::new(),
             unix_ms_at_epoch: 0,
+            paging: None,
+            page_out_due: Vec::new(),
         };
         for (n, kind, internal) in STANDARD_EXCHANGES {
             v.create_exchange(n, *kind, true, false, *internal, FieldTable::default());
@@ -540,6 +547,9 @@ impl VHost {
         if q.durable {
             // A random log id: unique with overwhelming odds, and never reused after a delete.
             q.log_id = Some(rand::random::<u64>() | 1);
+            if let Some(paging) = &self.paging {
+                q.enable_paging(paging.clone());
+            }
             self.meta.push(MetaRecord::DeclareQueue {
                 vhost: self.name.clone(),
                 name: name.clone(),
@@ -632,11 +642,11 @@ impl VHost {
         let q = self.usable_queue(queue, conn)?;
         let purged = q.backlog.clear();
         let mut ops = Vec::new();
-        for index in purged.iter().filter_map(|m| m.store_index) {
+        for index in purged.stored {
             q.release_stored(index, &mut ops);
         }
         self.store_ops.extend(ops);
-        Ok(purged.len() as u32)
+        Ok(purged.count as u32)
     }
 
     pub fn queue_delete(

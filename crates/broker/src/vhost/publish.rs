@@ -314,6 +314,10 @@ impl VHost {
             seq: 0,
             store_index,
         });
+        if store_index.is_some() && !q.page_out_due {
+            q.page_out_due = true;
+            self.page_out_due.push(qid);
+        }
         self.dispatch(qid, now_ms);
         let Some(q) = self.queues.get_mut(&qid) else {
             return;

@@ -4,11 +4,13 @@
 #![allow(dead_code)]
 
 use bytes::{Bytes, BytesMut};
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use warren_broker::backlog::{MemoryBudget, Paging, PayloadSource};
 use warren_broker::error::AmqpError;
 use warren_broker::message::Message;
 use warren_broker::outbox::Outbox;
+use warren_broker::persistence::StoreOp;
 use warren_broker::queue::{ChannelKey, ConnId};
 use warren_broker::vhost::{DeclareOk, GetResult, PublishOutcome, VHost};
 use warren_protocol::amqp::{basic, AMQPClass};
@@ -62,8 +64,76 @@ pub enum Event {
     Other(Method),
 }
 
+/// The storage engine as the vhost sees it: logs of payloads that appends fill and releases
+/// empty, so a paging backlog that read back a released entry would find it missing.
+#[derive(Default)]
+pub struct FakeStore {
+    logs: Mutex<HashMap<u64, BTreeMap<u64, Bytes>>>,
+}
+
+impl FakeStore {
+    pub fn apply(&self, ops: Vec<StoreOp>) {
+        let mut logs = self.logs.lock().unwrap();
+        for op in ops {
+            match op {
+                StoreOp::Append {
+                    log,
+                    index,
+                    payload,
+                } => {
+                    let l = logs.entry(log).or_default();
+                    assert!(
+                        l.keys().next_back().is_none_or(|last| *last < index),
+                        "appends in index order"
+                    );
+                    l.insert(index, payload);
+                }
+                StoreOp::Release { log, index } => {
+                    logs.entry(log).or_default().remove(&index);
+                }
+                StoreOp::ReleasePrefix { log, index } => {
+                    let l = logs.entry(log).or_default();
+                    *l = l.split_off(&(index + 1));
+                }
+                StoreOp::DeleteLog { log } => {
+                    logs.remove(&log);
+                }
+            }
+        }
+    }
+
+    /// Entries not released, over every log.
+    pub fn live(&self) -> usize {
+        self.logs.lock().unwrap().values().map(|l| l.len()).sum()
+    }
+}
+
+impl PayloadSource for FakeStore {
+    fn read(
+        &self,
+        log: u64,
+        from: u64,
+        to: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<(u64, Bytes)>, String> {
+        let logs = self.logs.lock().unwrap();
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        for (i, p) in logs.get(&log).into_iter().flat_map(|l| l.range(from..to)) {
+            if !out.is_empty() && bytes >= max_bytes {
+                break;
+            }
+            bytes += p.len();
+            out.push((*i, p.clone()));
+        }
+        Ok(out)
+    }
+}
+
 pub struct Harness {
     pub vh: VHost,
+    /// Set by [`Harness::enable_paging`]: where stored messages go and are read back from.
+    pub store: Option<Arc<FakeStore>>,
     /// The clock handed to every command, in broker milliseconds.
     pub now_ms: u64,
     outboxes: HashMap<ChannelKey, (u16, Arc<Outbox>)>,
@@ -81,10 +151,33 @@ impl Harness {
     pub fn new() -> Self {
         Harness {
             vh: VHost::new("/"),
+            store: None,
             now_ms: 1_000_000,
             outboxes: HashMap::new(),
             channels_by_conn: HashMap::new(),
             next_key: 1,
+        }
+    }
+
+    /// Gives the vhost a store to page durable queues' bodies out to, with a node budget.
+    pub fn enable_paging(&mut self, budget_bytes: usize) -> Arc<MemoryBudget> {
+        let store = Arc::new(FakeStore::default());
+        let budget = Arc::new(MemoryBudget::new(budget_bytes));
+        self.vh.set_paging(Paging {
+            source: store.clone(),
+            budget: budget.clone(),
+            unix_ms_at_epoch: 0,
+        });
+        self.store = Some(store);
+        budget
+    }
+
+    /// What the server does after each command: hand the storage work to the store, then let
+    /// queues page out.
+    pub fn settle_store(&mut self) {
+        if let Some(store) = &self.store {
+            store.apply(self.vh.take_store_ops());
+            self.vh.page_out();
         }
     }
 
