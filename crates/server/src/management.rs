@@ -355,6 +355,8 @@ fn queues_json(s: &Shared, only: Option<&str>) -> Vec<Value> {
                 "messages_ready": q.messages_ready,
                 "messages_unacknowledged": q.messages_unacknowledged,
                 "message_bytes_ready": q.message_bytes_ready,
+                "messages_paged_out": q.messages_paged_out,
+                "messages_ram": q.messages_ready - q.messages_paged_out,
                 "consumers": q.consumers,
             }));
         }
@@ -507,6 +509,7 @@ async fn metrics(State(s): Api) -> Response {
     let _ = writeln!(out, "# TYPE warren_queue_messages_ready gauge");
     let mut unacked = String::from("# TYPE warren_queue_messages_unacked gauge\n");
     let mut consumers = String::from("# TYPE warren_queue_consumers gauge\n");
+    let mut paged = String::from("# TYPE warren_queue_messages_paged_out gauge\n");
     for (vhost, v) in s.broker.vhosts() {
         for q in v.lock().expect("vhost lock").queue_infos() {
             let labels = format!("vhost=\"{}\",queue=\"{}\"", escape(&vhost), escape(&q.name));
@@ -525,10 +528,24 @@ async fn metrics(State(s): Api) -> Response {
                 "warren_queue_consumers{{{labels}}} {}",
                 q.consumers
             );
+            let _ = writeln!(
+                paged,
+                "warren_queue_messages_paged_out{{{labels}}} {}",
+                q.messages_paged_out
+            );
         }
     }
     out.push_str(&unacked);
     out.push_str(&consumers);
+    out.push_str(&paged);
+    if let Some(budget) = s.broker.memory_budget() {
+        let _ = writeln!(
+            out,
+            "# TYPE warren_message_memory_bytes gauge\nwarren_message_memory_bytes {}\n# TYPE warren_message_memory_limit_bytes gauge\nwarren_message_memory_limit_bytes {}",
+            budget.used(),
+            budget.limit()
+        );
+    }
     ([("content-type", "text/plain; version=0.0.4")], out).into_response()
 }
 

@@ -207,6 +207,7 @@ impl VHost {
                 messages_ready: q.backlog.len() as u64,
                 messages_unacknowledged: q.unacked as u64,
                 message_bytes_ready: q.backlog.bytes() as u64,
+                messages_paged_out: q.backlog.paged_out() as u64,
                 consumers: q.consumers.len() as u64,
             })
             .collect();

@@ -76,6 +76,8 @@ pub struct QueueInfo {
     pub messages_ready: u64,
     pub messages_unacknowledged: u64,
     pub message_bytes_ready: u64,
+    /// Ready messages whose bodies are on disk only (RabbitMQ's messages_paged_out).
+    pub messages_paged_out: u64,
     pub consumers: u64,
 }
 
