@@ -15,7 +15,7 @@ pub const DISK_FREE_LIMIT_DEFAULT_BYTES: u64 = 50_000_000;
 /// Bodies of stored messages kept in memory across the node before long backlogs page out:
 /// enough that queues whose consumers keep up never read from disk, small beside the 1 GiB a
 /// 10 million message backlog may cost in all.
-pub const MESSAGE_MEMORY_DEFAULT_BYTES: u64 = 256 * 1024 * 1024;
+pub const MESSAGE_MEMORY_DEFAULT_BYTES: u64 = 128 * 1024 * 1024;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]

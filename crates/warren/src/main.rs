@@ -76,7 +76,7 @@ struct ServerArgs {
     #[arg(long, env = "WARREN_DISK_FREE_LIMIT_BYTES")]
     disk_free_limit_bytes: Option<u64>,
     /// Message bodies durable queues may keep in memory across the node; beyond it, long
-    /// backlogs keep their heads in memory and the rest on disk only [default: 268435456].
+    /// backlogs keep their heads in memory and the rest on disk only [default: 134217728].
     #[arg(long, env = "WARREN_MESSAGE_MEMORY_BYTES")]
     message_memory_bytes: Option<u64>,
     /// Where the HTTP management API and /metrics listen, or "none" [default: 127.0.0.1:15672].
