@@ -119,9 +119,14 @@ class Node:
         """Ready messages over all queues, or -1 while the API is not up yet (it starts once
         recovery is done; the AMQP port is bound before, so a TCP connect proves little)."""
         try:
-            return sum(q["messages_ready"] for q in self.api("/api/queues"))
+            return self.api("/api/overview")["queue_totals"]["messages_ready"]
         except OSError:
             return -1
+
+    def wal_files(self):
+        wal = os.path.join(self.data_dir, "node", "wal")
+        files = [os.path.join(wal, f) for f in os.listdir(wal)]
+        return f"{len(files)} WAL files, {mib(sum(os.path.getsize(f) for f in files))}"
 
 
 def perf(node, *args):
@@ -151,6 +156,7 @@ def memory(args, node):
     print(f"  filled in {fill_s:.0f} s ({rate_of(out, 'sending'):,.0f} msg/s); "
           f"peak RSS {mib(fill_peak)}; RSS now {mib(rss_bytes(node.proc.pid))}", flush=True)
     assert node.ready_messages() == n
+    print(f"  at the kill: {node.wal_files()}", flush=True)
     node.kill()
     up = node.start()
     t0 = time.monotonic()
@@ -193,6 +199,7 @@ def queues(args, node):
                   f"{time.monotonic() - t0:.0f} s, RSS {mib(rss_bytes(node.proc.pid))}", flush=True)
     c.close()
     assert node.ready_messages() == q * m
+    print(f"  at the kill: {node.wal_files()}", flush=True)
     node.kill()
     up = node.start()
     t0 = time.monotonic()

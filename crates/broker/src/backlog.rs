@@ -419,6 +419,16 @@ impl Backlog {
         }
     }
 
+    /// The head if its body is in memory: a look that never reads from disk.
+    pub fn peek_in_memory(&self) -> Option<&QueuedMessage> {
+        let level = self
+            .levels
+            .iter()
+            .rev()
+            .find(|l| !l.mem.is_empty() || !l.tail.is_empty())?;
+        level.mem.front()
+    }
+
     pub fn peek(&mut self) -> Option<&QueuedMessage> {
         let l = self.head_level()?;
         self.levels[l].mem.front()

@@ -523,10 +523,15 @@ impl VHost {
                     continue;
                 }
             }
-            if q.backlog
-                .peek()
-                .is_some_and(|h| h.expires_at_ms.is_some_and(|t| t < now_ms))
-            {
+            // A head paged out is read back only where a queue TTL may have expired it: a
+            // per-message expiry alone waits for a consumer or basic.get to reach it, rather
+            // than every idle backlog being read after a restart.
+            let head = match q.backlog.peek_in_memory() {
+                Some(head) => Some(head),
+                None if q.config.message_ttl_ms.is_some() => q.backlog.peek(),
+                None => None,
+            };
+            if head.is_some_and(|h| h.expires_at_ms.is_some_and(|t| t < now_ms)) {
                 self.dispatch(id, now_ms);
             }
         }
