@@ -202,7 +202,9 @@ fn write_items(
     sync: &mut PendingSync,
 ) -> Result<Option<Written>> {
     let mut out = Written::default();
-    match copy_items(shared, log_id, generation, sources, items, open, &mut out, sync) {
+    match copy_items(
+        shared, log_id, generation, sources, items, open, &mut out, sync,
+    ) {
         Ok(true) => Ok(Some(out)),
         Ok(false) => {
             discard(shared, log_id, &out.created);
@@ -673,7 +675,9 @@ fn compact(shared: &Shared, log_id: u64, generation: u64, ids: &[u32]) -> Result
         .collect::<io::Result<Vec<File>>>()?;
     let sources: Vec<&File> = files.iter().collect();
     let mut sync = PendingSync::default();
-    let written = write_items(shared, log_id, generation, &sources, &items, None, &mut sync)?;
+    let written = write_items(
+        shared, log_id, generation, &sources, &items, None, &mut sync,
+    )?;
     sync.finish(&shared.config.segment_dir)?;
     if let Some(written) = written {
         adopt(shared, log_id, generation, written, ids, None);
