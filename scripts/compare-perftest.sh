@@ -12,18 +12,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_RUN=${1:-20}; shift || true
 FLAGS=("$@"); [ ${#FLAGS[@]} -gt 0 ] || FLAGS=(-x 1 -y 1 -s 1024 -c 1000 -q 1000)
-RMQ=../shared/rabbitmq/rabbitmq.sh
 WPORT=${WARREN_PORT:-5699}
 TICKS=$(getconf CLK_TCK)
 
-cargo build --release -p warren >/dev/null 2>&1
-ss -ltn | grep -q ":5680 " || "$RMQ" start >/dev/null
-DATA=$(mktemp -d)
-./target/release/warren server --listen 127.0.0.1:$WPORT --data-dir "$DATA" --management-listen none >"$DATA/log" 2>&1 &
-WPID=$!
-trap 'kill $WPID 2>/dev/null || true; rm -rf "$DATA"' EXIT
-for _ in $(seq 50); do ss -ltn | grep -q ":$WPORT " && break; sleep 0.1; done
-RPID=$(ss -ltnp | grep ":5680 " | sed -E 's/.*pid=([0-9]+).*/\1/' | head -1)
+. scripts/side-by-side.sh
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 

@@ -11,18 +11,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-1000000}; SIZE=${2:-1024}; shift 2 || shift $#
-RMQ=../shared/rabbitmq/rabbitmq.sh
 WPORT=${WARREN_PORT:-5698}
 OUT=target/compare-persister
 
-cargo build --release -p warren >/dev/null 2>&1
-ss -ltn | grep -q ":5680 " || "$RMQ" start >/dev/null
-DATA=$(mktemp -d)
-./target/release/warren server --listen 127.0.0.1:$WPORT --data-dir "$DATA" --management-listen none >"$DATA/log" 2>&1 &
-WPID=$!
-trap 'kill $WPID 2>/dev/null || true; rm -rf "$DATA"' EXIT
-for _ in $(seq 50); do ss -ltn | grep -q ":$WPORT " && break; sleep 0.1; done
-RPID=$(ss -ltnp | grep ":5680 " | sed -E 's/.*pid=([0-9]+).*/\1/' | head -1)
+. scripts/side-by-side.sh
 
 echo "persister: $N x $SIZE B; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 ./target/release/warren perf persister -h "amqp://guest:guest@127.0.0.1:$WPORT" --broker-pid "$WPID" \

@@ -1,0 +1,12 @@
+# Sourced by the compare-* scripts: starts a fresh warren node on $WPORT (stopped and its data
+# removed on exit) and the real RabbitMQ 3.10 on 5680 if it is not up; sets WPID and RPID, the
+# two broker processes whose /proc figures the scripts read.
+RMQ=../shared/rabbitmq/rabbitmq.sh
+cargo build --release -p warren >/dev/null 2>&1
+ss -ltn | grep -q ":5680 " || "$RMQ" start >/dev/null
+DATA=$(mktemp -d)
+./target/release/warren server --listen "127.0.0.1:$WPORT" --data-dir "$DATA" --management-listen none >"$DATA/log" 2>&1 &
+WPID=$!
+trap 'kill $WPID 2>/dev/null || true; rm -rf "$DATA"' EXIT
+for _ in $(seq 50); do ss -ltn | grep -q ":$WPORT " && break; sleep 0.1; done
+RPID=$(ss -ltnp | grep ":5680 " | sed -E 's/.*pid=([0-9]+).*/\1/' | head -1)
