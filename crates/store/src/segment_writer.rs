@@ -655,6 +655,9 @@ fn collect_adopted(shared: &Shared, forced: bool) -> Result<()> {
                         "adopted WAL file {seq} still holds live entries after its compaction"
                     )));
                 }
+            } else if compacted >= ADOPTED_COMPACT_PER_PASS_MAX && forced {
+                // The rest in the next pass, still as asked (`wait_idle` waits for it).
+                shared.lock().gc_forced = true;
             } else {
                 waiting = true;
             }
