@@ -868,6 +868,8 @@ fn collect(shared: &Shared, forced: bool) -> Result<()> {
             let Some(open_id) = log.segments.keys().next_back().copied() else {
                 continue;
             };
+            let mut chosen: Vec<u32> = Vec::new();
+            let mut small: Vec<u32> = Vec::new();
             for (id, live) in log.live_per_segment(settled_seq) {
                 let meta = log.segments[&id];
                 if live == 0 {
@@ -875,13 +877,22 @@ fn collect(shared: &Shared, forced: bool) -> Result<()> {
                     st.dead_segments.push((*log_id, id));
                 } else if (id != open_id || meta.count == SEGMENT_ENTRIES_MAX)
                     && u64::from(live) * 100 < u64::from(meta.count) * COMPACT_LIVE_PERCENT_MAX
-                    && to_compact_count < COMPACT_SEGMENTS_PER_PASS_MAX
                 {
-                    to_compact
-                        .entry((*log_id, log.generation))
-                        .or_default()
-                        .push(id);
-                    to_compact_count += 1;
+                    chosen.push(id);
+                } else if id != open_id && live < SEGMENT_ENTRIES_MAX / 2 {
+                    small.push(id);
+                }
+            }
+            // Segments left small by earlier merges (passes run as releases come, so one
+            // burst of releases may be merged in several passes) join this merge, so that
+            // merges do not leave a trail of small segments behind.
+            if !chosen.is_empty() {
+                chosen.extend(small);
+                chosen.sort_unstable();
+                chosen.truncate(COMPACT_SEGMENTS_PER_PASS_MAX - to_compact_count);
+                if !chosen.is_empty() {
+                    to_compact_count += chosen.len();
+                    to_compact.insert((*log_id, log.generation), chosen);
                 }
             }
         }
