@@ -1,24 +1,27 @@
 //! The checkpoint: the one small file in the meta directory that makes WAL files deletable.
 //!
 //! A WAL file holds appends and also the releases, truncations and snapshots of every log.
-//! Once its live entries are in segments, what it said about releases must live on somewhere
-//! before the file is deleted: the segment writer writes a checkpoint (atomically: temporary
-//! file, fdatasync, rename, fsync of the directory) and only then deletes WAL files and dead
-//! segments. Layout, little endian:
+//! Once its live entries are in segments (or the file is adopted as a data file), what it said
+//! about releases must live on somewhere before the file is deleted or stops being replayed:
+//! the segment writer writes a checkpoint (atomically: temporary file, fdatasync, rename, fsync
+//! of the directory) and only then deletes WAL files and dead segments. Layout, little endian:
 //!
 //! ```text
 //!  0  8  magic "WRNCKP01"
-//!  8  4  version (1)
+//!  8  4  version (2)
 //! 12  4  zero
 //! 16  8  wal_flushed_seq: every WAL file with a sequence <= this is reflected here
-//! 24  8  number of logs
+//! 24  8  number of adopted WAL files, then per file: 8 sequence, 8 entries in its sidecar
+//!  .  8  number of logs
 //! per log:
 //!     8 log id, 8 first index, 8 last index, 8 snapshot index, 8 snapshot term,
 //!     4 next segment id, 4 snapshot length, snapshot bytes,
 //!     4 number of term runs, then per run: 8 first index, 8 term,
 //!     4 number of segments, then per segment: 4 id, 4 valid index entries,
 //!       8 end of valid data, 8 highest entry index,
+//!     4 number of adopted WAL files holding live entries of the log, then per file: 8 sequence,
 //!     8 live_lo, 4 bitmap length, bitmap: bit n set = entry live_lo + n is live in a segment
+//!       or in an adopted WAL file
 //! last 4: crc32c of everything before
 //! ```
 //!
@@ -27,6 +30,10 @@
 //! deletion it shows is also in the WAL); `last index` is clipped to the durable index as well.
 //! It may be behind the WAL: replaying the WAL over it converges, because every WAL record sets
 //! state rather than changing it relatively.
+//!
+//! The per-log list of adopted files says which sidecars may point that log's slots into a
+//! file: a log deleted and created again under the same id never takes entries of its earlier
+//! life from a sidecar written before.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -38,7 +45,7 @@ use crate::log::{Loc, LogState, SegmentMeta};
 use crate::{Error, Result};
 
 const MAGIC: &[u8; 8] = b"WRNCKP01";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const FILE_NAME: &str = "checkpoint";
 const TMP_NAME: &str = "checkpoint.tmp";
 
@@ -54,13 +61,18 @@ pub(crate) struct LogCheckpoint {
     pub next_segment_id: u32,
     pub terms: Vec<(u64, u64)>,
     pub segments: Vec<(u32, SegmentMeta)>,
+    /// Adopted WAL files holding live entries of this log, ascending.
+    pub adopted: Vec<u64>,
     pub live_lo: u64,
     pub live_bits: Vec<u8>,
 }
 
 impl LogCheckpoint {
     /// Describes a log's durable state; releases beyond the durable index are harmless.
-    pub(crate) fn from_state(log_id: u64, log: &LogState) -> LogCheckpoint {
+    /// `settled_seq` is the highest WAL file flushed or adopted: slots pointing into files up to
+    /// it are in segments or adopted files, and only those go in the bitmap (the rest is in WAL
+    /// files that recovery replays).
+    pub(crate) fn from_state(log_id: u64, log: &LogState, settled_seq: u64) -> LogCheckpoint {
         let last_index = log
             .last_index()
             .min(log.durable_index.max(log.first_index - 1));
@@ -72,26 +84,30 @@ impl LogCheckpoint {
             .collect();
         let mut live_lo = 0;
         let mut live_bits = Vec::new();
-        if !log.segments.is_empty() {
-            let end = log
-                .slots
-                .partition_point(|s| s.loc < Loc::wal_file_start(0))
-                .min((last_index + 1 - log.first_index) as usize);
-            for (at, slot) in log.slots.range(..end).enumerate() {
-                if slot.released() {
-                    continue;
-                }
-                let index = log.first_index + at as u64;
-                if live_bits.is_empty() {
-                    live_lo = index;
-                }
-                let bit = (index - live_lo) as usize;
-                if live_bits.len() <= bit / 8 {
-                    live_bits.resize(bit / 8 + 1, 0);
-                }
-                live_bits[bit / 8] |= 1 << (bit % 8);
+        let mut adopted: Vec<u64> = Vec::new();
+        let end = log
+            .settled_end(settled_seq)
+            .min((last_index + 1 - log.first_index) as usize);
+        for (at, slot) in log.slots.range(..end).enumerate() {
+            if slot.released() {
+                continue;
             }
+            if let Loc::Wal { seq, .. } = slot.loc() {
+                if adopted.last() != Some(&seq) && !adopted.contains(&seq) {
+                    adopted.push(seq);
+                }
+            }
+            let index = log.first_index + at as u64;
+            if live_bits.is_empty() {
+                live_lo = index;
+            }
+            let bit = (index - live_lo) as usize;
+            if live_bits.len() <= bit / 8 {
+                live_bits.resize(bit / 8 + 1, 0);
+            }
+            live_bits[bit / 8] |= 1 << (bit % 8);
         }
+        adopted.sort_unstable();
         LogCheckpoint {
             log_id,
             first_index: log.first_index,
@@ -102,13 +118,14 @@ impl LogCheckpoint {
             next_segment_id: log.next_segment_id,
             terms,
             segments: log.segments.iter().map(|(id, m)| (*id, *m)).collect(),
+            adopted,
             live_lo,
             live_bits,
         }
     }
 
-    /// Whether entry `index` lives in a segment.
-    pub(crate) fn is_live_in_segment(&self, index: u64) -> bool {
+    /// Whether entry `index` lives in a segment or an adopted WAL file.
+    pub(crate) fn is_settled_live(&self, index: u64) -> bool {
         if index < self.live_lo {
             return false;
         }
@@ -118,7 +135,7 @@ impl LogCheckpoint {
             .is_some_and(|b| b & (1 << (bit % 8)) != 0)
     }
 
-    /// Number of entries said to be live in segments.
+    /// Number of entries said to be live in segments or adopted WAL files.
     pub(crate) fn live_count(&self) -> u64 {
         self.live_bits
             .iter()
@@ -151,6 +168,10 @@ impl LogCheckpoint {
             out.extend_from_slice(&meta.data_end.to_le_bytes());
             out.extend_from_slice(&meta.last_index.to_le_bytes());
         }
+        out.extend_from_slice(&(self.adopted.len() as u32).to_le_bytes());
+        for seq in &self.adopted {
+            out.extend_from_slice(&seq.to_le_bytes());
+        }
         out.extend_from_slice(&self.live_lo.to_le_bytes());
         out.extend_from_slice(&(self.live_bits.len() as u32).to_le_bytes());
         out.extend_from_slice(&self.live_bits);
@@ -161,17 +182,24 @@ impl LogCheckpoint {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Checkpoint {
     pub wal_flushed_seq: u64,
+    /// Adopted WAL files: (sequence, entries listed in its sidecar).
+    pub adopted: Vec<(u64, u64)>,
     pub logs: Vec<LogCheckpoint>,
 }
 
 /// Starts an encoded checkpoint; logs are appended with [`LogCheckpoint`] and it is closed by
 /// [`finish`].
-pub(crate) fn begin(wal_flushed_seq: u64, log_count: u64) -> Vec<u8> {
+pub(crate) fn begin(wal_flushed_seq: u64, adopted: &[(u64, u64)], log_count: u64) -> Vec<u8> {
     let mut out = Vec::with_capacity(64 << 10);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
     out.extend_from_slice(&0u32.to_le_bytes());
     out.extend_from_slice(&wal_flushed_seq.to_le_bytes());
+    out.extend_from_slice(&(adopted.len() as u64).to_le_bytes());
+    for (seq, entries) in adopted {
+        out.extend_from_slice(&seq.to_le_bytes());
+        out.extend_from_slice(&entries.to_le_bytes());
+    }
     out.extend_from_slice(&log_count.to_le_bytes());
     out
 }
@@ -189,7 +217,7 @@ pub(crate) fn finish(mut out: Vec<u8>) -> Vec<u8> {
 impl Checkpoint {
     #[cfg(test)]
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut out = begin(self.wal_flushed_seq, self.logs.len() as u64);
+        let mut out = begin(self.wal_flushed_seq, &self.adopted, self.logs.len() as u64);
         for log in &self.logs {
             push_log(&mut out, log);
         }
@@ -206,11 +234,26 @@ impl Checkpoint {
             return Err(corrupt("checksum mismatch"));
         }
         let mut r = Reader { b: body, at: 0 };
-        if r.take(8)? != MAGIC || r.u32()? != VERSION {
-            return Err(corrupt("bad magic or version"));
+        if r.take(8)? != MAGIC {
+            return Err(corrupt("bad magic"));
+        }
+        let version = r.u32()?;
+        if version != VERSION {
+            return Err(corrupt(&format!(
+                "version {version} is not supported (this engine reads version {VERSION} only)"
+            )));
         }
         r.u32()?;
         let wal_flushed_seq = r.u64()?;
+        let adopted_count = r.u64()?;
+        let mut adopted = Vec::new();
+        for _ in 0..adopted_count {
+            let seq = r.u64()?;
+            if seq > wal_flushed_seq || adopted.last().is_some_and(|(s, _)| *s >= seq) {
+                return Err(corrupt("adopted WAL files out of order"));
+            }
+            adopted.push((seq, r.u64()?));
+        }
         let count = r.u64()?;
         let mut logs = Vec::new();
         for _ in 0..count {
@@ -238,6 +281,15 @@ impl Checkpoint {
                 };
                 segments.push((id, meta));
             }
+            let log_adopted_count = r.u32()? as usize;
+            let mut log_adopted = Vec::new();
+            for _ in 0..log_adopted_count {
+                let seq = r.u64()?;
+                if adopted.binary_search_by_key(&seq, |a| a.0).is_err() {
+                    return Err(corrupt("log names a WAL file that is not adopted"));
+                }
+                log_adopted.push(seq);
+            }
             let live_lo = r.u64()?;
             let bits_len = r.u32()? as usize;
             let live_bits = r.take(bits_len)?.to_vec();
@@ -254,6 +306,7 @@ impl Checkpoint {
                 next_segment_id,
                 terms,
                 segments,
+                adopted: log_adopted,
                 live_lo,
                 live_bits,
             });
@@ -263,6 +316,7 @@ impl Checkpoint {
         }
         Ok(Checkpoint {
             wal_flushed_seq,
+            adopted,
             logs,
         })
     }
@@ -327,6 +381,7 @@ mod tests {
     fn checkpoint_round_trips_and_detects_damage() {
         let cp = Checkpoint {
             wal_flushed_seq: 9,
+            adopted: vec![(7, 100), (8, 3)],
             logs: vec![LogCheckpoint {
                 log_id: 3,
                 first_index: 5,
@@ -344,6 +399,7 @@ mod tests {
                         last_index: 12,
                     },
                 )],
+                adopted: vec![8],
                 live_lo: 6,
                 live_bits: vec![0b101],
             }],
@@ -351,12 +407,25 @@ mod tests {
         let bytes = cp.encode();
         let back = Checkpoint::decode(&bytes).unwrap();
         assert_eq!(back, cp);
-        assert!(back.logs[0].is_live_in_segment(6));
-        assert!(!back.logs[0].is_live_in_segment(7));
-        assert!(back.logs[0].is_live_in_segment(8));
+        assert!(back.logs[0].is_settled_live(6));
+        assert!(!back.logs[0].is_settled_live(7));
+        assert!(back.logs[0].is_settled_live(8));
         assert_eq!(back.logs[0].live_count(), 2);
         let mut bad = bytes.clone();
         bad[30] ^= 4;
         assert!(Checkpoint::decode(&bad).is_err());
+    }
+
+    #[test]
+    fn unknown_version_is_refused_by_name() {
+        let mut bytes = Checkpoint::default().encode();
+        bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let n = bytes.len() - 4;
+        let crc = crc32c::crc32c(&bytes[..n]);
+        bytes[n..].copy_from_slice(&crc.to_le_bytes());
+        match Checkpoint::decode(&bytes) {
+            Err(Error::Corrupt(why)) => assert!(why.contains("version 1"), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -44,6 +44,21 @@ pub const SEGMENT_ENTRIES_MAX: u32 = 4096;
 pub const SEGMENT_DATA_BYTES_MAX: u64 = 64 << 20;
 /// A full segment whose live entries are fewer than this percentage is rewritten by compaction.
 pub const COMPACT_LIVE_PERCENT_MAX: u64 = 50;
+/// A rolled WAL file whose live append records make up at least this percentage of its bytes is
+/// adopted (kept in place as a data file, with a small index sidecar) instead of being copied
+/// into segments: a backlog is then written once. Below it, copying the few live entries frees
+/// more disk than it costs.
+pub const ADOPT_LIVE_PERCENT_MIN: u64 = 50;
+/// An adopted WAL file whose live records fall below this percentage of its bytes, and stay
+/// there for [`ADOPTED_QUIET_MS`], has its live entries copied into segments and is deleted.
+/// Lower than [`ADOPT_LIVE_PERCENT_MIN`] so that a file is not adopted and then copied soon after.
+pub const ADOPTED_COMPACT_LIVE_PERCENT_MAX: u64 = 25;
+/// How long an adopted file's live bytes must stay unchanged before it is compacted (a forced
+/// pass does not wait). A backlog drained in order empties each file within moments: copying
+/// the tail of a file that consumers are reading through would write it twice for nothing.
+pub const ADOPTED_QUIET_MS: u64 = 2 * GC_INTERVAL_MS;
+/// Most adopted WAL files compacted by one pass.
+pub const ADOPTED_COMPACT_PER_PASS_MAX: usize = 4;
 /// Most segments rewritten by one compaction pass, so that a pass stays short.
 pub const COMPACT_SEGMENTS_PER_PASS_MAX: usize = 64;
 /// Most entries returned by one `read_range` call.
@@ -77,6 +92,10 @@ pub struct Config {
     /// Budget of the in-memory payload cache: entries still waiting for the WAL writer are
     /// always kept, older ones are evicted first.
     pub cache_bytes_max: usize,
+    /// A rolled WAL file is adopted in place when its live records are at least this percent
+    /// of it (default [`ADOPT_LIVE_PERCENT_MIN`]); above 100 no file is ever adopted and every
+    /// backlog is copied into segments (which also moves it to the segment directory's disk).
+    pub adopt_live_percent_min: u64,
     /// Fault injection for tests (a failing fsync, a full disk). Not for production use.
     #[doc(hidden)]
     pub faults: Arc<Faults>,
@@ -92,6 +111,7 @@ impl Config {
             meta_dir: root.join("meta"),
             wal_file_bytes_max: WAL_FILE_BYTES_DEFAULT,
             cache_bytes_max: CACHE_BYTES_DEFAULT,
+            adopt_live_percent_min: ADOPT_LIVE_PERCENT_MIN,
             faults: Arc::new(Faults::default()),
         }
     }

@@ -1,7 +1,7 @@
 //! Fault injection, so tests can prove how the engine behaves when the disk misbehaves.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 /// Switches read by the WAL writer before each write and fsync.
 #[doc(hidden)]
@@ -11,6 +11,22 @@ pub struct Faults {
     pub fail_sync: AtomicBool,
     /// Every WAL write fails with ENOSPC while set.
     pub disk_full: AtomicBool,
+    /// The segment writer stops dead (the engine is poisoned, as if the process died) when it
+    /// reaches this [`CrashPoint`] (its `u8` value; 0 never). Fires once.
+    pub crash_at: AtomicU8,
+}
+
+/// Points of the segment writer's work where tests make it stop as if the process died.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum CrashPoint {
+    /// An adopted file's sidecar is durable; the checkpoint naming it is not written.
+    AfterSidecar = 1,
+    /// A checkpoint is written; the WAL files and segments it made dead are not deleted.
+    AfterCheckpoint = 2,
+    /// An adopted file's live entries are copied into segments; no checkpoint says so yet.
+    AfterAdoptedCompaction = 3,
 }
 
 /// The raw errno of ENOSPC on Linux.
@@ -22,6 +38,20 @@ impl Faults {
     pub(crate) fn before_write(&self) -> io::Result<()> {
         if self.disk_full.load(Ordering::Relaxed) {
             return Err(io::Error::from_raw_os_error(ENOSPC));
+        }
+        Ok(())
+    }
+
+    /// Fails (poisoning the engine) when the test asked for a crash at `point`.
+    pub(crate) fn crash_point(&self, point: CrashPoint) -> crate::Result<()> {
+        let hit = self
+            .crash_at
+            .compare_exchange(point as u8, 0, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok();
+        if hit {
+            return Err(crate::Error::Poisoned(format!(
+                "simulated crash at {point:?}"
+            )));
         }
         Ok(())
     }

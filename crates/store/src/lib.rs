@@ -9,7 +9,8 @@
 //! | `log` | the in-memory index of one log: 16 bytes per entry, terms as runs, a payload cache |
 //! | [`record`] | the record format shared by the WAL and segments, with its crc32c |
 //! | [`wal`] | the WAL files and the writer thread: group commit, rollover, fault handling |
-//! | `segment_writer` | the thread moving live entries of rolled WAL files into segments, deleting and compacting segments |
+//! | `segment_writer` | the thread settling rolled WAL files (copying their live entries into segments, or adopting mostly-live files in place), deleting and compacting segments and adopted files |
+//! | `adopted` | adopted WAL files: the index sidecar that lets recovery find their entries without reading them |
 //! | [`segment`] | the segment file format: header, index, data |
 //! | `checkpoint` | the manifest in the meta dir that lets WAL files be deleted |
 //! | `recovery` | rebuilding every log at open: checkpoint, segment indexes, WAL replay |
@@ -26,11 +27,13 @@
 //! `fdatasync`, and calls [`DurabilityListener::on_durable`] per log. When the WAL file reaches
 //! its size limit it rolls over; the segment writer copies the entries of the rolled file that
 //! are still live into the logs' segment files (released ones are never written again), writes
-//! the checkpoint, and deletes the WAL file. Reads come from the cache, else from the WAL or
+//! the checkpoint, and deletes the WAL file; when most of the file is still live (a backlog) it
+//! adopts the file in place instead, writing only a small index, so each byte is written once. Reads come from the cache, else from the WAL or
 //! segment file, checksum verified. `docs/storage.md` has the byte layouts and the life cycle.
 
 #![warn(missing_docs)]
 
+mod adopted;
 mod checkpoint;
 pub mod config;
 pub mod error;
@@ -48,5 +51,5 @@ pub mod wal;
 pub use config::Config;
 pub use error::{Error, Result};
 #[doc(hidden)]
-pub use fault::Faults;
+pub use fault::{CrashPoint, Faults};
 pub use store::{DurabilityListener, Entry, LogInfo, NoopListener, Ready, Snapshot, Stats, Store};

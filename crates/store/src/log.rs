@@ -18,9 +18,13 @@ pub(crate) const FILE_ID_MAX: u64 = FILE_MASK;
 
 /// Where an entry's record is.
 ///
-/// Packed into a `u64` whose numeric order follows the entry's age: segment < WAL (by file
-/// sequence, then offset) < pending. Slots of a log are therefore sorted by location, and the
-/// entries of one WAL file form one run found by binary search.
+/// Packed into a `u64` whose numeric order is segment < WAL (by file sequence, then offset) <
+/// pending. A log's slots are split at the highest WAL file flushed or adopted (the settled
+/// sequence): before that point they are *settled* (in segments, in adopted WAL files, or
+/// released) in no particular order of location, since an adopted file may hold older indexes
+/// than a segment written after it; after it they point into WAL files not flushed yet, then
+/// at pending records, sorted by age. Every settled location sorts below the first unsettled
+/// WAL file, so the entries of one unsettled WAL file form one run found by binary search.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Loc {
     /// In segment file `id` of the log, record at `offset`.
@@ -134,6 +138,17 @@ pub(crate) struct SegmentMeta {
     pub data_end: u64,
     /// Highest entry index in the file (indexes increase with position).
     pub last_index: u64,
+}
+
+/// What of one log is still live in one (adopted) WAL file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LiveInFile {
+    pub entries: u64,
+    /// Records (header + payload) of those entries.
+    pub bytes: u64,
+    /// Lowest and highest live index (meaningful when `entries > 0`).
+    pub lo: u64,
+    pub hi: u64,
 }
 
 /// The snapshot taken at the last prefix release.
@@ -310,12 +325,41 @@ impl LogState {
         start..end
     }
 
+    /// Number of settled slots (see [`Loc`]): those pointing at segments, at WAL files up to
+    /// `settled_seq` (adopted ones), or released there.
+    pub(crate) fn settled_end(&self, settled_seq: u64) -> usize {
+        let bound = Loc::wal_file_start(settled_seq + 1);
+        self.slots.partition_point(|s| s.loc < bound)
+    }
+
+    /// The live entries among `lo..=hi` that point into WAL file `seq`.
+    pub(crate) fn live_in_wal_file(&self, seq: u64, lo: u64, hi: u64) -> LiveInFile {
+        let mut live = LiveInFile::default();
+        let lo = lo.max(self.first_index);
+        let hi = hi.min(self.last_index());
+        if lo > hi {
+            return live;
+        }
+        let start = (lo - self.first_index) as usize;
+        let end = (hi + 1 - self.first_index) as usize;
+        for (at, slot) in self.slots.range(start..end).enumerate() {
+            if !slot.released() && matches!(slot.loc(), Loc::Wal { seq: s, .. } if s == seq) {
+                let index = lo + at as u64;
+                if live.entries == 0 {
+                    live.lo = index;
+                }
+                live.hi = index;
+                live.entries += 1;
+                live.bytes += crate::record::RECORD_HEADER_BYTES as u64 + u64::from(slot.len);
+            }
+        }
+        live
+    }
+
     /// Live entries per segment id.
-    pub(crate) fn live_per_segment(&self) -> BTreeMap<u32, u32> {
+    pub(crate) fn live_per_segment(&self, settled_seq: u64) -> BTreeMap<u32, u32> {
         let mut live: BTreeMap<u32, u32> = self.segments.keys().map(|id| (*id, 0)).collect();
-        let end = self
-            .slots
-            .partition_point(|s| s.loc < Loc::wal_file_start(0));
+        let end = self.settled_end(settled_seq);
         for slot in self.slots.range(..end) {
             if let (false, Loc::Segment { id, .. }) = (slot.released(), slot.loc()) {
                 if let Some(n) = live.get_mut(&id) {

@@ -1,25 +1,31 @@
 //! Recovery: rebuilds every log from the checkpoint, the segment indexes and the WAL files.
 //!
-//! 1. Read the checkpoint: for each log its range, terms, snapshot and segments, and which
-//!    entries are live in segments.
-//! 2. Read the index area of each segment it names (32 bytes per entry, no payload), pointing
-//!    live entries at their records. Segment files it does not name are leftovers of a crash
-//!    or of deleted logs, and are deleted.
+//! 1. Read the checkpoint: for each log its range, terms, snapshot, segments and adopted WAL
+//!    files, and which entries are live in them.
+//! 2. Read the index area of each segment it names (32 bytes per entry, no payload), and the
+//!    sidecar of each adopted WAL file it names (8 bytes per entry), pointing live entries at
+//!    their records. The live entries found must be as many as the checkpoint says. Segment
+//!    files, WAL files up to `wal_flushed_seq` and sidecars it does not name are leftovers of a
+//!    crash or of deleted logs, and are deleted.
 //! 3. Replay every WAL file newer than the checkpoint's `wal_flushed_seq`, in order, record by
 //!    record, verifying each checksum. The first torn or corrupt record ends the file: the file
 //!    is truncated there, so that nothing after it is ever handed out.
 //! 4. Hand the replayed WAL files to the segment writer and start a new WAL file.
 //!
-//! Cost: payloads are never read (only segment indexes and WAL files younger than the last
-//! flush), so the work is proportional to the number of entries plus at most a few WAL files.
+//! Cost: payloads are never read (only segment indexes, sidecars and WAL files younger than the
+//! last flush), so the work is proportional to the number of entries plus at most a few WAL
+//! files.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::sync::Arc;
+use std::time::Instant;
 
+use crate::adopted::{self, AdoptedFile};
 use crate::checkpoint::{self, LogCheckpoint};
 use crate::config::{Config, PAYLOAD_BYTES_MAX, RECOVERY_READ_BYTES};
+use crate::id_hash::IdMap;
 use crate::log::{Loc, LogState, Slot, SnapshotMeta};
 use crate::record::{decode, Decoded, RecordHeader, RecordKind, RECORD_HEADER_BYTES};
 use crate::segment;
@@ -68,12 +74,34 @@ pub(crate) fn recover(config: &Config) -> Result<Recovered> {
     let cp = checkpoint::read(&config.meta_dir)?.unwrap_or_default();
     state.wal_flushed_seq = cp.wal_flushed_seq;
     let mut named: HashMap<(u64, u32), ()> = HashMap::new();
+    let mut by_log: IdMap<&LogCheckpoint> = IdMap::default();
     for log_cp in &cp.logs {
         let log = load_log(config, &mut state, log_cp)?;
         for (id, _) in &log_cp.segments {
             named.insert((log_cp.log_id, *id), ());
         }
         state.logs.insert(log_cp.log_id, log);
+        by_log.insert(log_cp.log_id, log_cp);
+    }
+    for (seq, entries) in &cp.adopted {
+        load_adopted(config, &mut state, &by_log, *seq, *entries)?;
+    }
+    for log_cp in &cp.logs {
+        let log = state.logs.get_mut(&log_cp.log_id).expect("loaded above");
+        log.live_count = log.slots.iter().filter(|s| !s.released()).count() as u64;
+        if log.live_count != log_cp.live_count() {
+            return Err(Error::Corrupt(format!(
+                "log {}: {} live entries expected in segments and adopted WAL files, {} found",
+                log_cp.log_id,
+                log_cp.live_count(),
+                log.live_count
+            )));
+        }
+    }
+    let adopted_seqs: HashSet<u64> = cp.adopted.iter().map(|a| a.0).collect();
+    if !adopted_seqs.is_empty() {
+        // Count what is live in them, and delete the ones emptied before the crash.
+        state.gc_requested = true;
     }
     for entry in fs::read_dir(&config.segment_dir)? {
         let entry = entry?;
@@ -88,11 +116,22 @@ pub(crate) fn recover(config: &Config) -> Result<Recovered> {
     let mut seqs: Vec<u64> = Vec::new();
     for entry in fs::read_dir(&config.wal_dir)? {
         let entry = entry?;
-        if let Some(seq) = entry.file_name().to_str().and_then(wal::parse_wal_name) {
+        let name = entry.file_name();
+        let name = name.to_str();
+        if let Some(seq) = name.and_then(wal::parse_wal_name) {
+            if adopted_seqs.contains(&seq) {
+                continue;
+            }
             if seq <= cp.wal_flushed_seq {
                 fs::remove_file(entry.path())?;
             } else {
                 seqs.push(seq);
+            }
+        } else if let Some(seq) = name.and_then(adopted::parse_sidecar_name) {
+            // A sidecar not named: its file was flushed or emptied, or its adoption never
+            // reached a checkpoint (the file is replayed and settled again).
+            if !adopted_seqs.contains(&seq) {
+                fs::remove_file(entry.path())?;
             }
         }
     }
@@ -162,10 +201,7 @@ fn load_log(config: &Config, state: &mut State, cp: &LogCheckpoint) -> Result<Lo
         let file = segment::open(&config.segment_dir, cp.log_id, *id)
             .map_err(|e| corrupt(format!("segment {id}: {e}")))?;
         for e in segment::read_index(&file, cp.log_id, *id, meta.count)? {
-            if e.index < cp.first_index
-                || e.index > cp.last_index
-                || !cp.is_live_in_segment(e.index)
-            {
+            if e.index < cp.first_index || e.index > cp.last_index || !cp.is_settled_live(e.index) {
                 continue;
             }
             // An older version of the entry (written before a truncation) has another term; the
@@ -185,15 +221,96 @@ fn load_log(config: &Config, state: &mut State, cp: &LogCheckpoint) -> Result<Lo
         }
         log.segments.insert(*id, *meta);
     }
-    log.live_count = log.slots.iter().filter(|s| !s.released()).count() as u64;
-    if log.live_count != cp.live_count() {
-        return Err(corrupt(format!(
-            "{} live entries expected in segments, {} found",
-            cp.live_count(),
-            log.live_count
-        )));
-    }
     Ok(log)
+}
+
+/// Points the live entries of adopted WAL file `seq` at their records, from its sidecar (or,
+/// when the sidecar is unusable, from the WAL file's own records, rewriting the sidecar), for
+/// the logs whose checkpoint names the file.
+fn load_adopted(
+    config: &Config,
+    state: &mut State,
+    by_log: &IdMap<&LogCheckpoint>,
+    seq: u64,
+    entries: u64,
+) -> Result<()> {
+    let corrupt = |why: String| Error::Corrupt(format!("adopted WAL file {seq}: {why}"));
+    if seq > crate::log::FILE_ID_MAX {
+        return Err(corrupt("sequence out of range".into()));
+    }
+    let path = wal::wal_path(&config.wal_dir, seq);
+    let file = OpenOptions::new()
+        .read(true)
+        .open(&path)
+        .map_err(|e| corrupt(e.to_string()))?;
+    if !has_header(&file, seq)? {
+        return Err(corrupt("bad header".into()));
+    }
+    let wal_len = file.metadata()?.len();
+    let (runs, sidecar_entries) = match adopted::read(&config.wal_dir, seq, entries, wal_len)? {
+        Some(runs) => (runs, entries),
+        None => {
+            eprintln!(
+                "warren-store: the index sidecar of adopted WAL file {seq} is missing or damaged; rebuilding it from the WAL file"
+            );
+            let runs = adopted::scan_wal(&file)?;
+            let count = runs.iter().map(|r| r.entries.len() as u64).sum();
+            if let Err(e) = adopted::write_runs(&config.wal_dir, seq, &runs) {
+                // Only a speed-up: the next open scans the WAL file again.
+                eprintln!("warren-store: rewriting the sidecar of WAL file {seq}: {e}");
+            }
+            (runs, count)
+        }
+    };
+    let mut ranges: IdMap<(u64, u64, u64)> = IdMap::default();
+    for run in &runs {
+        let Some(cp) = by_log.get(&run.log_id) else {
+            continue; // a log deleted since
+        };
+        if cp.adopted.binary_search(&seq).is_err() {
+            continue; // nothing live here, or entries of an earlier life of the log
+        }
+        let log = state
+            .logs
+            .get_mut(&run.log_id)
+            .expect("loaded with its checkpoint");
+        for (k, (offset, len)) in run.entries.iter().enumerate() {
+            let index = run.first_index + k as u64;
+            if index < cp.first_index || index > cp.last_index || !cp.is_settled_live(index) {
+                continue;
+            }
+            // An older version of the entry (before a truncation) has another term.
+            if log.term_of(index) != Some(run.term) {
+                continue;
+            }
+            *log.slot_mut(index).expect("within range") = Slot::new(
+                Loc::Wal {
+                    seq,
+                    offset: *offset,
+                },
+                *len,
+            );
+            let range = ranges
+                .entry(run.log_id)
+                .or_insert((log.generation, index, index));
+            range.1 = range.1.min(index);
+            range.2 = range.2.max(index);
+        }
+    }
+    state.wal_files.insert(seq, Arc::new(file));
+    state.adopted.insert(
+        seq,
+        AdoptedFile {
+            file_bytes: wal_len,
+            sidecar_entries,
+            // Counted by the first collection pass.
+            live_bytes: u64::MAX,
+            live_entries: u64::MAX,
+            logs: ranges,
+            changed_at: Instant::now(),
+        },
+    );
+    Ok(())
 }
 
 /// Reads as many bytes as the file has, up to `buf.len()`.

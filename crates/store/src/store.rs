@@ -16,6 +16,7 @@ use std::thread::JoinHandle;
 
 use bytes::Bytes;
 
+use crate::adopted::AdoptedFile;
 use crate::config::{
     Config, APPEND_ENTRIES_MAX, CACHE_ENTRIES_MAX, LOGS_MAX, PAYLOAD_BYTES_MAX, PENDING_BYTES_MAX,
     PENDING_CONTROL_MAX, PENDING_ENTRIES_MAX, READ_ENTRIES_MAX, SEGMENT_FDS_MAX,
@@ -99,12 +100,22 @@ pub struct Stats {
     pub wal_bytes: u64,
     /// Bytes written to segment files (records and index entries).
     pub segment_bytes: u64,
-    /// WAL files flushed to segments and deleted.
+    /// Rolled WAL files whose live entries were copied into segments (the file then deleted).
     pub wal_files_flushed: u64,
     /// Segment files deleted because nothing in them was live.
     pub segments_deleted: u64,
     /// Segment files rewritten by compaction.
     pub segments_compacted: u64,
+    /// Rolled WAL files kept in place as data files rather than copied into segments.
+    pub wal_files_adopted: u64,
+    /// Bytes written to the index sidecars of adopted WAL files.
+    pub adopted_index_bytes: u64,
+    /// Adopted WAL files deleted because nothing in them was live any more.
+    pub adopted_files_deleted: u64,
+    /// Adopted WAL files whose few live entries were copied into segments.
+    pub adopted_files_compacted: u64,
+    /// Bytes written to checkpoint files.
+    pub checkpoint_bytes: u64,
     /// Payload bytes held by the cache.
     pub cache_bytes: u64,
     /// Records waiting for the WAL writer.
@@ -120,6 +131,11 @@ pub(crate) struct Counters {
     pub wal_files_flushed: AtomicU64,
     pub segments_deleted: AtomicU64,
     pub segments_compacted: AtomicU64,
+    pub wal_files_adopted: AtomicU64,
+    pub adopted_index_bytes: AtomicU64,
+    pub adopted_files_deleted: AtomicU64,
+    pub adopted_files_compacted: AtomicU64,
+    pub checkpoint_bytes: AtomicU64,
 }
 
 /// A record waiting for the WAL writer.
@@ -166,6 +182,11 @@ pub(crate) struct State {
     pub seg_files: HashMap<(u64, u32), Arc<File>>,
     /// Segments no longer referenced, deleted after the next checkpoint.
     pub dead_segments: Vec<(u64, u32)>,
+    /// Rolled WAL files kept as data files, by sequence (see `adopted`).
+    pub adopted: BTreeMap<u64, AdoptedFile>,
+    /// WAL files nothing points into any more (flushed, or adopted and since emptied or
+    /// compacted), deleted after the next checkpoint; true for those that were adopted.
+    pub dead_wal: Vec<(u64, bool)>,
     pub room_wakers: Vec<Waker>,
 }
 
@@ -195,6 +216,8 @@ impl State {
             gc_forced: false,
             seg_files: HashMap::new(),
             dead_segments: Vec::new(),
+            adopted: BTreeMap::new(),
+            dead_wal: Vec::new(),
             room_wakers: Vec::new(),
         }
     }
@@ -901,6 +924,11 @@ impl Store {
             wal_files_flushed: c.wal_files_flushed.load(Ordering::Relaxed),
             segments_deleted: c.segments_deleted.load(Ordering::Relaxed),
             segments_compacted: c.segments_compacted.load(Ordering::Relaxed),
+            wal_files_adopted: c.wal_files_adopted.load(Ordering::Relaxed),
+            adopted_index_bytes: c.adopted_index_bytes.load(Ordering::Relaxed),
+            adopted_files_deleted: c.adopted_files_deleted.load(Ordering::Relaxed),
+            adopted_files_compacted: c.adopted_files_compacted.load(Ordering::Relaxed),
+            checkpoint_bytes: c.checkpoint_bytes.load(Ordering::Relaxed),
             cache_bytes: st.cache_bytes as u64,
             pending_records: st.pending.len() as u64,
         }

@@ -1,16 +1,19 @@
 //! Property test: the engine against a simple in-memory model, under random appends, releases
 //! (single and prefix), truncations, log deletions, WAL rollovers (tiny WAL files), compaction
-//! passes and restarts. Every entry the model holds must read back identically, every released
-//! or truncated one must read as absent, and terms and ranges must agree.
+//! passes, restarts and crashes of the segment writer at each of its steps. Each case runs
+//! with rolled WAL files always adopted in place, adopted when mostly live (the default), or
+//! never adopted. Every entry the model holds must read back identically, every released or
+//! truncated one must read as absent, and terms and ranges must agree.
 
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use common::*;
 use proptest::prelude::*;
-use warren_store::{Config, Store};
+use warren_store::{Config, CrashPoint, Error, Store};
 
 const LOGS: u64 = 3;
 
@@ -47,6 +50,9 @@ enum Op {
     RollAndWait,
     Compact,
     Restart,
+    /// Sync, then make the segment writer stop dead at a step (1 after an adopted file's
+    /// sidecar, 2 after a checkpoint, 3 after copying an adopted file) and restart.
+    Crash(u8),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -63,6 +69,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => Just(Op::RollAndWait),
         1 => Just(Op::Compact),
         2 => Just(Op::Restart),
+        2 => (1..=3u8).prop_map(Op::Crash),
     ]
 }
 
@@ -146,11 +153,24 @@ fn check(store: &Store, model: &HashMap<u64, ModelLog>) {
     }
 }
 
-fn run(ops: Vec<Op>) {
+fn reopen(config: &Config, model: &HashMap<u64, ModelLog>) -> Store {
+    let (s, infos) = Store::open(
+        config.clone(),
+        std::sync::Arc::new(warren_store::NoopListener),
+    )
+    .unwrap();
+    let mut expected: Vec<u64> = model.keys().copied().collect();
+    expected.sort();
+    assert_eq!(infos.iter().map(|i| i.log_id).collect::<Vec<_>>(), expected);
+    s
+}
+
+fn run(ops: Vec<Op>, adopt_live_percent_min: u64) {
     let dir = TempDir::new("model");
     let mut config = Config::new(dir.path());
     config.wal_file_bytes_max = 4 << 10;
     config.cache_bytes_max = 8 << 10;
+    config.adopt_live_percent_min = adopt_live_percent_min;
     let mut store = Some(open(&config).0);
     let mut model: HashMap<u64, ModelLog> = HashMap::new();
     for op in ops {
@@ -245,15 +265,24 @@ fn run(ops: Vec<Op>) {
             }
             Op::Restart => {
                 drop(store.take());
-                let (s, infos) = Store::open(
-                    config.clone(),
-                    std::sync::Arc::new(warren_store::NoopListener),
-                )
-                .unwrap();
-                let mut expected: Vec<u64> = model.keys().copied().collect();
-                expected.sort();
-                assert_eq!(infos.iter().map(|i| i.log_id).collect::<Vec<_>>(), expected);
-                store = Some(s);
+                store = Some(reopen(&config, &model));
+            }
+            Op::Crash(point) => {
+                // Everything the model holds is durable before the crash.
+                s.sync().unwrap();
+                config.faults.crash_at.store(point, Ordering::Relaxed);
+                if point == CrashPoint::AfterSidecar as u8 {
+                    s.roll_wal();
+                } else {
+                    s.compact();
+                }
+                match s.wait_idle() {
+                    Ok(()) => config.faults.crash_at.store(0, Ordering::Relaxed),
+                    Err(Error::Poisoned(why)) => assert!(why.contains("simulated crash"), "{why}"),
+                    Err(e) => panic!("{e}"),
+                }
+                drop(store.take());
+                store = Some(reopen(&config, &model));
             }
         }
         check(store.as_ref().unwrap(), &model);
@@ -273,36 +302,42 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 48, max_shrink_iters: 2000, ..ProptestConfig::default() })]
 
     #[test]
-    fn engine_matches_model(ops in prop::collection::vec(op(), 1..60)) {
-        run(ops);
+    fn engine_matches_model(
+        ops in prop::collection::vec(op(), 1..60),
+        adopt in prop_oneof![Just(0u64), Just(50), Just(101)],
+    ) {
+        run(ops, adopt);
     }
 }
 
 #[test]
 fn regression_release_many() {
-    run(vec![
-        Op::Append {
-            log: 0,
-            count: 6,
-            size: 0,
-            new_term: false,
-        },
-        Op::Append {
-            log: 0,
-            count: 26,
-            size: 0,
-            new_term: false,
-        },
-        Op::Append {
-            log: 0,
-            count: 7,
-            size: 0,
-            new_term: false,
-        },
-        Op::ReleaseMany {
-            log: 0,
-            pick: 449313636292326936,
-            count: 20,
-        },
-    ]);
+    run(
+        vec![
+            Op::Append {
+                log: 0,
+                count: 6,
+                size: 0,
+                new_term: false,
+            },
+            Op::Append {
+                log: 0,
+                count: 26,
+                size: 0,
+                new_term: false,
+            },
+            Op::Append {
+                log: 0,
+                count: 7,
+                size: 0,
+                new_term: false,
+            },
+            Op::ReleaseMany {
+                log: 0,
+                pick: 449313636292326936,
+                count: 20,
+            },
+        ],
+        50,
+    );
 }
