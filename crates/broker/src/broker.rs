@@ -18,6 +18,8 @@ pub struct Broker {
     unix_ms_at_epoch: u64,
     /// Set once the node has a store: durable queues may then page bodies out.
     paging: RwLock<Option<Paging>>,
+    /// Why durable changes are refused (the node's storage failed), for vhosts made later.
+    durable_changes_refused: RwLock<Option<String>>,
 }
 
 impl Default for Broker {
@@ -38,6 +40,7 @@ impl Broker {
                 .map(|d| d.as_millis() as u64)
                 .unwrap_or(0),
             paging: RwLock::new(None),
+            durable_changes_refused: RwLock::new(None),
         };
         b.add_vhost("/");
         {
@@ -63,6 +66,9 @@ impl Broker {
         if let Some(paging) = self.paging.read().expect("paging lock").clone() {
             vhost.set_paging(paging);
         }
+        if let Some(why) = &*self.durable_changes_refused.read().expect("refusal lock") {
+            vhost.refuse_durable_changes(why);
+        }
         v.insert(name.to_string(), Arc::new(Mutex::new(vhost)));
         true
     }
@@ -78,6 +84,19 @@ impl Broker {
         *self.paging.write().expect("paging lock") = Some(paging.clone());
         for (_, v) in self.vhosts() {
             v.lock().expect("vhost lock").set_paging(paging.clone());
+        }
+    }
+
+    /// Refuses, in every vhost now and later, each command that would change durable state:
+    /// the node's storage failed, so such a change could not be written. Only a restart
+    /// lifts it.
+    pub fn refuse_durable_changes(&self, why: &str) {
+        self.durable_changes_refused
+            .write()
+            .expect("refusal lock")
+            .get_or_insert_with(|| why.to_string());
+        for (_, v) in self.vhosts() {
+            v.lock().expect("vhost lock").refuse_durable_changes(why);
         }
     }
 
