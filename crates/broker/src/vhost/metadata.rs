@@ -179,16 +179,20 @@ impl VHost {
 
     /// Refuses, from now on, every command that would change durable state (the node's
     /// storage failed and nothing more can be written). Not undone: only a restart clears it.
-    pub fn refuse_durable_changes(&mut self, why: &str) {
-        if self.durable_changes_refused.is_none() {
-            self.durable_changes_refused = Some(why.into());
-        }
+    pub fn refuse_durable_changes(&self, why: &str) {
+        let _ = self.durable_changes_refused.set(why.to_string());
+    }
+
+    /// Makes this vhost refuse durable changes whenever `refusal` is set: the node's one
+    /// switch, shared by all its vhosts.
+    pub fn share_durable_refusal(&mut self, refusal: Arc<OnceLock<String>>) {
+        self.durable_changes_refused = refusal;
     }
 
     /// Checked before a command changes durable state, never after: the refusal must leave
     /// memory as it was, since what memory says is what clients are told.
     pub(super) fn durable_change_allowed(&self) -> Result<()> {
-        match &self.durable_changes_refused {
+        match self.durable_changes_refused.get() {
             None => Ok(()),
             // 541: an AMQP connection exception that, in the spec's words, "may require
             // intervention by an operator in order to resume normal operations" (a restart).
@@ -210,7 +214,7 @@ impl VHost {
         key: &str,
         arguments: &FieldTable,
     ) -> Result<()> {
-        if self.durable_changes_refused.is_none()
+        if self.durable_changes_refused.get().is_none()
             || self
                 .binding_record(bind, source, destination, key.as_bytes(), arguments)
                 .is_none()

@@ -25,7 +25,7 @@ use crate::routing::{Destination, ExchangeId, ExchangeKind, QueueId, RoutingTabl
 use amq_protocol_types::{AMQPValue, FieldArray, FieldTable, LongString};
 use bytes::Bytes;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use warren_protocol::amqp::{basic, AMQPClass};
 use warren_protocol::content::{encode_header, Properties};
 use warren_protocol::frame::encode_body;
@@ -122,8 +122,9 @@ pub struct VHost {
     page_out_due: Vec<QueueId>,
     /// Why durable changes are refused, once the node's storage has failed: a command that
     /// would change durable state fails before it changes anything, so no client is told of
-    /// a change that the next restart would silently undo.
-    durable_changes_refused: Option<Arc<str>>,
+    /// a change that the next restart would silently undo. Shared by every vhost of a node,
+    /// so that refusing takes no vhost lock (the failure may be found under one).
+    durable_changes_refused: Arc<OnceLock<String>>,
 }
 
 /// A message leaving a queue for its dead-letter exchange.
@@ -161,7 +162,7 @@ impl VHost {
             unix_ms_at_epoch: 0,
             paging: None,
             page_out_due: Vec::new(),
-            durable_changes_refused: None,
+            durable_changes_refused: Arc::default(),
         };
         for (n, kind, internal) in STANDARD_EXCHANGES {
             v.create_exchange(n, *kind, true, false, *internal, FieldTable::default());
