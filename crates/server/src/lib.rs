@@ -5,7 +5,9 @@
 //! - [`connection`]: one client: handshake, frame loop, content assembly, closing.
 //! - [`channel`]: what each method on an open channel does (permissions, reply codes).
 //! - [`writer`]: drains a connection's outbox into its socket, sends heartbeats.
-//! - [`alarms`]: memory and disk alarms that block publishers; [`memory`]: memory readings.
+//! - [`alarms`]: memory, disk and storage-failure alarms that block publishers; [`memory`]:
+//!   memory readings.
+//! - [`durability`]: what the storage engine has synced, for publisher confirms.
 //! - [`management`]: the HTTP management API and Prometheus metrics.
 //! - [`metadata`]: durable topology: the journal it is written to and replayed from.
 //!
@@ -54,6 +56,17 @@ pub struct Shared {
     pub durability: Arc<durability::Durability>,
 }
 
+impl Shared {
+    /// Stops the node's writes for good after a failed fsync (of the WAL or the metadata
+    /// journal): publishers are blocked by the storage alarm, durable changes are refused.
+    /// Safe to call under a vhost or journal lock: it takes neither.
+    pub fn storage_failed(&self, why: &str) {
+        self.broker
+            .refuse_durable_changes(&format!("storage failure: {why}"));
+        self.alarms.raise_storage_failure(why);
+    }
+}
+
 /// Node-wide message counters for metrics; relaxed atomics, added to once per read batch.
 #[derive(Default)]
 pub struct Counters {
@@ -96,6 +109,14 @@ pub async fn serve(
         journal: journal.map(std::sync::Mutex::new),
         store: storage.as_ref().map(|s| s.0.clone()),
         durability: storage.map(|s| s.1).unwrap_or_default(),
+    });
+    let mut failure = shared.durability.subscribe_failure();
+    let failing = shared.clone();
+    tokio::spawn(async move {
+        if let Ok(why) = failure.wait_for(Option::is_some).await {
+            let why = why.clone().unwrap_or_default();
+            failing.storage_failed(&why);
+        }
     });
     let ticking = shared.clone();
     tokio::spawn(async move {
