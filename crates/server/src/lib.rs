@@ -9,6 +9,7 @@
 //!   memory readings.
 //! - [`durability`]: what the storage engine has synced, for publisher confirms.
 //! - [`management`]: the HTTP management API and Prometheus metrics.
+//! - [`fault_injection`]: test-only HTTP switches that make the next fsync fail.
 //! - [`metadata`]: durable topology: the journal it is written to and replayed from.
 //!
 //! A frame flows: socket -> `connection` (decode) -> `channel` (command) -> the broker's vhost
@@ -19,6 +20,7 @@ pub mod channel;
 pub mod config;
 pub mod connection;
 pub mod durability;
+pub mod fault_injection;
 pub mod management;
 pub mod memory;
 pub mod metadata;
