@@ -6,8 +6,9 @@ POST /api/warren/faults/fail-next-fsync, and checks what clients and operators s
 
 * stored publishes in flight are nacked; publishers get connection.blocked ("storage failure:
   ...") and their publishes are no longer read;
-* a durable change (declaring a durable queue) closes the connection with 541 INTERNAL_ERROR,
-  while re-declaring what exists and transient topology go on, and consumers keep receiving;
+* a durable change (declaring a durable queue) and tx.commit close the connection with 541
+  INTERNAL_ERROR, while re-declaring what exists and transient topology go on, and consumers
+  keep receiving;
 * the health checks answer 503 naming the storage alarm, /api/nodes and /metrics show it, and
   `warren ctl check_local_alarms` fails; none of it clears with time;
 * after SIGKILL and a restart on the same data dir (without fault injection) every message
@@ -142,6 +143,9 @@ def test_failed_wal_fsync_stops_writes_reports_it_and_loses_nothing_confirmed(no
     observer = node.connect()
     expect_connection_error(541, "INTERNAL_ERROR - storage failure: fdatasync of WAL file",
                             observer.channel().queue_declare, name + ".new", durable=True)
+    committer = node.connect().channel()
+    committer.tx_select()
+    expect_connection_error(541, "INTERNAL_ERROR - cannot commit", committer.tx_commit)
     c = node.connect()
     ch = c.channel()
     assert ch.queue_declare(held_q, passive=True).method.message_count == 0, "held, not read"
