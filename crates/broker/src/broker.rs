@@ -5,7 +5,7 @@ use crate::definitions::MetaRecord;
 use crate::users::{Pattern, Permissions, Users};
 use crate::vhost::VHost;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Instant;
 
 pub type SharedVHost = Arc<Mutex<VHost>>;
@@ -18,6 +18,8 @@ pub struct Broker {
     unix_ms_at_epoch: u64,
     /// Set once the node has a store: durable queues may then page bodies out.
     paging: RwLock<Option<Paging>>,
+    /// Why durable changes are refused (the node's storage failed); every vhost shares it.
+    durable_changes_refused: Arc<OnceLock<String>>,
 }
 
 impl Default for Broker {
@@ -38,6 +40,7 @@ impl Broker {
                 .map(|d| d.as_millis() as u64)
                 .unwrap_or(0),
             paging: RwLock::new(None),
+            durable_changes_refused: Arc::default(),
         };
         b.add_vhost("/");
         {
@@ -63,6 +66,7 @@ impl Broker {
         if let Some(paging) = self.paging.read().expect("paging lock").clone() {
             vhost.set_paging(paging);
         }
+        vhost.share_durable_refusal(self.durable_changes_refused.clone());
         v.insert(name.to_string(), Arc::new(Mutex::new(vhost)));
         true
     }
@@ -79,6 +83,14 @@ impl Broker {
         for (_, v) in self.vhosts() {
             v.lock().expect("vhost lock").set_paging(paging.clone());
         }
+    }
+
+    /// Refuses, in every vhost now and later, each command that would change durable state:
+    /// the node's storage failed, so such a change could not be written. Only a restart
+    /// lifts it.
+    /// Takes no vhost lock, so it may be called while one is held.
+    pub fn refuse_durable_changes(&self, why: &str) {
+        let _ = self.durable_changes_refused.set(why.to_string());
     }
 
     /// The node's budget for message bodies in memory, once paging is enabled.

@@ -2,10 +2,15 @@
 //! disk than the disk free limit, publishing connections are blocked (connection.blocked, and
 //! their publishes are not read) until the resource recovers. Consumers go on, which is what
 //! frees memory and disk.
+//!
+//! The storage alarm is ours: a failed fsync (of the WAL or the metadata journal) stopped the
+//! node's writes. It blocks publishers the same way, so clients see it as RabbitMQ clients see
+//! any resource alarm, and it never clears: after a failed fsync the kernel may have dropped
+//! unwritten pages, so only a restart, which reads back what is really on disk, gets past it.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -15,20 +20,13 @@ const SAMPLE_INTERVAL: Duration = Duration::from_millis(200);
 pub struct AlarmState {
     pub memory: bool,
     pub disk: bool,
+    /// Storage failed; its reason is [`Alarms::storage_failure`].
+    pub storage: bool,
 }
 
 impl AlarmState {
     pub fn any(&self) -> bool {
-        self.memory || self.disk
-    }
-
-    /// The reason connection.blocked carries, in RabbitMQ's words.
-    pub fn reason(&self) -> &'static str {
-        if self.memory {
-            "low on memory"
-        } else {
-            "low on disk"
-        }
+        self.memory || self.disk || self.storage
     }
 }
 
@@ -38,6 +36,8 @@ pub struct Alarms {
     /// The directory whose file system is watched: the WAL's, where publishes land first.
     disk_dir: PathBuf,
     state: watch::Sender<AlarmState>,
+    /// What failed, set once: the first failure is the one that matters.
+    storage_failure: OnceLock<String>,
 }
 
 /// Free bytes for unprivileged writers on the file system holding `dir`.
@@ -57,7 +57,56 @@ impl Alarms {
             disk_free_limit_bytes: AtomicU64::new(disk_free_limit_bytes),
             disk_dir,
             state: watch::channel(AlarmState::default()).0,
+            storage_failure: OnceLock::new(),
         }
+    }
+
+    pub fn state(&self) -> AlarmState {
+        *self.state.borrow()
+    }
+
+    /// The reason connection.blocked carries: RabbitMQ's words for memory and disk.
+    pub fn reason(&self, state: &AlarmState) -> String {
+        match self.storage_failure() {
+            Some(why) if state.storage => format!("storage failure: {why}"),
+            _ if state.memory => "low on memory".into(),
+            _ => "low on disk".into(),
+        }
+    }
+
+    /// Why the node stopped writing, once it did.
+    pub fn storage_failure(&self) -> Option<&str> {
+        self.storage_failure.get().map(String::as_str)
+    }
+
+    /// Raises the storage alarm for good (see the module doc). Only the first failure is
+    /// logged and kept; later ones are its consequences.
+    pub fn raise_storage_failure(&self, why: &str) {
+        if self.storage_failure.set(why.to_string()).is_err() {
+            return;
+        }
+        tracing::error!(
+            reason = why,
+            "storage failure alarm set: publishers are blocked and durable changes refused \
+             until the node is restarted"
+        );
+        self.state.send_modify(|s| s.storage = true);
+    }
+
+    /// Every alarm in effect as (resource, reason), as the health checks list them.
+    pub fn active(&self) -> Vec<(&'static str, String)> {
+        let s = self.state();
+        let mut out = Vec::new();
+        if s.memory {
+            out.push(("memory", "low on memory".to_string()));
+        }
+        if s.disk {
+            out.push(("disk", "low on disk".to_string()));
+        }
+        if s.storage {
+            out.push(("storage", self.reason(&s)));
+        }
+        out
     }
 
     pub fn subscribe(&self) -> watch::Receiver<AlarmState> {
@@ -71,11 +120,12 @@ impl Alarms {
         let watermark = self.memory_watermark_bytes.load(Ordering::Relaxed);
         let free = disk_free_bytes(&self.disk_dir);
         let limit = self.disk_free_limit_bytes.load(Ordering::Relaxed);
+        let before = *self.state.borrow();
         let now = AlarmState {
             memory: rss > watermark,
             disk: free.is_some_and(|f| f < limit),
+            storage: self.storage_failure.get().is_some(),
         };
-        let before = *self.state.borrow();
         if before != now {
             if now.memory != before.memory {
                 if now.memory {
@@ -95,8 +145,14 @@ impl Alarms {
                     tracing::info!("disk alarm cleared");
                 }
             }
-            // send_replace: stored even while no connection is subscribed yet.
-            self.state.send_replace(now);
+            // Stored even while no connection is subscribed yet; the storage bit is re-read
+            // under the channel's lock so that a failure raised meanwhile is never undone.
+            self.state.send_modify(|s| {
+                *s = AlarmState {
+                    storage: s.storage || now.storage,
+                    ..now
+                }
+            });
         }
     }
 }
@@ -106,5 +162,49 @@ pub async fn monitor(alarms: Arc<Alarms>) {
     loop {
         tick.tick().await;
         alarms.evaluate();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alarms() -> Alarms {
+        // Limits no machine reaches: only the storage alarm can be in effect.
+        Alarms::new(u64::MAX, 0, std::env::temp_dir())
+    }
+
+    #[test]
+    fn the_storage_alarm_blocks_with_its_reason_and_never_clears() {
+        let a = alarms();
+        a.evaluate();
+        assert!(!a.state().any());
+        a.raise_storage_failure("fdatasync of WAL file 3: Input/output error");
+        a.raise_storage_failure("a consequence, not the cause");
+        let s = a.state();
+        assert!(s.storage && s.any());
+        assert_eq!(
+            a.reason(&s),
+            "storage failure: fdatasync of WAL file 3: Input/output error"
+        );
+        // The sampler re-reads memory and disk, both fine: the storage alarm stays.
+        a.evaluate();
+        assert!(a.state().storage);
+        assert_eq!(
+            a.active(),
+            vec![(
+                "storage",
+                "storage failure: fdatasync of WAL file 3: Input/output error".to_string()
+            )]
+        );
+    }
+
+    #[test]
+    fn subscribers_see_the_storage_alarm() {
+        let a = alarms();
+        let rx = a.subscribe();
+        a.raise_storage_failure("fdatasync of the metadata journal: Input/output error");
+        assert!(rx.has_changed().unwrap());
+        assert!(rx.borrow().storage);
     }
 }

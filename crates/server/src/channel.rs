@@ -472,7 +472,8 @@ impl Connection {
             )),
             C::Close(_) => {
                 self.close_channel_state(number);
-                self.sync_store();
+                // A failed engine is reported by the storage alarm; the close goes on.
+                let _ = self.sync_store();
                 self.flush_confirms();
                 self.channels.remove(&number);
                 ctl(
@@ -518,7 +519,8 @@ impl Connection {
                 if !d.passive {
                     self.check(Access::Configure, "exchange", name)?;
                 }
-                self.meta_vhost().exchange_declare(
+                let mut v = self.meta_vhost();
+                v.exchange_declare(
                     name,
                     d.kind.as_str(),
                     d.passive,
@@ -527,6 +529,7 @@ impl Connection {
                     d.internal,
                     d.arguments,
                 )?;
+                v.persist()?;
                 if !d.nowait {
                     ctl(
                         self,
@@ -537,8 +540,9 @@ impl Connection {
             }
             E::Delete(d) => {
                 self.check(Access::Configure, "exchange", d.exchange.as_str())?;
-                self.meta_vhost()
-                    .exchange_delete(d.exchange.as_str(), d.if_unused)?;
+                let mut v = self.meta_vhost();
+                v.exchange_delete(d.exchange.as_str(), d.if_unused)?;
+                v.persist()?;
                 if !d.nowait {
                     ctl(
                         self,
@@ -550,12 +554,14 @@ impl Connection {
             E::Bind(b) => {
                 self.check(Access::Write, "exchange", b.destination.as_str())?;
                 self.check(Access::Read, "exchange", b.source.as_str())?;
-                self.meta_vhost().exchange_bind(
+                let mut v = self.meta_vhost();
+                v.exchange_bind(
                     b.destination.as_str(),
                     b.source.as_str(),
                     b.routing_key.as_str(),
                     &b.arguments,
                 )?;
+                v.persist()?;
                 if !b.nowait {
                     ctl(
                         self,
@@ -567,12 +573,14 @@ impl Connection {
             E::Unbind(b) => {
                 self.check(Access::Write, "exchange", b.destination.as_str())?;
                 self.check(Access::Read, "exchange", b.source.as_str())?;
-                self.meta_vhost().exchange_unbind(
+                let mut v = self.meta_vhost();
+                v.exchange_unbind(
                     b.destination.as_str(),
                     b.source.as_str(),
                     b.routing_key.as_str(),
                     &b.arguments,
                 )?;
+                v.persist()?;
                 if !b.nowait {
                     ctl(
                         self,
@@ -606,7 +614,8 @@ impl Connection {
                 } else {
                     name.to_string()
                 };
-                let ok = self.meta_vhost().queue_declare(
+                let mut v = self.meta_vhost();
+                let ok = v.queue_declare(
                     self.id,
                     &name,
                     d.passive,
@@ -616,6 +625,7 @@ impl Connection {
                     d.arguments,
                     now,
                 )?;
+                v.persist()?;
                 self.channels
                     .get_mut(&number)
                     .expect("open channel")
@@ -636,13 +646,15 @@ impl Connection {
                 let q = self.queue_name(number, b.queue.as_str())?;
                 self.check(Access::Write, "queue", &q)?;
                 self.check(Access::Read, "exchange", b.exchange.as_str())?;
-                self.meta_vhost().queue_bind(
+                let mut v = self.meta_vhost();
+                v.queue_bind(
                     self.id,
                     &q,
                     b.exchange.as_str(),
                     b.routing_key.as_str(),
                     &b.arguments,
                 )?;
+                v.persist()?;
                 if !b.nowait {
                     ctl(self, number, AMQPClass::Queue(Q::BindOk(queue::BindOk {})));
                 }
@@ -651,13 +663,15 @@ impl Connection {
                 let q = self.queue_name(number, b.queue.as_str())?;
                 self.check(Access::Write, "queue", &q)?;
                 self.check(Access::Read, "exchange", b.exchange.as_str())?;
-                self.meta_vhost().queue_unbind(
+                let mut v = self.meta_vhost();
+                v.queue_unbind(
                     self.id,
                     &q,
                     b.exchange.as_str(),
                     b.routing_key.as_str(),
                     &b.arguments,
                 )?;
+                v.persist()?;
                 ctl(
                     self,
                     number,
@@ -683,9 +697,9 @@ impl Connection {
             Q::Delete(d) => {
                 let q = self.queue_name(number, d.queue.as_str())?;
                 self.check(Access::Configure, "queue", &q)?;
-                let n = self
-                    .meta_vhost()
-                    .queue_delete(self.id, &q, d.if_unused, d.if_empty)?;
+                let mut v = self.meta_vhost();
+                let n = v.queue_delete(self.id, &q, d.if_unused, d.if_empty)?;
+                v.persist()?;
                 if !d.nowait {
                     ctl(
                         self,
@@ -834,8 +848,11 @@ impl Connection {
                     ch.tx = Some(Vec::new());
                 }
                 result?;
-                // commit-ok promises the committed publishes and acks are durable, as in RabbitMQ.
-                self.sync_store();
+                // commit-ok promises the committed publishes and acks are durable, as in RabbitMQ;
+                // once the engine has stopped it cannot, and 541 says so (a hard error: the
+                // node needs a restart before it can promise anything again).
+                self.sync_store()
+                    .map_err(|e| AmqpError::new(INTERNAL_ERROR, format!("cannot commit: {e}")))?;
                 ctl(self, number, AMQPClass::Tx(T::CommitOk(tx::CommitOk {})));
             }
             T::Rollback(_) => {

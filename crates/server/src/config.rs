@@ -42,6 +42,10 @@ pub struct ServerConfig {
     pub message_memory_bytes: u64,
     /// Where the HTTP management API and /metrics listen; none disables them.
     pub management_listen: Option<SocketAddr>,
+    /// Test-only fault injection (see [`crate::fault_injection`]): set from the hidden
+    /// `--fault-injection` flag only, never from a config file.
+    #[serde(skip)]
+    pub fault_injection: Option<crate::fault_injection::FaultInjection>,
 }
 
 impl Default for ServerConfig {
@@ -60,6 +64,7 @@ impl Default for ServerConfig {
             disk_free_limit_bytes: DISK_FREE_LIMIT_DEFAULT_BYTES,
             message_memory_bytes: MESSAGE_MEMORY_DEFAULT_BYTES,
             management_listen: Some("127.0.0.1:15672".parse().expect("valid address")),
+            fault_injection: None,
         }
     }
 }

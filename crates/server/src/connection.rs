@@ -577,7 +577,8 @@ impl Connection {
                 return;
             }
             if held {
-                let reason = alarm.borrow().reason();
+                let state = *alarm.borrow();
+                let reason = self.shared.alarms.reason(&state);
                 if self.caps.connection_blocked {
                     control(
                         &self.outbox,
@@ -637,11 +638,11 @@ impl Connection {
     /// Waits until everything this connection asked of the storage engine is synced (a few
     /// milliseconds at most: the WAL writer syncs continuously), so that a close handshake
     /// means its acks survive a crash.
-    pub fn sync_store(&self) {
-        if let Some(store) = &self.shared.store {
-            if let Err(e) = store.sync() {
-                tracing::error!(error = %e, "storage engine sync failed");
-            }
+    /// Err when the engine has stopped: what was asked of it will never be durable.
+    pub fn sync_store(&self) -> Result<(), warren_store::Error> {
+        match &self.shared.store {
+            Some(store) => store.sync(),
+            None => Ok(()),
         }
     }
 
@@ -894,7 +895,8 @@ impl Connection {
         match m {
             M::Close(_) => {
                 // Acks released stored messages; once close-ok is out they must stay released.
-                self.sync_store();
+                // A failed engine is reported by the storage alarm; the close goes on.
+                let _ = self.sync_store();
                 control(
                     &self.outbox,
                     0,

@@ -11,6 +11,9 @@ pub struct Durability {
     durable: Mutex<HashMap<u64, u64>>,
     generation: watch::Sender<u64>,
     failed: std::sync::atomic::AtomicBool,
+    /// Why the engine stopped, for the node to raise its storage alarm (the engine calls
+    /// [`DurabilityListener::on_failure`] on its own thread, outside any runtime).
+    failure: watch::Sender<Option<String>>,
 }
 
 impl Default for Durability {
@@ -19,6 +22,7 @@ impl Default for Durability {
             durable: Mutex::new(HashMap::new()),
             generation: watch::channel(0).0,
             failed: Default::default(),
+            failure: watch::channel(None).0,
         }
     }
 }
@@ -48,6 +52,11 @@ impl Durability {
     pub fn has_failed(&self) -> bool {
         self.failed.load(std::sync::atomic::Ordering::Relaxed)
     }
+
+    /// Turns `Some(why)` once the engine stops.
+    pub fn subscribe_failure(&self) -> watch::Receiver<Option<String>> {
+        self.failure.subscribe()
+    }
 }
 
 impl DurabilityListener for Durability {
@@ -65,5 +74,14 @@ impl DurabilityListener for Durability {
         self.failed
             .store(true, std::sync::atomic::Ordering::Relaxed);
         self.generation.send_modify(|g| *g += 1);
+        let why = match error {
+            Error::Poisoned(why) => why.clone(),
+            other => other.to_string(),
+        };
+        self.failure.send_if_modified(|f| {
+            let first = f.is_none();
+            f.get_or_insert(why);
+            first
+        });
     }
 }

@@ -5,8 +5,11 @@
 //! - [`connection`]: one client: handshake, frame loop, content assembly, closing.
 //! - [`channel`]: what each method on an open channel does (permissions, reply codes).
 //! - [`writer`]: drains a connection's outbox into its socket, sends heartbeats.
-//! - [`alarms`]: memory and disk alarms that block publishers; [`memory`]: memory readings.
+//! - [`alarms`]: memory, disk and storage-failure alarms that block publishers; [`memory`]:
+//!   memory readings.
+//! - [`durability`]: what the storage engine has synced, for publisher confirms.
 //! - [`management`]: the HTTP management API and Prometheus metrics.
+//! - [`fault_injection`]: test-only HTTP switches that make the next fsync fail.
 //! - [`metadata`]: durable topology: the journal it is written to and replayed from.
 //!
 //! A frame flows: socket -> `connection` (decode) -> `channel` (command) -> the broker's vhost
@@ -17,6 +20,7 @@ pub mod channel;
 pub mod config;
 pub mod connection;
 pub mod durability;
+pub mod fault_injection;
 pub mod management;
 pub mod memory;
 pub mod metadata;
@@ -52,6 +56,17 @@ pub struct Shared {
     /// The storage engine holding durable queues' persistent messages.
     pub store: Option<Arc<warren_store::Store>>,
     pub durability: Arc<durability::Durability>,
+}
+
+impl Shared {
+    /// Stops the node's writes for good after a failed fsync (of the WAL or the metadata
+    /// journal): publishers are blocked by the storage alarm, durable changes are refused.
+    /// Safe to call under a vhost or journal lock: it takes neither.
+    pub fn storage_failed(&self, why: &str) {
+        self.broker
+            .refuse_durable_changes(&format!("storage failure: {why}"));
+        self.alarms.raise_storage_failure(why);
+    }
 }
 
 /// Node-wide message counters for metrics; relaxed atomics, added to once per read batch.
@@ -96,6 +111,14 @@ pub async fn serve(
         journal: journal.map(std::sync::Mutex::new),
         store: storage.as_ref().map(|s| s.0.clone()),
         durability: storage.map(|s| s.1).unwrap_or_default(),
+    });
+    let mut failure = shared.durability.subscribe_failure();
+    let failing = shared.clone();
+    tokio::spawn(async move {
+        if let Ok(why) = failure.wait_for(Option::is_some).await {
+            let why = why.clone().unwrap_or_default();
+            failing.storage_failed(&why);
+        }
     });
     let ticking = shared.clone();
     tokio::spawn(async move {

@@ -1,6 +1,11 @@
 //! The HTTP management API: a RabbitMQ-compatible subset (`/api/...`, basic auth by an
 //! administrator) so that scripts written for RabbitMQ's management plugin keep working, and
 //! Prometheus metrics at `/metrics`.
+//!
+//! Alarms show as in RabbitMQ: `/api/nodes` (`mem_alarm`, `disk_free_alarm`, and our
+//! `storage_failed` with its reason), the health checks `/api/health/checks/alarms` and
+//! `/local-alarms` (503 with the alarms listed while any is in effect), and 0/1 gauges in
+//! `/metrics`.
 
 // Handlers return a ready HTTP response as their error; it is large, but this is the control
 // plane and errors are rare, so boxing would only add noise.
@@ -25,8 +30,14 @@ use warren_broker::users::{Pattern, Permissions};
 type Api = State<Arc<Shared>>;
 
 pub fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
+    let mut router = Router::new()
         .route("/api/overview", get(overview))
+        .route("/api/nodes", get(list_nodes))
+        .route("/api/health/checks/alarms", get(health_check_alarms))
+        .route(
+            "/api/health/checks/local-alarms",
+            get(health_check_local_alarms),
+        )
         .route("/api/vhosts", get(list_vhosts))
         .route("/api/vhosts/{vhost}", put(put_vhost).delete(delete_vhost))
         .route("/api/users", get(list_users))
@@ -41,16 +52,22 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/api/exchanges/{vhost}", get(list_exchanges))
         .route("/api/warren/vm-memory-high-watermark", put(put_watermark))
         .route("/api/warren/disk-free-limit", put(put_disk_free_limit))
-        .route("/metrics", get(metrics))
-        .with_state(shared)
+        .route("/metrics", get(metrics));
+    if shared.config.fault_injection.is_some() {
+        router = router.merge(crate::fault_injection::routes());
+    }
+    router.with_state(shared)
 }
 
-fn error(status: StatusCode, reason: &str) -> Response {
+/// The node's name as RabbitMQ would show it (one node per process, so a fixed one).
+const NODE_NAME: &str = "warren@localhost";
+
+pub(crate) fn error(status: StatusCode, reason: &str) -> Response {
     (status, Json(json!({ "error": status.canonical_reason().unwrap_or("error").to_lowercase(), "reason": reason }))).into_response()
 }
 
 /// Basic auth as the management plugin does it: a valid user with the administrator tag.
-fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), Response> {
+pub(crate) fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), Response> {
     let unauthorized = || error(StatusCode::UNAUTHORIZED, "Not management user");
     let value = headers
         .get("authorization")
@@ -119,7 +136,7 @@ async fn overview(State(s): Api, headers: HeaderMap) -> Response {
     Json(json!({
         "product_name": "warren",
         "product_version": env!("CARGO_PKG_VERSION"),
-        "node": "warren@localhost",
+        "node": NODE_NAME,
         "object_totals": {
             "connections": s.connections_open.load(Ordering::Relaxed),
             "channels": channels,
@@ -129,6 +146,66 @@ async fn overview(State(s): Api, headers: HeaderMap) -> Response {
         "queue_totals": { "messages_ready": ready, "messages_unacknowledged": unacked, "messages": ready + unacked },
     }))
     .into_response()
+}
+
+/// 500 for a change that cannot be written since the node's storage failed, before it is
+/// made, so that memory never holds what a restart would lose.
+fn refuse_if_failed(s: &Shared) -> Result<(), Response> {
+    crate::metadata::refuse_if_failed(s)
+        .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, &e.text))
+}
+
+/// The node with its resource limits and alarms, in the fields of RabbitMQ's /api/nodes.
+async fn list_nodes(State(s): Api, headers: HeaderMap) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    let alarms = s.alarms.state();
+    Json(json!([{
+        "name": NODE_NAME,
+        "type": "disc",
+        "running": true,
+        "mem_used": crate::memory::rss_bytes(),
+        "mem_limit": s.alarms.memory_watermark_bytes.load(Ordering::Relaxed),
+        "mem_alarm": alarms.memory,
+        "disk_free": crate::alarms::disk_free_bytes(&s.config.wal_dir()),
+        "disk_free_limit": s.alarms.disk_free_limit_bytes.load(Ordering::Relaxed),
+        "disk_free_alarm": alarms.disk,
+        "storage_failed": alarms.storage,
+        "storage_failure": s.alarms.storage_failure(),
+    }]))
+    .into_response()
+}
+
+/// RabbitMQ's health check body: 200 `{"status":"ok"}`, or 503 with every alarm in effect.
+fn alarms_health(s: &Shared, failed_reason: &str) -> Response {
+    let active = s.alarms.active();
+    if active.is_empty() {
+        return Json(json!({ "status": "ok" })).into_response();
+    }
+    let alarms: Vec<Value> = active
+        .into_iter()
+        .map(|(resource, reason)| json!({ "node": NODE_NAME, "resource": resource, "reason": reason }))
+        .collect();
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        Json(json!({ "status": "failed", "reason": failed_reason, "alarms": alarms })),
+    )
+        .into_response()
+}
+
+async fn health_check_alarms(State(s): Api, headers: HeaderMap) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    alarms_health(&s, "There are alarms in effect in the cluster")
+}
+
+async fn health_check_local_alarms(State(s): Api, headers: HeaderMap) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    alarms_health(&s, "There are alarms in effect on the node")
 }
 
 async fn list_vhosts(State(s): Api, headers: HeaderMap) -> Response {
@@ -150,6 +227,9 @@ async fn put_vhost(State(s): Api, headers: HeaderMap, Path(vhost): Path<String>)
     if let Err(r) = authorize(&s, &headers) {
         return r;
     }
+    if let Err(r) = refuse_if_failed(&s) {
+        return r;
+    }
     if s.broker.add_vhost(&vhost) {
         if let Err(e) = crate::metadata::append(&s, vec![MetaRecord::AddVhost { name: vhost }]) {
             return error(StatusCode::INTERNAL_SERVER_ERROR, &e.text);
@@ -162,6 +242,9 @@ async fn put_vhost(State(s): Api, headers: HeaderMap, Path(vhost): Path<String>)
 
 async fn delete_vhost(State(s): Api, headers: HeaderMap, Path(vhost): Path<String>) -> Response {
     if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    if let Err(r) = refuse_if_failed(&s) {
         return r;
     }
     if s.broker.delete_vhost(&vhost) {
@@ -219,6 +302,9 @@ async fn put_user(
             .collect(),
         _ => Vec::new(),
     };
+    if let Err(r) = refuse_if_failed(&s) {
+        return r;
+    }
     let mut users = s.broker.users.write().expect("users lock");
     let status = if users.exists(&user) {
         if let Some(password) = &body.password {
@@ -244,6 +330,9 @@ async fn put_user(
 
 async fn delete_user(State(s): Api, headers: HeaderMap, Path(user): Path<String>) -> Response {
     if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    if let Err(r) = refuse_if_failed(&s) {
         return r;
     }
     let mut users = s.broker.users.write().expect("users lock");
@@ -299,6 +388,9 @@ async fn put_permissions(
         },
         (Err(r), _, _) | (_, Err(r), _) | (_, _, Err(r)) => return r,
     };
+    if let Err(r) = refuse_if_failed(&s) {
+        return r;
+    }
     let mut users = s.broker.users.write().expect("users lock");
     if !users.exists(&user) {
         return error(
@@ -326,6 +418,9 @@ async fn delete_permissions(
     Path((vhost, user)): Path<(String, String)>,
 ) -> Response {
     if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    if let Err(r) = refuse_if_failed(&s) {
         return r;
     }
     let mut users = s.broker.users.write().expect("users lock");
@@ -505,6 +600,19 @@ async fn metrics(State(s): Api) -> Response {
         "# TYPE warren_messages_unroutable_total counter\nwarren_messages_unroutable_total {}",
         c.unroutable.load(Ordering::Relaxed)
     );
+    // RabbitMQ's prometheus plugin names for its alarms, plus ours: 1 while in effect.
+    let alarms = s.alarms.state();
+    for (name, on) in [
+        ("memory_used_watermark", alarms.memory),
+        ("free_disk_space_watermark", alarms.disk),
+        ("storage_failure", alarms.storage),
+    ] {
+        let _ = writeln!(
+            out,
+            "# TYPE warren_alarms_{name} gauge\nwarren_alarms_{name} {}",
+            u8::from(on)
+        );
+    }
     let _ = writeln!(out, "# TYPE warren_process_resident_memory_bytes gauge\nwarren_process_resident_memory_bytes {}", crate::memory::rss_bytes());
     let _ = writeln!(out, "# TYPE warren_queue_messages_ready gauge");
     let mut unacked = String::from("# TYPE warren_queue_messages_unacked gauge\n");

@@ -17,7 +17,9 @@ use warren_protocol::constants::INTERNAL_ERROR;
 use warren_store::journal::Journal;
 use warren_store::{Entry, Error as StoreError, Store};
 
-/// Appends `records`; an I/O failure is reported to the client as 541 INTERNAL_ERROR.
+/// Appends `records`; an I/O failure is reported to the client as 541 INTERNAL_ERROR. Once
+/// storage has failed nothing more is written (see [`refuse_if_failed`]), and a failed sync of
+/// the journal itself is such a failure.
 pub fn append(shared: &Shared, records: Vec<MetaRecord>) -> Result<(), AmqpError> {
     let Some(journal) = &shared.journal else {
         return Ok(());
@@ -25,15 +27,30 @@ pub fn append(shared: &Shared, records: Vec<MetaRecord>) -> Result<(), AmqpError
     if records.is_empty() {
         return Ok(());
     }
+    refuse_if_failed(shared)?;
     let payloads: Vec<Vec<u8>> = records.iter().map(MetaRecord::encode).collect();
-    journal
-        .lock()
-        .expect("journal lock")
-        .append(&payloads)
-        .map_err(|e| {
-            tracing::error!(error = %e, "cannot write the metadata journal");
-            AmqpError::new(INTERNAL_ERROR, format!("cannot persist metadata: {e}"))
-        })
+    let mut journal = journal.lock().expect("journal lock");
+    journal.append(&payloads).map_err(|e| {
+        tracing::error!(error = %e, "cannot write the metadata journal");
+        if let Some(why) = journal.poisoned() {
+            shared.storage_failed(why);
+        }
+        AmqpError::new(INTERNAL_ERROR, format!("cannot persist metadata: {e}"))
+    })
+}
+
+/// 541 INTERNAL_ERROR once the node's storage has failed: a change that cannot be written is
+/// refused rather than made in memory only.
+pub fn refuse_if_failed(shared: &Shared) -> Result<(), AmqpError> {
+    match shared.alarms.storage_failure() {
+        None => Ok(()),
+        Some(why) => Err(AmqpError::new(
+            INTERNAL_ERROR,
+            format!(
+                "storage failure: {why}; durable changes are refused until the node is restarted"
+            ),
+        )),
+    }
 }
 
 /// Persists what the last command on `vhost` changed; call with the vhost still locked.
@@ -56,9 +73,12 @@ pub fn tick(shared: &Shared) {
     }
     if let Some(journal) = &shared.journal {
         let mut j = journal.lock().expect("journal lock");
-        if j.wants_compaction() {
+        if j.wants_compaction() && shared.alarms.storage_failure().is_none() {
             if let Err(e) = compact(&mut j) {
                 tracing::error!(error = %e, "metadata journal compaction failed");
+                if let Some(why) = j.poisoned() {
+                    shared.storage_failed(why);
+                }
             }
         }
     }
@@ -121,6 +141,18 @@ impl std::ops::DerefMut for MetaGuard<'_> {
     }
 }
 
+impl MetaGuard<'_> {
+    /// Journals the durable changes made through the guard now, so that a failed write
+    /// reaches the client as 541 INTERNAL_ERROR instead of a declare-ok (the drop can only log
+    /// it). For commands a client waits on; node-initiated changes rely on the drop.
+    pub fn persist(mut self) -> Result<(), AmqpError> {
+        if self.vhost.has_meta() {
+            persist(self.shared, &mut self.vhost)?;
+        }
+        Ok(())
+    }
+}
+
 impl Drop for MetaGuard<'_> {
     fn drop(&mut self) {
         if self.vhost.has_meta() {
@@ -180,8 +212,13 @@ pub fn apply_store_ops(shared: &Shared, ops: Vec<StoreOp>) -> Result<Vec<(u64, u
             }
             StoreOp::DeleteLog { log } => store.delete_log(log),
         };
-        if let Err(e) = result {
-            tracing::error!(error = %e, "storage engine refused an operation");
+        match result {
+            Ok(()) => {}
+            // Reported once, by the storage alarm; every ack after it would repeat it.
+            Err(StoreError::Poisoned(e)) => {
+                tracing::debug!(error = %e, "stopped storage engine refused an operation")
+            }
+            Err(e) => tracing::error!(error = %e, "storage engine refused an operation"),
         }
     }
     if failed {

@@ -11,6 +11,11 @@
 //! acknowledged only after its sync, so what follows a bad record was never acknowledged.
 //! Compaction writes `snapshot.tmp`, syncs it, renames it over `snapshot` and syncs the
 //! directory before emptying the journal, so a crash at any point leaves a readable state.
+//!
+//! Faults, as in the WAL: a failed fdatasync stops the journal for good (every later append
+//! fails), since the kernel may have dropped the unwritten pages and a retry could report
+//! them durable. A failed write (a full disk) cuts the file back to its last whole record, so
+//! that a later append never lands behind a torn one (replay would stop there and drop it).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -30,6 +35,10 @@ pub struct Journal {
     file: File,
     journal_bytes: u64,
     snapshot_bytes: u64,
+    /// Why the journal stopped (a failed sync); never cleared but by reopening.
+    poisoned: Option<String>,
+    /// Test-only fault injection: `fail_sync` fails the next sync of the journal.
+    faults: Option<std::sync::Arc<crate::Faults>>,
 }
 
 fn encode(out: &mut Vec<u8>, payload: &[u8]) {
@@ -100,6 +109,8 @@ impl Journal {
                 file,
                 journal_bytes: valid,
                 snapshot_bytes,
+                poisoned: None,
+                faults: None,
             },
             records,
         ))
@@ -107,6 +118,7 @@ impl Journal {
 
     /// Appends records and syncs them: when this returns Ok they survive a crash.
     pub fn append(&mut self, payloads: &[Vec<u8>]) -> io::Result<()> {
+        self.check_poisoned()?;
         if payloads.is_empty() {
             return Ok(());
         }
@@ -114,10 +126,53 @@ impl Journal {
         for p in payloads {
             encode(&mut buf, p);
         }
-        self.file.write_all(&buf)?;
-        self.file.sync_data()?;
+        if let Err(e) = self.file.write_all(&buf) {
+            if let Err(cut) = self.file.set_len(self.journal_bytes) {
+                self.poison(format!(
+                    "cutting a failed metadata journal write ({e}): {cut}"
+                ));
+            }
+            return Err(e);
+        }
+        if let Err(e) = self.sync_data() {
+            self.poison(format!("fdatasync of the metadata journal: {e}"));
+            return Err(e);
+        }
         self.journal_bytes += buf.len() as u64;
         Ok(())
+    }
+
+    /// Why the journal stopped taking appends, if it did: a failed sync, which only a
+    /// restart (reopening, which replays what is really on disk) gets past.
+    pub fn poisoned(&self) -> Option<&str> {
+        self.poisoned.as_deref()
+    }
+
+    /// Test-only: lets `faults.fail_sync` fail the journal's next sync.
+    #[doc(hidden)]
+    pub fn set_faults(&mut self, faults: std::sync::Arc<crate::Faults>) {
+        self.faults = Some(faults);
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        if let Some(f) = &self.faults {
+            f.before_sync()?;
+        }
+        self.file.sync_data()
+    }
+
+    fn poison(&mut self, why: String) {
+        tracing::error!(%why, "the metadata journal stopped: no more metadata is durable");
+        self.poisoned.get_or_insert(why);
+    }
+
+    fn check_poisoned(&self) -> io::Result<()> {
+        match &self.poisoned {
+            None => Ok(()),
+            Some(why) => Err(io::Error::other(format!(
+                "metadata journal stopped by an earlier failure: {why}"
+            ))),
+        }
     }
 
     /// Whether the journal has grown enough past the snapshot to be worth compacting.
@@ -128,6 +183,7 @@ impl Journal {
 
     /// Replaces snapshot and journal by `state`: the records of the whole current state.
     pub fn compact(&mut self, state: &[Vec<u8>]) -> io::Result<()> {
+        self.check_poisoned()?;
         let mut buf = Vec::new();
         for p in state {
             encode(&mut buf, p);
@@ -139,9 +195,14 @@ impl Journal {
             f.sync_all()?;
         }
         fs::rename(&tmp, self.dir.join("snapshot"))?;
-        sync_dir(&self.dir)?;
-        self.file.set_len(0)?;
-        self.file.sync_all()?;
+        // Past the rename, a failure leaves what is on disk uncertain: stop, as for an append.
+        let emptied = sync_dir(&self.dir)
+            .and_then(|()| self.file.set_len(0))
+            .and_then(|()| self.file.sync_all());
+        if let Err(e) = emptied {
+            self.poison(format!("compacting the metadata journal: {e}"));
+            return Err(e);
+        }
         self.snapshot_bytes = buf.len() as u64;
         self.journal_bytes = 0;
         Ok(())
@@ -200,6 +261,28 @@ mod tests {
         drop(j);
         let (_, got) = Journal::open(&d).unwrap();
         assert_eq!(got, vec![b"keep".to_vec(), b"after".to_vec()]);
+    }
+
+    #[test]
+    fn a_failed_sync_stops_every_later_append_and_reopening_keeps_what_was_synced() {
+        let d = dir("poison");
+        let faults = std::sync::Arc::new(crate::Faults::default());
+        let (mut j, _) = Journal::open(&d).unwrap();
+        j.set_faults(faults.clone());
+        j.append(&[b"synced".to_vec()]).unwrap();
+        faults
+            .fail_sync
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(j.append(&[b"failed".to_vec()]).is_err());
+        assert!(j.poisoned().unwrap().contains("fdatasync"));
+        // Never retried, though the disk would now sync: the failed write is not durable.
+        let later = j.append(&[b"later".to_vec()]).unwrap_err();
+        assert!(later.to_string().contains("earlier failure"), "{later}");
+        assert!(j.compact(&[b"state".to_vec()]).is_err());
+        drop(j);
+        let (_, got) = Journal::open(&d).unwrap();
+        assert_eq!(got[0], b"synced".to_vec());
+        assert!(!got.contains(&b"later".to_vec()));
     }
 
     #[test]

@@ -75,8 +75,12 @@ enum CtlCommand {
         #[arg(short = 'p', long = "vhost", default_value = "/")]
         vhost: String,
     },
-    /// Node overview: totals of connections, channels, queues and messages.
+    /// Node overview: totals of connections, channels, queues and messages, then the alarms
+    /// in effect (memory, disk, storage failure).
     Status,
+    /// rabbitmq-diagnostics check_local_alarms: fails (exit code 1) while any alarm is in
+    /// effect on the node, naming each.
+    CheckLocalAlarms,
     /// Set the memory alarm threshold: a fraction of RAM (0.4), or `absolute BYTES`.
     SetVmMemoryHighWatermark {
         args: Vec<String>,
@@ -176,6 +180,25 @@ fn dechunk(mut s: &str) -> String {
         }
         out.push_str(&rest[..n]);
         s = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// The alarms one /api/nodes entry reports, one line each.
+fn node_alarms(node: &Value) -> Vec<String> {
+    let name = node["name"].as_str().unwrap_or_default();
+    let mut out = Vec::new();
+    if node["mem_alarm"] == true {
+        out.push(format!("Memory alarm on node {name}"));
+    }
+    if node["disk_free_alarm"] == true {
+        out.push(format!("Free disk space alarm on node {name}"));
+    }
+    if node["storage_failed"] == true {
+        out.push(format!(
+            "Storage failure alarm on node {name}: {} (writes stopped until the node is restarted)",
+            node["storage_failure"].as_str().unwrap_or_default()
+        ));
     }
     out
 }
@@ -377,6 +400,48 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
                 serde_json::from_str(&expect_ok(request(&ep, "GET", "/api/overview", None)?)?)
                     .unwrap_or_default();
             println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            let nodes: Value =
+                serde_json::from_str(&expect_ok(request(&ep, "GET", "/api/nodes", None)?)?)
+                    .unwrap_or_default();
+            println!("\nAlarms\n");
+            let alarms: Vec<String> = nodes
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(node_alarms)
+                .collect();
+            if alarms.is_empty() {
+                println!("(none)");
+            }
+            for a in alarms {
+                println!("{a}");
+            }
+        }
+        CtlCommand::CheckLocalAlarms => {
+            let (code, body) = request(&ep, "GET", "/api/health/checks/local-alarms", None)?;
+            if code == 503 {
+                let v: Value = serde_json::from_str(&body).unwrap_or_default();
+                let lines: Vec<String> = v["alarms"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|a| {
+                        format!(
+                            "{} alarm on node {}: {}",
+                            a["resource"].as_str().unwrap_or_default(),
+                            a["node"].as_str().unwrap_or_default(),
+                            a["reason"].as_str().unwrap_or_default()
+                        )
+                    })
+                    .collect();
+                return Err(format!(
+                    "{}:\n{}",
+                    v["reason"].as_str().unwrap_or("alarms in effect"),
+                    lines.join("\n")
+                ));
+            }
+            expect_ok((code, body))?;
+            println!("Node reported no local alarms");
         }
     }
     Ok(())

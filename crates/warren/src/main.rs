@@ -85,6 +85,12 @@ struct ServerArgs {
     /// Log filter, e.g. info or warren_server=debug.
     #[arg(long, env = "WARREN_LOG", default_value = "info")]
     log: String,
+    /// TESTS ONLY: lets administrators make the next fsync fail over the management API
+    /// (POST /api/warren/faults/fail-next-fsync), which stops the node's writes until a
+    /// restart. Hidden, and deliberately without an environment variable or a config-file
+    /// key, so that only a command line written for a test turns it on.
+    #[arg(long, hide = true)]
+    fault_injection: bool,
 }
 
 impl ServerArgs {
@@ -145,6 +151,9 @@ impl ServerArgs {
         }
         if let Some(v) = self.message_memory_bytes {
             c.message_memory_bytes = v;
+        }
+        if self.fault_injection {
+            c.fault_injection = Some(Default::default());
         }
         Ok(c)
     }
@@ -216,8 +225,16 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
             let _ = stop_tx.send(true);
         });
         let broker = Arc::new(warren_broker::broker::Broker::new());
+        if config.fault_injection.is_some() {
+            tracing::warn!("fault injection is on (--fault-injection): for tests only, never in production");
+        }
         let journal = match warren_server::metadata::recover(&config.meta_dir().join("topology"), &broker) {
-            Ok(j) => j,
+            Ok(mut j) => {
+                if let Some(faults) = &config.fault_injection {
+                    j.set_faults(faults.metadata.clone());
+                }
+                j
+            }
             Err(e) => {
                 eprintln!("warren: {e}");
                 return std::process::ExitCode::from(1);
@@ -228,6 +245,9 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
         store_config.wal_dir = config.wal_dir();
         store_config.segment_dir = config.segment_dir();
         store_config.meta_dir = config.meta_dir().join("store");
+        if let Some(faults) = &config.fault_injection {
+            store_config.faults = faults.wal.clone();
+        }
         let store = match warren_store::Store::open(store_config, durability.clone()) {
             Ok((store, _logs)) => Arc::new(store),
             Err(e) => {

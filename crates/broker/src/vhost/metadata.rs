@@ -177,6 +177,59 @@ impl VHost {
         })
     }
 
+    /// Refuses, from now on, every command that would change durable state (the node's
+    /// storage failed and nothing more can be written). Not undone: only a restart clears it.
+    pub fn refuse_durable_changes(&self, why: &str) {
+        let _ = self.durable_changes_refused.set(why.to_string());
+    }
+
+    /// Makes this vhost refuse durable changes whenever `refusal` is set: the node's one
+    /// switch, shared by all its vhosts.
+    pub fn share_durable_refusal(&mut self, refusal: Arc<OnceLock<String>>) {
+        self.durable_changes_refused = refusal;
+    }
+
+    /// Checked before a command changes durable state, never after: the refusal must leave
+    /// memory as it was, since what memory says is what clients are told.
+    pub(super) fn durable_change_allowed(&self) -> Result<()> {
+        match self.durable_changes_refused.get() {
+            None => Ok(()),
+            // 541: an AMQP connection exception that, in the spec's words, "may require
+            // intervention by an operator in order to resume normal operations" (a restart).
+            Some(why) => Err(AmqpError::new(
+                warren_protocol::constants::INTERNAL_ERROR,
+                format!("{why}; durable changes are refused until the node is restarted"),
+            )),
+        }
+    }
+
+    /// [`VHost::durable_change_allowed`] for a bind (`bind`) or unbind that would be
+    /// journalled: both ends durable, and the binding new (bind) or present (unbind). A client
+    /// re-declaring the bindings it already has is not refused.
+    pub(super) fn binding_change_allowed(
+        &self,
+        bind: bool,
+        source: ExchangeId,
+        destination: Destination,
+        key: &str,
+        arguments: &FieldTable,
+    ) -> Result<()> {
+        if self.durable_changes_refused.get().is_none()
+            || self
+                .binding_record(bind, source, destination, key.as_bytes(), arguments)
+                .is_none()
+        {
+            return Ok(());
+        }
+        let exists = self
+            .routes
+            .binding_exists(source, destination, key.as_bytes(), arguments);
+        if exists == bind {
+            return Ok(());
+        }
+        self.durable_change_allowed()
+    }
+
     pub(super) fn record_binding(
         &mut self,
         bind: bool,

@@ -25,7 +25,7 @@ use crate::routing::{Destination, ExchangeId, ExchangeKind, QueueId, RoutingTabl
 use amq_protocol_types::{AMQPValue, FieldArray, FieldTable, LongString};
 use bytes::Bytes;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use warren_protocol::amqp::{basic, AMQPClass};
 use warren_protocol::content::{encode_header, Properties};
 use warren_protocol::frame::encode_body;
@@ -120,6 +120,11 @@ pub struct VHost {
     paging: Option<Paging>,
     /// Queues that took stored messages since the last [`VHost::page_out`].
     page_out_due: Vec<QueueId>,
+    /// Why durable changes are refused, once the node's storage has failed: a command that
+    /// would change durable state fails before it changes anything, so no client is told of
+    /// a change that the next restart would silently undo. Shared by every vhost of a node,
+    /// so that refusing takes no vhost lock (the failure may be found under one).
+    durable_changes_refused: Arc<OnceLock<String>>,
 }
 
 /// A message leaving a queue for its dead-letter exchange.
@@ -157,6 +162,7 @@ impl VHost {
             unix_ms_at_epoch: 0,
             paging: None,
             page_out_due: Vec::new(),
+            durable_changes_refused: Arc::default(),
         };
         for (n, kind, internal) in STANDARD_EXCHANGES {
             v.create_exchange(n, *kind, true, false, *internal, FieldTable::default());
@@ -293,6 +299,7 @@ impl VHost {
             }
         }
         if durable {
+            self.durable_change_allowed()?;
             self.meta.push(MetaRecord::DeclareExchange {
                 vhost: self.name.clone(),
                 name: name.to_string(),
@@ -323,6 +330,9 @@ impl VHost {
                 "exchange '{name}' in vhost '{}' in use",
                 self.name
             )));
+        }
+        if self.exchanges[&id].durable {
+            self.durable_change_allowed()?;
         }
         self.delete_exchange_by_id(id);
         Ok(())
@@ -375,6 +385,7 @@ impl VHost {
         // rabbit_binding reports a missing source before a missing destination.
         let src = self.exchange_id(source)?;
         let dst = self.exchange_id(destination)?;
+        self.binding_change_allowed(true, src, Destination::Exchange(dst), key, arguments)?;
         let new = self
             .routes
             .bind(src, Destination::Exchange(dst), key.as_bytes(), arguments)
@@ -404,6 +415,7 @@ impl VHost {
         let (Ok(src), Ok(dst)) = (self.exchange_id(source), self.exchange_id(destination)) else {
             return Ok(());
         };
+        self.binding_change_allowed(false, src, Destination::Exchange(dst), key, arguments)?;
         let unbound = self
             .routes
             .unbind(src, Destination::Exchange(dst), key.as_bytes(), arguments)
@@ -531,6 +543,9 @@ impl VHost {
                 return Err(bad("non-durable"));
             }
         }
+        if durable {
+            self.durable_change_allowed()?;
+        }
         let id = self.free_queue_ids.pop().unwrap_or_else(|| {
             self.next_queue += 1;
             QueueId(self.next_queue - 1)
@@ -581,6 +596,7 @@ impl VHost {
         // rabbit_binding reports a missing exchange (the source) before a missing queue.
         let xid = self.exchange_id(exchange)?;
         let qid = self.usable_queue(queue, conn)?.id;
+        self.binding_change_allowed(true, xid, Destination::Queue(qid), key, arguments)?;
         let new = self
             .routes
             .bind(xid, Destination::Queue(qid), key.as_bytes(), arguments)
@@ -621,6 +637,7 @@ impl VHost {
             return Ok(());
         }
         self.usable_queue(queue, conn)?;
+        self.binding_change_allowed(false, xid, Destination::Queue(qid), key, arguments)?;
         let unbound = self
             .routes
             .unbind(xid, Destination::Queue(qid), key.as_bytes(), arguments)
@@ -641,6 +658,12 @@ impl VHost {
     }
 
     pub fn queue_purge(&mut self, conn: ConnId, queue: &str) -> Result<u32> {
+        let q = self.usable_queue(queue, conn)?;
+        if q.log_id.is_some() && !q.backlog.is_empty() {
+            // The releases could not be written: the purged messages would be back after a
+            // restart.
+            self.durable_change_allowed()?;
+        }
         let q = self.usable_queue(queue, conn)?;
         let purged = q.backlog.clear();
         let mut ops = Vec::new();
@@ -674,7 +697,10 @@ impl VHost {
                 "queue '{queue}' in vhost '{vhost}' not empty"
             )));
         }
-        let id = q.id;
+        let (id, durable) = (q.id, q.durable);
+        if durable {
+            self.durable_change_allowed()?;
+        }
         Ok(self.delete_queue_by_id(id))
     }
 

@@ -1,0 +1,66 @@
+//! Test-only fault injection over HTTP, so that tests can prove what a real broker process
+//! does when its disk fails (`tests/interop/python/test_storage_failure.py`).
+//!
+//! Off unless the node was started with the hidden `--fault-injection` flag, which has no
+//! environment variable and no config-file key, so it cannot be turned on by accident; the
+//! node then logs a warning at start. Even then the routes below need an administrator.
+//!
+//! `POST /api/warren/faults/fail-next-fsync` makes the next fdatasync of the WAL fail with
+//! EIO (the next one that has records to sync: a persistent publish triggers it);
+//! `?target=metadata` makes the metadata journal's next sync fail instead (a durable declare
+//! triggers it). Either stops the node's writes for good, as a real failure would.
+
+use crate::Shared;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use serde::Deserialize;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use warren_store::Faults;
+
+/// The switches a node with fault injection on hands to the management API.
+#[derive(Debug, Clone, Default)]
+pub struct FaultInjection {
+    /// The storage engine's (the WAL's) switches.
+    pub wal: Arc<Faults>,
+    /// The metadata journal's: apart, so a test chooses which file fails.
+    pub metadata: Arc<Faults>,
+}
+
+pub fn routes() -> Router<Arc<Shared>> {
+    Router::new().route("/api/warren/faults/fail-next-fsync", post(fail_next_fsync))
+}
+
+#[derive(Deserialize)]
+struct Target {
+    target: Option<String>,
+}
+
+async fn fail_next_fsync(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Query(q): Query<Target>,
+) -> Response {
+    if let Err(r) = crate::management::authorize(&s, &headers) {
+        return r;
+    }
+    let Some(faults) = &s.config.fault_injection else {
+        return crate::management::error(StatusCode::NOT_FOUND, "Object Not Found");
+    };
+    let (which, switches) = match q.target.as_deref() {
+        None | Some("wal") => ("wal", &faults.wal),
+        Some("metadata") => ("metadata", &faults.metadata),
+        Some(other) => {
+            return crate::management::error(
+                StatusCode::BAD_REQUEST,
+                &format!("unknown target '{other}': wal or metadata"),
+            )
+        }
+    };
+    switches.fail_sync.store(true, Ordering::Relaxed);
+    tracing::warn!(file = which, "fault injection: the next fsync will fail");
+    StatusCode::NO_CONTENT.into_response()
+}
