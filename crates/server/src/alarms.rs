@@ -33,8 +33,9 @@ impl AlarmState {
 pub struct Alarms {
     pub memory_watermark_bytes: AtomicU64,
     pub disk_free_limit_bytes: AtomicU64,
-    /// The directory whose file system is watched: the WAL's, where publishes land first.
-    disk_dir: PathBuf,
+    /// The WAL, segment and metadata directories: they may sit on separate disks (seed 001), and
+    /// any of them filling up stops the node's writes, so the least free one decides.
+    disk_dirs: Vec<PathBuf>,
     state: watch::Sender<AlarmState>,
     /// What failed, set once: the first failure is the one that matters.
     storage_failure: OnceLock<String>,
@@ -50,15 +51,29 @@ pub fn disk_free_bytes(dir: &std::path::Path) -> Option<u64> {
     (rc == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
 }
 
+/// Free bytes on the fullest of the file systems holding `dirs`; `None` when none can be read.
+pub fn least_disk_free_bytes(dirs: &[PathBuf]) -> Option<u64> {
+    dirs.iter().filter_map(|d| disk_free_bytes(d)).min()
+}
+
 impl Alarms {
-    pub fn new(memory_watermark_bytes: u64, disk_free_limit_bytes: u64, disk_dir: PathBuf) -> Self {
+    pub fn new(
+        memory_watermark_bytes: u64,
+        disk_free_limit_bytes: u64,
+        disk_dirs: Vec<PathBuf>,
+    ) -> Self {
         Alarms {
             memory_watermark_bytes: AtomicU64::new(memory_watermark_bytes),
             disk_free_limit_bytes: AtomicU64::new(disk_free_limit_bytes),
-            disk_dir,
+            disk_dirs,
             state: watch::channel(AlarmState::default()).0,
             storage_failure: OnceLock::new(),
         }
+    }
+
+    /// Free bytes on the fullest storage file system: what the disk alarm compares to its limit.
+    pub fn disk_free_bytes(&self) -> Option<u64> {
+        least_disk_free_bytes(&self.disk_dirs)
     }
 
     pub fn state(&self) -> AlarmState {
@@ -118,7 +133,7 @@ impl Alarms {
     pub fn evaluate(&self) {
         let rss = crate::memory::rss_bytes();
         let watermark = self.memory_watermark_bytes.load(Ordering::Relaxed);
-        let free = disk_free_bytes(&self.disk_dir);
+        let free = self.disk_free_bytes();
         let limit = self.disk_free_limit_bytes.load(Ordering::Relaxed);
         let before = *self.state.borrow();
         let now = AlarmState {
@@ -171,7 +186,7 @@ mod tests {
 
     fn alarms() -> Alarms {
         // Limits no machine reaches: only the storage alarm can be in effect.
-        Alarms::new(u64::MAX, 0, std::env::temp_dir())
+        Alarms::new(u64::MAX, 0, vec![std::env::temp_dir()])
     }
 
     #[test]

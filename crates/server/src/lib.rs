@@ -96,7 +96,7 @@ pub async fn serve(
     let alarms = Arc::new(alarms::Alarms::new(
         config.memory_high_watermark_bytes,
         config.disk_free_limit_bytes,
-        config.wal_dir(),
+        vec![config.wal_dir(), config.segment_dir(), config.meta_dir()],
     ));
     tokio::spawn(alarms::monitor(alarms.clone()));
     let shared = Arc::new(Shared {

@@ -168,7 +168,7 @@ async fn list_nodes(State(s): Api, headers: HeaderMap) -> Response {
         "mem_used": crate::memory::rss_bytes(),
         "mem_limit": s.alarms.memory_watermark_bytes.load(Ordering::Relaxed),
         "mem_alarm": alarms.memory,
-        "disk_free": crate::alarms::disk_free_bytes(&s.config.wal_dir()),
+        "disk_free": s.alarms.disk_free_bytes(),
         "disk_free_limit": s.alarms.disk_free_limit_bytes.load(Ordering::Relaxed),
         "disk_free_alarm": alarms.disk,
         "storage_failed": alarms.storage,
