@@ -28,14 +28,23 @@ pub struct ServerConfig {
     pub segment_dir: Option<PathBuf>,
     /// Metadata: the durable topology journal [default: DATA_DIR/meta].
     pub meta_dir: Option<PathBuf>,
+    /// Size at which the WAL rolls over to a new file and the old one is settled (its backlog
+    /// adopted in place or copied into segments, or the file deleted). Smaller files settle a
+    /// backlog sooner and bound recovery's replay; larger ones write fewer sidecars. RabbitMQ's
+    /// `raft.wal_max_size_bytes` plays the same part.
+    pub wal_file_bytes_max: u64,
+    /// A rolled WAL file at least this percent live is kept in place as the backlog's data
+    /// file (written once, but it stays on the WAL's disk); above 100 every backlog is copied
+    /// into segments instead (written twice, moved to the segment disk).
+    pub adopt_live_percent_min: u64,
     pub heartbeat_s: u16,
     pub channel_max: u16,
     pub frame_max_bytes: u32,
     pub message_bytes_max: u64,
     /// Publishers are blocked (connection.blocked) while the broker's RSS is above this.
     pub memory_high_watermark_bytes: u64,
-    /// Publishers are blocked while the WAL's file system has less free space than this
-    /// (RabbitMQ's disk_free_limit, 50 MB by default).
+    /// Publishers are blocked while the fullest of the WAL's, segments' and metadata's file
+    /// systems has less free space than this (RabbitMQ's disk_free_limit, 50 MB by default).
     pub disk_free_limit_bytes: u64,
     /// Message bodies durable queues may hold in memory, node-wide; beyond it each keeps only
     /// the head of its backlog in memory and reads the rest from disk as consumers reach it.
@@ -56,6 +65,8 @@ impl Default for ServerConfig {
             wal_dir: None,
             segment_dir: None,
             meta_dir: None,
+            wal_file_bytes_max: warren_store::config::WAL_FILE_BYTES_DEFAULT,
+            adopt_live_percent_min: warren_store::config::ADOPT_LIVE_PERCENT_MIN,
             heartbeat_s: HEARTBEAT_DEFAULT_S,
             channel_max: CHANNEL_MAX_DEFAULT,
             frame_max_bytes: FRAME_MAX_DEFAULT_BYTES,

@@ -654,7 +654,45 @@ async fn metrics(State(s): Api) -> Response {
             budget.limit()
         );
     }
+    if let Some(store) = &s.store {
+        write_store_metrics(&mut out, &store.stats());
+    }
     ([("content-type", "text/plain; version=0.0.4")], out).into_response()
+}
+
+/// The storage engine's counters since the process started: how hard the WAL works (syncs per
+/// append tell how well group commit batches), what reaches the disk (bytes written per payload
+/// byte is the write amplification), and what happens to rolled WAL files.
+fn write_store_metrics(out: &mut String, st: &warren_store::Stats) {
+    let counters = [
+        ("wal_appends_total", st.appends),
+        ("wal_syncs_total", st.wal_syncs),
+        ("wal_written_bytes_total", st.wal_bytes),
+        ("segment_written_bytes_total", st.segment_bytes),
+        ("sidecar_written_bytes_total", st.adopted_index_bytes),
+        ("checkpoint_written_bytes_total", st.checkpoint_bytes),
+        ("wal_files_copied_total", st.wal_files_flushed),
+        ("wal_files_adopted_total", st.wal_files_adopted),
+        ("adopted_files_deleted_total", st.adopted_files_deleted),
+        ("adopted_files_compacted_total", st.adopted_files_compacted),
+        ("segments_deleted_total", st.segments_deleted),
+        ("segments_compacted_total", st.segments_compacted),
+    ];
+    for (name, v) in counters {
+        let _ = writeln!(
+            out,
+            "# TYPE warren_store_{name} counter\nwarren_store_{name} {v}"
+        );
+    }
+    for (name, v) in [
+        ("cache_bytes", st.cache_bytes),
+        ("pending_records", st.pending_records),
+    ] {
+        let _ = writeln!(
+            out,
+            "# TYPE warren_store_{name} gauge\nwarren_store_{name} {v}"
+        );
+    }
 }
 
 fn escape(s: &str) -> String {

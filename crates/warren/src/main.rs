@@ -35,7 +35,8 @@ enum Command {
 
 #[derive(Args, Debug)]
 struct ServerArgs {
-    /// TOML file with server settings (keys: listen, data_dir, heartbeat_s, channel_max,
+    /// TOML file with server settings (keys: listen, data_dir, wal_dir, segment_dir, meta_dir,
+    /// wal_file_bytes_max, adopt_live_percent_min, heartbeat_s, channel_max,
     /// frame_max_bytes, message_bytes_max, memory_high_watermark_bytes, disk_free_limit_bytes,
     /// message_memory_bytes, management_listen).
     #[arg(long, env = "WARREN_CONFIG")]
@@ -55,6 +56,14 @@ struct ServerArgs {
     /// Metadata (durable exchanges, queues, bindings, users, vhosts) [default: DATA_DIR/meta].
     #[arg(long, env = "WARREN_META_DIR")]
     meta_dir: Option<PathBuf>,
+    /// Size at which the WAL rolls over to a new file, 4096 to 1073741824 [default: 268435456].
+    #[arg(long, env = "WARREN_WAL_FILE_BYTES_MAX")]
+    wal_file_bytes_max: Option<u64>,
+    /// A rolled WAL file whose entries are at least this percent still queued is kept in place
+    /// (a backlog written once, but left on the WAL's disk); 101 copies every backlog into the
+    /// segment directory instead (written twice) [default: 50].
+    #[arg(long, env = "WARREN_ADOPT_LIVE_PERCENT_MIN")]
+    adopt_live_percent_min: Option<u64>,
     /// Heartbeat interval offered to clients, in seconds; 0 disables [default: 60].
     #[arg(long, env = "WARREN_HEARTBEAT")]
     heartbeat: Option<u16>,
@@ -71,8 +80,8 @@ struct ServerArgs {
     /// [default: 40% of physical memory].
     #[arg(long, env = "WARREN_MEMORY_HIGH_WATERMARK_BYTES")]
     memory_high_watermark_bytes: Option<u64>,
-    /// Publishers are blocked while the WAL's file system has less free space than this many
-    /// bytes [default: 50000000, as RabbitMQ's disk_free_limit].
+    /// Publishers are blocked while the fullest of the WAL's, segments' and metadata's file
+    /// systems has less free space than this many bytes [default: 50000000, as RabbitMQ's disk_free_limit].
     #[arg(long, env = "WARREN_DISK_FREE_LIMIT_BYTES")]
     disk_free_limit_bytes: Option<u64>,
     /// Message bodies durable queues may keep in memory across the node; beyond it, long
@@ -118,6 +127,19 @@ impl ServerArgs {
         }
         if let Some(v) = &self.meta_dir {
             c.meta_dir = Some(v.clone());
+        }
+        if let Some(v) = self.wal_file_bytes_max {
+            c.wal_file_bytes_max = v;
+        }
+        use warren_store::config::{WAL_FILE_BYTES_MAX, WAL_FILE_BYTES_MIN};
+        if !(WAL_FILE_BYTES_MIN..=WAL_FILE_BYTES_MAX).contains(&c.wal_file_bytes_max) {
+            return Err(format!(
+                "wal file bytes max must be between {WAL_FILE_BYTES_MIN} and {WAL_FILE_BYTES_MAX}, got {}",
+                c.wal_file_bytes_max
+            ));
+        }
+        if let Some(v) = self.adopt_live_percent_min {
+            c.adopt_live_percent_min = v;
         }
         if let Some(v) = self.heartbeat {
             c.heartbeat_s = v;
@@ -245,6 +267,8 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
         store_config.wal_dir = config.wal_dir();
         store_config.segment_dir = config.segment_dir();
         store_config.meta_dir = config.meta_dir().join("store");
+        store_config.wal_file_bytes_max = config.wal_file_bytes_max;
+        store_config.adopt_live_percent_min = config.adopt_live_percent_min;
         if let Some(faults) = &config.fault_injection {
             store_config.faults = faults.wal.clone();
         }

@@ -1,6 +1,10 @@
-"""Assertions shared by the suite: the exact AMQP error a broker answers with."""
+"""Assertions shared by the suite: the exact AMQP error a broker answers with; reading warren's
+management API."""
 
+import base64
 import time
+import urllib.parse
+import urllib.request
 
 import pika
 import pytest
@@ -80,3 +84,21 @@ def no_more_messages(conn, ch, queue, wait=0.3):
 
 def props(**kwargs):
     return pika.BasicProperties(**kwargs)
+
+
+def management(broker, path):
+    """GET `path` from the broker's management API as its administrator; the body as text."""
+    uri = urllib.parse.urlparse(broker.management_uri)
+    req = urllib.request.Request(f"http://{uri.hostname}:{uri.port}{path}")
+    token = base64.b64encode(f"{uri.username}:{uri.password}".encode()).decode()
+    req.add_header("Authorization", f"Basic {token}")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return r.read().decode()
+
+
+def metric(broker, name):
+    """The value of an unlabelled metric in /metrics."""
+    for line in management(broker, "/metrics").splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"no metric {name}")

@@ -26,7 +26,12 @@ Kills land while publishers have a window of unconfirmed messages outstanding, s
 consumer is acking, and sometimes a second time within moments of the restart (while the store
 is replaying its WAL and the segment writer is flushing it).
 
-Knobs: WARREN_CRASH_CYCLES (default 50), WARREN_CRASH_SEED (random by default; printed, so a run's
+The broker runs with 1 MiB WAL files (instead of 256 MiB), so that most cycles roll the WAL
+several times and kills also land while the segment writer settles rolled files: adopting a
+backlog in place (sidecar, then checkpoint), copying a sparse one into segments, deleting an
+emptied file, compacting.
+
+Knobs: WARREN_CRASH_CYCLES (default 50), WARREN_CRASH_WAL_FILE_BYTES (default 1 MiB), WARREN_CRASH_SEED (random by default; printed, so a run's
 choices can be replayed, though the kill timing itself never repeats exactly).
 
 warren only: RabbitMQ is not a process the suite owns, so it cannot be SIGKILLed (skipped there,
@@ -45,7 +50,13 @@ import time
 import pika
 import pytest
 
+from helpers import metric
+
 CYCLES = int(os.environ.get("WARREN_CRASH_CYCLES", "50"))
+WAL_FILE_BYTES = int(os.environ.get("WARREN_CRASH_WAL_FILE_BYTES", str(1 << 20)))
+# Summed over the broker's lives (each counts from its start), sampled just before each kill.
+STORE_COUNTERS = ("wal_files_adopted_total", "wal_files_copied_total",
+                  "adopted_files_deleted_total")
 SEED = int(os.environ.get("WARREN_CRASH_SEED", str(random.SystemRandom().randrange(2**32))))
 
 PUBLISHERS_PER_QUEUE = 2
@@ -453,6 +464,14 @@ def test_confirmed_messages_survive_repeated_sigkill_under_load(broker, name, ca
         pytest.skip("SIGKILL needs a warren process the suite started (see test_restart.py)")
     # Every kill makes pika log each dropped connection as an ERROR: expected here, and noise.
     caplog.set_level(logging.CRITICAL, logger="pika")
+    broker.restart(signal.SIGTERM, extra_args=["--wal-file-bytes-max", str(WAL_FILE_BYTES)])
+    try:
+        run_crash_cycles(broker, name, capsys)
+    finally:
+        broker.restart(signal.SIGTERM, extra_args=[])
+
+
+def run_crash_cycles(broker, name, capsys):
     rng = random.Random(SEED)
     queues = (name + ".classic", name + ".quorum")
     ledger = Ledger()
@@ -491,6 +510,8 @@ def test_confirmed_messages_survive_repeated_sigkill_under_load(broker, name, ca
             time.sleep(delay)
 
             in_flight = sum(p.in_flight for p in publishers)
+            for counter in STORE_COUNTERS:
+                stats[counter] += int(metric(broker, "warren_store_" + counter))
             broker.restart(signal.SIGKILL)
             stats["kills"] += 1
             if ack_cycle:
@@ -574,3 +595,6 @@ def test_confirmed_messages_survive_repeated_sigkill_under_load(broker, name, ca
     assert not ledger.returned, f"confirmed publishes came back unroutable: {ledger.returned}"
     assert len(log) >= CYCLES
     assert len(ledger.confirmed) > 0 and stats["kills with confirms outstanding"] > 0
+    if WAL_FILE_BYTES <= 1 << 20:
+        # Else the kills never met the segment writer's work on rolled files.
+        assert stats["wal_files_adopted_total"] > 0 and stats["wal_files_copied_total"] > 0, stats

@@ -3,16 +3,14 @@ durable queue once the node's message memory budget is spent. Whatever stays on 
 see the same messages in the same order, across SIGKILL restarts. The order checks run on both
 brokers; how many bodies are paged out is read from warren's management API."""
 
-import base64
 import json
 import signal
 import urllib.parse
-import urllib.request
 
 import pika
 import pytest
 
-from helpers import get, wait_for
+from helpers import get, management, metric, wait_for
 
 BODY_BYTES = 1024
 
@@ -44,24 +42,8 @@ def consume_in_order(conn, ch, queue, n, ack=True):
     return got
 
 
-def management(broker, path):
-    uri = urllib.parse.urlparse(broker.management_uri)
-    req = urllib.request.Request(f"http://{uri.hostname}:{uri.port}{path}")
-    token = base64.b64encode(f"{uri.username}:{uri.password}".encode()).decode()
-    req.add_header("Authorization", f"Basic {token}")
-    with urllib.request.urlopen(req, timeout=10) as r:
-        return r.read().decode()
-
-
 def queue_info(broker, queue):
     return json.loads(management(broker, f"/api/queues/%2F/{urllib.parse.quote(queue, safe='')}"))
-
-
-def metric(broker, name):
-    for line in management(broker, "/metrics").splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"no metric {name}")
 
 
 def test_a_lazy_queue_keeps_its_backlog_on_disk_and_delivers_it_in_order(broker, conn, ch, name):
