@@ -6,7 +6,8 @@
 //! offset size field
 //!  0     4    crc32c of bytes 4..40 followed by the payload
 //!  4     4    payload length in bytes
-//!  8     1    kind (1 append, 2 truncate, 3 release, 4 release prefix, 5 delete log)
+//!  8     1    kind (1 append, 2 truncate, 3 release, 4 release prefix, 5 delete log,
+//!                   6 release range: entries `index` to `term` inclusive)
 //!  9     7    zero
 //! 16     8    log id
 //! 24     8    index
@@ -35,6 +36,10 @@ pub enum RecordKind {
     ReleasePrefix = 4,
     /// The whole log is gone.
     DeleteLog = 5,
+    /// The entries from `index` to the record's `term` field, inclusive, are consumed and
+    /// acknowledged: the WAL writer's coalescing of a run of [`RecordKind::Release`]s, so that
+    /// consumers acking in order cost one record per group commit instead of one per message.
+    ReleaseRange = 6,
 }
 
 impl RecordKind {
@@ -45,6 +50,7 @@ impl RecordKind {
             3 => RecordKind::Release,
             4 => RecordKind::ReleasePrefix,
             5 => RecordKind::DeleteLog,
+            6 => RecordKind::ReleaseRange,
             _ => return None,
         })
     }

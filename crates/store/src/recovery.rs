@@ -396,6 +396,16 @@ fn apply(state: &mut State, h: &RecordHeader, payload: &[u8], seq: u64, offset: 
                 log.release(h.index);
             }
         }
+        RecordKind::ReleaseRange => {
+            if let Some(log) = state.logs.get_mut(&h.log_id) {
+                // Only the entries the log still has: the rest went with a prefix release.
+                let from = h.index.max(log.first_index);
+                let to = h.term.min(log.last_index());
+                for index in from..=to {
+                    log.release(index);
+                }
+            }
+        }
         RecordKind::ReleasePrefix => {
             if !state.logs.contains_key(&h.log_id) {
                 let log = state.new_log(h.log_id);

@@ -119,6 +119,8 @@ fn write_batches(shared: &Arc<Shared>, mut wal: WalFile) {
     let mut offsets: Vec<u32> = Vec::new();
     let mut durable: IdMap<u64> = IdMap::default();
     let mut notes: Vec<(u64, u64)> = Vec::new();
+    let mut release_from: Vec<u64> = Vec::new();
+    let mut open_runs: IdMap<(u64, usize)> = IdMap::default();
     loop {
         {
             let mut st = shared.lock();
@@ -137,10 +139,21 @@ fn write_batches(shared: &Arc<Shared>, mut wal: WalFile) {
         if !batch.is_empty() {
             buf.clear();
             offsets.clear();
-            for op in &batch {
+            coalesce_releases(&batch, &mut release_from, &mut open_runs);
+            for (op, from) in batch.iter().zip(&release_from) {
                 let offset = wal.len + buf.len() as u64;
                 offsets.push(u32::try_from(offset).expect("WAL files stay below 4 GiB"));
-                record::encode(&mut buf, op.kind, op.log_id, op.index, op.term, &op.payload);
+                match (op.kind, *from) {
+                    (RecordKind::Release, MERGED_LATER) => {}
+                    (RecordKind::Release, from) if from < op.index => {
+                        let kind = RecordKind::ReleaseRange;
+                        record::encode(&mut buf, kind, op.log_id, from, op.index, b"");
+                    }
+                    _ => {
+                        let (kind, log, index, term) = (op.kind, op.log_id, op.index, op.term);
+                        record::encode(&mut buf, kind, log, index, term, &op.payload);
+                    }
+                }
             }
             match write_and_sync(shared, &mut wal, &buf) {
                 WriteOutcome::Durable => {}
@@ -245,6 +258,41 @@ fn write_batches(shared: &Arc<Shared>, mut wal: WalFile) {
 }
 
 /// Moves the oldest pending records into `batch`, within the batch limits (at least one).
+/// In [`coalesce_releases`]'s plan: this release is written as part of a later range record.
+const MERGED_LATER: u64 = u64::MAX;
+
+/// Plans one [`RecordKind::ReleaseRange`] record for each run of releases of consecutive
+/// indexes of one log within a batch (consumers acking in order: one record per batch and
+/// queue, not 40 bytes per message). For op `i`, `from[i]` is the first index of the range
+/// written at op `i`, or [`MERGED_LATER`] when a later op of the batch writes it.
+///
+/// A range is written where its last release was, so every append it covers comes before it
+/// in the WAL, as each release came after its append. Any other record of the log (a truncate,
+/// prefix release, deletion) ends the run, so replay sees the same order of effects.
+fn coalesce_releases(batch: &[Op], from: &mut Vec<u64>, open_runs: &mut IdMap<(u64, usize)>) {
+    from.clear();
+    open_runs.clear();
+    for (i, op) in batch.iter().enumerate() {
+        from.push(op.index);
+        match op.kind {
+            RecordKind::Append => {}
+            RecordKind::Release => match open_runs.get_mut(&op.log_id) {
+                Some((first, last_op)) if batch[*last_op].index + 1 == op.index => {
+                    from[*last_op] = MERGED_LATER;
+                    from[i] = *first;
+                    *last_op = i;
+                }
+                _ => {
+                    open_runs.insert(op.log_id, (op.index, i));
+                }
+            },
+            _ => {
+                open_runs.remove(&op.log_id);
+            }
+        }
+    }
+}
+
 fn take_batch(pending: &mut Vec<Op>, batch: &mut Vec<Op>) {
     let mut bytes = 0;
     let mut n = 0;
@@ -309,6 +357,40 @@ fn write_and_sync(shared: &Shared, wal: &mut WalFile, buf: &[u8]) -> WriteOutcom
 mod tests {
     use super::*;
     use bytes::Bytes;
+
+    #[test]
+    fn in_order_releases_of_a_log_become_one_range_written_at_the_last_of_them() {
+        use RecordKind::*;
+        let ops: Vec<Op> = [
+            (Append, 1, 10),
+            (Release, 1, 1),
+            (Release, 2, 7),
+            (Append, 1, 11),
+            (Release, 1, 2),
+            (Release, 2, 8),
+            (Release, 1, 3),
+            (Release, 1, 5), // a gap: a new run
+            (Release, 1, 6),
+            (Release, 2, 9),
+            (Truncate, 2, 20), // ends log 2's run
+            (Release, 2, 10),
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(seq, (kind, log_id, index))| Op {
+            seq: seq as u64,
+            kind,
+            log_id,
+            index,
+            term: 0,
+            payload: Bytes::new(),
+        })
+        .collect();
+        let (mut from, mut runs) = (Vec::new(), IdMap::default());
+        coalesce_releases(&ops, &mut from, &mut runs);
+        let m = MERGED_LATER;
+        assert_eq!(from, vec![10, m, m, 11, m, m, 1, m, 5, 7, 20, 10]);
+    }
 
     #[test]
     fn batches_respect_entry_and_byte_limits() {

@@ -99,6 +99,44 @@ fn everything_survives_reopen_with_terms_snapshot_and_releases() {
 }
 
 #[test]
+fn in_order_releases_cost_a_record_per_batch_and_survive_reopen() {
+    let dir = TempDir::new("release-ranges");
+    let config = Config::new(dir.path());
+    {
+        let (store, _) = open(&config);
+        for log in [1u64, 2] {
+            let entries: Vec<_> = (1..=1000).map(|i| entry(log, i, 1, 16)).collect();
+            store.append(log, &entries[..500]).unwrap();
+            store.append(log, &entries[500..]).unwrap();
+        }
+        store.sync().unwrap();
+        let before = store.stats().wal_bytes;
+        // Two queues whose consumers ack in order, interleaved, plus one ack out of order.
+        for i in 1..=600 {
+            store.release(1, i).unwrap();
+            store.release(2, i).unwrap();
+        }
+        store.release(1, 700).unwrap();
+        store.sync().unwrap();
+        let written = store.stats().wal_bytes - before;
+        assert!(
+            written < 1201 * 40 / 10,
+            "1201 releases took {written} bytes of WAL: not coalesced"
+        );
+    }
+    let (store, _) = open(&config);
+    let live = store.live_indexes(1, 0, 2000);
+    assert_eq!(live.len(), 399);
+    assert_eq!((live[0], live[98], live[99]), (601, 699, 701));
+    assert_eq!(
+        store.live_indexes(2, 0, 2000),
+        (601..=1000).collect::<Vec<_>>()
+    );
+    assert_eq!(store.read(1, 600).unwrap(), None);
+    assert_eq!(store.read(1, 601).unwrap(), Some(entry(1, 601, 1, 16)));
+}
+
+#[test]
 fn rolled_wal_files_move_to_segments_and_are_deleted() {
     let dir = TempDir::new("rollover");
     let config = segments_config(&dir);
