@@ -141,7 +141,7 @@ const REDELIVERED: u32 = 1 << 31;
 
 /// Bytes a stored message adds around its body (the envelope of `encode_stored` with empty
 /// exchange, routing key and properties): what a restart subtracts to estimate a body size.
-const STORED_ENVELOPE_BYTES: u32 = 15;
+const STORED_ENVELOPE_BYTES: u32 = 5;
 
 #[derive(Debug, Default)]
 struct Level {

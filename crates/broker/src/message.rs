@@ -115,26 +115,42 @@ pub fn parse_expiration(raw: &[u8]) -> Result<u64, InvalidExpiration> {
     Ok(value)
 }
 
-/// Format version of a message stored in a queue's log.
-const STORED_VERSION: u8 = 1;
+/// Format version of a message stored in a queue's log. Version 1 (fixed 4-byte properties
+/// length and an 8-byte expiry on every message) cost 10 more bytes per message: 1 % of the
+/// disk writes of 1 KB messages, whose whole budget beyond the body is 10 %.
+const STORED_VERSION: u8 = 2;
+/// Flag: an expiry follows the properties.
+const STORED_HAS_EXPIRY: u8 = 1;
 
 /// Encodes a message for a durable queue's log: what recovery needs to rebuild it. `expires_at`
 /// is wall-clock milliseconds since the Unix epoch (0: never), so a TTL survives a restart.
 ///
-/// Layout: version u8, exchange (u8 len + bytes), routing key (u8 len + bytes), properties
-/// (u32 len + bytes), expires_at u64, body (the rest).
+/// Layout: version u8, flags u8, exchange (u8 len + bytes), routing key (u8 len + bytes),
+/// properties (LEB128 len + bytes), expires_at u64 big endian if flagged, body (the rest).
 pub fn encode_stored(m: &Message, expires_at_unix_ms: u64) -> Bytes {
     let mut out = Vec::with_capacity(
-        1 + 2 + m.exchange.len() + m.routing_key.len() + 4 + m.properties.len() + 8 + m.body.len(),
+        2 + 2 + m.exchange.len() + m.routing_key.len() + 5 + m.properties.len() + 8 + m.body.len(),
     );
     out.push(STORED_VERSION);
+    out.push(if expires_at_unix_ms != 0 {
+        STORED_HAS_EXPIRY
+    } else {
+        0
+    });
     out.push(m.exchange.len() as u8);
     out.extend_from_slice(&m.exchange);
     out.push(m.routing_key.len() as u8);
     out.extend_from_slice(&m.routing_key);
-    out.extend_from_slice(&(m.properties.len() as u32).to_be_bytes());
+    let mut len = m.properties.len();
+    while len >= 0x80 {
+        out.push((len as u8 & 0x7f) | 0x80);
+        len >>= 7;
+    }
+    out.push(len as u8);
     out.extend_from_slice(&m.properties);
-    out.extend_from_slice(&expires_at_unix_ms.to_be_bytes());
+    if expires_at_unix_ms != 0 {
+        out.extend_from_slice(&expires_at_unix_ms.to_be_bytes());
+    }
     out.extend_from_slice(&m.body);
     Bytes::from(out)
 }
@@ -144,27 +160,38 @@ pub fn encode_stored(m: &Message, expires_at_unix_ms: u64) -> Bytes {
 pub fn decode_stored(raw: &Bytes) -> Option<(Message, u64)> {
     let mut at = 0usize;
     let take = |at: &mut usize, n: usize| -> Option<Bytes> {
-        let s = raw.get(*at..*at + n)?;
-        let _ = s;
+        raw.get(*at..*at + n)?;
         let b = raw.slice(*at..*at + n);
         *at += n;
         Some(b)
     };
-    if *raw.first()? != STORED_VERSION {
+    let byte = |at: &mut usize| -> Option<u8> {
+        let b = *raw.get(*at)?;
+        *at += 1;
+        Some(b)
+    };
+    if byte(&mut at)? != STORED_VERSION {
         return None;
     }
-    at += 1;
-    let n = *raw.get(at)? as usize;
-    at += 1;
+    let flags = byte(&mut at)?;
+    let n = byte(&mut at)? as usize;
     let exchange = take(&mut at, n)?;
-    let n = *raw.get(at)? as usize;
-    at += 1;
+    let n = byte(&mut at)? as usize;
     let routing_key = take(&mut at, n)?;
-    let n = u32::from_be_bytes(raw.get(at..at + 4)?.try_into().ok()?) as usize;
-    at += 4;
+    let mut n = 0usize;
+    for shift in (0..35).step_by(7) {
+        let b = byte(&mut at)?;
+        n |= ((b & 0x7f) as usize) << shift;
+        if b & 0x80 == 0 {
+            break;
+        }
+    }
     let properties = take(&mut at, n)?;
-    let expires_at = u64::from_be_bytes(raw.get(at..at + 8)?.try_into().ok()?);
-    at += 8;
+    let expires_at = if flags & STORED_HAS_EXPIRY != 0 {
+        u64::from_be_bytes(take(&mut at, 8)?[..].try_into().ok()?)
+    } else {
+        0
+    };
     let body = raw.slice(at..);
     let props = Properties::decode(&properties).ok()?;
     Some((
@@ -204,5 +231,34 @@ mod stored_tests {
         assert!(back.persistent);
         assert_eq!(back.priority, 3);
         assert!(decode_stored(&raw.slice(..5)).is_none());
+    }
+
+    #[test]
+    fn without_expiry_the_envelope_is_small_and_long_properties_round_trip() {
+        let headers = Properties {
+            delivery_mode: Some(2),
+            content_type: Some("x".repeat(200).into()),
+            ..Default::default()
+        }
+        .encode();
+        assert!(headers.len() > 128, "needs a two-byte length");
+        let p = Properties::decode(&headers).unwrap();
+        let m = Message::new(
+            Bytes::new(),
+            Bytes::from_static(b"q"),
+            headers.clone(),
+            &p,
+            Bytes::from(vec![7u8; 1024]),
+        );
+        let raw = encode_stored(&m, 0);
+        assert_eq!(raw.len(), 1024 + headers.len() + 2 + 1 + 2 + 2);
+        let (back, expires) = decode_stored(&raw).unwrap();
+        assert_eq!(
+            (expires, &back.properties, back.body.len()),
+            (0, &headers, 1024)
+        );
+        for cut in 0..raw.len() - 1024 {
+            assert!(decode_stored(&raw.slice(..cut)).is_none(), "cut at {cut}");
+        }
     }
 }
