@@ -286,7 +286,7 @@ pub(crate) fn scan_wal(file: &File) -> Result<Vec<Run>> {
         if reader.read_exact(&mut rec).is_err() {
             break;
         }
-        let len = u32::from_le_bytes(rec[4..8].try_into().expect("4")) as usize;
+        let len = crate::record::payload_len(&rec);
         if len > PAYLOAD_BYTES_MAX {
             break;
         }

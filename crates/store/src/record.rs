@@ -1,26 +1,31 @@
 //! The record: the unit written to the WAL and, byte for byte the same, to segment data areas.
 //!
-//! Layout (little endian), 40-byte header then payload:
+//! Layout (little endian), 32-byte header then payload:
 //!
 //! ```text
 //! offset size field
-//!  0     4    crc32c of bytes 4..40 followed by the payload
-//!  4     4    payload length in bytes
-//!  8     1    kind (1 append, 2 truncate, 3 release, 4 release prefix, 5 delete log,
-//!                   6 release range: entries `index` to `term` inclusive)
-//!  9     7    zero
-//! 16     8    log id
-//! 24     8    index
-//! 32     8    term
-//! 40     len  payload (entry data, or snapshot blob for a release prefix)
+//!  0     4    crc32c of bytes 4..32 followed by the payload
+//!  4     4    kind (top 4 bits: 1 append, 2 truncate, 3 release, 4 release prefix,
+//!             5 delete log, 6 release range: entries `index` to `term` inclusive)
+//!             and payload length in bytes (low 28 bits)
+//!  8     8    log id
+//! 16     8    index
+//! 24     8    term
+//! 32     len  payload (entry data, or snapshot blob for a release prefix)
 //! ```
+//!
+//! The header is per entry, so its size is a share of every message's disk writes: 32 bytes
+//! are 3 % of a 1 KB message (the first layout, 40 bytes with 7 padding bytes, was 4 %).
 //!
 //! A zeroed header (kind 0) is never valid, so a preallocated or torn tail stops replay.
 
 use crate::config::PAYLOAD_BYTES_MAX;
 
 /// Size of a record header in bytes.
-pub const RECORD_HEADER_BYTES: usize = 40;
+pub const RECORD_HEADER_BYTES: usize = 32;
+/// Bits of the kind-and-length word that hold the payload length.
+const LEN_BITS: u32 = 28;
+const LEN_MASK: u32 = (1 << LEN_BITS) - 1;
 
 /// What a record says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,9 +97,8 @@ pub fn encode(
     assert!(payload.len() <= PAYLOAD_BYTES_MAX);
     let start = buf.len();
     buf.extend_from_slice(&[0u8; 4]);
-    buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    buf.push(kind as u8);
-    buf.extend_from_slice(&[0u8; 7]);
+    let kind_and_len = (kind as u32) << LEN_BITS | payload.len() as u32;
+    buf.extend_from_slice(&kind_and_len.to_le_bytes());
     buf.extend_from_slice(&log_id.to_le_bytes());
     buf.extend_from_slice(&index.to_le_bytes());
     buf.extend_from_slice(&term.to_le_bytes());
@@ -102,6 +106,12 @@ pub fn encode(
     let crc = crc32c::crc32c(&buf[start + 4..]);
     buf[start..start + 4].copy_from_slice(&crc.to_le_bytes());
     crc
+}
+
+/// The payload length a record header announces, before its checksum is verified: how many
+/// more bytes to read for the whole record.
+pub fn payload_len(header: &[u8]) -> usize {
+    (u32_at(header, 4) & LEN_MASK) as usize
 }
 
 /// The result of decoding bytes that should start with a record.
@@ -128,11 +138,12 @@ pub fn decode(buf: &[u8]) -> Decoded<'_> {
     if buf.len() < RECORD_HEADER_BYTES {
         return Decoded::Incomplete;
     }
-    let len = u32_at(buf, 4);
-    let Some(kind) = RecordKind::from_u8(buf[8]) else {
+    let word = u32_at(buf, 4);
+    let len = word & LEN_MASK;
+    let Some(kind) = RecordKind::from_u8((word >> LEN_BITS) as u8) else {
         return Decoded::Corrupt;
     };
-    if buf[9..16].iter().any(|b| *b != 0) || len as usize > PAYLOAD_BYTES_MAX {
+    if len as usize > PAYLOAD_BYTES_MAX {
         return Decoded::Corrupt;
     }
     let total = RECORD_HEADER_BYTES + len as usize;
@@ -147,9 +158,9 @@ pub fn decode(buf: &[u8]) -> Decoded<'_> {
         crc,
         len,
         kind,
-        log_id: u64_at(buf, 16),
-        index: u64_at(buf, 24),
-        term: u64_at(buf, 32),
+        log_id: u64_at(buf, 8),
+        index: u64_at(buf, 16),
+        term: u64_at(buf, 24),
     };
     Decoded::Record(header, &buf[RECORD_HEADER_BYTES..total])
 }

@@ -341,7 +341,7 @@ fn replay(state: &mut State, file: &File, seq: u64) -> Result<()> {
         if n < RECORD_HEADER_BYTES {
             break Some("torn record header");
         }
-        let len = u32::from_le_bytes(rec[4..8].try_into().expect("4")) as usize;
+        let len = crate::record::payload_len(&rec);
         if len > PAYLOAD_BYTES_MAX {
             break Some("impossible record length");
         }

@@ -35,7 +35,8 @@ use crate::record::RECORD_HEADER_BYTES;
 use crate::{Error, Result};
 
 const MAGIC: &[u8; 8] = b"WRNSEG01";
-const VERSION: u32 = 1;
+/// 2: 32-byte record headers (version 1 had 40).
+const VERSION: u32 = 2;
 /// Size of the segment header.
 pub const SEGMENT_HEADER_BYTES: u64 = 64;
 /// Size of one index entry.

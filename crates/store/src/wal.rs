@@ -39,7 +39,8 @@ use crate::record::{self, RecordKind, RECORD_HEADER_BYTES};
 use crate::store::{Op, Shared};
 
 const MAGIC: &[u8; 8] = b"WRNWAL01";
-const VERSION: u32 = 1;
+/// 2: 32-byte record headers (version 1 had 40).
+const VERSION: u32 = 2;
 /// Size of the WAL file header.
 pub const WAL_HEADER_BYTES: u64 = 32;
 

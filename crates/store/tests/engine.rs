@@ -120,7 +120,7 @@ fn in_order_releases_cost_a_record_per_batch_and_survive_reopen() {
         store.sync().unwrap();
         let written = store.stats().wal_bytes - before;
         assert!(
-            written < 1201 * 40 / 10,
+            written < 1201 * 32 / 10,
             "1201 releases took {written} bytes of WAL: not coalesced"
         );
     }

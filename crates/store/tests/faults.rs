@@ -53,7 +53,7 @@ fn check_prefix(config: &Config, expect_last: u64) {
     store.sync().unwrap();
 }
 
-const RECORD_BYTES: u64 = 40 + 100;
+const RECORD_BYTES: u64 = warren_store::record::RECORD_HEADER_BYTES as u64 + 100;
 
 #[test]
 fn torn_tail_is_truncated_and_everything_before_it_is_intact() {
