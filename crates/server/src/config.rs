@@ -37,6 +37,9 @@ pub struct ServerConfig {
     /// file (written once, but it stays on the WAL's disk); above 100 every backlog is copied
     /// into segments instead (written twice, moved to the segment disk).
     pub adopt_live_percent_min: u64,
+    /// While publishes stream in, the WAL syncs no more often than this (microseconds): fewer
+    /// bytes written per message at the cost of up to this much confirm latency; 0 syncs at once.
+    pub wal_commit_window_us: u64,
     pub heartbeat_s: u16,
     pub channel_max: u16,
     pub frame_max_bytes: u32,
@@ -67,6 +70,7 @@ impl Default for ServerConfig {
             meta_dir: None,
             wal_file_bytes_max: warren_store::config::WAL_FILE_BYTES_DEFAULT,
             adopt_live_percent_min: warren_store::config::ADOPT_LIVE_PERCENT_MIN,
+            wal_commit_window_us: warren_store::config::COMMIT_WINDOW_US_DEFAULT,
             heartbeat_s: HEARTBEAT_DEFAULT_S,
             channel_max: CHANNEL_MAX_DEFAULT,
             frame_max_bytes: FRAME_MAX_DEFAULT_BYTES,

@@ -32,6 +32,9 @@ pub const PENDING_BYTES_MAX: usize = 64 << 20;
 /// Extra room for control records (release, truncate, snapshot, delete) beyond
 /// [`PENDING_ENTRIES_MAX`], so acks keep flowing while publishers are pushed back.
 pub const PENDING_CONTROL_MAX: usize = 65_536;
+/// Default of [`Config::commit_window_us`]: 2 ms, a fraction of a publisher's confirm latency
+/// that keeps bytes written within 10 % of the messages' at 30 000 1 KB messages a second.
+pub const COMMIT_WINDOW_US_DEFAULT: u64 = 2_000;
 /// Most entries in one `append` call.
 pub const APPEND_ENTRIES_MAX: usize = 4096;
 /// Default budget of the in-memory cache of recently appended payloads.
@@ -96,6 +99,12 @@ pub struct Config {
     /// of it (default [`ADOPT_LIVE_PERCENT_MIN`]); above 100 no file is ever adopted and every
     /// backlog is copied into segments (which also moves it to the segment directory's disk).
     pub adopt_live_percent_min: u64,
+    /// While records stream in (several arrived during the last sync), the WAL writer starts
+    /// a sync no sooner than this many microseconds after the previous one began, so that
+    /// batches grow and the partly written page each sync costs is shared by more records
+    /// (default [`COMMIT_WINDOW_US_DEFAULT`]; 0 syncs as soon as anything waits). A lone
+    /// publisher waiting for each confirm is never held back.
+    pub commit_window_us: u64,
     /// Fault injection for tests (a failing fsync, a full disk). Not for production use.
     #[doc(hidden)]
     pub faults: Arc<Faults>,
@@ -112,6 +121,7 @@ impl Config {
             wal_file_bytes_max: WAL_FILE_BYTES_DEFAULT,
             cache_bytes_max: CACHE_BYTES_DEFAULT,
             adopt_live_percent_min: ADOPT_LIVE_PERCENT_MIN,
+            commit_window_us: COMMIT_WINDOW_US_DEFAULT,
             faults: Arc::new(Faults::default()),
         }
     }

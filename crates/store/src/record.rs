@@ -6,7 +6,8 @@
 //! offset size field
 //!  0     4    crc32c of bytes 4..32 followed by the payload
 //!  4     4    kind (top 4 bits: 1 append, 2 truncate, 3 release, 4 release prefix,
-//!             5 delete log, 6 release range: entries `index` to `term` inclusive)
+//!             5 delete log, 6 release range: entries `index` to `term` inclusive,
+//!             7 padding: zeros up to the next page boundary, skipped)
 //!             and payload length in bytes (low 28 bits)
 //!  8     8    log id
 //! 16     8    index
@@ -45,6 +46,9 @@ pub enum RecordKind {
     /// acknowledged: the WAL writer's coalescing of a run of [`RecordKind::Release`]s, so that
     /// consumers acking in order cost one record per group commit instead of one per message.
     ReleaseRange = 6,
+    /// Zeros that end a WAL batch on a page boundary, so that the next batch starts on a page
+    /// of its own (see `wal`); says nothing.
+    Padding = 7,
 }
 
 impl RecordKind {
@@ -56,6 +60,7 @@ impl RecordKind {
             4 => RecordKind::ReleasePrefix,
             5 => RecordKind::DeleteLog,
             6 => RecordKind::ReleaseRange,
+            7 => RecordKind::Padding,
             _ => return None,
         })
     }

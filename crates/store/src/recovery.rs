@@ -396,6 +396,7 @@ fn apply(state: &mut State, h: &RecordHeader, payload: &[u8], seq: u64, offset: 
                 log.release(h.index);
             }
         }
+        RecordKind::Padding => {}
         RecordKind::ReleaseRange => {
             if let Some(log) = state.logs.get_mut(&h.log_id) {
                 // Only the entries the log still has: the rest went with a prefix release.

@@ -28,7 +28,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::checkpoint::sync_dir;
 use crate::config::{BATCH_BYTES_MAX, BATCH_ENTRIES_MAX, DISK_FULL_RETRY_MS};
@@ -122,6 +122,8 @@ fn write_batches(shared: &Arc<Shared>, mut wal: WalFile) {
     let mut notes: Vec<(u64, u64)> = Vec::new();
     let mut release_from: Vec<u64> = Vec::new();
     let mut open_runs: IdMap<(u64, usize)> = IdMap::default();
+    let window = Duration::from_micros(shared.config.commit_window_us);
+    let mut last_sync_started = Instant::now() - window;
     loop {
         {
             let mut st = shared.lock();
@@ -131,6 +133,13 @@ fn write_batches(shared: &Arc<Shared>, mut wal: WalFile) {
             if st.poisoned.is_some() || (st.shutdown && st.pending.is_empty()) {
                 return;
             }
+            let since = last_sync_started.elapsed();
+            if since < window && !st.shutdown && streaming(st.pending.len(), st.pending_bytes) {
+                drop(st);
+                std::thread::sleep(window - since);
+                st = shared.lock();
+            }
+            last_sync_started = Instant::now();
             take_batch(&mut st.pending, &mut batch);
             st.pending_bytes -= batch.iter().map(|op| op.payload.len()).sum::<usize>();
             st.wake_room_waiters();
@@ -156,6 +165,7 @@ fn write_batches(shared: &Arc<Shared>, mut wal: WalFile) {
                     }
                 }
             }
+            pad_to_page(&mut buf, wal.len);
             match write_and_sync(shared, &mut wal, &buf) {
                 WriteOutcome::Durable => {}
                 WriteOutcome::GaveUp | WriteOutcome::Poisoned => return,
@@ -259,6 +269,47 @@ fn write_batches(shared: &Arc<Shared>, mut wal: WalFile) {
 }
 
 /// Moves the oldest pending records into `batch`, within the batch limits (at least one).
+/// Whether the records waiting for the writer look like a stream worth a longer batch: several
+/// arrived during the last sync, and they are still far from filling a batch.
+///
+/// Then the writer lets [`crate::Config::commit_window_us`] pass since the last sync began
+/// before it syncs again. Each sync costs a partly filled page (2 KiB on average) beyond the
+/// records: at 30 000 messages of 1 KB a second a sync every 0.65 ms holds 20 of them, and that
+/// page is 12 % more written; a sync every 2 ms holds 60 and it is 4 %. A publisher waiting for
+/// each confirm before the next publish never looks like a stream, so it never waits.
+fn streaming(records: usize, payload_bytes: usize) -> bool {
+    records >= STREAM_RECORDS_MIN && payload_bytes < STREAM_BATCH_BYTES
+}
+
+/// Records that must have piled up during a sync for the next one to wait for more.
+const STREAM_RECORDS_MIN: usize = 4;
+/// Bytes a batch need not wait beyond: the page left over is under 2 % of it.
+const STREAM_BATCH_BYTES: usize = 128 << 10;
+
+/// The page size the batches are aligned to: the kernel's unit of dirtying and writeback.
+pub(crate) const PAGE_BYTES: u64 = 4096;
+
+/// Ends the batch in `buf`, to be written at file offset `at`, on a page boundary with a
+/// [`RecordKind::Padding`] record.
+///
+/// Each fdatasync writes whole pages. Without padding, the page a batch ends in is written
+/// again, whole, by the next batch: 4 KiB more per sync, which at moderate rates (20 messages
+/// of 1 KB per sync) is 20 % more bytes written than the messages themselves. With it, a batch
+/// costs only the zeros of its last page (2 KiB on average), and file space, not writes.
+fn pad_to_page(buf: &mut Vec<u8>, at: u64) {
+    let end = at + buf.len() as u64;
+    let mut gap = (PAGE_BYTES - end % PAGE_BYTES) % PAGE_BYTES;
+    if gap == 0 {
+        return;
+    }
+    if gap < RECORD_HEADER_BYTES as u64 {
+        gap += PAGE_BYTES;
+    }
+    let zeros = [0u8; 2 * PAGE_BYTES as usize];
+    let len = gap as usize - RECORD_HEADER_BYTES;
+    record::encode(buf, RecordKind::Padding, 0, 0, 0, &zeros[..len]);
+}
+
 /// In [`coalesce_releases`]'s plan: this release is written as part of a later range record.
 const MERGED_LATER: u64 = u64::MAX;
 
@@ -358,6 +409,32 @@ fn write_and_sync(shared: &Shared, wal: &mut WalFile, buf: &[u8]) -> WriteOutcom
 mod tests {
     use super::*;
     use bytes::Bytes;
+
+    #[test]
+    fn batches_end_on_a_page_boundary() {
+        for (at, len) in [
+            (32, 0),
+            (32, 100),
+            (4096, 4064),
+            (8000, 4000),
+            (0, 4095),
+            (4096, 1),
+        ] {
+            let mut buf = vec![1u8; len];
+            pad_to_page(&mut buf, at);
+            assert_eq!((at + buf.len() as u64) % PAGE_BYTES, 0, "at {at} len {len}");
+            assert!(buf.len() - len < 2 * PAGE_BYTES as usize);
+            if buf.len() > len {
+                match record::decode(&buf[len..]) {
+                    record::Decoded::Record(h, _) => assert_eq!(h.kind, RecordKind::Padding),
+                    other => panic!("{other:?}"),
+                }
+            }
+        }
+        let mut aligned = vec![1u8; 4064];
+        pad_to_page(&mut aligned, 32);
+        assert_eq!(aligned.len(), 4064, "nothing added at a boundary");
+    }
 
     #[test]
     fn in_order_releases_of_a_log_become_one_range_written_at_the_last_of_them() {

@@ -53,19 +53,38 @@ fn check_prefix(config: &Config, expect_last: u64) {
     store.sync().unwrap();
 }
 
-const RECORD_BYTES: u64 = warren_store::record::RECORD_HEADER_BYTES as u64 + 100;
+/// Where each append record of a WAL file starts and ends (batches end in padding, so records
+/// are not back to back).
+fn append_records(wal: &PathBuf) -> Vec<(u64, u64)> {
+    use warren_store::record::{decode, Decoded, RecordKind};
+    let bytes = std::fs::read(wal).unwrap();
+    let mut at = warren_store::wal::WAL_HEADER_BYTES as usize;
+    let mut out = Vec::new();
+    while let Decoded::Record(h, _) = decode(&bytes[at..]) {
+        if h.kind == RecordKind::Append {
+            out.push((at as u64, (at + h.record_bytes()) as u64));
+        }
+        at += h.record_bytes();
+    }
+    out
+}
+
+/// The end of the last append record of a WAL file.
+fn last_record_end(wal: &PathBuf) -> u64 {
+    append_records(wal).last().unwrap().1
+}
 
 #[test]
 fn torn_tail_is_truncated_and_everything_before_it_is_intact() {
     let dir = TempDir::new("torn");
     let config = Config::new(dir.path());
     let wal = write_then_close(&config, 100);
-    let len = std::fs::metadata(&wal).unwrap().len();
+    let end = last_record_end(&wal);
     OpenOptions::new()
         .write(true)
         .open(&wal)
         .unwrap()
-        .set_len(len - 10)
+        .set_len(end - 10)
         .unwrap();
     check_prefix(&config, 99);
     // Reopening again (after the repaired file was flushed to segments) changes nothing.
@@ -79,9 +98,9 @@ fn garbled_last_record_is_dropped_never_returned() {
     let dir = TempDir::new("garbled");
     let config = Config::new(dir.path());
     let wal = write_then_close(&config, 100);
-    let len = std::fs::metadata(&wal).unwrap().len();
+    let end = last_record_end(&wal);
     let file = OpenOptions::new().write(true).open(&wal).unwrap();
-    file.write_all_at(b"garbage!", len - 20).unwrap();
+    file.write_all_at(b"garbage!", end - 20).unwrap();
     check_prefix(&config, 99);
 }
 
@@ -90,10 +109,9 @@ fn garbled_record_in_the_middle_ends_the_log_there() {
     let dir = TempDir::new("garbled-middle");
     let config = Config::new(dir.path());
     let wal = write_then_close(&config, 100);
+    let record_50 = append_records(&wal)[49].0;
     let file = OpenOptions::new().write(true).open(&wal).unwrap();
-    // Header of the WAL file is 32 bytes; record 50 starts after 49 records.
-    file.write_all_at(&[0xff; 4], 32 + 49 * RECORD_BYTES + 60)
-        .unwrap();
+    file.write_all_at(&[0xff; 4], record_50 + 60).unwrap();
     check_prefix(&config, 49);
 }
 
