@@ -16,8 +16,10 @@ pub const WAL_FILE_BYTES_MIN: u64 = 4 << 10;
 /// Largest accepted rollover size: WAL offsets are kept as `u32` in the per-entry index, and a
 /// file may exceed the rollover size by one batch.
 pub const WAL_FILE_BYTES_MAX: u64 = 1 << 30;
-/// Largest payload of one entry. Bigger messages must be split or refused by the caller.
-pub const PAYLOAD_BYTES_MAX: usize = 16 << 20;
+/// Largest payload of one entry: what the record header's 28-bit length holds. It must take a
+/// broker's largest message whole (RabbitMQ's max_message_size defaults to 128 MiB) with its
+/// envelope; an entry above the pending budget is written in a batch of its own.
+pub const PAYLOAD_BYTES_MAX: usize = (1 << 28) - 1;
 /// Largest snapshot blob stored with a prefix release: the broker's per-queue state, not data.
 pub const SNAPSHOT_BYTES_MAX: usize = 1 << 20;
 /// Most records written by one WAL write + fdatasync (Ra uses 8192 as well).

@@ -169,6 +169,16 @@ impl ServerArgs {
         if let Some(v) = self.message_max_bytes {
             c.message_bytes_max = v;
         }
+        // A persistent message is one engine entry: body, properties (at most a frame) and a
+        // few bytes of envelope.
+        let stored_max = (warren_store::config::PAYLOAD_BYTES_MAX as u64)
+            .saturating_sub(u64::from(c.frame_max_bytes) + 1024);
+        if c.message_bytes_max > stored_max {
+            return Err(format!(
+                "message max bytes must be at most {stored_max} with a frame max of {}, got {}",
+                c.frame_max_bytes, c.message_bytes_max
+            ));
+        }
         if let Some(v) = &self.management_listen {
             c.management_listen = match v.as_str() {
                 "none" => None,

@@ -32,6 +32,29 @@ def test_confirmed_persistent_messages_survive_restart(broker, name, sig):
 
 
 @pytest.mark.restart
+def test_persistent_messages_larger_than_16_mib_are_confirmed_and_survive_sigkill(broker, name):
+    # RabbitMQ takes messages up to max_message_size (128 MiB by default) into durable queues;
+    # warren once nacked persistent ones above 16 MiB, the engine's old entry limit.
+    sizes = [17 << 20, 40 << 20]
+    c = broker.connect()
+    ch = c.channel()
+    ch.queue_declare(name, durable=True)
+    ch.confirm_delivery()
+    for n in sizes:
+        ch.basic_publish("", name, bytes([n % 251]) * n, pika.BasicProperties(delivery_mode=2))
+    c.close()
+    broker.restart(signal.SIGKILL)
+    c = broker.connect()
+    ch = c.channel()
+    assert ch.queue_declare(name, durable=True, passive=True).method.message_count == len(sizes)
+    for n in sizes:
+        body = get(ch, name, timeout=30)[2]
+        assert body == bytes([n % 251]) * n
+    ch.queue_delete(name)
+    c.close()
+
+
+@pytest.mark.restart
 @pytest.mark.parametrize("sig", SIGNALS, ids=["sigterm", "sigkill"])
 def test_acked_messages_do_not_come_back_after_restart(broker, name, sig):
     c = broker.connect()
