@@ -39,6 +39,9 @@ pub struct Alarms {
     state: watch::Sender<AlarmState>,
     /// What failed, set once: the first failure is the one that matters.
     storage_failure: OnceLock<String>,
+    /// The storage engine, whose WAL writer may have hit a full disk before the free-space
+    /// sample saw it (a disk filling faster than the sampler, or a limit set too low).
+    store: OnceLock<Arc<warren_store::Store>>,
 }
 
 /// Free bytes for unprivileged writers on the file system holding `dir`.
@@ -68,12 +71,18 @@ impl Alarms {
             disk_dirs,
             state: watch::channel(AlarmState::default()).0,
             storage_failure: OnceLock::new(),
+            store: OnceLock::new(),
         }
     }
 
     /// Free bytes on the fullest storage file system: what the disk alarm compares to its limit.
     pub fn disk_free_bytes(&self) -> Option<u64> {
         least_disk_free_bytes(&self.disk_dirs)
+    }
+
+    /// Lets the disk alarm also follow the engine's own full-disk state.
+    pub fn watch_store(&self, store: Arc<warren_store::Store>) {
+        let _ = self.store.set(store);
     }
 
     pub fn state(&self) -> AlarmState {
@@ -138,7 +147,8 @@ impl Alarms {
         let before = *self.state.borrow();
         let now = AlarmState {
             memory: rss > watermark,
-            disk: free.is_some_and(|f| f < limit),
+            disk: free.is_some_and(|f| f < limit)
+                || self.store.get().is_some_and(|s| s.is_disk_full()),
             storage: self.storage_failure.get().is_some(),
         };
         if before != now {

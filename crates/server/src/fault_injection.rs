@@ -9,6 +9,9 @@
 //! EIO (the next one that has records to sync: a persistent publish triggers it);
 //! `?target=metadata` makes the metadata journal's next sync fail instead (a durable declare
 //! triggers it). Either stops the node's writes for good, as a real failure would.
+//!
+//! `POST /api/warren/faults/disk-full?on=true` makes every WAL write fail with ENOSPC until
+//! `?on=false`: a disk that filled up, then got space back.
 
 use crate::Shared;
 use axum::extract::{Query, State};
@@ -31,7 +34,9 @@ pub struct FaultInjection {
 }
 
 pub fn routes() -> Router<Arc<Shared>> {
-    Router::new().route("/api/warren/faults/fail-next-fsync", post(fail_next_fsync))
+    Router::new()
+        .route("/api/warren/faults/fail-next-fsync", post(fail_next_fsync))
+        .route("/api/warren/faults/disk-full", post(disk_full))
 }
 
 #[derive(Deserialize)]
@@ -62,5 +67,26 @@ async fn fail_next_fsync(
     };
     switches.fail_sync.store(true, Ordering::Relaxed);
     tracing::warn!(file = which, "fault injection: the next fsync will fail");
+    StatusCode::NO_CONTENT.into_response()
+}
+
+#[derive(Deserialize)]
+struct On {
+    on: bool,
+}
+
+async fn disk_full(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Query(q): Query<On>,
+) -> Response {
+    if let Err(r) = crate::management::authorize(&s, &headers) {
+        return r;
+    }
+    let Some(faults) = &s.config.fault_injection else {
+        return crate::management::error(StatusCode::NOT_FOUND, "Object Not Found");
+    };
+    faults.wal.disk_full.store(q.on, Ordering::Relaxed);
+    tracing::warn!(on = q.on, "fault injection: WAL writes fail with ENOSPC");
     StatusCode::NO_CONTENT.into_response()
 }

@@ -98,6 +98,9 @@ pub async fn serve(
         config.disk_free_limit_bytes,
         vec![config.wal_dir(), config.segment_dir(), config.meta_dir()],
     ));
+    if let Some((store, _)) = &storage {
+        alarms.watch_store(store.clone());
+    }
     tokio::spawn(alarms::monitor(alarms.clone()));
     let shared = Arc::new(Shared {
         broker,

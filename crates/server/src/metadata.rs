@@ -215,6 +215,8 @@ pub fn apply_store_ops(shared: &Shared, ops: Vec<StoreOp>) -> Result<Vec<(u64, u
         match result {
             Ok(()) => {}
             // Reported once, by the storage alarm; every ack after it would repeat it.
+            // Block publishers now rather than at the next sample of the disk.
+            Err(StoreError::DiskFull) => shared.alarms.evaluate(),
             Err(StoreError::Poisoned(e)) => {
                 tracing::debug!(error = %e, "stopped storage engine refused an operation")
             }

@@ -885,6 +885,13 @@ impl Store {
         self.shared.segment_writer_cv.notify_one();
     }
 
+    /// Whether the WAL writer is waiting for disk space (a write failed with ENOSPC): appends
+    /// are refused with [`Error::DiskFull`] until a retry succeeds. What was appended before
+    /// stays pending and becomes durable then; nothing is dropped.
+    pub fn is_disk_full(&self) -> bool {
+        self.shared.lock().disk_full
+    }
+
     /// Blocks until the WAL writer and segment writer have nothing left to do: everything
     /// submitted is durable, asked rollovers done, rolled WAL files flushed, asked compaction
     /// done. For tests, tools and orderly shutdown.

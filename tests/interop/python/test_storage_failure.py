@@ -15,6 +15,11 @@ POST /api/warren/faults/fail-next-fsync, and checks what clients and operators s
   confirmed before the failure is there, nothing appears that was never published, and the
   node writes again.
 
+A full disk is different: it is waited out, never a failure. With WAL writes failing with ENOSPC
+(POST /api/warren/faults/disk-full), the publish in flight is neither confirmed nor nacked,
+publishers get connection.blocked, and when space returns the write goes through, the publish is
+confirmed, publishers are unblocked, and everything is there after a SIGKILL.
+
 warren only: RabbitMQ has no way to make its fsync fail on demand (skipped there).
 """
 
@@ -22,6 +27,7 @@ import base64
 import json
 import signal
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -231,3 +237,56 @@ def test_failed_metadata_journal_fsync_refuses_the_declare_and_stops_writes(node
     assert ch.queue_declare(name + ".before", passive=True).method.message_count == 0
     ch.queue_declare(name + ".after", durable=True)
     c.close()
+
+
+def test_full_disk_blocks_publishers_and_resumes_when_space_returns_losing_nothing(node, name):
+    first = node.connect()
+    ch = first.channel()
+    ch.queue_declare(name, durable=True)
+    ch.confirm_delivery()
+    bodies = [f"m{i}".encode() for i in range(20)]
+    for body in bodies:
+        ch.basic_publish("", name, body, pika.BasicProperties(delivery_mode=2))
+
+    assert http(node, "POST", "/api/warren/faults/disk-full?on=true")[0] == 204
+    # A publish already under way when the disk fills: its confirm waits for space.
+    outcome = {}
+
+    def publish_while_full():
+        try:
+            ch.basic_publish("", name, b"while full", pika.BasicProperties(delivery_mode=2))
+            outcome["confirmed"] = True
+        except Exception as e:  # noqa: BLE001 - reported by the assertions below
+            outcome["error"] = repr(e)
+
+    in_flight = threading.Thread(target=publish_while_full)
+    in_flight.start()
+    wait_for(lambda: json.loads(http(node, "GET", "/api/nodes")[1])[0]["disk_free_alarm"],
+             EVENT_WAIT_S, what="the disk alarm in /api/nodes")
+    status, body = http(node, "GET", "/api/health/checks/alarms")
+    assert status == 503 and json.loads(body)["alarms"][0]["resource"] == "disk", body
+
+    # A publisher that publishes now is blocked, its publish held.
+    events = []
+    later = node.connect(blocked_connection_timeout=None)
+    later.add_on_connection_blocked_callback(lambda c, f: events.append(f.method.reason))
+    later.add_on_connection_unblocked_callback(lambda c, f: events.append("unblocked"))
+    later.channel().basic_publish("", name, b"held", pika.BasicProperties(delivery_mode=2))
+    pump(later, lambda: events, "connection.blocked")
+    assert events == ["low on disk"], events
+    time.sleep(0.5)
+    assert in_flight.is_alive() and not outcome, f"settled while the disk was full: {outcome}"
+
+    assert http(node, "POST", "/api/warren/faults/disk-full?on=false")[0] == 204
+    in_flight.join(EVENT_WAIT_S)
+    assert outcome == {"confirmed": True}, outcome
+    pump(later, lambda: "unblocked" in events, "connection.unblocked")
+    assert http(node, "GET", "/api/health/checks/alarms") == (200, '{"status":"ok"}')
+    wait_for(lambda: ch.queue_declare(name, durable=True, passive=True).method.message_count == 22,
+             EVENT_WAIT_S, what="the held publish in the queue")
+    ch.basic_publish("", name, b"after", pika.BasicProperties(delivery_mode=2))
+    first.close()
+    later.close()
+
+    restart_without_faults(node)
+    assert bodies_in(node, name) == bodies + [b"while full", b"held", b"after"]
