@@ -39,6 +39,17 @@ pub fn routes() -> Router<Arc<Shared>> {
         .route("/api/warren/faults/disk-full", post(disk_full))
 }
 
+/// The node's switches, for an administrator of a node started with fault injection; as if the
+/// route did not exist otherwise.
+#[allow(clippy::result_large_err)] // the error is the handler's reply, built once per request
+fn switches<'a>(s: &'a Shared, headers: &HeaderMap) -> Result<&'a FaultInjection, Response> {
+    crate::management::authorize(s, headers)?;
+    s.config
+        .fault_injection
+        .as_ref()
+        .ok_or_else(|| crate::management::error(StatusCode::NOT_FOUND, "Object Not Found"))
+}
+
 #[derive(Deserialize)]
 struct Target {
     target: Option<String>,
@@ -49,13 +60,11 @@ async fn fail_next_fsync(
     headers: HeaderMap,
     Query(q): Query<Target>,
 ) -> Response {
-    if let Err(r) = crate::management::authorize(&s, &headers) {
-        return r;
-    }
-    let Some(faults) = &s.config.fault_injection else {
-        return crate::management::error(StatusCode::NOT_FOUND, "Object Not Found");
+    let faults = match switches(&s, &headers) {
+        Ok(faults) => faults,
+        Err(r) => return r,
     };
-    let (which, switches) = match q.target.as_deref() {
+    let (which, file) = match q.target.as_deref() {
         None | Some("wal") => ("wal", &faults.wal),
         Some("metadata") => ("metadata", &faults.metadata),
         Some(other) => {
@@ -65,7 +74,7 @@ async fn fail_next_fsync(
             )
         }
     };
-    switches.fail_sync.store(true, Ordering::Relaxed);
+    file.fail_sync.store(true, Ordering::Relaxed);
     tracing::warn!(file = which, "fault injection: the next fsync will fail");
     StatusCode::NO_CONTENT.into_response()
 }
@@ -80,11 +89,9 @@ async fn disk_full(
     headers: HeaderMap,
     Query(q): Query<On>,
 ) -> Response {
-    if let Err(r) = crate::management::authorize(&s, &headers) {
-        return r;
-    }
-    let Some(faults) = &s.config.fault_injection else {
-        return crate::management::error(StatusCode::NOT_FOUND, "Object Not Found");
+    let faults = match switches(&s, &headers) {
+        Ok(faults) => faults,
+        Err(r) => return r,
     };
     faults.wal.disk_full.store(q.on, Ordering::Relaxed);
     tracing::warn!(on = q.on, "fault injection: WAL writes fail with ENOSPC");
