@@ -217,6 +217,16 @@ impl Model {
     fn has_source(&self, source: u32) -> bool {
         self.bindings.iter().any(|b| b.0 == source)
     }
+
+    /// Of the exchanges that were sources before, those that no longer are: what the table must
+    /// report as unused after a removal.
+    fn no_longer_sources(&self, before: Vec<u32>) -> Vec<ExchangeId> {
+        before
+            .into_iter()
+            .filter(|s| !self.has_source(*s))
+            .map(ExchangeId)
+            .collect()
+    }
 }
 
 proptest! {
@@ -257,12 +267,7 @@ proptest! {
                     unused.sort();
                     let sources_before: Vec<u32> = (0..4).filter(|s| model.has_source(*s)).collect();
                     model.bindings.retain(|b| b.1 != destination);
-                    let expected: Vec<ExchangeId> = sources_before
-                        .into_iter()
-                        .filter(|s| !model.has_source(*s))
-                        .map(ExchangeId)
-                        .collect();
-                    prop_assert_eq!(unused, expected);
+                    prop_assert_eq!(unused, model.no_longer_sources(sources_before));
                 }
                 Command::RecreateExchange(id) => {
                     prop_assert_eq!(
@@ -274,12 +279,7 @@ proptest! {
                     let sources_before: Vec<u32> = (0..4).filter(|s| *s != id && model.has_source(*s)).collect();
                     let gone = Destination::Exchange(ExchangeId(id));
                     model.bindings.retain(|b| b.0 != id && b.1 != gone);
-                    let expected: Vec<ExchangeId> = sources_before
-                        .into_iter()
-                        .filter(|s| !model.has_source(*s))
-                        .map(ExchangeId)
-                        .collect();
-                    prop_assert_eq!(unused, expected);
+                    prop_assert_eq!(unused, model.no_longer_sources(sources_before));
                     t.declare_exchange(ExchangeId(id), MODEL_KINDS[id as usize]).unwrap();
                     prop_assert_eq!(t.alternate_exchange(ExchangeId(id)), None);
                     model.alternates[id as usize] = None;
