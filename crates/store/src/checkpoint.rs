@@ -8,13 +8,14 @@
 //!
 //! ```text
 //!  0  8  magic "WRNCKP01"
-//!  8  4  version (2)
+//!  8  4  version (3; version 2, without hard states, is still read)
 //! 12  4  zero
 //! 16  8  wal_flushed_seq: every WAL file with a sequence <= this is reflected here
 //! 24  8  number of adopted WAL files, then per file: 8 sequence, 8 entries in its sidecar
 //!  .  8  number of logs
 //! per log:
 //!     8 log id, 8 first index, 8 last index, 8 snapshot index, 8 snapshot term,
+//!     8 hard state term, 8 hard state vote, 8 hard state commit (version 3),
 //!     4 next segment id, 4 snapshot length, snapshot bytes,
 //!     4 number of term runs, then per run: 8 first index, 8 term,
 //!     4 number of segments, then per segment: 4 id, 4 valid index entries,
@@ -45,7 +46,9 @@ use crate::log::{Loc, LogState, SegmentMeta};
 use crate::{Error, Result};
 
 const MAGIC: &[u8; 8] = b"WRNCKP01";
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
+/// The version before Raft hard states were kept; read as logs without one.
+const VERSION_NO_HARD_STATE: u32 = 2;
 const FILE_NAME: &str = "checkpoint";
 const TMP_NAME: &str = "checkpoint.tmp";
 
@@ -58,6 +61,7 @@ pub(crate) struct LogCheckpoint {
     pub snapshot_index: u64,
     pub snapshot_term: u64,
     pub snapshot_blob: Bytes,
+    pub hard_state: crate::store::HardState,
     pub next_segment_id: u32,
     pub terms: Vec<(u64, u64)>,
     pub segments: Vec<(u32, SegmentMeta)>,
@@ -115,6 +119,7 @@ impl LogCheckpoint {
             snapshot_index: log.snapshot.index,
             snapshot_term: log.snapshot.term,
             snapshot_blob: log.snapshot.blob.clone(),
+            hard_state: log.hard_state,
             next_segment_id: log.next_segment_id,
             terms,
             segments: log.segments.iter().map(|(id, m)| (*id, *m)).collect(),
@@ -150,6 +155,9 @@ impl LogCheckpoint {
             self.last_index,
             self.snapshot_index,
             self.snapshot_term,
+            self.hard_state.term,
+            self.hard_state.vote,
+            self.hard_state.commit,
         ] {
             out.extend_from_slice(&v.to_le_bytes());
         }
@@ -238,7 +246,7 @@ impl Checkpoint {
             return Err(corrupt("bad magic"));
         }
         let version = r.u32()?;
-        if version != VERSION {
+        if version != VERSION && version != VERSION_NO_HARD_STATE {
             return Err(corrupt(&format!(
                 "version {version} is not supported (this engine reads version {VERSION} only)"
             )));
@@ -262,6 +270,15 @@ impl Checkpoint {
             let last_index = r.u64()?;
             let snapshot_index = r.u64()?;
             let snapshot_term = r.u64()?;
+            let hard_state = if version == VERSION_NO_HARD_STATE {
+                crate::store::HardState::default()
+            } else {
+                crate::store::HardState {
+                    term: r.u64()?,
+                    vote: r.u64()?,
+                    commit: r.u64()?,
+                }
+            };
             let next_segment_id = r.u32()?;
             let blob_len = r.u32()? as usize;
             let snapshot_blob = Bytes::copy_from_slice(r.take(blob_len)?);
@@ -303,6 +320,7 @@ impl Checkpoint {
                 snapshot_index,
                 snapshot_term,
                 snapshot_blob,
+                hard_state,
                 next_segment_id,
                 terms,
                 segments,
@@ -389,6 +407,11 @@ mod tests {
                 snapshot_index: 4,
                 snapshot_term: 2,
                 snapshot_blob: Bytes::from_static(b"state"),
+                hard_state: crate::store::HardState {
+                    term: 3,
+                    vote: 2,
+                    commit: 19,
+                },
                 next_segment_id: 4,
                 terms: vec![(5, 2), (9, 3)],
                 segments: vec![(

@@ -52,4 +52,6 @@ pub use config::Config;
 pub use error::{Error, Result};
 #[doc(hidden)]
 pub use fault::{CrashPoint, Faults};
-pub use store::{DurabilityListener, Entry, LogInfo, NoopListener, Ready, Snapshot, Stats, Store};
+pub use store::{
+    DurabilityListener, Entry, HardState, LogInfo, NoopListener, Ready, Snapshot, Stats, Store,
+};

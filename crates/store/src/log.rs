@@ -159,6 +159,9 @@ pub(crate) struct SnapshotMeta {
     pub blob: Bytes,
 }
 
+/// A Raft group's hard state, kept with its log (see [`crate::store::HardState`]).
+pub(crate) use crate::store::HardState;
+
 /// One log's state.
 #[derive(Debug)]
 pub(crate) struct LogState {
@@ -170,6 +173,8 @@ pub(crate) struct LogState {
     /// `(first index, term)` runs covering `first_index..=last_index`, ascending.
     pub terms: Vec<(u64, u64)>,
     pub snapshot: SnapshotMeta,
+    /// The Raft hard state last set (all zeros if never).
+    pub hard_state: HardState,
     /// Entries up to here are known durable.
     pub durable_index: u64,
     /// Recent payloads, ascending by index, always a suffix-ordered subset of the slots.
@@ -189,6 +194,7 @@ impl LogState {
             slots: VecDeque::new(),
             terms: Vec::new(),
             snapshot: SnapshotMeta::default(),
+            hard_state: HardState::default(),
             durable_index: 0,
             cache: VecDeque::new(),
             segments: BTreeMap::new(),

@@ -7,7 +7,8 @@
 //!  0     4    crc32c of bytes 4..32 followed by the payload
 //!  4     4    kind (top 4 bits: 1 append, 2 truncate, 3 release, 4 release prefix,
 //!             5 delete log, 6 release range: entries `index` to `term` inclusive,
-//!             7 padding: zeros up to the next page boundary, skipped)
+//!             7 padding: zeros up to the next page boundary, skipped,
+//!             8 hard state: Raft's term in `term`, commit in `index`, vote in the payload)
 //!             and payload length in bytes (low 28 bits)
 //!  8     8    log id
 //! 16     8    index
@@ -49,6 +50,10 @@ pub enum RecordKind {
     /// Zeros that end a WAL batch on a page boundary, so that the next batch starts on a page
     /// of its own (see `wal`); says nothing.
     Padding = 7,
+    /// A Raft group's hard state: `term` is its current term, `index` its commit index, the
+    /// payload (8 bytes, little endian) the node it voted for. Kept in the WAL beside the
+    /// group's entries so that one fsync makes both durable.
+    HardState = 8,
 }
 
 impl RecordKind {
@@ -61,6 +66,7 @@ impl RecordKind {
             5 => RecordKind::DeleteLog,
             6 => RecordKind::ReleaseRange,
             7 => RecordKind::Padding,
+            8 => RecordKind::HardState,
             _ => return None,
         })
     }

@@ -182,6 +182,7 @@ fn load_log(config: &Config, state: &mut State, cp: &LogCheckpoint) -> Result<Lo
     let corrupt = |why: String| Error::Corrupt(format!("log {}: {why}", cp.log_id));
     let mut log = state.new_log(cp.log_id);
     log.first_index = cp.first_index;
+    log.hard_state = cp.hard_state;
     log.snapshot = SnapshotMeta {
         index: cp.snapshot_index,
         term: cp.snapshot_term,
@@ -397,6 +398,21 @@ fn apply(state: &mut State, h: &RecordHeader, payload: &[u8], seq: u64, offset: 
             }
         }
         RecordKind::Padding => {}
+        RecordKind::HardState => {
+            if !state.logs.contains_key(&h.log_id) {
+                let log = state.new_log(h.log_id);
+                state.logs.insert(h.log_id, log);
+            }
+            let log = state.logs.get_mut(&h.log_id).expect("inserted above");
+            let mut vote = [0u8; 8];
+            let n = payload.len().min(8);
+            vote[..n].copy_from_slice(&payload[..n]);
+            log.hard_state = crate::store::HardState {
+                term: h.term,
+                vote: u64::from_le_bytes(vote),
+                commit: h.index,
+            };
+        }
         RecordKind::ReleaseRange => {
             if let Some(log) = state.logs.get_mut(&h.log_id) {
                 // Only the entries the log still has: the rest went with a prefix release.

@@ -89,6 +89,19 @@ pub struct Snapshot {
     pub blob: Bytes,
 }
 
+/// A Raft group's hard state: what a node must not forget across a crash (the term it is in,
+/// whom it voted for in that term, and how far it knows the log to be committed). Kept in the
+/// WAL beside the group's entries, so that one fsync covers both.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HardState {
+    /// The current term.
+    pub term: u64,
+    /// The node voted for in `term` (0: none).
+    pub vote: u64,
+    /// The highest index known committed.
+    pub commit: u64,
+}
+
 /// Counters for benches, metrics and tests.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -639,6 +652,44 @@ impl Store {
         drop(guard);
         self.shared.writer_cv.notify_one();
         Ok(())
+    }
+
+    /// Sets the log's Raft hard state; durable with the next WAL sync (like appends queued before
+    /// it), so [`Store::sync`] or the durability listener of a later append says when. Creates
+    /// the log if it does not exist (a group that voted before it had any entry).
+    pub fn set_hard_state(&self, log_id: u64, hard_state: HardState) -> Result<()> {
+        let mut guard = self.shared.lock();
+        let st = &mut *guard;
+        self.control_op(st)?;
+        if !st.logs.contains_key(&log_id) {
+            if st.logs.len() >= LOGS_MAX {
+                return Err(Error::TooManyLogs);
+            }
+            let log = st.new_log(log_id);
+            st.logs.insert(log_id, log);
+        }
+        let log = st.logs.get_mut(&log_id).expect("inserted above");
+        if log.hard_state == hard_state {
+            return Ok(());
+        }
+        log.hard_state = hard_state;
+        let vote = Bytes::copy_from_slice(&hard_state.vote.to_le_bytes());
+        st.push_op(
+            RecordKind::HardState,
+            log_id,
+            hard_state.commit,
+            hard_state.term,
+            vote,
+        );
+        drop(guard);
+        self.shared.writer_cv.notify_one();
+        Ok(())
+    }
+
+    /// The log's Raft hard state as last set (durable or not), if the log exists.
+    pub fn hard_state(&self, log_id: u64) -> Option<HardState> {
+        let st = self.shared.lock();
+        st.logs.get(&log_id).map(|log| log.hard_state)
     }
 
     /// Deletes a log and, at the next checkpoint, its segment files.
