@@ -107,6 +107,10 @@ impl Broker {
             .is_some()
     }
 
+    pub(crate) fn clear_vhosts(&self) {
+        self.vhosts.write().expect("vhosts lock").clear();
+    }
+
     pub fn vhost(&self, name: &str) -> Option<SharedVHost> {
         self.vhosts.read().expect("vhosts lock").get(name).cloned()
     }

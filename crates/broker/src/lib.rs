@@ -9,6 +9,7 @@
 //! - [`backlog`]: a queue's ready messages by priority, with long backlogs paged to disk.
 //! - [`channel`]: the consumer side of a channel: delivery tags, unacked ledger, prefetch.
 //! - [`args`]: queue arguments validated as RabbitMQ validates them.
+//! - [`command`]: topology changes as values, executed alike on every node of a cluster.
 //! - [`definitions`]: durable-topology changes as records for the metadata journal, and replay.
 //! - [`exchange`], [`message`], [`users`], [`error`].
 //! - [`persistence`]: the storage work a command asks for (appends, releases), as effects.
@@ -19,6 +20,7 @@ pub mod args;
 pub mod backlog;
 pub mod broker;
 pub mod channel;
+pub mod command;
 pub mod definitions;
 pub mod error;
 pub mod exchange;

@@ -55,6 +55,8 @@ pub struct Queue {
     pub last_used_ms: u64,
     /// The store log holding its persistent messages (durable queues only).
     pub log_id: Option<u64>,
+    /// In a cluster, the node that hosts the queue's messages (`None` on a single node).
+    pub home_node: Option<std::sync::Arc<str>>,
     /// Which stored entries are settled, so that settled prefixes are released in one step.
     pub released: ReleaseTracker,
     /// The index the next stored message gets in that log.
@@ -172,6 +174,7 @@ impl Queue {
             had_consumer: false,
             last_used_ms: now_ms,
             log_id: None,
+            home_node: None,
             next_index: 1,
             released: ReleaseTracker::default(),
             page_out_due: false,

@@ -3,7 +3,9 @@
 //! assembled) lives here; consumer state lives in the broker's vhost.
 
 use crate::connection::{Connection, Fault};
+use crate::replicated::Reply;
 use bytes::{Bytes, BytesMut};
+use warren_broker::command::Command;
 use warren_broker::error::AmqpError;
 use warren_broker::message::{parse_expiration, Message};
 use warren_broker::users::Access;
@@ -519,6 +521,19 @@ impl Connection {
                 if !d.passive {
                     self.check(Access::Configure, "exchange", name)?;
                 }
+                if !d.passive && self.shared.cluster.is_some() {
+                    let command = Command::ExchangeDeclare {
+                        vhost: self.vhost_name.clone(),
+                        name: name.to_string(),
+                        kind: d.kind.as_str().to_string(),
+                        durable: d.durable,
+                        auto_delete: d.auto_delete,
+                        internal: d.internal,
+                        arguments: d.arguments,
+                    };
+                    self.propose(number, Reply::ExchangeDeclare, d.nowait, command);
+                    return Ok(());
+                }
                 let mut v = self.meta_vhost();
                 v.exchange_declare(
                     name,
@@ -540,6 +555,15 @@ impl Connection {
             }
             E::Delete(d) => {
                 self.check(Access::Configure, "exchange", d.exchange.as_str())?;
+                if self.shared.cluster.is_some() {
+                    let command = Command::ExchangeDelete {
+                        vhost: self.vhost_name.clone(),
+                        name: d.exchange.as_str().to_string(),
+                        if_unused: d.if_unused,
+                    };
+                    self.propose(number, Reply::ExchangeDelete, d.nowait, command);
+                    return Ok(());
+                }
                 let mut v = self.meta_vhost();
                 v.exchange_delete(d.exchange.as_str(), d.if_unused)?;
                 v.persist()?;
@@ -554,6 +578,17 @@ impl Connection {
             E::Bind(b) => {
                 self.check(Access::Write, "exchange", b.destination.as_str())?;
                 self.check(Access::Read, "exchange", b.source.as_str())?;
+                if self.shared.cluster.is_some() {
+                    let command = Command::ExchangeBind {
+                        vhost: self.vhost_name.clone(),
+                        destination: b.destination.as_str().to_string(),
+                        source: b.source.as_str().to_string(),
+                        key: b.routing_key.as_str().to_string(),
+                        arguments: b.arguments,
+                    };
+                    self.propose(number, Reply::ExchangeBind, b.nowait, command);
+                    return Ok(());
+                }
                 let mut v = self.meta_vhost();
                 v.exchange_bind(
                     b.destination.as_str(),
@@ -573,6 +608,17 @@ impl Connection {
             E::Unbind(b) => {
                 self.check(Access::Write, "exchange", b.destination.as_str())?;
                 self.check(Access::Read, "exchange", b.source.as_str())?;
+                if self.shared.cluster.is_some() {
+                    let command = Command::ExchangeUnbind {
+                        vhost: self.vhost_name.clone(),
+                        destination: b.destination.as_str().to_string(),
+                        source: b.source.as_str().to_string(),
+                        key: b.routing_key.as_str().to_string(),
+                        arguments: b.arguments,
+                    };
+                    self.propose(number, Reply::ExchangeUnbind, b.nowait, command);
+                    return Ok(());
+                }
                 let mut v = self.meta_vhost();
                 v.exchange_unbind(
                     b.destination.as_str(),
@@ -614,6 +660,30 @@ impl Connection {
                 } else {
                     name.to_string()
                 };
+                if !d.passive {
+                    if let Some(cluster) = &self.shared.cluster {
+                        let server_named = name.is_empty();
+                        let command = Command::QueueDeclare {
+                            vhost: self.vhost_name.clone(),
+                            conn: self.id,
+                            name: if server_named {
+                                warren_broker::vhost::generate_queue_name()
+                            } else {
+                                name
+                            },
+                            durable: d.durable,
+                            exclusive: d.exclusive,
+                            auto_delete: d.auto_delete,
+                            server_named,
+                            arguments: d.arguments,
+                            // Odd, as every queue log id: even ids are the cluster's own logs.
+                            log_id: rand_log_id(),
+                            node: cluster.node_name().to_string(),
+                        };
+                        self.propose(number, Reply::QueueDeclare, d.nowait, command);
+                        return Ok(());
+                    }
+                }
                 let mut v = self.meta_vhost();
                 let ok = v.queue_declare(
                     self.id,
@@ -646,6 +716,18 @@ impl Connection {
                 let q = self.queue_name(number, b.queue.as_str())?;
                 self.check(Access::Write, "queue", &q)?;
                 self.check(Access::Read, "exchange", b.exchange.as_str())?;
+                if self.shared.cluster.is_some() {
+                    let command = Command::QueueBind {
+                        vhost: self.vhost_name.clone(),
+                        conn: self.id,
+                        queue: q,
+                        exchange: b.exchange.as_str().to_string(),
+                        key: b.routing_key.as_str().to_string(),
+                        arguments: b.arguments,
+                    };
+                    self.propose(number, Reply::QueueBind, b.nowait, command);
+                    return Ok(());
+                }
                 let mut v = self.meta_vhost();
                 v.queue_bind(
                     self.id,
@@ -663,6 +745,18 @@ impl Connection {
                 let q = self.queue_name(number, b.queue.as_str())?;
                 self.check(Access::Write, "queue", &q)?;
                 self.check(Access::Read, "exchange", b.exchange.as_str())?;
+                if self.shared.cluster.is_some() {
+                    let command = Command::QueueUnbind {
+                        vhost: self.vhost_name.clone(),
+                        conn: self.id,
+                        queue: q,
+                        exchange: b.exchange.as_str().to_string(),
+                        key: b.routing_key.as_str().to_string(),
+                        arguments: b.arguments,
+                    };
+                    self.propose(number, Reply::QueueUnbind, false, command);
+                    return Ok(());
+                }
                 let mut v = self.meta_vhost();
                 v.queue_unbind(
                     self.id,
@@ -697,6 +791,22 @@ impl Connection {
             Q::Delete(d) => {
                 let q = self.queue_name(number, d.queue.as_str())?;
                 self.check(Access::Configure, "queue", &q)?;
+                if self.shared.cluster.is_some() {
+                    // Only this node's copy knows consumers and messages of a queue it hosts.
+                    self.vhost.lock().expect("vhost lock").queue_delete_check(
+                        self.id,
+                        &q,
+                        d.if_unused,
+                        d.if_empty,
+                    )?;
+                    let command = Command::QueueDelete {
+                        vhost: self.vhost_name.clone(),
+                        conn: self.id,
+                        name: q,
+                    };
+                    self.propose(number, Reply::QueueDelete, d.nowait, command);
+                    return Ok(());
+                }
                 let mut v = self.meta_vhost();
                 let n = v.queue_delete(self.id, &q, d.if_unused, d.if_empty)?;
                 v.persist()?;
@@ -886,4 +996,9 @@ impl Connection {
         }
         Ok(())
     }
+}
+
+/// A new queue's storage log id: random and odd (even ids are the cluster's own logs).
+fn rand_log_id() -> u64 {
+    rand::random::<u64>() | 1
 }

@@ -54,6 +54,13 @@ pub struct ServerConfig {
     pub message_memory_bytes: u64,
     /// Where the HTTP management API and /metrics listen; none disables them.
     pub management_listen: Option<SocketAddr>,
+    /// This node's name in a cluster (RabbitMQ's node name); shown in `/api/nodes` and as each
+    /// queue's `node`. Defaults to `warren@<cluster port>` in a cluster.
+    pub node_name: Option<String>,
+    /// Where other nodes of the cluster connect to this one; none: a single node.
+    pub cluster_listen: Option<SocketAddr>,
+    /// The founding nodes' cluster addresses (this node's may be among them).
+    pub cluster_seeds: Vec<SocketAddr>,
     /// Test-only fault injection (see [`crate::fault_injection`]): set from the hidden
     /// `--fault-injection` flag only, never from a config file.
     #[serde(skip)]
@@ -79,6 +86,9 @@ impl Default for ServerConfig {
             disk_free_limit_bytes: DISK_FREE_LIMIT_DEFAULT_BYTES,
             message_memory_bytes: MESSAGE_MEMORY_DEFAULT_BYTES,
             management_listen: Some("127.0.0.1:15672".parse().expect("valid address")),
+            node_name: None,
+            cluster_listen: None,
+            cluster_seeds: Vec::new(),
             fault_injection: None,
         }
     }

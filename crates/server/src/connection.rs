@@ -74,6 +74,8 @@ pub struct Connection {
     pub caps: ClientCaps,
     pub closing: bool,
     pub finished: bool,
+    /// A topology change proposed to the cluster: answered before the next frame is read.
+    pub proposal: Option<crate::replicated::Proposal>,
 }
 
 /// Serves one accepted socket until it closes.
@@ -156,6 +158,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         caps: conn.caps,
         closing: false,
         finished: false,
+        proposal: None,
     };
     tracing::debug!(conn = id, %peer, user = %c.user, vhost = %c.vhost_name, "connection opened");
     shared.connections_open.fetch_add(1, Ordering::Relaxed);
@@ -544,6 +547,14 @@ impl Connection {
                     Ok(Some(f)) => {
                         if let Err(fault) = self.handle_frame(f) {
                             self.fault(fault);
+                        }
+                        if let Some(p) = self.proposal.take() {
+                            let outcome = p.answer.await;
+                            if let Err(fault) =
+                                self.finish_proposal(p.number, p.reply, p.nowait, outcome)
+                            {
+                                self.fault(fault);
+                            }
                         }
                         if self.finished {
                             return;

@@ -11,6 +11,8 @@
 //! - [`management`]: the HTTP management API and Prometheus metrics.
 //! - [`fault_injection`]: test-only HTTP switches that make the next fsync fail.
 //! - [`metadata`]: durable topology: the journal it is written to and replayed from.
+//! - [`replicated`]: topology changes in a cluster: proposed to the replicated metadata, the
+//!   client answered once its node applied them.
 //!
 //! A frame flows: socket -> `connection` (decode) -> `channel` (command) -> the broker's vhost
 //! (route, enqueue, dispatch) -> consumer connection's outbox -> its `writer` -> socket.
@@ -24,6 +26,7 @@ pub mod fault_injection;
 pub mod management;
 pub mod memory;
 pub mod metadata;
+pub mod replicated;
 pub mod writer;
 
 use config::ServerConfig;
@@ -56,6 +59,9 @@ pub struct Shared {
     /// The storage engine holding durable queues' persistent messages.
     pub store: Option<Arc<warren_store::Store>>,
     pub durability: Arc<durability::Durability>,
+    /// The cluster this node belongs to; `None` for a single node. Topology changes then go
+    /// through its replicated metadata instead of the local journal.
+    pub cluster: Option<Arc<warren_cluster::Cluster>>,
 }
 
 impl Shared {
@@ -91,6 +97,7 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
     journal: Option<warren_store::journal::Journal>,
     storage: Option<(Arc<warren_store::Store>, Arc<durability::Durability>)>,
+    cluster: Option<Arc<warren_cluster::Cluster>>,
 ) {
     let management_listen = config.management_listen;
     let alarms = Arc::new(alarms::Alarms::new(
@@ -106,7 +113,9 @@ pub async fn serve(
         broker,
         config,
         shutdown: shutdown.clone(),
-        next_conn: AtomicU64::new(1),
+        // Connection ids own exclusive queues in the replicated topology, so each node numbers
+        // its connections from a range of its own.
+        next_conn: AtomicU64::new(cluster.as_ref().map_or(0, |c| c.node_id() << 40) + 1),
         next_channel: AtomicU64::new(1),
         connections_open: AtomicUsize::new(0),
         counters: Counters::default(),
@@ -114,6 +123,7 @@ pub async fn serve(
         journal: journal.map(std::sync::Mutex::new),
         store: storage.as_ref().map(|s| s.0.clone()),
         durability: storage.map(|s| s.1).unwrap_or_default(),
+        cluster,
     });
     let mut failure = shared.durability.subscribe_failure();
     let failing = shared.clone();

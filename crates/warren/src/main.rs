@@ -97,6 +97,17 @@ struct ServerArgs {
     #[arg(long, env = "WARREN_MANAGEMENT_LISTEN")]
     management_listen: Option<String>,
     /// Log filter, e.g. info or warren_server=debug.
+    /// This node's name in a cluster [default: warren@<cluster port>].
+    #[arg(long, env = "WARREN_NODE_NAME")]
+    node_name: Option<String>,
+    /// Where the other nodes of a cluster connect to this one (all traffic between nodes);
+    /// without it the node is a single node.
+    #[arg(long, env = "WARREN_CLUSTER_LISTEN")]
+    cluster_listen: Option<SocketAddr>,
+    /// The founding nodes' cluster addresses, comma separated (this node's may be listed):
+    /// the cluster forms once a majority of them run.
+    #[arg(long, env = "WARREN_CLUSTER_SEEDS", value_delimiter = ',')]
+    cluster_seeds: Vec<SocketAddr>,
     #[arg(long, env = "WARREN_LOG", default_value = "info")]
     log: String,
     /// TESTS ONLY: lets administrators make the next fsync fail over the management API
@@ -197,6 +208,22 @@ impl ServerArgs {
         if let Some(v) = self.message_memory_bytes {
             c.message_memory_bytes = v;
         }
+        if let Some(v) = &self.node_name {
+            c.node_name = Some(v.clone());
+        }
+        if let Some(v) = self.cluster_listen {
+            c.cluster_listen = Some(v);
+        }
+        if !self.cluster_seeds.is_empty() {
+            c.cluster_seeds = self.cluster_seeds.clone();
+        }
+        if c.cluster_listen.is_some() != !c.cluster_seeds.is_empty() {
+            return Err(
+                "--cluster-listen and --cluster-seeds go together: both for a cluster node, \
+                 neither for a single node"
+                    .into(),
+            );
+        }
         if self.fault_injection {
             c.fault_injection = Some(Default::default());
         }
@@ -273,16 +300,21 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
         if config.fault_injection.is_some() {
             tracing::warn!("fault injection is on (--fault-injection): for tests only, never in production");
         }
-        let journal = match warren_server::metadata::recover(&config.meta_dir().join("topology"), &broker) {
-            Ok(mut j) => {
-                if let Some(faults) = &config.fault_injection {
-                    j.set_faults(faults.metadata.clone());
+        // A cluster node's topology is the replicated metadata's, not a journal of its own.
+        let journal = if config.cluster_listen.is_some() {
+            None
+        } else {
+            match warren_server::metadata::recover(&config.meta_dir().join("topology"), &broker) {
+                Ok(mut j) => {
+                    if let Some(faults) = &config.fault_injection {
+                        j.set_faults(faults.metadata.clone());
+                    }
+                    Some(j)
                 }
-                j
-            }
-            Err(e) => {
-                eprintln!("warren: {e}");
-                return std::process::ExitCode::from(1);
+                Err(e) => {
+                    eprintln!("warren: {e}");
+                    return std::process::ExitCode::from(1);
+                }
             }
         };
         let durability = Arc::new(warren_server::durability::Durability::default());
@@ -303,6 +335,34 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
                 return std::process::ExitCode::from(1);
             }
         };
+        let cluster = match config.cluster_listen {
+            None => None,
+            Some(listen) => {
+                let cluster_config = warren_cluster::ClusterConfig {
+                    node_name: config
+                        .node_name
+                        .clone()
+                        .unwrap_or_else(|| format!("warren@{}", listen.port())),
+                    listen,
+                    seeds: config.cluster_seeds.clone(),
+                    amqp: config.listen,
+                    management: config.management_listen,
+                    dir: config.meta_dir().join("cluster"),
+                    timing: Default::default(),
+                };
+                match warren_cluster::Cluster::start(cluster_config, store.clone(), broker.clone()).await {
+                    Ok(c) => {
+                        // Queues must exist again before their stored messages are put back.
+                        c.wait_replayed().await;
+                        Some(c)
+                    }
+                    Err(e) => {
+                        eprintln!("warren: cannot start the cluster node: {e}");
+                        return std::process::ExitCode::from(1);
+                    }
+                }
+            }
+        };
         broker.enable_paging(
             Arc::new(warren_server::metadata::StorePayloads(store.clone())),
             Arc::new(warren_broker::backlog::MemoryBudget::new(config.message_memory_bytes as usize)),
@@ -311,7 +371,10 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
             eprintln!("warren: cannot recover stored messages: {e}");
             return std::process::ExitCode::from(1);
         }
-        warren_server::serve(listener, config, broker, stop_rx, Some(journal), Some((store, durability))).await;
+        warren_server::serve(listener, config, broker, stop_rx, journal, Some((store, durability)), cluster.clone()).await;
+        if let Some(c) = cluster {
+            c.stop();
+        }
         tracing::info!("stopped");
         std::process::ExitCode::SUCCESS
     })

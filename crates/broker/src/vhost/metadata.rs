@@ -2,6 +2,7 @@
 //! recovery of stored messages, and counters for the management API.
 
 use super::*;
+use crate::command::Command;
 
 impl VHost {
     // ---- introspection ---------------------------------------------------------------------
@@ -122,6 +123,97 @@ impl VHost {
         }
         for b in self.routes.bindings() {
             out.extend(self.binding_record(true, b.source, b.destination, b.key, &b.args_table()));
+        }
+    }
+
+    /// Records the node hosting `queue`'s messages (clusters: every node knows every queue).
+    pub fn set_queue_home(&mut self, queue: &str, node: &str) {
+        if let Some(q) = self
+            .queues_by_name
+            .get(queue)
+            .and_then(|id| self.queues.get_mut(id))
+        {
+            q.home_node = Some(node.into());
+        }
+    }
+
+    /// The node hosting `queue`'s messages, when the queue exists and one was recorded.
+    pub fn queue_home(&self, queue: &str) -> Option<std::sync::Arc<str>> {
+        let id = self.queues_by_name.get(queue)?;
+        self.queues.get(id)?.home_node.clone()
+    }
+
+    /// The commands that rebuild this vhost's whole topology, durable or not, with each
+    /// queue's owner, log and node: a replicated snapshot, which must reproduce exactly what
+    /// applying the log did.
+    pub fn export_commands(&self, out: &mut Vec<Command>) {
+        let vhost = &self.name;
+        let standard = |n: &str| STANDARD_EXCHANGES.iter().any(|(s, _, _)| *s == n);
+        let mut exchanges: Vec<_> = self
+            .exchanges
+            .values()
+            .filter(|x| !standard(&x.name))
+            .collect();
+        exchanges.sort_by_key(|x| x.id.0);
+        for x in exchanges {
+            out.push(Command::ExchangeDeclare {
+                vhost: vhost.clone(),
+                name: x.name.clone(),
+                kind: kind_name(x.kind).to_string(),
+                durable: x.durable,
+                auto_delete: x.auto_delete,
+                internal: x.internal,
+                arguments: x.arguments.clone(),
+            });
+        }
+        let mut queues: Vec<_> = self.queues.values().collect();
+        queues.sort_by_key(|q| q.id.0);
+        for q in queues {
+            out.push(Command::QueueDeclare {
+                vhost: vhost.clone(),
+                conn: q.exclusive_owner.unwrap_or(0),
+                name: q.name.clone(),
+                durable: q.durable,
+                exclusive: q.exclusive_owner.is_some(),
+                auto_delete: q.auto_delete,
+                server_named: true,
+                arguments: q.arguments.clone(),
+                log_id: q.log_id.unwrap_or(0),
+                node: q.home_node.as_deref().unwrap_or_default().to_string(),
+            });
+        }
+        for b in self.routes.bindings() {
+            let Some(source) = self.exchanges.get(&b.source) else {
+                continue;
+            };
+            let (key, arguments) = (String::from_utf8_lossy(b.key).into_owned(), b.args_table());
+            match b.destination {
+                Destination::Queue(q) => {
+                    let Some(q) = self.queues.get(&q) else {
+                        continue;
+                    };
+                    out.push(Command::QueueBind {
+                        vhost: vhost.clone(),
+                        conn: q.exclusive_owner.unwrap_or(0),
+                        queue: q.name.clone(),
+                        exchange: source.name.clone(),
+                        key,
+                        arguments,
+                    });
+                }
+                Destination::Exchange(x) => {
+                    let Some(x) = self.exchanges.get(&x) else {
+                        continue;
+                    };
+                    out.push(Command::ExchangeBind {
+                        vhost: vhost.clone(),
+                        destination: x.name.clone(),
+                        source: source.name.clone(),
+                        key,
+                        arguments,
+                    });
+                }
+            }
         }
     }
 

@@ -484,9 +484,43 @@ impl VHost {
                 consumer_count: q.consumers.len() as u32,
             });
         }
+        self.queue_declare_as(
+            conn,
+            name,
+            NewQueue {
+                durable,
+                exclusive,
+                auto_delete,
+                server_named: false,
+                log_id: None,
+            },
+            arguments,
+            now_ms,
+        )
+    }
+
+    /// A non-passive queue.declare whose server-generated name and storage log id, if any, the
+    /// caller chose: how a replicated declare is applied alike on every node.
+    pub fn queue_declare_as(
+        &mut self,
+        conn: ConnId,
+        name: &str,
+        new: NewQueue,
+        arguments: FieldTable,
+        now_ms: u64,
+    ) -> Result<DeclareOk> {
+        let NewQueue {
+            durable,
+            exclusive,
+            auto_delete,
+            server_named,
+            log_id,
+        } = new;
         // rabbit_channel: exclusive queues are never durable, whatever the client asked.
         let durable = durable && !exclusive;
-        let name = if name.is_empty() {
+        let name = if server_named {
+            name.to_string()
+        } else if name.is_empty() {
             let quorum = arguments
                 .inner()
                 .get("x-queue-type")
@@ -563,7 +597,7 @@ impl VHost {
         );
         if q.durable {
             // A random log id: unique with overwhelming odds, and never reused after a delete.
-            q.log_id = Some(rand::random::<u64>() | 1);
+            q.log_id = Some(log_id.unwrap_or_else(|| rand::random::<u64>() | 1));
             if let Some(paging) = &self.paging {
                 q.enable_paging(paging.clone());
             }
@@ -672,6 +706,35 @@ impl VHost {
         }
         self.store_ops.extend(ops);
         Ok(purged.count as u32)
+    }
+
+    /// queue.delete's if-unused and if-empty checks alone: in a cluster, the node hosting the
+    /// queue (which alone knows its consumers and messages) makes them before the deletion is
+    /// replicated.
+    pub fn queue_delete_check(
+        &mut self,
+        conn: ConnId,
+        queue: &str,
+        if_unused: bool,
+        if_empty: bool,
+    ) -> Result<()> {
+        let vhost = self.name.clone();
+        let q = match self.usable_queue(queue, conn) {
+            Ok(q) => q,
+            Err(e) if e.code == warren_protocol::constants::NOT_FOUND => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        if if_unused && !q.consumers.is_empty() {
+            return Err(AmqpError::precondition(format!(
+                "queue '{queue}' in vhost '{vhost}' in use"
+            )));
+        }
+        if if_empty && !q.backlog.is_empty() {
+            return Err(AmqpError::precondition(format!(
+                "queue '{queue}' in vhost '{vhost}' not empty"
+            )));
+        }
+        Ok(())
     }
 
     pub fn queue_delete(
@@ -841,6 +904,23 @@ fn check_arg_equivalence(
         render(new),
         render(cur)
     )))
+}
+
+/// What a non-passive queue.declare asks for beyond the name and arguments.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NewQueue {
+    pub durable: bool,
+    pub exclusive: bool,
+    pub auto_delete: bool,
+    /// The name was generated for the client (`amq.gen-...`): the `amq.` prefix is allowed.
+    pub server_named: bool,
+    /// The storage log of a durable queue; a random one when `None`.
+    pub log_id: Option<u64>,
+}
+
+/// A name for a server-named queue (`amq.gen-` and 22 random characters, as RabbitMQ).
+pub fn generate_queue_name() -> String {
+    generate_name("amq.gen-")
 }
 
 fn generate_name(prefix: &str) -> String {

@@ -1,0 +1,283 @@
+//! Topology commands as values: what a client or an operator asked to change, carried out by
+//! [`Broker::execute`] alike on every node of a cluster.
+//!
+//! A replicated change is proposed as a command, and every node applies the same commands in the
+//! same order (RabbitMQ's Ra `apply/3` shape): so the command carries everything that would
+//! otherwise be decided on the spot and differ between nodes (a server-generated queue name, a
+//! queue's storage log id, the node that hosts it), and a refusal (406 inequivalent arguments,
+//! 404 no exchange) is the same on every node, changing nothing anywhere. The node that took the
+//! client's request answers it from its own application of the command.
+//!
+//! What depends on state that only one node has (a queue's messages and consumers, for
+//! `if-empty` and `if-unused`) is checked there before proposing, never in [`Broker::execute`].
+
+use crate::broker::Broker;
+use crate::definitions::MetaRecord;
+use crate::error::AmqpError;
+use crate::queue::ConnId;
+use crate::vhost::{DeclareOk, NewQueue};
+use amq_protocol_types::FieldTable;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case")]
+pub enum Command {
+    /// Users, vhosts and permissions, as the metadata journal records them.
+    Meta { record: MetaRecord },
+    ExchangeDeclare {
+        vhost: String,
+        name: String,
+        kind: String,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: FieldTable,
+    },
+    ExchangeDelete {
+        vhost: String,
+        name: String,
+        if_unused: bool,
+    },
+    QueueDeclare {
+        vhost: String,
+        /// The declaring connection: the owner of an exclusive queue. Connection ids are unique
+        /// across the cluster (each node numbers its own from a range of its own).
+        conn: ConnId,
+        name: String,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        /// `name` was generated for the client, so it may start with `amq.`.
+        server_named: bool,
+        arguments: FieldTable,
+        /// The queue's storage log (durable queues), chosen by the proposer.
+        log_id: u64,
+        /// The node hosting the queue's messages.
+        node: String,
+    },
+    QueueDelete {
+        vhost: String,
+        conn: ConnId,
+        name: String,
+    },
+    QueueBind {
+        vhost: String,
+        conn: ConnId,
+        queue: String,
+        exchange: String,
+        key: String,
+        arguments: FieldTable,
+    },
+    QueueUnbind {
+        vhost: String,
+        conn: ConnId,
+        queue: String,
+        exchange: String,
+        key: String,
+        arguments: FieldTable,
+    },
+    ExchangeBind {
+        vhost: String,
+        destination: String,
+        source: String,
+        key: String,
+        arguments: FieldTable,
+    },
+    ExchangeUnbind {
+        vhost: String,
+        destination: String,
+        source: String,
+        key: String,
+        arguments: FieldTable,
+    },
+}
+
+/// What a command did, for the reply to whoever asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Done,
+    QueueDeclared(DeclareOk),
+    /// queue.delete-ok's message count.
+    QueueDeleted(u32),
+}
+
+impl Command {
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("commands always serialise")
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Command, String> {
+        serde_json::from_slice(bytes).map_err(|e| format!("unreadable command: {e}"))
+    }
+}
+
+impl Broker {
+    /// Carries out `command`; the same commands in the same order leave every node's broker in
+    /// the same state and give the same outcomes.
+    pub fn execute(&self, command: &Command) -> Result<Outcome, AmqpError> {
+        let vhost = |name: &str| {
+            self.vhost(name)
+                .ok_or_else(|| AmqpError::not_found(format!("no vhost '{name}'")))
+        };
+        let now = self.now_ms();
+        match command {
+            Command::Meta { record } => {
+                self.apply(record.clone())
+                    .map_err(|e| AmqpError::precondition(e))?;
+            }
+            Command::ExchangeDeclare {
+                vhost: v,
+                name,
+                kind,
+                durable,
+                auto_delete,
+                internal,
+                arguments,
+            } => {
+                vhost(v)?.lock().expect("vhost lock").exchange_declare(
+                    name,
+                    kind,
+                    false,
+                    *durable,
+                    *auto_delete,
+                    *internal,
+                    arguments.clone(),
+                )?;
+            }
+            Command::ExchangeDelete {
+                vhost: v,
+                name,
+                if_unused,
+            } => {
+                vhost(v)?
+                    .lock()
+                    .expect("vhost lock")
+                    .exchange_delete(name, *if_unused)?;
+            }
+            Command::QueueDeclare {
+                vhost: v,
+                conn,
+                name,
+                durable,
+                exclusive,
+                auto_delete,
+                server_named,
+                arguments,
+                log_id,
+                node,
+            } => {
+                let new = NewQueue {
+                    durable: *durable,
+                    exclusive: *exclusive,
+                    auto_delete: *auto_delete,
+                    server_named: *server_named,
+                    log_id: (*log_id != 0).then_some(*log_id),
+                };
+                let v = vhost(v)?;
+                let mut v = v.lock().expect("vhost lock");
+                let ok = v.queue_declare_as(*conn, name, new, arguments.clone(), now)?;
+                if !node.is_empty() && v.queue_home(name).is_none() {
+                    v.set_queue_home(name, node);
+                }
+                return Ok(Outcome::QueueDeclared(ok));
+            }
+            Command::QueueDelete {
+                vhost: v,
+                conn,
+                name,
+            } => {
+                let n = vhost(v)?
+                    .lock()
+                    .expect("vhost lock")
+                    .queue_delete(*conn, name, false, false)?;
+                return Ok(Outcome::QueueDeleted(n));
+            }
+            Command::QueueBind {
+                vhost: v,
+                conn,
+                queue,
+                exchange,
+                key,
+                arguments,
+            } => {
+                vhost(v)?
+                    .lock()
+                    .expect("vhost lock")
+                    .queue_bind(*conn, queue, exchange, key, arguments)?;
+            }
+            Command::QueueUnbind {
+                vhost: v,
+                conn,
+                queue,
+                exchange,
+                key,
+                arguments,
+            } => {
+                vhost(v)?
+                    .lock()
+                    .expect("vhost lock")
+                    .queue_unbind(*conn, queue, exchange, key, arguments)?;
+            }
+            Command::ExchangeBind {
+                vhost: v,
+                destination,
+                source,
+                key,
+                arguments,
+            } => {
+                vhost(v)?.lock().expect("vhost lock").exchange_bind(
+                    destination,
+                    source,
+                    key,
+                    arguments,
+                )?;
+            }
+            Command::ExchangeUnbind {
+                vhost: v,
+                destination,
+                source,
+                key,
+                arguments,
+            } => {
+                vhost(v)?.lock().expect("vhost lock").exchange_unbind(
+                    destination,
+                    source,
+                    key,
+                    arguments,
+                )?;
+            }
+        }
+        Ok(Outcome::Done)
+    }
+}
+
+impl Broker {
+    /// The commands that rebuild the whole topology (users, vhosts, permissions, and every
+    /// exchange, queue and binding, durable or not): a replicated snapshot.
+    pub fn export_commands(&self) -> Vec<Command> {
+        let mut out: Vec<Command> = Vec::new();
+        let mut vhosts = self.vhosts();
+        vhosts.sort_by(|a, b| a.0.cmp(&b.0));
+        for record in self.export_meta() {
+            // Only the node-wide records: each vhost's entities come with their full state below.
+            if matches!(
+                record,
+                MetaRecord::AddVhost { .. }
+                    | MetaRecord::PutUser { .. }
+                    | MetaRecord::SetPermissions { .. }
+            ) {
+                out.push(Command::Meta { record });
+            }
+        }
+        for (_, v) in &vhosts {
+            v.lock().expect("vhost lock").export_commands(&mut out);
+        }
+        out
+    }
+
+    /// Forgets every vhost and user, before a snapshot is installed in their place.
+    pub fn clear_topology(&self) {
+        self.clear_vhosts();
+        *self.users.write().expect("users lock") = crate::users::Users::default();
+    }
+}

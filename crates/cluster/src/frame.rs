@@ -1,0 +1,193 @@
+//! The node-to-node wire format: length-prefixed frames on a TCP link.
+//!
+//! ```text
+//! 0  4  length of what follows (kind + payload), little endian, <= FRAME_BYTES_MAX
+//! 4  1  kind: 1 hello, 2 ping, 3 pong, 4 raft
+//! 5  .  payload
+//! ```
+//!
+//! - hello: JSON [`NodeInfo`], the first frame each side of a link sends.
+//! - ping / pong: 8 bytes, the sender's clock in microseconds, echoed: round trip and liveness.
+//! - raft: 8 group id, then per message 4 length + the protobuf-encoded Raft message. All of a
+//!   round's messages for one peer and group travel in one frame.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use protobuf::Message as _;
+use raft::eraftpb::Message;
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+
+/// The largest frame accepted: a Raft snapshot of a large topology fits; anything larger is a
+/// corrupt or hostile peer and the link is dropped.
+pub const FRAME_BYTES_MAX: usize = 256 << 20;
+
+pub const KIND_HELLO: u8 = 1;
+pub const KIND_PING: u8 = 2;
+pub const KIND_PONG: u8 = 3;
+pub const KIND_RAFT: u8 = 4;
+
+/// Who a node is and where to reach it: sent in hello, kept in the replicated member table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// The node's Raft id.
+    pub id: u64,
+    /// The node's name (`--node-name`).
+    pub name: String,
+    /// Where other nodes reach it (`--cluster-listen`).
+    pub cluster: SocketAddr,
+    /// Where AMQP clients reach it (`--listen`).
+    pub amqp: SocketAddr,
+    /// Its HTTP management API, if any.
+    pub management: Option<SocketAddr>,
+}
+
+/// A decoded frame.
+#[derive(Debug)]
+pub enum Frame {
+    Hello(NodeInfo),
+    Ping(u64),
+    Pong(u64),
+    Raft { group: u64, messages: Vec<Message> },
+}
+
+fn begin(out: &mut BytesMut, kind: u8) -> usize {
+    let at = out.len();
+    out.put_u32_le(0);
+    out.put_u8(kind);
+    at
+}
+
+fn finish(out: &mut BytesMut, at: usize) {
+    let len = (out.len() - at - 4) as u32;
+    out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+pub fn encode_hello(out: &mut BytesMut, info: &NodeInfo) {
+    let at = begin(out, KIND_HELLO);
+    out.extend_from_slice(&serde_json::to_vec(info).expect("node info serialises"));
+    finish(out, at);
+}
+
+pub fn encode_ping(out: &mut BytesMut, kind: u8, clock_us: u64) {
+    let at = begin(out, kind);
+    out.put_u64_le(clock_us);
+    finish(out, at);
+}
+
+pub fn encode_raft(out: &mut BytesMut, group: u64, messages: &[Message]) {
+    let at = begin(out, KIND_RAFT);
+    out.put_u64_le(group);
+    for m in messages {
+        let bytes = m.write_to_bytes().expect("raft messages serialise");
+        out.put_u32_le(bytes.len() as u32);
+        out.extend_from_slice(&bytes);
+    }
+    finish(out, at);
+}
+
+/// Takes one frame off the front of `buf`: `Ok(None)` when it is not all there yet, `Err` when
+/// the peer sent something no warren node sends (the link is dropped).
+pub fn decode(buf: &mut BytesMut) -> Result<Option<Frame>, String> {
+    if buf.len() < 5 {
+        return Ok(None);
+    }
+    let len = u32::from_le_bytes(buf[..4].try_into().expect("4 bytes")) as usize;
+    if !(1..=FRAME_BYTES_MAX).contains(&len) {
+        return Err(format!("frame length {len}"));
+    }
+    if buf.len() < 4 + len {
+        buf.reserve(4 + len - buf.len());
+        return Ok(None);
+    }
+    buf.advance(4);
+    let kind = buf.get_u8();
+    let mut payload: Bytes = buf.split_to(len - 1).freeze();
+    let clock = |p: &mut Bytes| {
+        if p.len() == 8 {
+            Ok(p.get_u64_le())
+        } else {
+            Err("ping of the wrong size".to_string())
+        }
+    };
+    Ok(Some(match kind {
+        KIND_HELLO => {
+            Frame::Hello(serde_json::from_slice(&payload).map_err(|e| format!("bad hello: {e}"))?)
+        }
+        KIND_PING => Frame::Ping(clock(&mut payload)?),
+        KIND_PONG => Frame::Pong(clock(&mut payload)?),
+        KIND_RAFT => {
+            if payload.len() < 8 {
+                return Err("short raft frame".into());
+            }
+            let group = payload.get_u64_le();
+            let mut messages = Vec::new();
+            while payload.has_remaining() {
+                if payload.len() < 4 {
+                    return Err("torn raft message length".into());
+                }
+                let n = payload.get_u32_le() as usize;
+                if payload.len() < n {
+                    return Err("torn raft message".into());
+                }
+                let m = Message::parse_from_bytes(&payload[..n])
+                    .map_err(|e| format!("bad raft message: {e}"))?;
+                payload.advance(n);
+                messages.push(m);
+            }
+            Frame::Raft { group, messages }
+        }
+        other => return Err(format!("unknown frame kind {other}")),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_a_partial_frame_waits_for_the_rest() {
+        let info = NodeInfo {
+            id: 2,
+            name: "n2".into(),
+            cluster: "127.0.0.1:25673".parse().unwrap(),
+            amqp: "127.0.0.1:5673".parse().unwrap(),
+            management: None,
+        };
+        let mut m = Message::default();
+        m.to = 3;
+        m.from = 2;
+        m.term = 7;
+        let mut buf = BytesMut::new();
+        encode_hello(&mut buf, &info);
+        encode_ping(&mut buf, KIND_PING, 42);
+        encode_raft(&mut buf, 0, &[m.clone(), m.clone()]);
+        let whole = buf.clone();
+        let mut partial = BytesMut::from(&whole[..whole.len() - 1]);
+        let mut seen = 0;
+        while let Some(_) = decode(&mut partial).unwrap() {
+            seen += 1;
+        }
+        assert_eq!(seen, 2, "the raft frame is incomplete");
+        match decode(&mut buf).unwrap() {
+            Some(Frame::Hello(i)) => assert_eq!(i, info),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(decode(&mut buf).unwrap(), Some(Frame::Ping(42))));
+        match decode(&mut buf).unwrap() {
+            Some(Frame::Raft { group, messages }) => {
+                assert_eq!(group, 0);
+                assert_eq!(messages, vec![m.clone(), m]);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn an_impossible_length_or_kind_drops_the_link() {
+        let mut buf = BytesMut::from(&[0xff, 0xff, 0xff, 0xff, 1][..]);
+        assert!(decode(&mut buf).is_err());
+        let mut buf = BytesMut::from(&[1, 0, 0, 0, 99][..]);
+        assert!(decode(&mut buf).is_err());
+    }
+}

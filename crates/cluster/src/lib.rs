@@ -1,0 +1,314 @@
+//! Several warren nodes as one broker: membership, the node-to-node transport, and the
+//! metadata replicated by Raft.
+//!
+//! The map:
+//! - [`frame`]: the wire format between nodes (hello, ping/pong, batches of Raft messages).
+//! - [`transport`]: one outbound link per peer, batched writes, bounded buffers, per-node
+//!   failure detection by ping.
+//! - [`raft_log`]: a Raft group's log on the node's shared WAL (entries, hard state) and its
+//!   snapshot file.
+//! - [`metadata`]: the metadata group, a Raft group over all nodes whose log is the topology
+//!   commands; its thread applies them to the node's broker.
+//!
+//! A topology change flows: a connection's channel (server) builds a
+//! [`warren_broker::command::Command`] -> [`Cluster::execute`] -> the metadata group's thread
+//! proposes it -> raft-rs replicates it through [`transport`] -> once committed, every node's
+//! thread applies it with [`warren_broker::broker::Broker::execute`] -> the proposing node
+//! answers its client with its own outcome.
+//!
+//! `docs/cluster.md` says what a user sees and why it is built this way.
+
+pub mod frame;
+pub mod metadata;
+pub mod raft_log;
+pub mod transport;
+
+use frame::NodeInfo;
+use metadata::{GroupStatus, Input, MetadataGroup, Timing};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use transport::{LinkStats, Transport};
+use warren_broker::broker::Broker;
+use warren_broker::command::{Command, Outcome};
+use warren_broker::error::AmqpError;
+use warren_protocol::constants::INTERNAL_ERROR;
+use warren_store::Store;
+
+/// How long a topology change waits for a majority before it is refused.
+pub const PROPOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What a node is told about the cluster at start.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    pub node_name: String,
+    /// Where this node accepts other nodes' links; it must be one of `seeds` for a founding
+    /// node.
+    pub listen: SocketAddr,
+    /// The founding nodes' cluster addresses; a node's Raft id is its position here, plus 1.
+    pub seeds: Vec<SocketAddr>,
+    pub amqp: SocketAddr,
+    pub management: Option<SocketAddr>,
+    /// Where the node keeps its cluster identity and the metadata snapshot.
+    pub dir: PathBuf,
+    pub timing: Timing,
+}
+
+/// Who this node is in the cluster, fixed at its first start.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Identity {
+    id: u64,
+    founders: Vec<u64>,
+    seeds: Vec<SocketAddr>,
+}
+
+/// A node's view of one member.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MemberStatus {
+    pub id: u64,
+    pub name: String,
+    pub cluster: String,
+    pub amqp: Option<String>,
+    pub management: Option<String>,
+    pub running: bool,
+    pub voter: bool,
+}
+
+/// What `warren ctl cluster_status`, `/api/nodes` and `/metrics` show.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ClusterStatus {
+    pub node: String,
+    pub id: u64,
+    pub metadata: GroupStatus,
+    pub members: Vec<MemberStatus>,
+    pub links: Vec<LinkStats>,
+}
+
+/// A running node's cluster side.
+pub struct Cluster {
+    me: NodeInfo,
+    seeds: BTreeMap<u64, SocketAddr>,
+    transport: Transport,
+    inputs: Mutex<std::sync::mpsc::Sender<Input>>,
+    status: Arc<Mutex<GroupStatus>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Cluster {
+    /// Joins (or founds, with the other seeds) the cluster: binds the cluster listener, opens
+    /// the metadata group on `store` and installs its state into `broker`. The cluster forms
+    /// once a majority of the seeds run; until then topology changes are refused.
+    pub async fn start(
+        config: ClusterConfig,
+        store: Arc<Store>,
+        broker: Arc<Broker>,
+    ) -> Result<Arc<Cluster>, String> {
+        let identity = identity(&config)?;
+        let me = NodeInfo {
+            id: identity.id,
+            name: config.node_name.clone(),
+            cluster: config.listen,
+            amqp: config.amqp,
+            management: config.management,
+        };
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| format!("cannot listen for cluster links on {}: {e}", config.listen))?;
+        let (tx, rx) = std::sync::mpsc::channel::<Input>();
+        let deliver_tx = Mutex::new(tx.clone());
+        let transport = Transport::start(
+            me.clone(),
+            listener,
+            Arc::new(move |inbound| {
+                let _ = deliver_tx
+                    .lock()
+                    .expect("inputs lock")
+                    .send(Input::Peer(inbound));
+            }),
+        );
+        let seeds: BTreeMap<u64, SocketAddr> = identity
+            .seeds
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (i as u64 + 1, *a))
+            .collect();
+        let status = Arc::new(Mutex::new(GroupStatus::default()));
+        let group = MetadataGroup::open(
+            me.clone(),
+            &identity.founders,
+            &seeds,
+            &config.dir,
+            store,
+            broker,
+            transport.clone(),
+            config.timing.clone(),
+            status.clone(),
+        )?;
+        let thread = std::thread::Builder::new()
+            .name("metadata-raft".into())
+            .spawn(move || group.run(rx))
+            .map_err(|e| e.to_string())?;
+        tracing::info!(node = %me.name, id = me.id, seeds = ?identity.seeds, "cluster node started");
+        Ok(Arc::new(Cluster {
+            me,
+            seeds,
+            transport,
+            inputs: Mutex::new(tx),
+            status,
+            thread: Mutex::new(Some(thread)),
+        }))
+    }
+
+    pub fn node_name(&self) -> &str {
+        &self.me.name
+    }
+
+    pub fn node_id(&self) -> u64 {
+        self.me.id
+    }
+
+    /// Replicates `command` and returns this node's outcome of applying it, once a majority has
+    /// it durably; refused when no majority answers in [`PROPOSE_TIMEOUT`].
+    pub async fn execute(&self, command: Command) -> Result<Outcome, AmqpError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let sent = self
+            .inputs
+            .lock()
+            .expect("inputs lock")
+            .send(Input::Propose { command, reply });
+        if sent.is_err() {
+            return Err(AmqpError::new(
+                INTERNAL_ERROR,
+                "the cluster's metadata store has stopped",
+            ));
+        }
+        match tokio::time::timeout(PROPOSE_TIMEOUT, answer).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(_)) => Err(AmqpError::new(
+                INTERNAL_ERROR,
+                "the cluster's metadata store has stopped",
+            )),
+            Err(_) => Err(AmqpError::new(
+                INTERNAL_ERROR,
+                format!(
+                    "timed out after {} s waiting for a majority of the cluster's nodes; \
+                     topology changes are refused while this node is cut off from them",
+                    PROPOSE_TIMEOUT.as_secs()
+                ),
+            )),
+        }
+    }
+
+    pub fn status(&self) -> ClusterStatus {
+        let metadata = self.status.lock().expect("status lock").clone();
+        let mut ids: Vec<u64> = metadata.members.keys().copied().collect();
+        ids.extend(self.seeds.keys());
+        ids.extend(metadata.voters.iter());
+        ids.sort_unstable();
+        ids.dedup();
+        let members = ids
+            .into_iter()
+            .map(|id| {
+                let info = metadata.members.get(&id);
+                MemberStatus {
+                    id,
+                    name: info
+                        .map(|i| i.name.clone())
+                        .unwrap_or_else(|| format!("node-{id}")),
+                    cluster: info
+                        .map(|i| i.cluster)
+                        .or_else(|| self.seeds.get(&id).copied())
+                        .map(|a| a.to_string())
+                        .unwrap_or_default(),
+                    amqp: info.map(|i| i.amqp.to_string()),
+                    management: info.and_then(|i| i.management.map(|a| a.to_string())),
+                    running: self.transport.is_up(id),
+                    voter: metadata.voters.contains(&id),
+                }
+            })
+            .collect();
+        ClusterStatus {
+            node: self.me.name.clone(),
+            id: self.me.id,
+            metadata,
+            members,
+            links: self.transport.links(),
+        }
+    }
+
+    /// Whether the node with this name is up, as this node sees it (`None`: no such member).
+    pub fn is_node_running(&self, name: &str) -> Option<bool> {
+        if name == self.me.name {
+            return Some(true);
+        }
+        let status = self.status.lock().expect("status lock");
+        let id = status.members.values().find(|m| m.name == name)?.id;
+        drop(status);
+        Some(self.transport.is_up(id))
+    }
+
+    /// Waits until the node has applied again what it knew committed when it stopped (from its
+    /// own disk: no peer is needed for it), so its topology is back.
+    pub async fn wait_replayed(&self) {
+        loop {
+            {
+                let s = self.status.lock().expect("status lock");
+                if s.applied >= s.replay_target {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Stops the metadata group's thread (the node is shutting down).
+    pub fn stop(&self) {
+        let _ = self.inputs.lock().expect("inputs lock").send(Input::Stop);
+        if let Some(t) = self.thread.lock().expect("thread lock").take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The node's identity: read from its cluster directory, or, at the first start, its position
+/// in the seed list (so every founding node computes the same ids and founding membership).
+fn identity(config: &ClusterConfig) -> Result<Identity, String> {
+    let path = config.dir.join("node.json");
+    match std::fs::read(&path) {
+        Ok(bytes) => {
+            return serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    }
+    let Some(position) = config.seeds.iter().position(|s| *s == config.listen) else {
+        return Err(format!(
+            "--cluster-listen {} is not one of --cluster-seeds ({}): a founding node must be \
+             one of the seeds",
+            config.listen,
+            config
+                .seeds
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        ));
+    };
+    let identity = Identity {
+        id: position as u64 + 1,
+        founders: (1..=config.seeds.len() as u64).collect(),
+        seeds: config.seeds.clone(),
+    };
+    std::fs::create_dir_all(&config.dir).map_err(|e| format!("{}: {e}", config.dir.display()))?;
+    let tmp = path.with_extension("tmp");
+    std::fs::write(
+        &tmp,
+        serde_json::to_vec_pretty(&identity).expect("identity serialises"),
+    )
+    .and_then(|_| std::fs::File::open(&tmp)?.sync_all())
+    .and_then(|_| std::fs::rename(&tmp, &path))
+    .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(identity)
+}

@@ -1,0 +1,491 @@
+//! The metadata group: one Raft group over every node, whose log is the cluster's topology
+//! commands (users, vhosts, permissions, exchanges, queues, bindings) and its member table.
+//! Every node applies the committed commands to its own broker in log order, so every node
+//! routes with the same topology; a command is acknowledged to the client once a majority has
+//! it durably and the client's node has applied it (so the client reads its own write there).
+//!
+//! The group runs on one thread of its own: it steps raft-rs's `RawNode` with what peers sent,
+//! ticks it, and handles each ready in the order raft-rs asks: send the leader's messages,
+//! install a snapshot, apply committed entries, append new entries and the hard state to the
+//! WAL, sync once, send the messages that had to wait for the sync, advance.
+
+use crate::frame::NodeInfo;
+use crate::raft_log::RaftLog;
+use crate::transport::{Inbound, Transport};
+use protobuf::Message as _;
+use raft::eraftpb::{ConfChange, ConfChangeType, EntryType, Message, Snapshot};
+use raft::{RawNode, StateRole};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use warren_broker::broker::Broker;
+use warren_broker::command::{Command, Outcome};
+use warren_broker::error::AmqpError;
+use warren_broker::persistence::StoreOp;
+use warren_protocol::constants::INTERNAL_ERROR;
+use warren_store::Store;
+
+/// The metadata group's log in the storage engine. Queue logs have odd ids, so no queue ever
+/// takes it.
+pub const METADATA_LOG_ID: u64 = 2;
+/// The group id on the wire.
+pub const METADATA_GROUP: u64 = 0;
+
+/// Timing of the metadata group.
+#[derive(Debug, Clone)]
+pub struct Timing {
+    pub tick: Duration,
+    /// Ticks without a leader before a follower stands for election (randomised up to twice).
+    pub election_ticks: usize,
+    pub heartbeat_ticks: usize,
+    /// Applied entries between snapshots.
+    pub snapshot_entries: u64,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            tick: Duration::from_millis(100),
+            election_ticks: 10,
+            heartbeat_ticks: 2,
+            snapshot_entries: 8192,
+        }
+    }
+}
+
+/// One entry of the metadata log.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct LogEntry {
+    /// The node that proposed it, and its request id there: that node answers its client when
+    /// it applies the entry.
+    origin: u64,
+    request: u64,
+    op: Op,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+enum Op {
+    Broker {
+        command: Command,
+    },
+    /// A node says who it is and where to reach it (after it started, or when that changed).
+    Node {
+        info: NodeInfo,
+    },
+}
+
+/// The state machine's snapshot: the topology as commands, and the member table.
+#[derive(Serialize, Deserialize)]
+struct SnapshotData {
+    commands: Vec<Command>,
+    members: Vec<NodeInfo>,
+}
+
+/// What the group reports for the management API, `warren ctl` and metrics.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GroupStatus {
+    pub role: String,
+    pub leader: u64,
+    pub term: u64,
+    pub commit: u64,
+    pub applied: u64,
+    /// The commit index this node had durably when it started: the topology it had is back
+    /// once `applied` reaches it.
+    pub replay_target: u64,
+    pub voters: Vec<u64>,
+    /// Every node the cluster knows, by id.
+    pub members: BTreeMap<u64, NodeInfo>,
+}
+
+pub type Reply = tokio::sync::oneshot::Sender<Result<Outcome, AmqpError>>;
+
+/// What the group's thread is asked to do.
+pub enum Input {
+    Peer(Inbound),
+    Propose { command: Command, reply: Reply },
+    Stop,
+}
+
+pub struct MetadataGroup {
+    pub me: NodeInfo,
+    raw: RawNode<RaftLog>,
+    transport: Transport,
+    broker: Arc<Broker>,
+    store: Arc<Store>,
+    timing: Timing,
+    waiting: HashMap<u64, Reply>,
+    next_request: u64,
+    status: Arc<Mutex<GroupStatus>>,
+    members: BTreeMap<u64, NodeInfo>,
+    applied: u64,
+    snapshot_index: u64,
+    registering: Option<Instant>,
+}
+
+fn no_majority(why: &str) -> AmqpError {
+    AmqpError::new(
+        INTERNAL_ERROR,
+        format!("{why}: topology changes need a majority of the cluster's nodes"),
+    )
+}
+
+impl MetadataGroup {
+    /// Opens the group on this node's store: installs its snapshot into `broker`, then raft-rs
+    /// replays the committed entries after it as the first readies.
+    pub fn open(
+        me: NodeInfo,
+        founders: &[u64],
+        seeds: &BTreeMap<u64, std::net::SocketAddr>,
+        dir: &std::path::Path,
+        store: Arc<Store>,
+        broker: Arc<Broker>,
+        transport: Transport,
+        timing: Timing,
+        status: Arc<Mutex<GroupStatus>>,
+    ) -> Result<MetadataGroup, String> {
+        let log = RaftLog::open(store.clone(), METADATA_LOG_ID, dir, founders)?;
+        let snapshot = log.latest_snapshot();
+        let snapshot_index = snapshot.get_metadata().index;
+        let mut members = BTreeMap::new();
+        if snapshot_index > 0 {
+            members = install(&broker, &snapshot)?;
+        }
+        let config = raft::Config {
+            id: me.id,
+            election_tick: timing.election_ticks,
+            heartbeat_tick: timing.heartbeat_ticks,
+            applied: snapshot_index,
+            pre_vote: true,
+            check_quorum: true,
+            max_size_per_msg: 1 << 20,
+            max_inflight_msgs: 256,
+            ..Default::default()
+        };
+        config.validate().map_err(|e| e.to_string())?;
+        status.lock().expect("status lock").replay_target = store
+            .hard_state(METADATA_LOG_ID)
+            .map_or(0, |hs| hs.commit)
+            .max(snapshot_index);
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let raw = RawNode::new(&config, log, &logger).map_err(|e| e.to_string())?;
+        for (id, addr) in seeds {
+            transport.connect(*id, *addr);
+        }
+        for info in members.values() {
+            transport.connect(info.id, info.cluster);
+        }
+        Ok(MetadataGroup {
+            me,
+            raw,
+            transport,
+            broker,
+            store,
+            timing,
+            waiting: HashMap::new(),
+            next_request: 1,
+            status,
+            members,
+            applied: snapshot_index,
+            snapshot_index,
+            registering: None,
+        })
+    }
+
+    /// The group's loop: runs until [`Input::Stop`] or until every sender is gone.
+    pub fn run(mut self, inputs: Receiver<Input>) {
+        let mut next_tick = Instant::now() + self.timing.tick;
+        loop {
+            let wait = next_tick.saturating_duration_since(Instant::now());
+            match inputs.recv_timeout(wait) {
+                Ok(Input::Stop) => break,
+                Ok(input) => {
+                    self.handle(input);
+                    while let Ok(input) = inputs.try_recv() {
+                        if matches!(input, Input::Stop) {
+                            return;
+                        }
+                        self.handle(input);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            if Instant::now() >= next_tick {
+                next_tick = Instant::now() + self.timing.tick;
+                self.raw.tick();
+                self.register_if_needed();
+            }
+            if let Err(e) = self.on_ready() {
+                tracing::error!(error = %e, "metadata group stopped: its log cannot be written");
+                for (_, reply) in self.waiting.drain() {
+                    let _ = reply.send(Err(no_majority("the node's storage failed")));
+                }
+                return;
+            }
+            self.publish_status();
+        }
+    }
+
+    fn handle(&mut self, input: Input) {
+        match input {
+            Input::Peer(Inbound::Raft {
+                group, messages, ..
+            }) if group == METADATA_GROUP => {
+                for m in messages {
+                    let _ = self.raw.step(m);
+                }
+            }
+            Input::Peer(Inbound::Raft { .. }) => {}
+            Input::Peer(Inbound::Hello(info)) => {
+                tracing::debug!(peer = info.id, name = %info.name, "cluster peer said hello");
+            }
+            Input::Propose { command, reply } => self.propose(Op::Broker { command }, Some(reply)),
+            Input::Stop => {}
+        }
+    }
+
+    fn propose(&mut self, op: Op, reply: Option<Reply>) {
+        let request = self.next_request;
+        self.next_request += 1;
+        let entry = LogEntry {
+            origin: self.me.id,
+            request,
+            op,
+        };
+        let data = serde_json::to_vec(&entry).expect("log entries serialise");
+        match self.raw.propose(vec![], data) {
+            Ok(()) => {
+                if let Some(reply) = reply {
+                    self.waiting.insert(request, reply);
+                }
+            }
+            Err(_) => {
+                if let Some(reply) = reply {
+                    let _ = reply.send(Err(no_majority("this node knows no leader")));
+                }
+            }
+        }
+    }
+
+    /// Once a leader is known, makes sure the member table says who this node is.
+    fn register_if_needed(&mut self) {
+        if self.raw.raft.leader_id == raft::INVALID_ID {
+            return;
+        }
+        if self.members.get(&self.me.id) == Some(&self.me) {
+            return;
+        }
+        if self
+            .registering
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(2))
+        {
+            return;
+        }
+        self.registering = Some(Instant::now());
+        self.propose(
+            Op::Node {
+                info: self.me.clone(),
+            },
+            None,
+        );
+    }
+
+    fn send(&self, messages: Vec<Message>) {
+        if messages.is_empty() {
+            return;
+        }
+        let mut by_peer: BTreeMap<u64, Vec<Message>> = BTreeMap::new();
+        for m in messages {
+            by_peer.entry(m.to).or_default().push(m);
+        }
+        for (to, batch) in by_peer {
+            self.transport.send_raft(to, METADATA_GROUP, &batch);
+        }
+    }
+
+    fn on_ready(&mut self) -> Result<(), String> {
+        if !self.raw.has_ready() {
+            return Ok(());
+        }
+        let mut rd = self.raw.ready();
+        self.send(rd.take_messages());
+        if !rd.snapshot().is_empty() {
+            let snapshot = rd.snapshot().clone();
+            self.members = install(&self.broker, &snapshot)?;
+            self.raw.mut_store().save_snapshot(&snapshot)?;
+            self.applied = snapshot.get_metadata().index;
+            self.snapshot_index = self.applied;
+            for info in self.members.values() {
+                self.transport.connect(info.id, info.cluster);
+            }
+            tracing::info!(index = self.applied, "metadata snapshot installed");
+        }
+        self.apply(rd.take_committed_entries())?;
+        let wrote = !rd.entries().is_empty() || rd.hs().is_some();
+        self.raw.store().append(rd.entries())?;
+        if let Some(hs) = rd.hs() {
+            self.raw.store().set_hard_state(hs)?;
+        }
+        if wrote {
+            self.raw.store().sync()?;
+        }
+        self.send(rd.take_persisted_messages());
+        let mut light = self.raw.advance(rd);
+        if let Some(commit) = light.commit_index() {
+            self.raw.store().set_commit(commit)?;
+        }
+        self.send(light.take_messages());
+        self.apply(light.take_committed_entries())?;
+        self.raw.advance_apply();
+        self.maybe_snapshot()?;
+        Ok(())
+    }
+
+    fn apply(&mut self, entries: Vec<raft::eraftpb::Entry>) -> Result<(), String> {
+        for entry in entries {
+            self.applied = entry.index;
+            if entry.data.is_empty() {
+                // A new leader's empty entry.
+                continue;
+            }
+            match entry.get_entry_type() {
+                EntryType::EntryNormal => {
+                    let e: LogEntry = match serde_json::from_slice(&entry.data) {
+                        Ok(e) => e,
+                        Err(err) => {
+                            tracing::error!(index = entry.index, error = %err, "unreadable metadata entry skipped");
+                            continue;
+                        }
+                    };
+                    let outcome = match e.op {
+                        Op::Broker { command } => self.execute(&command),
+                        Op::Node { info } => {
+                            self.transport.connect(info.id, info.cluster);
+                            self.members.insert(info.id, info);
+                            Ok(Outcome::Done)
+                        }
+                    };
+                    if e.origin == self.me.id {
+                        if let Some(reply) = self.waiting.remove(&e.request) {
+                            let _ = reply.send(outcome);
+                        }
+                    }
+                }
+                EntryType::EntryConfChange => {
+                    let cc =
+                        ConfChange::parse_from_bytes(&entry.data).map_err(|e| e.to_string())?;
+                    if cc.get_change_type() == ConfChangeType::RemoveNode {
+                        self.members.remove(&cc.node_id);
+                    }
+                    self.raw.apply_conf_change(&cc).map_err(|e| e.to_string())?;
+                }
+                EntryType::EntryConfChangeV2 => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies one command to this node's broker, and carries out the storage work it asks of
+    /// this node (deleting a deleted queue's log). What it would journal is already in the
+    /// Raft log.
+    fn execute(&self, command: &Command) -> Result<Outcome, AmqpError> {
+        let outcome = self.broker.execute(command);
+        let vhost = match command {
+            Command::Meta { .. } => None,
+            Command::ExchangeDeclare { vhost, .. }
+            | Command::ExchangeDelete { vhost, .. }
+            | Command::QueueDeclare { vhost, .. }
+            | Command::QueueDelete { vhost, .. }
+            | Command::QueueBind { vhost, .. }
+            | Command::QueueUnbind { vhost, .. }
+            | Command::ExchangeBind { vhost, .. }
+            | Command::ExchangeUnbind { vhost, .. } => Some(vhost),
+        };
+        if let Some(v) = vhost.and_then(|v| self.broker.vhost(v)) {
+            let mut v = v.lock().expect("vhost lock");
+            v.take_meta();
+            for op in v.take_store_ops() {
+                let r = match op {
+                    StoreOp::DeleteLog { log } => self.store.delete_log(log),
+                    StoreOp::Release { log, index } => self.store.release(log, index),
+                    StoreOp::ReleasePrefix { log, index } => {
+                        self.store
+                            .release_prefix(log, index, 0, bytes::Bytes::new())
+                    }
+                    StoreOp::Append { .. } => Ok(()),
+                };
+                if let Err(e) = r {
+                    tracing::warn!(error = %e, "storage work of a metadata command failed");
+                }
+            }
+        } else {
+            self.broker.discard_meta();
+        }
+        outcome
+    }
+
+    fn maybe_snapshot(&mut self) -> Result<(), String> {
+        if self.applied < self.snapshot_index + self.timing.snapshot_entries {
+            return Ok(());
+        }
+        let index = self.applied;
+        let term = self.raw.store().term_of(index)?;
+        let data = SnapshotData {
+            commands: self.broker.export_commands(),
+            members: self.members.values().cloned().collect(),
+        };
+        let mut snapshot = Snapshot::default();
+        snapshot.data = serde_json::to_vec(&data)
+            .expect("snapshots serialise")
+            .into();
+        let meta = snapshot.mut_metadata();
+        meta.index = index;
+        meta.term = term;
+        meta.set_conf_state(self.raw.raft.prs().conf().to_conf_state());
+        self.raw.mut_store().save_snapshot(&snapshot)?;
+        self.snapshot_index = index;
+        tracing::info!(
+            index,
+            bytes = snapshot.data.len(),
+            "metadata snapshot taken"
+        );
+        Ok(())
+    }
+
+    fn publish_status(&self) {
+        let mut s = self.status.lock().expect("status lock");
+        s.role = match self.raw.raft.state {
+            StateRole::Leader => "leader",
+            StateRole::Follower => "follower",
+            StateRole::Candidate => "candidate",
+            StateRole::PreCandidate => "pre-candidate",
+        }
+        .to_string();
+        s.leader = self.raw.raft.leader_id;
+        s.term = self.raw.raft.term;
+        s.commit = self.raw.raft.raft_log.committed;
+        s.applied = self.applied;
+        s.voters = self.raw.raft.prs().conf().voters().ids().iter().collect();
+        s.voters.sort_unstable();
+        if s.members != self.members {
+            s.members = self.members.clone();
+        }
+    }
+}
+
+/// Replaces the broker's topology with a snapshot's; returns its member table.
+fn install(broker: &Broker, snapshot: &Snapshot) -> Result<BTreeMap<u64, NodeInfo>, String> {
+    let data: SnapshotData =
+        serde_json::from_slice(&snapshot.data).map_err(|e| format!("bad snapshot: {e}"))?;
+    broker.clear_topology();
+    for c in &data.commands {
+        if let Err(e) = broker.execute(c) {
+            tracing::warn!(error = %e.text, "snapshot command did not apply");
+        }
+    }
+    broker.discard_meta();
+    Ok(data.members.into_iter().map(|m| (m.id, m)).collect())
+}

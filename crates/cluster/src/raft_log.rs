@@ -1,0 +1,244 @@
+//! A Raft group's log on the node's storage engine: entries in a log of the shared WAL (one
+//! fsync covers every group's writes), the hard state as the engine's hard-state record, and
+//! the latest snapshot in a file of its own (a snapshot of the whole topology can be megabytes,
+//! too large to rewrite with every checkpoint of the engine).
+
+use protobuf::Message as _;
+use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
+use raft::{GetEntriesContext, RaftState, StorageError};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use warren_store::Store;
+
+/// What raft-rs reads through [`raft::Storage`]; writes go through [`RaftLog::append`] and
+/// friends, called by the group's loop between `ready` and `advance`.
+pub struct RaftLog {
+    store: Arc<Store>,
+    log_id: u64,
+    snapshot_path: PathBuf,
+    /// The latest snapshot (data and metadata), as on disk.
+    snapshot: Mutex<Snapshot>,
+    /// The membership as of the snapshot, or the founding voters without one: where raft-rs
+    /// starts; later membership changes come back from the log as it is replayed.
+    conf_state: ConfState,
+}
+
+fn storage_error(e: impl std::fmt::Display) -> raft::Error {
+    raft::Error::Store(StorageError::Other(e.to_string().into()))
+}
+
+impl RaftLog {
+    /// Opens the group's log; `founders` is the membership of a group that has no snapshot yet.
+    pub fn open(
+        store: Arc<Store>,
+        log_id: u64,
+        dir: &Path,
+        founders: &[u64],
+    ) -> Result<RaftLog, String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let snapshot_path = dir.join("snapshot");
+        let snapshot = match std::fs::read(&snapshot_path) {
+            Ok(bytes) => Snapshot::parse_from_bytes(&bytes)
+                .map_err(|e| format!("{}: {e}", snapshot_path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Snapshot::default(),
+            Err(e) => return Err(format!("{}: {e}", snapshot_path.display())),
+        };
+        let conf_state = if snapshot.get_metadata().index > 0 {
+            snapshot.get_metadata().get_conf_state().clone()
+        } else {
+            ConfState::from((founders.to_vec(), vec![]))
+        };
+        Ok(RaftLog {
+            store,
+            log_id,
+            snapshot_path,
+            snapshot: Mutex::new(snapshot),
+            conf_state,
+        })
+    }
+
+    pub fn snapshot_meta(&self) -> (u64, u64) {
+        let s = self.snapshot.lock().expect("snapshot lock");
+        (s.get_metadata().index, s.get_metadata().term)
+    }
+
+    pub fn latest_snapshot(&self) -> Snapshot {
+        self.snapshot.lock().expect("snapshot lock").clone()
+    }
+
+    pub fn term_of(&self, index: u64) -> Result<u64, String> {
+        raft::Storage::term(self, index).map_err(|e| e.to_string())
+    }
+
+    /// Appends entries from a ready, first dropping any the leader overwrote.
+    pub fn append(&self, entries: &[Entry]) -> Result<(), String> {
+        let Some(first) = entries.first() else {
+            return Ok(());
+        };
+        if let Some(info) = self.store.log_info(self.log_id) {
+            if first.index <= info.last_index {
+                self.store
+                    .truncate(self.log_id, first.index)
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        let stored: Vec<warren_store::Entry> = entries
+            .iter()
+            .map(|e| warren_store::Entry {
+                index: e.index,
+                term: e.term,
+                payload: e.write_to_bytes().expect("entries serialise").into(),
+            })
+            .collect();
+        for chunk in stored.chunks(warren_store::config::APPEND_ENTRIES_MAX) {
+            self.store
+                .append_blocking(self.log_id, chunk)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    pub fn set_hard_state(&self, hs: &HardState) -> Result<(), String> {
+        self.store
+            .set_hard_state(
+                self.log_id,
+                warren_store::HardState {
+                    term: hs.term,
+                    vote: hs.vote,
+                    commit: hs.commit,
+                },
+            )
+            .map_err(|e| e.to_string())
+    }
+
+    /// Sets only the commit index of the hard state (after `advance`).
+    pub fn set_commit(&self, commit: u64) -> Result<(), String> {
+        let mut hs = self.store.hard_state(self.log_id).unwrap_or_default();
+        if commit > hs.commit {
+            hs.commit = commit;
+            self.store
+                .set_hard_state(self.log_id, hs)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Waits until everything written so far is durable.
+    pub fn sync(&self) -> Result<(), String> {
+        self.store.sync().map_err(|e| e.to_string())
+    }
+
+    /// Keeps `snapshot` as the latest (file first, atomically), then releases the log up to its
+    /// index: entries behind a snapshot are never read again.
+    pub fn save_snapshot(&self, snapshot: &Snapshot) -> Result<(), String> {
+        let meta = snapshot.get_metadata();
+        let bytes = snapshot.write_to_bytes().map_err(|e| e.to_string())?;
+        write_atomically(&self.snapshot_path, &bytes)
+            .map_err(|e| format!("{}: {e}", self.snapshot_path.display()))?;
+        *self.snapshot.lock().expect("snapshot lock") = snapshot.clone();
+        let mut descriptor = Vec::with_capacity(16);
+        descriptor.extend_from_slice(&meta.index.to_le_bytes());
+        descriptor.extend_from_slice(&meta.term.to_le_bytes());
+        self.store
+            .release_prefix(self.log_id, meta.index, meta.term, descriptor.into())
+            .map_err(|e| e.to_string())
+    }
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+impl raft::Storage for RaftLog {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        let hs = self.store.hard_state(self.log_id).unwrap_or_default();
+        let mut hard_state = HardState::default();
+        hard_state.term = hs.term;
+        hard_state.vote = hs.vote;
+        hard_state.commit = hs.commit;
+        Ok(RaftState::new(hard_state, self.conf_state.clone()))
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        _context: GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        let (snap_index, _) = self.snapshot_meta();
+        if low <= snap_index {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        let max = max_size.into().unwrap_or(u64::MAX).min(usize::MAX as u64) as usize;
+        let mut out = Vec::new();
+        let mut from = low;
+        let mut bytes = 0usize;
+        while from < high {
+            let got = self
+                .store
+                .read_range(self.log_id, from, high, max.saturating_sub(bytes).max(1))
+                .map_err(storage_error)?;
+            if got.is_empty() {
+                return Err(raft::Error::Store(StorageError::Unavailable));
+            }
+            for e in got {
+                if e.index != from {
+                    return Err(storage_error(format!("log gap at {from}")));
+                }
+                bytes += e.payload.len();
+                out.push(Entry::parse_from_bytes(&e.payload).map_err(storage_error)?);
+                from += 1;
+            }
+            if bytes >= max {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        let (snap_index, snap_term) = self.snapshot_meta();
+        if idx == snap_index {
+            return Ok(snap_term);
+        }
+        if idx < snap_index {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        if idx == 0 {
+            return Ok(0);
+        }
+        self.store
+            .term(self.log_id, idx)
+            .ok_or(raft::Error::Store(StorageError::Unavailable))
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        let (snap_index, _) = self.snapshot_meta();
+        Ok(snap_index + 1)
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        let (snap_index, _) = self.snapshot_meta();
+        Ok(self
+            .store
+            .log_info(self.log_id)
+            .map(|i| i.last_index)
+            .unwrap_or(0)
+            .max(snap_index))
+    }
+
+    fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        Ok(self.latest_snapshot())
+    }
+}

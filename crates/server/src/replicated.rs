@@ -1,0 +1,144 @@
+//! Topology changes in a cluster: a channel turns the method into a
+//! [`Command`](warren_broker::command::Command) and proposes it to the replicated metadata; the
+//! connection awaits the outcome before it reads its next frame (AMQP's synchronous methods
+//! keep their order), then answers as the local broker would have.
+//!
+//! The command is applied to this node's broker by the metadata group's thread, as on every
+//! other node, so the reply (declare-ok's counts, a 406 for inequivalent arguments) comes from
+//! that application, never from a guess made before it.
+
+use crate::connection::{Connection, Fault};
+use std::future::Future;
+use std::pin::Pin;
+use warren_broker::command::{Command, Outcome};
+use warren_broker::error::AmqpError;
+use warren_protocol::amqp::{exchange, queue, AMQPClass};
+use warren_protocol::method::Method;
+
+/// Which method a proposal answers, so the right `-ok` goes out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply {
+    ExchangeDeclare,
+    ExchangeDelete,
+    ExchangeBind,
+    ExchangeUnbind,
+    QueueDeclare,
+    QueueBind,
+    QueueUnbind,
+    QueueDelete,
+}
+
+impl Reply {
+    /// The class and method ids of the request, for a channel.close that names it.
+    fn ids(self) -> (u16, u16) {
+        match self {
+            Reply::ExchangeDeclare => (40, 10),
+            Reply::ExchangeDelete => (40, 20),
+            Reply::ExchangeBind => (40, 30),
+            Reply::ExchangeUnbind => (40, 40),
+            Reply::QueueDeclare => (50, 10),
+            Reply::QueueBind => (50, 20),
+            Reply::QueueDelete => (50, 40),
+            Reply::QueueUnbind => (50, 50),
+        }
+    }
+}
+
+pub type Answer = Pin<Box<dyn Future<Output = Result<Outcome, AmqpError>> + Send>>;
+
+/// A proposal the connection waits on.
+pub struct Proposal {
+    pub number: u16,
+    pub nowait: bool,
+    pub reply: Reply,
+    pub answer: Answer,
+}
+
+impl Connection {
+    /// Proposes `command`; the connection answers it once replicated and applied here.
+    pub fn propose(&mut self, number: u16, reply: Reply, nowait: bool, command: Command) {
+        let cluster = self
+            .shared
+            .cluster
+            .clone()
+            .expect("proposals are made in a cluster only");
+        self.proposal = Some(Proposal {
+            number,
+            nowait,
+            reply,
+            answer: Box::pin(async move { cluster.execute(command).await }),
+        });
+    }
+
+    /// Answers a proposal with its outcome: the method's `-ok`, or the channel (or
+    /// connection) error every node's broker found.
+    pub fn finish_proposal(
+        &mut self,
+        proposal_number: u16,
+        reply: Reply,
+        nowait: bool,
+        outcome: Result<Outcome, AmqpError>,
+    ) -> Result<(), Fault> {
+        let number = proposal_number;
+        let (class_id, method_id) = reply.ids();
+        let outcome = outcome.map_err(|e| Fault::Channel(number, e, class_id, method_id))?;
+        if !self.channels.contains_key(&number) {
+            return Ok(());
+        }
+        let class = match (reply, outcome) {
+            (Reply::QueueDeclare, Outcome::QueueDeclared(ok)) => {
+                if let Some(ch) = self.channels.get_mut(&number) {
+                    ch.last_queue = Some(ok.queue.clone());
+                }
+                AMQPClass::Queue(queue::AMQPMethod::DeclareOk(queue::DeclareOk {
+                    queue: ok.queue.as_str().into(),
+                    message_count: ok.message_count,
+                    consumer_count: ok.consumer_count,
+                }))
+            }
+            (Reply::QueueDelete, Outcome::QueueDeleted(n)) => {
+                AMQPClass::Queue(queue::AMQPMethod::DeleteOk(queue::DeleteOk {
+                    message_count: n,
+                }))
+            }
+            (Reply::QueueBind, _) => AMQPClass::Queue(queue::AMQPMethod::BindOk(queue::BindOk {})),
+            // queue.unbind has no nowait: its -ok always goes out.
+            (Reply::QueueUnbind, _) => {
+                let m = Method::Other(AMQPClass::Queue(queue::AMQPMethod::UnbindOk(
+                    queue::UnbindOk {},
+                )));
+                self.outbox.push(|b| m.encode(number, b));
+                return Ok(());
+            }
+            (Reply::ExchangeDeclare, _) => {
+                AMQPClass::Exchange(exchange::AMQPMethod::DeclareOk(exchange::DeclareOk {}))
+            }
+            (Reply::ExchangeDelete, _) => {
+                AMQPClass::Exchange(exchange::AMQPMethod::DeleteOk(exchange::DeleteOk {}))
+            }
+            (Reply::ExchangeBind, _) => {
+                AMQPClass::Exchange(exchange::AMQPMethod::BindOk(exchange::BindOk {}))
+            }
+            (Reply::ExchangeUnbind, _) => {
+                AMQPClass::Exchange(exchange::AMQPMethod::UnbindOk(exchange::UnbindOk {}))
+            }
+            (Reply::QueueDeclare | Reply::QueueDelete, other) => {
+                tracing::error!(?other, ?reply, "unexpected outcome of a replicated command");
+                return Err(Fault::Channel(
+                    number,
+                    AmqpError::new(
+                        warren_protocol::constants::INTERNAL_ERROR,
+                        "unexpected outcome",
+                    ),
+                    class_id,
+                    method_id,
+                ));
+            }
+        };
+        if !nowait {
+            let m = Method::Other(class);
+            self.outbox.push(|b| m.encode(number, b));
+        }
+        Ok(())
+    }
+}
