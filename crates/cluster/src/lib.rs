@@ -148,7 +148,15 @@ impl Cluster {
         )?;
         let thread = std::thread::Builder::new()
             .name("metadata-raft".into())
-            .spawn(move || group.run(rx))
+            .spawn(move || {
+                // A node whose metadata group died would serve a topology that no longer
+                // changes: better to stop where an operator sees it.
+                let run = std::panic::AssertUnwindSafe(move || group.run(rx));
+                if std::panic::catch_unwind(run).is_err() {
+                    tracing::error!("the metadata group failed; stopping the node");
+                    std::process::abort();
+                }
+            })
             .map_err(|e| e.to_string())?;
         tracing::info!(node = %me.name, id = me.id, seeds = ?identity.seeds, "cluster node started");
         Ok(Arc::new(Cluster {
@@ -211,7 +219,11 @@ impl Cluster {
         let members = ids
             .into_iter()
             .map(|id| {
-                let info = metadata.members.get(&id);
+                let info = if id == self.me.id {
+                    Some(&self.me)
+                } else {
+                    metadata.members.get(&id)
+                };
                 MemberStatus {
                     id,
                     name: info

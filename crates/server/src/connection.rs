@@ -716,7 +716,27 @@ impl Connection {
         for n in numbers {
             self.close_channel_state(n);
         }
-        self.meta_vhost().connection_closed(self.id);
+        let mut v = self.meta_vhost();
+        let exclusive = v.exclusive_queues_of(self.id);
+        v.connection_closed(self.id);
+        drop(v);
+        if let Some(cluster) = &self.shared.cluster {
+            // Every node has a copy of the exclusive queues: they go everywhere (in the
+            // background: nobody waits on a closed connection).
+            for name in exclusive {
+                let cluster = cluster.clone();
+                let command = warren_broker::command::Command::QueueDelete {
+                    vhost: self.vhost_name.clone(),
+                    conn: self.id,
+                    name,
+                };
+                tokio::spawn(async move {
+                    if let Err(e) = cluster.execute(command).await {
+                        tracing::warn!(error = %e.text, "exclusive queue not deleted cluster-wide");
+                    }
+                });
+            }
+        }
     }
 
     /// Forgets a channel in the broker (requeueing its unacked messages); the number stays

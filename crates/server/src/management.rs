@@ -33,6 +33,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
     let mut router = Router::new()
         .route("/api/overview", get(overview))
         .route("/api/nodes", get(list_nodes))
+        .route("/api/warren/cluster", get(cluster_status))
         .route("/api/health/checks/alarms", get(health_check_alarms))
         .route(
             "/api/health/checks/local-alarms",
@@ -60,7 +61,15 @@ pub fn router(shared: Arc<Shared>) -> Router {
 }
 
 /// The node's name as RabbitMQ would show it (one node per process, so a fixed one).
+/// A single node's name, as RabbitMQ's default `rabbit@<host>` shape.
 const NODE_NAME: &str = "warren@localhost";
+
+impl Shared {
+    /// This node's name: its cluster name, or the single node's.
+    pub fn node_name(&self) -> &str {
+        self.cluster.as_ref().map_or(NODE_NAME, |c| c.node_name())
+    }
+}
 
 pub(crate) fn error(status: StatusCode, reason: &str) -> Response {
     (status, Json(json!({ "error": status.canonical_reason().unwrap_or("error").to_lowercase(), "reason": reason }))).into_response()
@@ -136,7 +145,7 @@ async fn overview(State(s): Api, headers: HeaderMap) -> Response {
     Json(json!({
         "product_name": "warren",
         "product_version": env!("CARGO_PKG_VERSION"),
-        "node": NODE_NAME,
+        "node": s.node_name(),
         "object_totals": {
             "connections": s.connections_open.load(Ordering::Relaxed),
             "channels": channels,
@@ -161,8 +170,8 @@ async fn list_nodes(State(s): Api, headers: HeaderMap) -> Response {
         return r;
     }
     let alarms = s.alarms.state();
-    Json(json!([{
-        "name": NODE_NAME,
+    let mut nodes = vec![json!({
+        "name": s.node_name(),
         "type": "disc",
         "running": true,
         "mem_used": crate::memory::rss_bytes(),
@@ -173,8 +182,41 @@ async fn list_nodes(State(s): Api, headers: HeaderMap) -> Response {
         "disk_free_alarm": alarms.disk,
         "storage_failed": alarms.storage,
         "storage_failure": s.alarms.storage_failure(),
-    }]))
-    .into_response()
+    })];
+    if let Some(cluster) = &s.cluster {
+        // The other members as this node sees them; their own figures are on their own API.
+        for m in cluster.status().members {
+            if m.name == s.node_name() {
+                continue;
+            }
+            nodes.push(json!({
+                "name": m.name,
+                "type": "disc",
+                "running": m.running,
+                "cluster_address": m.cluster,
+                "amqp_address": m.amqp,
+                "management_address": m.management,
+            }));
+        }
+    }
+    Json(Value::Array(nodes)).into_response()
+}
+
+/// The cluster as this node sees it: members, the metadata group's state, and each link's
+/// counters (`warren ctl cluster_status`).
+async fn cluster_status(State(s): Api, headers: HeaderMap) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    match &s.cluster {
+        Some(c) => Json(json!(c.status())).into_response(),
+        None => Json(json!({
+            "node": s.node_name(),
+            "members": [{ "name": s.node_name(), "running": true, "voter": true }],
+            "links": [],
+        }))
+        .into_response(),
+    }
 }
 
 /// RabbitMQ's health check body: 200 `{"status":"ok"}`, or 503 with every alarm in effect.
@@ -185,7 +227,7 @@ fn alarms_health(s: &Shared, failed_reason: &str) -> Response {
     }
     let alarms: Vec<Value> = active
         .into_iter()
-        .map(|(resource, reason)| json!({ "node": NODE_NAME, "resource": resource, "reason": reason }))
+        .map(|(resource, reason)| json!({ "node": s.node_name(), "resource": resource, "reason": reason }))
         .collect();
     (
         StatusCode::SERVICE_UNAVAILABLE,
@@ -230,6 +272,14 @@ async fn put_vhost(State(s): Api, headers: HeaderMap, Path(vhost): Path<String>)
     if let Err(r) = refuse_if_failed(&s) {
         return r;
     }
+    if s.cluster.is_some() {
+        let status = if s.broker.vhost(&vhost).is_some() {
+            StatusCode::NO_CONTENT
+        } else {
+            StatusCode::CREATED
+        };
+        return replicate(&s, MetaRecord::AddVhost { name: vhost }, status).await;
+    }
     if s.broker.add_vhost(&vhost) {
         if let Err(e) = crate::metadata::append(&s, vec![MetaRecord::AddVhost { name: vhost }]) {
             return error(StatusCode::INTERNAL_SERVER_ERROR, &e.text);
@@ -246,6 +296,17 @@ async fn delete_vhost(State(s): Api, headers: HeaderMap, Path(vhost): Path<Strin
     }
     if let Err(r) = refuse_if_failed(&s) {
         return r;
+    }
+    if s.cluster.is_some() {
+        if s.broker.vhost(&vhost).is_none() {
+            return error(StatusCode::NOT_FOUND, "Object Not Found");
+        }
+        return replicate(
+            &s,
+            MetaRecord::DeleteVhost { name: vhost },
+            StatusCode::NO_CONTENT,
+        )
+        .await;
     }
     if s.broker.delete_vhost(&vhost) {
         if let Err(e) = crate::metadata::append(&s, vec![MetaRecord::DeleteVhost { name: vhost }]) {
@@ -305,6 +366,35 @@ async fn put_user(
     if let Err(r) = refuse_if_failed(&s) {
         return r;
     }
+    if s.cluster.is_some() {
+        // The hash is made here, once, so that every node stores the same one.
+        let (status, record) = {
+            let users = s.broker.users.read().expect("users lock");
+            let exists = users.exists(&user);
+            let password_hash = match (&body.password, exists) {
+                (None, true) => users.password_hash(&user).unwrap_or_default(),
+                (password, _) => {
+                    let mut scratch = warren_broker::users::Users::default();
+                    scratch.add_user(&user, password.as_deref().unwrap_or_default(), vec![]);
+                    scratch.password_hash(&user).unwrap_or_default()
+                }
+            };
+            let status = if exists {
+                StatusCode::NO_CONTENT
+            } else {
+                StatusCode::CREATED
+            };
+            (
+                status,
+                MetaRecord::PutUser {
+                    name: user,
+                    password_hash,
+                    tags,
+                },
+            )
+        };
+        return replicate(&s, record, status).await;
+    }
     let mut users = s.broker.users.write().expect("users lock");
     let status = if users.exists(&user) {
         if let Some(password) = &body.password {
@@ -334,6 +424,17 @@ async fn delete_user(State(s): Api, headers: HeaderMap, Path(user): Path<String>
     }
     if let Err(r) = refuse_if_failed(&s) {
         return r;
+    }
+    if s.cluster.is_some() {
+        if !s.broker.users.read().expect("users lock").exists(&user) {
+            return error(StatusCode::NOT_FOUND, "Object Not Found");
+        }
+        return replicate(
+            &s,
+            MetaRecord::DeleteUser { name: user },
+            StatusCode::NO_CONTENT,
+        )
+        .await;
     }
     let mut users = s.broker.users.write().expect("users lock");
     if users.delete_user(&user) {
@@ -391,6 +492,22 @@ async fn put_permissions(
     if let Err(r) = refuse_if_failed(&s) {
         return r;
     }
+    if s.cluster.is_some() {
+        if !s.broker.users.read().expect("users lock").exists(&user) {
+            return error(
+                StatusCode::BAD_REQUEST,
+                &format!("user '{user}' does not exist"),
+            );
+        }
+        let record = MetaRecord::SetPermissions {
+            user,
+            vhost,
+            configure: body.configure,
+            write: body.write,
+            read: body.read,
+        };
+        return replicate(&s, record, StatusCode::CREATED).await;
+    }
     let mut users = s.broker.users.write().expect("users lock");
     if !users.exists(&user) {
         return error(
@@ -423,11 +540,28 @@ async fn delete_permissions(
     if let Err(r) = refuse_if_failed(&s) {
         return r;
     }
+    if s.cluster.is_some() {
+        let record = MetaRecord::ClearPermissions { user, vhost };
+        return replicate(&s, record, StatusCode::NO_CONTENT).await;
+    }
     let mut users = s.broker.users.write().expect("users lock");
     users.clear_permissions(&user, &vhost);
     match crate::metadata::append(&s, vec![MetaRecord::ClearPermissions { user, vhost }]) {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.text),
+    }
+}
+
+/// In a cluster, a user, vhost or permission change is replicated and applied on every node
+/// (this one included) rather than made here alone; `status` answers it once a majority has it.
+async fn replicate(s: &Shared, record: MetaRecord, status: StatusCode) -> Response {
+    let cluster = s.cluster.as_ref().expect("replicated in a cluster only");
+    match cluster
+        .execute(warren_broker::command::Command::Meta { record })
+        .await
+    {
+        Ok(_) => status.into_response(),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.text),
     }
 }
 
@@ -453,6 +587,7 @@ fn queues_json(s: &Shared, only: Option<&str>) -> Vec<Value> {
                 "messages_paged_out": q.messages_paged_out,
                 "messages_ram": q.messages_ready - q.messages_paged_out,
                 "consumers": q.consumers,
+                "node": q.node.as_deref().unwrap_or(s.node_name()),
             }));
         }
     }

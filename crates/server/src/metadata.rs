@@ -250,8 +250,8 @@ impl PayloadSource for StorePayloads {
 }
 
 /// Puts every durable queue's stored messages back after a restart, bodies left on disk
-/// (read back as consumers reach them), and drops logs whose queue no longer exists (deleted
-/// while the deletion's log record was not yet durable).
+/// (read back as consumers reach them), and drops queue logs whose queue no longer exists
+/// (deleted while the deletion's log record was not yet durable).
 pub fn recover_messages(store: &Store, broker: &Broker) -> Result<(), String> {
     const PAGE_ENTRIES: usize = 65_536;
     let mut known = std::collections::HashSet::new();
@@ -276,7 +276,8 @@ pub fn recover_messages(store: &Store, broker: &Broker) -> Result<(), String> {
         }
     }
     for info in store.logs() {
-        if !known.contains(&info.log_id) {
+        // Queue logs have odd ids; even ones are the cluster's own (its Raft groups' logs).
+        if info.log_id % 2 == 1 && !known.contains(&info.log_id) {
             store.delete_log(info.log_id).map_err(|e| e.to_string())?;
         }
     }

@@ -78,6 +78,8 @@ enum CtlCommand {
     /// Node overview: totals of connections, channels, queues and messages, then the alarms
     /// in effect (memory, disk, storage failure).
     Status,
+    /// The cluster's members as the node sees them, its metadata group and its links.
+    ClusterStatus,
     /// rabbitmq-diagnostics check_local_alarms: fails (exit code 1) while any alarm is in
     /// effect on the node, naming each.
     CheckLocalAlarms,
@@ -281,6 +283,42 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
             println!("user\ttags");
             for u in users.as_array().into_iter().flatten() {
                 println!("{}\t{}", u["name"].as_str().unwrap_or_default(), u["tags"]);
+            }
+        }
+        CtlCommand::ClusterStatus => {
+            let body = expect_ok(request(&ep, "GET", "/api/warren/cluster", None)?)?;
+            let status: Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+            println!(
+                "Cluster status of node {}",
+                status["node"].as_str().unwrap_or("?")
+            );
+            println!("\nMembers (name, running, voter, cluster address)");
+            for m in status["members"].as_array().into_iter().flatten() {
+                println!(
+                    "{}\t{}\t{}\t{}",
+                    m["name"].as_str().unwrap_or("?"),
+                    m["running"],
+                    m["voter"],
+                    m["cluster"].as_str().unwrap_or("")
+                );
+            }
+            let meta = &status["metadata"];
+            if !meta.is_null() {
+                println!(
+                    "\nMetadata store: {} (leader {}), term {}, commit {}, applied {}",
+                    meta["role"].as_str().unwrap_or("?"),
+                    meta["leader"],
+                    meta["term"],
+                    meta["commit"],
+                    meta["applied"]
+                );
+            }
+            println!("\nLinks (peer, up, rtt us, bytes out, bytes in, dropped)");
+            for l in status["links"].as_array().into_iter().flatten() {
+                println!(
+                    "{}\t{}\t{}\t{}\t{}\t{}",
+                    l["peer"], l["up"], l["rtt_us"], l["bytes_out"], l["bytes_in"], l["dropped"]
+                );
             }
         }
         CtlCommand::AddVhost { vhost } => {

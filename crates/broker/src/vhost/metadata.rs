@@ -354,6 +354,7 @@ impl VHost {
                 message_bytes_ready: q.backlog.bytes() as u64,
                 messages_paged_out: q.backlog.paged_out() as u64,
                 consumers: q.consumers.len() as u64,
+                node: q.home_node.clone(),
             })
             .collect();
         v.sort_by(|a, b| a.name.cmp(&b.name));

@@ -79,6 +79,8 @@ pub struct QueueInfo {
     /// Ready messages whose bodies are on disk only (RabbitMQ's messages_paged_out).
     pub messages_paged_out: u64,
     pub consumers: u64,
+    /// The node hosting the queue in a cluster (`None` on a single node).
+    pub node: Option<std::sync::Arc<str>>,
 }
 
 #[derive(Debug, Clone)]
@@ -812,6 +814,15 @@ impl VHost {
     }
 
     /// Exclusive queues die with their connection.
+    /// The exclusive queues `conn` owns, which go when it closes.
+    pub fn exclusive_queues_of(&self, conn: ConnId) -> Vec<String> {
+        self.queues
+            .values()
+            .filter(|q| q.exclusive_owner == Some(conn))
+            .map(|q| q.name.clone())
+            .collect()
+    }
+
     pub fn connection_closed(&mut self, conn: ConnId) {
         let owned: Vec<QueueId> = self
             .queues
