@@ -201,8 +201,8 @@ impl Cluster {
             Err(_) => Err(AmqpError::new(
                 INTERNAL_ERROR,
                 format!(
-                    "timed out after {} s waiting for a majority of the cluster's nodes; \
-                     topology changes are refused while this node is cut off from them",
+                    "timed out after {} s waiting for a majority of the cluster's nodes: the \
+                     change is not confirmed, and takes effect only if a majority already has it",
                     PROPOSE_TIMEOUT.as_secs()
                 ),
             )),

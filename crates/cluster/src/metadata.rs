@@ -102,6 +102,19 @@ pub struct GroupStatus {
 
 pub type Reply = tokio::sync::oneshot::Sender<Result<Outcome, AmqpError>>;
 
+/// A proposal waiting to be applied on its node.
+struct Waiting {
+    command: Command,
+    reply: Reply,
+    tried: Instant,
+}
+
+/// A proposal not applied this long after it was made is made again: it may have gone to a
+/// leader that died, or found no leader. Applying a topology command twice changes nothing the
+/// first did not (declares, deletes and bindings are idempotent), and only the first
+/// application answers the client.
+const PROPOSAL_RETRY: Duration = Duration::from_millis(500);
+
 /// What the group's thread is asked to do.
 pub enum Input {
     Peer(Inbound),
@@ -116,7 +129,8 @@ pub struct MetadataGroup {
     broker: Arc<Broker>,
     store: Arc<Store>,
     timing: Timing,
-    waiting: HashMap<u64, Reply>,
+    /// Proposals of this node not yet applied here, by request id.
+    waiting: HashMap<u64, Waiting>,
     next_request: u64,
     status: Arc<Mutex<GroupStatus>>,
     members: BTreeMap<u64, NodeInfo>,
@@ -217,11 +231,12 @@ impl MetadataGroup {
                 next_tick = Instant::now() + self.timing.tick;
                 self.raw.tick();
                 self.register_if_needed();
+                self.retry_proposals();
             }
             if let Err(e) = self.on_ready() {
                 tracing::error!(error = %e, "metadata group stopped: its log cannot be written");
-                for (_, reply) in self.waiting.drain() {
-                    let _ = reply.send(Err(no_majority("the node's storage failed")));
+                for (_, w) in self.waiting.drain() {
+                    let _ = w.reply.send(Err(no_majority("the node's storage failed")));
                 }
                 return;
             }
@@ -242,31 +257,64 @@ impl MetadataGroup {
             Input::Peer(Inbound::Hello(info)) => {
                 tracing::debug!(peer = info.id, name = %info.name, "cluster peer said hello");
             }
-            Input::Propose { command, reply } => self.propose(Op::Broker { command }, Some(reply)),
+            Input::Propose { command, reply } => {
+                // Cut off from a majority: refused before it enters the log, so it can never
+                // take effect later (once in the log, a proposal's fate is the majority's).
+                let voters = self.raw.raft.prs().conf().voters().ids();
+                let reachable = voters.iter().filter(|v| self.transport.is_up(*v)).count();
+                if reachable * 2 <= voters.len() {
+                    let _ = reply.send(Err(no_majority(&format!(
+                        "this node reaches {reachable} of the cluster's {} nodes",
+                        voters.len()
+                    ))));
+                    return;
+                }
+                let request = self.next_request;
+                self.next_request += 1;
+                self.propose(
+                    request,
+                    Op::Broker {
+                        command: command.clone(),
+                    },
+                );
+                self.waiting.insert(
+                    request,
+                    Waiting {
+                        command,
+                        reply,
+                        tried: Instant::now(),
+                    },
+                );
+            }
             Input::Stop => {}
         }
     }
 
-    fn propose(&mut self, op: Op, reply: Option<Reply>) {
-        let request = self.next_request;
-        self.next_request += 1;
+    /// Proposes an entry; with no leader known it is dropped, and retried later if it waits.
+    fn propose(&mut self, request: u64, op: Op) {
         let entry = LogEntry {
             origin: self.me.id,
             request,
             op,
         };
         let data = serde_json::to_vec(&entry).expect("log entries serialise");
-        match self.raw.propose(vec![], data) {
-            Ok(()) => {
-                if let Some(reply) = reply {
-                    self.waiting.insert(request, reply);
-                }
-            }
-            Err(_) => {
-                if let Some(reply) = reply {
-                    let _ = reply.send(Err(no_majority("this node knows no leader")));
-                }
-            }
+        let _ = self.raw.propose(vec![], data);
+    }
+
+    /// Proposes again what waited too long; forgets what nobody waits for any more.
+    fn retry_proposals(&mut self) {
+        self.waiting.retain(|_, w| !w.reply.is_closed());
+        let due: Vec<(u64, Command)> = self
+            .waiting
+            .iter_mut()
+            .filter(|(_, w)| w.tried.elapsed() >= PROPOSAL_RETRY)
+            .map(|(request, w)| {
+                w.tried = Instant::now();
+                (*request, w.command.clone())
+            })
+            .collect();
+        for (request, command) in due {
+            self.propose(request, Op::Broker { command });
         }
     }
 
@@ -285,11 +333,13 @@ impl MetadataGroup {
             return;
         }
         self.registering = Some(Instant::now());
+        let request = self.next_request;
+        self.next_request += 1;
         self.propose(
+            request,
             Op::Node {
                 info: self.me.clone(),
             },
-            None,
         );
     }
 
@@ -369,8 +419,8 @@ impl MetadataGroup {
                         }
                     };
                     if e.origin == self.me.id {
-                        if let Some(reply) = self.waiting.remove(&e.request) {
-                            let _ = reply.send(outcome);
+                        if let Some(w) = self.waiting.remove(&e.request) {
+                            let _ = w.reply.send(outcome);
                         }
                     }
                 }

@@ -234,6 +234,8 @@ def test_a_node_cut_off_in_a_minority_refuses_changes_and_the_majority_carries_o
     n1, n2, n3 = cluster.nodes
     n2.kill()
     n3.kill()
+    eventually(lambda: [n["running"] for n in n1.api("/api/nodes")] == [True, False, False],
+               "n1 sees that n2 and n3 are down")
     conn = n1.connection()
     with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as refused:
         conn.channel().queue_declare("in-the-minority", durable=True)
