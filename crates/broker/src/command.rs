@@ -123,7 +123,7 @@ impl Broker {
         match command {
             Command::Meta { record } => {
                 self.apply(record.clone())
-                    .map_err(|e| AmqpError::precondition(e))?;
+                    .map_err(AmqpError::precondition)?;
             }
             Command::ExchangeDeclare {
                 vhost: v,

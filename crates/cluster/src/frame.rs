@@ -153,10 +153,12 @@ mod tests {
             amqp: "127.0.0.1:5673".parse().unwrap(),
             management: None,
         };
-        let mut m = Message::default();
-        m.to = 3;
-        m.from = 2;
-        m.term = 7;
+        let m = Message {
+            to: 3,
+            from: 2,
+            term: 7,
+            ..Default::default()
+        };
         let mut buf = BytesMut::new();
         encode_hello(&mut buf, &info);
         encode_ping(&mut buf, KIND_PING, 42);
@@ -164,7 +166,7 @@ mod tests {
         let whole = buf.clone();
         let mut partial = BytesMut::from(&whole[..whole.len() - 1]);
         let mut seen = 0;
-        while let Some(_) = decode(&mut partial).unwrap() {
+        while decode(&mut partial).unwrap().is_some() {
             seen += 1;
         }
         assert_eq!(seen, 2, "the raft frame is incomplete");

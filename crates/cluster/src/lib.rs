@@ -140,11 +140,13 @@ impl Cluster {
             &identity.founders,
             &seeds,
             &config.dir,
-            store,
-            broker,
-            transport.clone(),
+            metadata::NodeParts {
+                store,
+                broker,
+                transport: transport.clone(),
+                status: status.clone(),
+            },
             config.timing.clone(),
-            status.clone(),
         )?;
         let thread = std::thread::Builder::new()
             .name("metadata-raft".into())

@@ -122,6 +122,14 @@ pub enum Input {
     Stop,
 }
 
+/// What the group shares with the rest of its node.
+pub struct NodeParts {
+    pub store: Arc<Store>,
+    pub broker: Arc<Broker>,
+    pub transport: Transport,
+    pub status: Arc<Mutex<GroupStatus>>,
+}
+
 pub struct MetadataGroup {
     pub me: NodeInfo,
     raw: RawNode<RaftLog>,
@@ -154,12 +162,15 @@ impl MetadataGroup {
         founders: &[u64],
         seeds: &BTreeMap<u64, std::net::SocketAddr>,
         dir: &std::path::Path,
-        store: Arc<Store>,
-        broker: Arc<Broker>,
-        transport: Transport,
+        node: NodeParts,
         timing: Timing,
-        status: Arc<Mutex<GroupStatus>>,
     ) -> Result<MetadataGroup, String> {
+        let NodeParts {
+            store,
+            broker,
+            transport,
+            status,
+        } = node;
         let log = RaftLog::open(store.clone(), METADATA_LOG_ID, dir, founders)?;
         let snapshot = log.latest_snapshot();
         let snapshot_index = snapshot.get_metadata().index;
@@ -487,10 +498,12 @@ impl MetadataGroup {
             commands: self.broker.export_commands(),
             members: self.members.values().cloned().collect(),
         };
-        let mut snapshot = Snapshot::default();
-        snapshot.data = serde_json::to_vec(&data)
-            .expect("snapshots serialise")
-            .into();
+        let mut snapshot = Snapshot {
+            data: serde_json::to_vec(&data)
+                .expect("snapshots serialise")
+                .into(),
+            ..Default::default()
+        };
         let meta = snapshot.mut_metadata();
         meta.index = index;
         meta.term = term;

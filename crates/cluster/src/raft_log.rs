@@ -162,10 +162,12 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 impl raft::Storage for RaftLog {
     fn initial_state(&self) -> raft::Result<RaftState> {
         let hs = self.store.hard_state(self.log_id).unwrap_or_default();
-        let mut hard_state = HardState::default();
-        hard_state.term = hs.term;
-        hard_state.vote = hs.vote;
-        hard_state.commit = hs.commit;
+        let hard_state = HardState {
+            term: hs.term,
+            vote: hs.vote,
+            commit: hs.commit,
+            ..Default::default()
+        };
         Ok(RaftState::new(hard_state, self.conf_state.clone()))
     }
 

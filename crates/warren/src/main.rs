@@ -24,7 +24,7 @@ struct Cli {
 enum Command {
     /// Start a broker node. Settings come from flags, then WARREN_* environment variables, then
     /// the TOML file given by --config, then built-in defaults, in that order of precedence.
-    Server(ServerArgs),
+    Server(Box<ServerArgs>),
     /// Administer a running node (users, vhosts, permissions, queues) through its management
     /// API, with rabbitmqctl's command names and argument order.
     Ctl(ctl::CtlArgs),
@@ -108,6 +108,10 @@ struct ServerArgs {
     /// the cluster forms once a majority of them run.
     #[arg(long, env = "WARREN_CLUSTER_SEEDS", value_delimiter = ',')]
     cluster_seeds: Vec<SocketAddr>,
+    /// Metadata entries applied between snapshots of the replicated topology (tests use a few to
+    /// exercise snapshots).
+    #[arg(long, env = "WARREN_CLUSTER_SNAPSHOT_ENTRIES", hide = true)]
+    cluster_snapshot_entries: Option<u64>,
     #[arg(long, env = "WARREN_LOG", default_value = "info")]
     log: String,
     /// TESTS ONLY: lets administrators make the next fsync fail over the management API
@@ -217,7 +221,7 @@ impl ServerArgs {
         if !self.cluster_seeds.is_empty() {
             c.cluster_seeds = self.cluster_seeds.clone();
         }
-        if c.cluster_listen.is_some() != !c.cluster_seeds.is_empty() {
+        if c.cluster_listen.is_some() == c.cluster_seeds.is_empty() {
             return Err(
                 "--cluster-listen and --cluster-seeds go together: both for a cluster node, \
                  neither for a single node"
@@ -234,7 +238,7 @@ impl ServerArgs {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Server(args) => run_server(args),
+        Command::Server(args) => run_server(*args),
         Command::Perf(args) => match warren_perf::run(args) {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
@@ -348,7 +352,12 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
                     amqp: config.listen,
                     management: config.management_listen,
                     dir: config.meta_dir().join("cluster"),
-                    timing: Default::default(),
+                    timing: warren_cluster::metadata::Timing {
+                        snapshot_entries: args.cluster_snapshot_entries.unwrap_or(
+                            warren_cluster::metadata::Timing::default().snapshot_entries,
+                        ),
+                        ..Default::default()
+                    },
                 };
                 match warren_cluster::Cluster::start(cluster_config, store.clone(), broker.clone()).await {
                     Ok(c) => {

@@ -75,7 +75,7 @@ class Node:
              "--cluster-listen", f"127.0.0.1:{self.link}",
              "--cluster-seeds", ",".join(f"127.0.0.1:{p[1]}" for p in self.cluster.ports),
              "--data-dir", self.data,
-             "--management-listen", f"127.0.0.1:{self.http}"],
+             "--management-listen", f"127.0.0.1:{self.http}"] + self.cluster.extra_args,
             stdout=log, stderr=log)
         eventually(lambda: socket.create_connection(("127.0.0.1", self.amqp), 1).close() or True,
                    f"{self.name} accepts AMQP")
@@ -115,7 +115,8 @@ class Node:
 
 
 class Cluster:
-    def __init__(self, size=3):
+    def __init__(self, size=3, extra_args=()):
+        self.extra_args = list(extra_args)
         self.dir = tempfile.mkdtemp(prefix="warren-cluster-")
         self.ports = [tuple(free_ports(3)) for _ in range(size)]
         self.nodes = [Node(self, i) for i in range(size)]
@@ -274,3 +275,31 @@ def test_an_exclusive_queue_goes_from_every_node_when_its_connection_closes(clus
     conn.close()
     eventually(lambda: name not in [q["name"] for q in n2.api("/api/queues")],
                "the exclusive queue is gone from n2")
+
+
+def test_a_node_that_fell_behind_a_snapshot_catches_up_from_it():
+    # Snapshots every 20 entries: the log a node missed is gone by the time it comes back.
+    c = Cluster(extra_args=["--cluster-snapshot-entries", "20"])
+    try:
+        c.start()
+        n1, n2, n3 = c.nodes
+        n3.kill()
+        conn = n1.connection()
+        ch = conn.channel()
+        ch.exchange_declare("fanned", "fanout", durable=True)
+        for i in range(100):
+            ch.queue_declare(f"behind-{i}", durable=True)
+            ch.queue_bind(f"behind-{i}", "fanned")
+        ch.queue_delete("behind-0")
+        conn.close()
+        n3.start()
+        eventually(lambda: topology(n3) == topology(n1), "n3 caught up from a snapshot")
+        with open(os.path.join(c.dir, "n3.log"), errors="replace") as log:
+            assert "metadata snapshot installed" in log.read()
+        assert "behind-0" not in [q["name"] for q in n3.api("/api/queues")]
+        # ... and keeps it across its own restart (its snapshot file and the log after it).
+        n3.kill()
+        n3.start()
+        eventually(lambda: topology(n3) == topology(n1), "n3 has it after a restart")
+    finally:
+        c.close()

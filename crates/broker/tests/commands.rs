@@ -1,0 +1,181 @@
+//! Topology commands, as a cluster applies them on every node: the same commands in the same
+//! order give the same state and outcomes, a refused command changes nothing, and a snapshot
+//! (the state exported as commands) rebuilds exactly that state on an empty broker.
+
+use amq_protocol_types::{AMQPValue, FieldTable};
+use warren_broker::broker::Broker;
+use warren_broker::command::{Command, Outcome};
+use warren_broker::definitions::MetaRecord;
+
+fn queue(name: &str, conn: u64, durable: bool, exclusive: bool, node: &str) -> Command {
+    Command::QueueDeclare {
+        vhost: "/".into(),
+        conn,
+        name: name.into(),
+        durable,
+        exclusive,
+        auto_delete: false,
+        server_named: name.starts_with("amq.gen-"),
+        arguments: FieldTable::default(),
+        log_id: 0x11 + 2 * name.len() as u64,
+        node: node.into(),
+    }
+}
+
+fn history() -> Vec<Command> {
+    let mut ttl = FieldTable::default();
+    ttl.insert("x-message-ttl".into(), AMQPValue::LongUInt(60_000));
+    vec![
+        Command::Meta {
+            record: MetaRecord::AddVhost {
+                name: "shop".into(),
+            },
+        },
+        Command::ExchangeDeclare {
+            vhost: "/".into(),
+            name: "orders".into(),
+            kind: "topic".into(),
+            durable: true,
+            auto_delete: false,
+            internal: false,
+            arguments: FieldTable::default(),
+        },
+        Command::ExchangeDeclare {
+            vhost: "/".into(),
+            name: "scratch".into(),
+            kind: "fanout".into(),
+            durable: false,
+            auto_delete: false,
+            internal: false,
+            arguments: FieldTable::default(),
+        },
+        queue("orders.eu", 0, true, false, "n1"),
+        queue("amq.gen-abc", (2 << 40) + 7, false, true, "n2"),
+        Command::QueueDeclare {
+            vhost: "/".into(),
+            conn: 0,
+            name: "with-ttl".into(),
+            durable: true,
+            exclusive: false,
+            auto_delete: false,
+            server_named: false,
+            arguments: ttl,
+            log_id: 0x31,
+            node: "n3".into(),
+        },
+        Command::QueueBind {
+            vhost: "/".into(),
+            conn: 0,
+            queue: "orders.eu".into(),
+            exchange: "orders".into(),
+            key: "eu.#".into(),
+            arguments: FieldTable::default(),
+        },
+        Command::QueueBind {
+            vhost: "/".into(),
+            conn: (2 << 40) + 7,
+            queue: "amq.gen-abc".into(),
+            exchange: "scratch".into(),
+            key: "".into(),
+            arguments: FieldTable::default(),
+        },
+        Command::ExchangeBind {
+            vhost: "/".into(),
+            destination: "scratch".into(),
+            source: "orders".into(),
+            key: "#".into(),
+            arguments: FieldTable::default(),
+        },
+    ]
+}
+
+/// The broker's state as commands, without password hashes: each broker salts its default
+/// user's hash at random, which says nothing about the topology.
+fn state(b: &Broker) -> String {
+    let commands: Vec<Command> = b
+        .export_commands()
+        .into_iter()
+        .filter(|c| {
+            !matches!(
+                c,
+                Command::Meta {
+                    record: MetaRecord::PutUser { .. }
+                }
+            )
+        })
+        .collect();
+    serde_json::to_string(&commands).unwrap()
+}
+
+#[test]
+fn the_same_commands_give_every_node_the_same_state_and_outcomes() {
+    let (a, b) = (Broker::new(), Broker::new());
+    for c in history() {
+        assert_eq!(a.execute(&c), b.execute(&c), "{c:?}");
+    }
+    assert_eq!(state(&a), state(&b));
+    let v = a.vhost("/").unwrap();
+    let v = v.lock().unwrap();
+    assert_eq!(v.queue_home("orders.eu").as_deref(), Some("n1"));
+    assert_eq!(v.queue_home("amq.gen-abc").as_deref(), Some("n2"));
+}
+
+#[test]
+fn a_refused_command_is_refused_alike_and_changes_nothing() {
+    let a = Broker::new();
+    for c in history() {
+        a.execute(&c).unwrap();
+    }
+    let before = state(&a);
+    // Inequivalent redeclare, exclusive queue used by another connection, missing exchange.
+    let refused = [
+        queue("orders.eu", 0, false, false, "n1"),
+        Command::QueueBind {
+            vhost: "/".into(),
+            conn: 99,
+            queue: "amq.gen-abc".into(),
+            exchange: "orders".into(),
+            key: "x".into(),
+            arguments: FieldTable::default(),
+        },
+        Command::QueueBind {
+            vhost: "/".into(),
+            conn: 0,
+            queue: "orders.eu".into(),
+            exchange: "nope".into(),
+            key: "x".into(),
+            arguments: FieldTable::default(),
+        },
+    ];
+    let codes: Vec<u16> = refused
+        .iter()
+        .map(|c| a.execute(c).unwrap_err().code)
+        .collect();
+    assert_eq!(codes, vec![406, 405, 404]);
+    assert_eq!(state(&a), before);
+    // Applying a declare again (a retried proposal) changes nothing either.
+    assert!(matches!(
+        a.execute(&queue("orders.eu", 0, true, false, "n1")),
+        Ok(Outcome::QueueDeclared(_))
+    ));
+    assert_eq!(state(&a), before);
+}
+
+#[test]
+fn a_snapshot_rebuilds_the_same_state_on_an_empty_broker() {
+    let a = Broker::new();
+    for c in history() {
+        a.execute(&c).unwrap();
+    }
+    let snapshot = a.export_commands();
+    let b = Broker::new();
+    b.execute(&queue("left-over", 0, true, false, "n9"))
+        .unwrap();
+    b.clear_topology();
+    for c in &snapshot {
+        b.execute(c).unwrap();
+    }
+    assert_eq!(state(&a), state(&b));
+    assert!(b.vhost("shop").is_some());
+    assert!(b.users.read().unwrap().exists("guest"));
+}
