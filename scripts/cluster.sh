@@ -25,7 +25,7 @@ start_node() {
   "$BIN" server --node-name "n$i" --listen "127.0.0.1:$((5671 + i))" \
     --cluster-listen "127.0.0.1:$((25671 + i))" --cluster-seeds "$(seeds "$n")" \
     --data-dir "$DIR/n$i" --management-listen "127.0.0.1:$((15671 + i))" \
-    >>"$DIR/n$i.log" 2>&1 &
+    ${WARREN_EXTRA_ARGS:-} >>"$DIR/n$i.log" 2>&1 &
   echo $! >"$DIR/n$i.pid"
   echo "$n" >"$DIR/size"
   echo "n$i: amqp://127.0.0.1:$((5671 + i)) (pid $!, log $DIR/n$i.log)"

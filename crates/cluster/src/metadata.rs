@@ -354,7 +354,7 @@ impl MetadataGroup {
         );
     }
 
-    fn send(&self, messages: Vec<Message>) {
+    fn send(&mut self, messages: Vec<Message>) {
         if messages.is_empty() {
             return;
         }
@@ -363,7 +363,10 @@ impl MetadataGroup {
             by_peer.entry(m.to).or_default().push(m);
         }
         for (to, batch) in by_peer {
-            self.transport.send_raft(to, METADATA_GROUP, &batch);
+            if !self.transport.send_raft(to, METADATA_GROUP, &batch) {
+                // The leader then probes the peer instead of streaming entries into the void.
+                self.raw.report_unreachable(to);
+            }
         }
     }
 

@@ -170,12 +170,13 @@ impl Transport {
         tokio::spawn(async move { t.run_link(id, peer).await });
     }
 
-    /// Queues Raft messages of `group` for peer `to`, as one frame; false if the peer's buffer
-    /// is full (they are dropped: Raft sends again what is not acknowledged).
+    /// Queues Raft messages of `group` for peer `to`, as one frame; false if the link is down
+    /// or its buffer full: they are dropped, and Raft sends again what is not acknowledged
+    /// (stale messages piled up for a dead peer would only be replayed to it when it returns).
     pub fn send_raft(&self, to: u64, group: u64, messages: &[raft::eraftpb::Message]) -> bool {
         let peer = self.peer(to);
         let mut buffer = peer.buffer.lock().expect("buffer lock");
-        if buffer.len() > PEER_BUFFER_BYTES_MAX {
+        if !peer.connected.load(Ordering::Relaxed) || buffer.len() > PEER_BUFFER_BYTES_MAX {
             peer.dropped
                 .fetch_add(messages.len() as u64, Ordering::Relaxed);
             return false;
@@ -249,6 +250,7 @@ impl Transport {
                 tracing::info!(peer = id, %addr, "cluster link up");
                 self.drive_link(stream, &peer).await;
                 peer.connected.store(false, Ordering::Relaxed);
+                peer.buffer.lock().expect("buffer lock").clear();
                 tracing::info!(peer = id, %addr, "cluster link down");
             }
             tokio::time::sleep(RECONNECT_DELAY).await;

@@ -139,6 +139,10 @@ class Cluster:
 
     def close(self):
         for n in self.nodes:
+            if n.proc is not None and n.proc.poll() is not None:
+                # A node that died on its own: show why.
+                with open(os.path.join(self.dir, f"{n.name}.log"), errors="replace") as log:
+                    print(f"--- {n.name} exited with {n.proc.returncode}:\n" + log.read()[-4000:])
             n.kill()
         shutil.rmtree(self.dir, ignore_errors=True)
 
