@@ -20,6 +20,8 @@ pub struct Broker {
     paging: RwLock<Option<Paging>>,
     /// Why durable changes are refused (the node's storage failed); every vhost shares it.
     durable_changes_refused: Arc<OnceLock<String>>,
+    /// In a cluster, this node's name (given to every vhost, now and later).
+    local_node: RwLock<Option<Arc<str>>>,
 }
 
 impl Default for Broker {
@@ -41,6 +43,7 @@ impl Broker {
                 .unwrap_or(0),
             paging: RwLock::new(None),
             durable_changes_refused: Arc::default(),
+            local_node: RwLock::new(None),
         };
         b.add_vhost("/");
         {
@@ -67,6 +70,9 @@ impl Broker {
             vhost.set_paging(paging);
         }
         vhost.share_durable_refusal(self.durable_changes_refused.clone());
+        if let Some(node) = self.local_node.read().expect("node lock").clone() {
+            vhost.set_local_node(node);
+        }
         v.insert(name.to_string(), Arc::new(Mutex::new(vhost)));
         true
     }
@@ -82,6 +88,15 @@ impl Broker {
         *self.paging.write().expect("paging lock") = Some(paging.clone());
         for (_, v) in self.vhosts() {
             v.lock().expect("vhost lock").set_paging(paging.clone());
+        }
+    }
+
+    /// Makes this broker a cluster node named `node`: queues hosted elsewhere are copies here.
+    pub fn set_local_node(&self, node: &str) {
+        let node: Arc<str> = node.into();
+        *self.local_node.write().expect("node lock") = Some(node.clone());
+        for (_, v) in self.vhosts() {
+            v.lock().expect("vhost lock").set_local_node(node.clone());
         }
     }
 

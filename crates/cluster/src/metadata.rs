@@ -471,6 +471,8 @@ impl MetadataGroup {
         if let Some(v) = vhost.and_then(|v| self.broker.vhost(v)) {
             let mut v = v.lock().expect("vhost lock");
             v.take_meta();
+            // Whatever a replicated command deletes, it deletes on every node already.
+            v.take_self_deleted();
             for op in v.take_store_ops() {
                 let r = match op {
                     StoreOp::DeleteLog { log } => self.store.delete_log(log),

@@ -716,27 +716,8 @@ impl Connection {
         for n in numbers {
             self.close_channel_state(n);
         }
-        let mut v = self.meta_vhost();
-        let exclusive = v.exclusive_queues_of(self.id);
-        v.connection_closed(self.id);
-        drop(v);
-        if let Some(cluster) = &self.shared.cluster {
-            // Every node has a copy of the exclusive queues: they go everywhere (in the
-            // background: nobody waits on a closed connection).
-            for name in exclusive {
-                let cluster = cluster.clone();
-                let command = warren_broker::command::Command::QueueDelete {
-                    vhost: self.vhost_name.clone(),
-                    conn: self.id,
-                    name,
-                };
-                tokio::spawn(async move {
-                    if let Err(e) = cluster.execute(command).await {
-                        tracing::warn!(error = %e.text, "exclusive queue not deleted cluster-wide");
-                    }
-                });
-            }
-        }
+        // In a cluster the guard's drop has the exclusive queues deleted on every node.
+        self.meta_vhost().connection_closed(self.id);
     }
 
     /// Forgets a channel in the broker (requeueing its unacked messages); the number stays

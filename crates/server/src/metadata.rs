@@ -155,6 +155,23 @@ impl MetaGuard<'_> {
 
 impl Drop for MetaGuard<'_> {
     fn drop(&mut self) {
+        if let Some(cluster) = &self.shared.cluster {
+            // Queues this node deleted on its own go from every node (in the background: no
+            // client waits on an auto-delete, an expiry or a closed owner).
+            for (name, conn) in self.vhost.take_self_deleted() {
+                let cluster = cluster.clone();
+                let command = warren_broker::command::Command::QueueDelete {
+                    vhost: self.vhost.name.clone(),
+                    conn,
+                    name,
+                };
+                tokio::spawn(async move {
+                    if let Err(e) = cluster.execute(command).await {
+                        tracing::warn!(error = %e.text, "queue not deleted cluster-wide");
+                    }
+                });
+            }
+        }
         if self.vhost.has_meta() {
             if let Err(e) = persist(self.shared, &mut self.vhost) {
                 tracing::error!(error = %e.text, "durable topology change not persisted");

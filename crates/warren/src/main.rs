@@ -359,6 +359,7 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
                         ..Default::default()
                     },
                 };
+                broker.set_local_node(&cluster_config.node_name);
                 match warren_cluster::Cluster::start(cluster_config, store.clone(), broker.clone()).await {
                     Ok(c) => {
                         // Queues must exist again before their stored messages are put back.

@@ -281,6 +281,24 @@ def test_an_exclusive_queue_goes_from_every_node_when_its_connection_closes(clus
                "the exclusive queue is gone from n2")
 
 
+def test_queues_a_node_deletes_on_its_own_go_from_every_node(cluster):
+    n1, n2, n3 = cluster.nodes
+    conn = n1.connection()
+    ch = conn.channel()
+    ch.queue_declare("auto", auto_delete=True)
+    ch.queue_declare("expiring", arguments={"x-expires": 500})
+    ch.queue_declare("kept", durable=True)
+    tag = ch.basic_consume("auto", lambda *a: None)
+    eventually(lambda: {"auto", "expiring"} <= {q["name"] for q in n2.api("/api/queues")},
+               "n2 sees both")
+    ch.basic_cancel(tag)
+    for node in (n2, n3):
+        eventually(lambda node=node: not {"auto", "expiring"} & {q["name"] for q in node.api("/api/queues")},
+                   f"the auto-delete and the expired queue are gone from {node.name}")
+    assert "kept" in {q["name"] for q in n3.api("/api/queues")}
+    conn.close()
+
+
 def test_a_node_that_fell_behind_a_snapshot_catches_up_from_it():
     # Snapshots every 20 entries: the log a node missed is gone by the time it comes back.
     c = Cluster(extra_args=["--cluster-snapshot-entries", "20"])

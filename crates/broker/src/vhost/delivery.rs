@@ -144,7 +144,7 @@ impl VHost {
             return;
         };
         if q.auto_delete && q.had_consumer && q.consumers.is_empty() {
-            self.delete_queue_by_id(qid);
+            self.delete_queue_on_its_own(qid);
         } else {
             // RabbitMQ restarts the x-expires timer when a queue becomes unused.
             if let Some(q) = self.queues.get_mut(&qid).filter(|q| q.consumers.is_empty()) {
@@ -511,21 +511,42 @@ impl VHost {
     // ---- time ------------------------------------------------------------------------------
 
     /// Expires messages at queue heads and queues unused past x-expires.
+    ///
+    /// Runs 20 times a second over every queue, so an idle queue costs one cheap check and no
+    /// allocation: 10,000 idle queues once took 2.75 % of a core here.
     pub fn tick(&mut self, now_ms: u64) {
-        let ids: Vec<QueueId> = self.queues.keys().copied().collect();
-        for id in ids {
-            let Some(q) = self.queues.get_mut(&id) else {
+        let mut expired = Vec::new();
+        let mut due = Vec::new();
+        for (id, q) in &self.queues {
+            if q.config.expires_ms.is_none() && q.backlog.is_empty() {
                 continue;
-            };
+            }
             if let Some(expires) = q.config.expires_ms {
-                if q.consumers.is_empty() && now_ms.saturating_sub(q.last_used_ms) >= expires {
-                    self.delete_queue_by_id(id);
+                let unused =
+                    q.consumers.is_empty() && now_ms.saturating_sub(q.last_used_ms) >= expires;
+                // A copy of a queue hosted elsewhere: its use is seen where it lives.
+                if unused && super::hosts(&self.local_node, q) {
+                    expired.push(*id);
                     continue;
                 }
             }
             // A head paged out is read back only where a queue TTL may have expired it: a
             // per-message expiry alone waits for a consumer or basic.get to reach it, rather
             // than every idle backlog being read after a restart.
+            match q.backlog.peek_in_memory() {
+                Some(h) if h.expires_at_ms.is_some_and(|t| t < now_ms) => due.push(*id),
+                Some(_) => {}
+                None if q.config.message_ttl_ms.is_some() => due.push(*id),
+                None => {}
+            }
+        }
+        for id in expired {
+            self.delete_queue_on_its_own(id);
+        }
+        for id in due {
+            let Some(q) = self.queues.get_mut(&id) else {
+                continue;
+            };
             let head = match q.backlog.peek_in_memory() {
                 Some(head) => Some(head),
                 None if q.config.message_ttl_ms.is_some() => q.backlog.peek(),

@@ -127,6 +127,12 @@ pub struct VHost {
     /// a change that the next restart would silently undo. Shared by every vhost of a node,
     /// so that refusing takes no vhost lock (the failure may be found under one).
     durable_changes_refused: Arc<OnceLock<String>>,
+    /// In a cluster, this node's name: queues hosted elsewhere are copies here (their clock
+    /// runs on their own node), and queues this vhost deletes on its own are reported.
+    local_node: Option<Arc<str>>,
+    /// Queues this vhost deleted on its own (auto-delete, x-expires, an exclusive owner gone),
+    /// with the connection that owned them, for the cluster to delete everywhere.
+    self_deleted: Vec<(String, ConnId)>,
 }
 
 /// A message leaving a queue for its dead-letter exchange.
@@ -165,6 +171,8 @@ impl VHost {
             paging: None,
             page_out_due: Vec::new(),
             durable_changes_refused: Arc::default(),
+            local_node: None,
+            self_deleted: Vec::new(),
         };
         for (n, kind, internal) in STANDARD_EXCHANGES {
             v.create_exchange(n, *kind, true, false, *internal, FieldTable::default());
@@ -814,15 +822,6 @@ impl VHost {
     }
 
     /// Exclusive queues die with their connection.
-    /// The exclusive queues `conn` owns, which go when it closes.
-    pub fn exclusive_queues_of(&self, conn: ConnId) -> Vec<String> {
-        self.queues
-            .values()
-            .filter(|q| q.exclusive_owner == Some(conn))
-            .map(|q| q.name.clone())
-            .collect()
-    }
-
     pub fn connection_closed(&mut self, conn: ConnId) {
         let owned: Vec<QueueId> = self
             .queues
@@ -831,8 +830,30 @@ impl VHost {
             .map(|q| q.id)
             .collect();
         for id in owned {
-            self.delete_queue_by_id(id);
+            self.delete_queue_on_its_own(id);
         }
+    }
+
+    /// Makes this vhost part of a cluster node named `node` (see `local_node`).
+    pub fn set_local_node(&mut self, node: Arc<str>) {
+        self.local_node = Some(node);
+    }
+
+    /// Deletes a queue on this node's own initiative; in a cluster it is reported so that
+    /// every node deletes its copy.
+    pub(super) fn delete_queue_on_its_own(&mut self, id: QueueId) {
+        if self.local_node.is_some() {
+            if let Some(q) = self.queues.get(&id) {
+                let owner = q.exclusive_owner.unwrap_or(0);
+                self.self_deleted.push((q.name.clone(), owner));
+            }
+        }
+        self.delete_queue_by_id(id);
+    }
+
+    /// Queues deleted on this node's own initiative since the last call (clusters only).
+    pub fn take_self_deleted(&mut self) -> Vec<(String, ConnId)> {
+        std::mem::take(&mut self.self_deleted)
     }
 }
 
@@ -915,6 +936,14 @@ fn check_arg_equivalence(
         render(new),
         render(cur)
     )))
+}
+
+/// Whether `q`'s messages live on the node named `local` (always, outside a cluster).
+fn hosts(local: &Option<Arc<str>>, q: &Queue) -> bool {
+    match (local, &q.home_node) {
+        (Some(me), Some(home)) => me == home,
+        _ => true,
+    }
 }
 
 /// What a non-passive queue.declare asks for beyond the name and arguments.
