@@ -254,6 +254,18 @@ impl State {
 
     /// A new log, whose segment ids cannot collide with files of an earlier life of the same id
     /// that are not deleted yet.
+    /// The log, created empty if it does not exist yet (within [`LOGS_MAX`]).
+    pub(crate) fn log_or_new(&mut self, log_id: u64) -> Result<&mut LogState> {
+        if !self.logs.contains_key(&log_id) {
+            if self.logs.len() >= LOGS_MAX {
+                return Err(Error::TooManyLogs);
+            }
+            let log = self.new_log(log_id);
+            self.logs.insert(log_id, log);
+        }
+        Ok(self.logs.get_mut(&log_id).expect("inserted above"))
+    }
+
     pub(crate) fn new_log(&mut self, log_id: u64) -> LogState {
         let mut log = LogState::new(self.next_generation);
         self.next_generation += 1;
@@ -625,14 +637,7 @@ impl Store {
         let mut guard = self.shared.lock();
         let st = &mut *guard;
         self.control_op(st)?;
-        if !st.logs.contains_key(&log_id) {
-            if st.logs.len() >= LOGS_MAX {
-                return Err(Error::TooManyLogs);
-            }
-            let log = st.new_log(log_id);
-            st.logs.insert(log_id, log);
-        }
-        let log = st.logs.get_mut(&log_id).expect("inserted above");
+        let log = st.log_or_new(log_id)?;
         if index < log.snapshot.index {
             return Ok(());
         }
@@ -661,14 +666,7 @@ impl Store {
         let mut guard = self.shared.lock();
         let st = &mut *guard;
         self.control_op(st)?;
-        if !st.logs.contains_key(&log_id) {
-            if st.logs.len() >= LOGS_MAX {
-                return Err(Error::TooManyLogs);
-            }
-            let log = st.new_log(log_id);
-            st.logs.insert(log_id, log);
-        }
-        let log = st.logs.get_mut(&log_id).expect("inserted above");
+        let log = st.log_or_new(log_id)?;
         if log.hard_state == hard_state {
             return Ok(());
         }

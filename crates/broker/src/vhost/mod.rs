@@ -754,22 +754,12 @@ impl VHost {
         if_unused: bool,
         if_empty: bool,
     ) -> Result<u32> {
-        let vhost = self.name.clone();
+        self.queue_delete_check(conn, queue, if_unused, if_empty)?;
         let q = match self.usable_queue(queue, conn) {
             Ok(q) => q,
             Err(e) if e.code == warren_protocol::constants::NOT_FOUND => return Ok(0),
             Err(e) => return Err(e),
         };
-        if if_unused && !q.consumers.is_empty() {
-            return Err(AmqpError::precondition(format!(
-                "queue '{queue}' in vhost '{vhost}' in use"
-            )));
-        }
-        if if_empty && !q.backlog.is_empty() {
-            return Err(AmqpError::precondition(format!(
-                "queue '{queue}' in vhost '{vhost}' not empty"
-            )));
-        }
         let (id, durable) = (q.id, q.durable);
         if durable {
             self.durable_change_allowed()?;
