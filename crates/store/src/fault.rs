@@ -1,7 +1,8 @@
 //! Fault injection, so tests can prove how the engine behaves when the disk misbehaves.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::time::Duration;
 
 /// Switches read by the WAL writer before each write and fsync.
 #[doc(hidden)]
@@ -14,6 +15,11 @@ pub struct Faults {
     /// The segment writer stops dead (the engine is poisoned, as if the process died) when it
     /// reaches this [`CrashPoint`] (its `u8` value; 0 never). Fires once.
     pub crash_at: AtomicU8,
+    /// Every fdatasync these switches govern (the WAL's) takes this many microseconds more
+    /// (0: none): a slow disk,
+    /// on which more appends pile up per sync. Tests run under it to prove that their verdict
+    /// does not depend on how many appends share a sync.
+    pub sync_delay_us: AtomicU64,
 }
 
 /// Points of the segment writer's work where tests make it stop as if the process died.
@@ -59,6 +65,10 @@ impl Faults {
     pub(crate) fn before_sync(&self) -> io::Result<()> {
         if self.fail_sync.swap(false, Ordering::Relaxed) {
             return Err(io::Error::from_raw_os_error(EIO));
+        }
+        let delay_us = self.sync_delay_us.load(Ordering::Relaxed);
+        if delay_us > 0 {
+            std::thread::sleep(Duration::from_micros(delay_us));
         }
         Ok(())
     }

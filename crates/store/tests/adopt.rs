@@ -13,7 +13,7 @@ use warren_store::{Config, CrashPoint, Error, Store};
 const SIZE: usize = 200;
 
 fn config(dir: &TempDir) -> Config {
-    let mut config = Config::new(dir.path());
+    let mut config = store_config(dir.path());
     config.wal_file_bytes_max = 64 << 10;
     config
 }

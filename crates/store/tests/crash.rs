@@ -18,7 +18,7 @@ const LOGS: u64 = 3;
 const CHILD_ENV: &str = "WARREN_STORE_CRASH_DIR";
 
 fn config(dir: &std::path::Path) -> Config {
-    let mut config = Config::new(dir);
+    let mut config = store_config(dir);
     config.wal_file_bytes_max = 64 << 10;
     config
 }

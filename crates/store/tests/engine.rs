@@ -9,7 +9,7 @@ use warren_store::record::{decode, Decoded, RecordKind};
 use warren_store::{Config, Error};
 
 fn small_config(dir: &TempDir) -> Config {
-    let mut config = Config::new(dir.path());
+    let mut config = store_config(dir.path());
     config.wal_file_bytes_max = 64 << 10;
     config
 }
@@ -24,7 +24,7 @@ fn segments_config(dir: &TempDir) -> Config {
 #[test]
 fn appended_entries_are_readable_at_once_and_listener_hears_of_durability() {
     let dir = TempDir::new("durable");
-    let (store, recorder) = open(&Config::new(dir.path()));
+    let (store, recorder) = open(&store_config(dir.path()));
     let entries: Vec<_> = (1..=10).map(|i| entry(7, i, 1, 100)).collect();
     store.append(7, &entries).unwrap();
     assert_eq!(store.read(7, 3).unwrap(), Some(entries[2].clone()));
@@ -46,7 +46,7 @@ fn appended_entries_are_readable_at_once_and_listener_hears_of_durability() {
 #[test]
 fn appends_that_do_not_continue_the_log_are_refused() {
     let dir = TempDir::new("invalid");
-    let (store, _) = open(&Config::new(dir.path()));
+    let (store, _) = open(&store_config(dir.path()));
     store.append(1, &[entry(1, 1, 2, 8)]).unwrap();
     assert!(matches!(
         store.append(1, &[entry(1, 3, 2, 8)]),
@@ -65,7 +65,7 @@ fn appends_that_do_not_continue_the_log_are_refused() {
 #[test]
 fn everything_survives_reopen_with_terms_snapshot_and_releases() {
     let dir = TempDir::new("reopen");
-    let config = Config::new(dir.path());
+    let config = store_config(dir.path());
     {
         let (store, _) = open(&config);
         for log in 1..=3u64 {
@@ -122,7 +122,7 @@ fn wal_records(config: &Config) -> Vec<RecordKind> {
 #[test]
 fn in_order_releases_cost_a_record_per_batch_and_survive_reopen() {
     let dir = TempDir::new("release-ranges");
-    let config = Config::new(dir.path());
+    let config = store_config(dir.path());
     {
         let (store, _) = open(&config);
         for log in [1u64, 2] {
@@ -373,7 +373,7 @@ fn deleted_log_is_gone_after_restart_with_its_segments() {
 #[test]
 fn cache_stays_within_its_budget_and_old_entries_are_read_from_disk() {
     let dir = TempDir::new("cache");
-    let mut config = Config::new(dir.path());
+    let mut config = store_config(dir.path());
     config.cache_bytes_max = 256 << 10;
     let (store, _) = open(&config);
     for k in 1..=2_000u64 {
@@ -388,7 +388,7 @@ fn cache_stays_within_its_budget_and_old_entries_are_read_from_disk() {
 #[test]
 fn a_second_engine_on_the_same_directories_is_refused() {
     let dir = TempDir::new("lock");
-    let config = Config::new(dir.path());
+    let config = store_config(dir.path());
     let (store, _) = open(&config);
     let second = warren_store::Store::open(
         config.clone(),
@@ -421,7 +421,7 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
 #[test]
 fn appends_beyond_the_pending_budget_get_backpressure_and_ready_resolves_later() {
     let dir = TempDir::new("backpressure");
-    let (store, _) = open(&Config::new(dir.path()));
+    let (store, _) = open(&store_config(dir.path()));
     let big = Bytes::from(vec![1u8; 1 << 20]);
     let mut index = 1;
     let mut pushed_back = false;
@@ -462,7 +462,7 @@ fn appends_beyond_the_pending_budget_get_backpressure_and_ready_resolves_later()
 #[test]
 fn entries_consumed_before_their_sync_are_still_reported_durable() {
     let dir = TempDir::new("prefix-before-sync");
-    let (store, recorder) = open(&Config::new(dir.path()));
+    let (store, recorder) = open(&store_config(dir.path()));
     let entries: Vec<_> = (1..=50).map(|i| entry(3, i, 1, 100)).collect();
     store.append(3, &entries).unwrap();
     store.release_prefix(3, 50, 1, Bytes::new()).unwrap();
