@@ -16,10 +16,13 @@ pub struct Faults {
     /// reaches this [`CrashPoint`] (its `u8` value; 0 never). Fires once.
     pub crash_at: AtomicU8,
     /// Every fdatasync these switches govern (the WAL's) takes this many microseconds more
-    /// (0: none): a slow disk,
-    /// on which more appends pile up per sync. Tests run under it to prove that their verdict
-    /// does not depend on how many appends share a sync.
+    /// (0: none): a slow disk, on which more appends pile up per sync. Tests run under it to
+    /// prove that their verdict does not depend on how many appends share a sync.
     pub sync_delay_us: AtomicU64,
+    /// While set, the WAL writer takes no new batch (until shutdown): whatever is appended
+    /// meanwhile waits, and goes into the batches taken once it is cleared. Tests use it to
+    /// line up records that must share a batch, whatever the speed of the disk and the cores.
+    pub hold_writer: AtomicBool,
 }
 
 /// Points of the segment writer's work where tests make it stop as if the process died.
@@ -60,6 +63,10 @@ impl Faults {
             )));
         }
         Ok(())
+    }
+
+    pub(crate) fn writer_held(&self) -> bool {
+        self.hold_writer.load(Ordering::Relaxed)
     }
 
     pub(crate) fn before_sync(&self) -> io::Result<()> {
