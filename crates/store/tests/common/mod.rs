@@ -6,11 +6,14 @@
 //! - `TMPDIR`: where [`TempDir`] puts the engine's directories (`/dev/shm` for tmpfs).
 //! - `WARREN_TEST_WAL_COMMIT_WINDOW_US`: the WAL writer's commit window
 //!   ([`Config::commit_window_us`]) in every config made by [`store_config`].
-//! - `WARREN_TEST_WAL_SYNC_DELAY_US`: every WAL fdatasync takes at least this long, as on a slow
+//! - `WARREN_TEST_WAL_SYNC_DELAY_US`: every WAL fdatasync takes this many µs longer, as on a slow
 //!   disk (so batches grow, and fewer, fuller pages are written).
 //!
 //! A test that sees different numbers of syncs, batches or WAL files under these knobs is
-//! counting on the machine: it should drive what it counts (`roll_wal`, `sync`) instead.
+//! counting on the machine: it should drive what it counts instead. One `append` call between
+//! two `sync`s is one WAL batch (under two pages of padding); `roll_wal` + `wait_idle` ends a
+//! WAL file where the test wants it (with `wal_file_bytes_max` out of reach, files end nowhere
+//! else); `config.faults.hold_writer` queues records (releases, say) for one batch.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
