@@ -1,7 +1,8 @@
 //! Fault injection, so tests can prove how the engine behaves when the disk misbehaves.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::time::Duration;
 
 /// Switches read by the WAL writer before each write and fsync.
 #[doc(hidden)]
@@ -14,6 +15,14 @@ pub struct Faults {
     /// The segment writer stops dead (the engine is poisoned, as if the process died) when it
     /// reaches this [`CrashPoint`] (its `u8` value; 0 never). Fires once.
     pub crash_at: AtomicU8,
+    /// Every fdatasync these switches govern (the WAL's) takes this many microseconds more
+    /// (0: none): a slow disk, on which more appends pile up per sync. Tests run under it to
+    /// prove that their verdict does not depend on how many appends share a sync.
+    pub sync_delay_us: AtomicU64,
+    /// While set, the WAL writer takes no new batch (until shutdown): whatever is appended
+    /// meanwhile waits, and goes into the batches taken once it is cleared. Tests use it to
+    /// line up records that must share a batch, whatever the speed of the disk and the cores.
+    pub hold_writer: AtomicBool,
 }
 
 /// Points of the segment writer's work where tests make it stop as if the process died.
@@ -56,9 +65,17 @@ impl Faults {
         Ok(())
     }
 
+    pub(crate) fn writer_held(&self) -> bool {
+        self.hold_writer.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn before_sync(&self) -> io::Result<()> {
         if self.fail_sync.swap(false, Ordering::Relaxed) {
             return Err(io::Error::from_raw_os_error(EIO));
+        }
+        let delay_us = self.sync_delay_us.load(Ordering::Relaxed);
+        if delay_us > 0 {
+            std::thread::sleep(Duration::from_micros(delay_us));
         }
         Ok(())
     }

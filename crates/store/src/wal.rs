@@ -130,6 +130,14 @@ fn write_batches(shared: &Arc<Shared>, mut wal: WalFile) {
             while st.pending.is_empty() && !st.roll_requested && !st.shutdown {
                 st = shared.writer_cv.wait(st).unwrap_or_else(|e| e.into_inner());
             }
+            // A test holding the writer clears the switch without a wake-up: poll for it.
+            while shared.config.faults.writer_held() && !st.shutdown {
+                st = shared
+                    .writer_cv
+                    .wait_timeout(st, Duration::from_millis(1))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
             if st.poisoned.is_some() || (st.shutdown && st.pending.is_empty()) {
                 return;
             }

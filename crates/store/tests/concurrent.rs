@@ -11,7 +11,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use common::*;
 use rand::{Rng, SeedableRng};
-use warren_store::{Config, Store};
+use warren_store::Store;
 
 const THREADS: u64 = 4;
 const LOGS_PER_THREAD: u64 = 3;
@@ -107,7 +107,7 @@ fn worker(store: Arc<Store>, thread: u64) -> Vec<(u64, Expected, u64)> {
 #[test]
 fn concurrent_callers_read_what_they_wrote_while_segments_churn() {
     let dir = TempDir::new("concurrent");
-    let mut config = Config::new(dir.path());
+    let mut config = store_config(dir.path());
     config.wal_file_bytes_max = 16 << 10;
     config.cache_bytes_max = 32 << 10;
     let store = Arc::new(open(&config).0);

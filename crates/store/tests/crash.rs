@@ -2,6 +2,9 @@
 //! (and releases) as fast as it can on a tiny WAL, so rollovers, segment flushes and
 //! checkpoints are in flight when it dies; the parent then reopens the store and checks every
 //! entry the listener reported durable.
+//!
+//! The parent kills the child once it has reported a set amount of progress (many WAL files'
+//! worth), not after a set time: a slow machine gets as far as a fast one before the kill.
 
 mod common;
 
@@ -15,10 +18,16 @@ use common::*;
 use warren_store::{Config, DurabilityListener, Store};
 
 const LOGS: u64 = 3;
+/// Entries of each log the child must report durable in a round before it is killed: about
+/// 5,000 x 3 x 320 bytes, some 70 rollovers of its 64 KiB WAL files.
+const ROUND_ENTRIES: u64 = 5_000;
+/// How long a round may take to get there before the test gives up: generous, since a loaded
+/// machine may be slow, but a child that makes no progress must not hang the suite.
+const ROUND_DEADLINE: Duration = Duration::from_secs(120);
 const CHILD_ENV: &str = "WARREN_STORE_CRASH_DIR";
 
 fn config(dir: &std::path::Path) -> Config {
-    let mut config = Config::new(dir);
+    let mut config = store_config(dir);
     config.wal_file_bytes_max = 64 << 10;
     config
 }
@@ -72,6 +81,8 @@ fn crash_child() {
 fn nothing_reported_durable_is_lost_to_sigkill() {
     let dir = TempDir::new("crash");
     let exe = std::env::current_exe().unwrap();
+    // Where each log's entries reached at the start of the round.
+    let mut start: HashMap<u64, u64> = (0..LOGS).map(|l| (l, 0)).collect();
     for round in 0..3 {
         let mut child = Command::new(&exe)
             .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
@@ -81,6 +92,7 @@ fn nothing_reported_durable_is_lost_to_sigkill() {
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
+        let (progress, reports) = std::sync::mpsc::channel();
         let reader = std::thread::spawn(move || {
             let mut durable: HashMap<u64, u64> = HashMap::new();
             for line in BufReader::new(stdout).lines() {
@@ -90,23 +102,38 @@ fn nothing_reported_durable_is_lost_to_sigkill() {
                     let (log, index) = (parts[1].parse().unwrap(), parts[2].parse().unwrap());
                     let e = durable.entry(log).or_insert(0);
                     *e = (*e).max(index);
+                    let _ = progress.send((log, index));
                 }
             }
             durable
         });
-        let deadline = Instant::now() + Duration::from_millis(1500);
-        while Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
+        // Kill once every log went ROUND_ENTRIES further, wherever the child is then.
+        let deadline = Instant::now() + ROUND_DEADLINE;
+        let mut reached = start.clone();
+        while reached
+            .iter()
+            .any(|(log, index)| *index < start[log] + ROUND_ENTRIES)
+        {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match reports.recv_timeout(left) {
+                Ok((log, index)) => {
+                    let e = reached.entry(log).or_insert(0);
+                    *e = (*e).max(index);
+                }
+                Err(e) => {
+                    let _ = child.kill();
+                    panic!("round {round}: {e}: the child got only to {reached:?} from {start:?}");
+                }
+            }
         }
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
         let durable = reader.join().unwrap();
-        assert!(
-            !durable.is_empty(),
-            "round {round}: the child made nothing durable"
-        );
 
         let (store, _) = open(&config(dir.path()));
+        for log in 0..LOGS {
+            start.insert(log, store.log_info(log).unwrap().last_index);
+        }
         for (log, reported) in durable {
             let info = store.log_info(log).unwrap();
             assert!(

@@ -77,7 +77,7 @@ fn last_record_end(wal: &PathBuf) -> u64 {
 #[test]
 fn torn_tail_is_truncated_and_everything_before_it_is_intact() {
     let dir = TempDir::new("torn");
-    let config = Config::new(dir.path());
+    let config = store_config(dir.path());
     let wal = write_then_close(&config, 100);
     let end = last_record_end(&wal);
     OpenOptions::new()
@@ -96,7 +96,7 @@ fn torn_tail_is_truncated_and_everything_before_it_is_intact() {
 #[test]
 fn garbled_last_record_is_dropped_never_returned() {
     let dir = TempDir::new("garbled");
-    let config = Config::new(dir.path());
+    let config = store_config(dir.path());
     let wal = write_then_close(&config, 100);
     let end = last_record_end(&wal);
     let file = OpenOptions::new().write(true).open(&wal).unwrap();
@@ -107,7 +107,7 @@ fn garbled_last_record_is_dropped_never_returned() {
 #[test]
 fn garbled_record_in_the_middle_ends_the_log_there() {
     let dir = TempDir::new("garbled-middle");
-    let config = Config::new(dir.path());
+    let config = store_config(dir.path());
     let wal = write_then_close(&config, 100);
     let record_50 = append_records(&wal)[49].0;
     let file = OpenOptions::new().write(true).open(&wal).unwrap();
@@ -118,7 +118,7 @@ fn garbled_record_in_the_middle_ends_the_log_there() {
 #[test]
 fn junk_after_the_last_record_is_ignored() {
     let dir = TempDir::new("junk");
-    let config = Config::new(dir.path());
+    let config = store_config(dir.path());
     let wal = write_then_close(&config, 100);
     let len = std::fs::metadata(&wal).unwrap().len();
     let file = OpenOptions::new().write(true).open(&wal).unwrap();
@@ -129,7 +129,7 @@ fn junk_after_the_last_record_is_ignored() {
 #[test]
 fn failed_fsync_poisons_every_later_write() {
     let dir = TempDir::new("poison");
-    let config = Config::new(dir.path());
+    let config = store_config(dir.path());
     {
         let (store, recorder) = open(&config);
         store.append(1, &[entry(1, 1, 1, 100)]).unwrap();
@@ -164,7 +164,7 @@ fn check_prefix_at_least(config: &Config, durable: u64) {
 #[test]
 fn full_disk_refuses_appends_distinctly_then_recovers_without_damage() {
     let dir = TempDir::new("enospc");
-    let config = Config::new(dir.path());
+    let config = store_config(dir.path());
     {
         let (store, recorder) = open(&config);
         store.append(1, &[entry(1, 1, 1, 100)]).unwrap();

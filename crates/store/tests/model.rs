@@ -167,7 +167,7 @@ fn reopen(config: &Config, model: &HashMap<u64, ModelLog>) -> Store {
 
 fn run(ops: Vec<Op>, adopt_live_percent_min: u64) {
     let dir = TempDir::new("model");
-    let mut config = Config::new(dir.path());
+    let mut config = store_config(dir.path());
     config.wal_file_bytes_max = 4 << 10;
     config.cache_bytes_max = 8 << 10;
     config.adopt_live_percent_min = adopt_live_percent_min;

@@ -24,7 +24,9 @@ import (
 
 const (
 	brokerStartTimeout = 30 * time.Second
-	waitTimeout        = 5 * time.Second
+	// How long a test waits for a message or an event before failing: a deadline, not a
+	// delay (the waits end as soon as it comes), so it is generous, for a loaded machine.
+	waitTimeout = 15 * time.Second
 )
 
 var (

@@ -10,7 +10,9 @@ import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
-WAIT_S = 5.0
+# How long the polls below wait for a condition before failing: a deadline, not a delay (they
+# return as soon as it holds), so it is generous, for a loaded machine or a slow disk.
+WAIT_S = 15.0
 
 
 def expect_channel_error(code, text_prefix, fn, *args, **kwargs):

@@ -1,4 +1,19 @@
 //! Helpers shared by the integration tests.
+//!
+//! The tests must give the same verdict on any machine: on tmpfs and on a slow disk, with one
+//! core or many. To check that, `scripts/store-test-matrix.sh` runs them with these knobs:
+//!
+//! - `TMPDIR`: where [`TempDir`] puts the engine's directories (`/dev/shm` for tmpfs).
+//! - `WARREN_TEST_WAL_COMMIT_WINDOW_US`: the WAL writer's commit window
+//!   ([`Config::commit_window_us`]) in every config made by [`store_config`].
+//! - `WARREN_TEST_WAL_SYNC_DELAY_US`: every WAL fdatasync takes this many µs longer, as on a slow
+//!   disk (so batches grow, and fewer, fuller pages are written).
+//!
+//! A test that sees different numbers of syncs, batches or WAL files under these knobs is
+//! counting on the machine: it should drive what it counts instead. One `append` call between
+//! two `sync`s is one WAL batch (under two pages of padding); `roll_wal` + `wait_idle` ends a
+//! WAL file where the test wants it (with `wal_file_bytes_max` out of reach, files end nowhere
+//! else); `config.faults.hold_writer` queues records (releases, say) for one batch.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -7,6 +22,27 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use warren_store::{Config, DurabilityListener, Entry, Store};
+
+/// `Config::new(root)`, with the knobs of the module doc applied when set.
+pub fn store_config(root: &Path) -> Config {
+    let mut config = Config::new(root);
+    if let Some(us) = env_u64("WARREN_TEST_WAL_COMMIT_WINDOW_US") {
+        config.commit_window_us = us;
+    }
+    if let Some(us) = env_u64("WARREN_TEST_WAL_SYNC_DELAY_US") {
+        config.faults.sync_delay_us.store(us, Ordering::Relaxed);
+    }
+    config
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    let value = std::env::var(name).ok()?;
+    Some(
+        value
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={value:?} is not a number")),
+    )
+}
 
 /// A directory removed when dropped.
 pub struct TempDir(PathBuf);
