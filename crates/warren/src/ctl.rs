@@ -89,6 +89,9 @@ enum CtlCommand {
     SetDiskFreeLimit {
         bytes: u64,
     },
+    /// Read the TLS certificate, key and CA files again (as SIGHUP does): new connections get
+    /// them, open ones keep theirs; if a file is bad the old ones stay and this fails naming it.
+    ReloadCertificates,
 }
 
 struct Endpoint {
@@ -394,6 +397,15 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
                 "/api/warren/disk-free-limit",
                 Some(&json!({ "bytes": bytes })),
             )?)?;
+        }
+        CtlCommand::ReloadCertificates => {
+            expect_ok(request(
+                &ep,
+                "POST",
+                "/api/warren/reload-certificates",
+                None,
+            )?)?;
+            println!("Reloaded TLS certificates");
         }
         CtlCommand::Status => {
             let v: Value =
