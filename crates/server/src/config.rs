@@ -284,3 +284,75 @@ impl ServerConfig {
             .unwrap_or_else(|| self.data_dir.join("meta"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_table_and_listen_none_come_from_the_toml_file() {
+        let c: ServerConfig = toml::from_str(
+            r#"
+            listen = "none"
+            auth_mechanisms = ["PLAIN", "EXTERNAL"]
+            handshake_timeout_ms = 2500
+            [tls]
+            listen = "127.0.0.1:5671"
+            cert = "/etc/warren/server.pem"
+            key = "/etc/warren/server.key"
+            ca = "/etc/warren/ca.pem"
+            verify_peer = true
+            fail_if_no_peer_cert = true
+            versions = ["tlsv1.3"]
+            cert_login_from = "common_name"
+            management_listen = "127.0.0.1:15671"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.listen, None);
+        assert_eq!(c.tls.listen, Some("127.0.0.1:5671".parse().unwrap()));
+        assert_eq!(c.tls.cert_login_from, CertLoginFrom::CommonName);
+        assert_eq!(c.tls.versions, ["tlsv1.3"]);
+        assert_eq!(c.handshake_timeout_ms, 2500);
+        assert!(c.tls.verify_peer && c.tls.fail_if_no_peer_cert);
+        assert_eq!(c.validate(), Ok(()));
+    }
+
+    #[test]
+    fn defaults_are_rabbitmqs_and_plain_only() {
+        let c: ServerConfig = toml::from_str("").unwrap();
+        assert_eq!(c.listen, Some("127.0.0.1:5672".parse().unwrap()));
+        assert_eq!(c.tls.listen, None);
+        assert_eq!(c.auth_mechanisms, ["PLAIN", "AMQPLAIN"]);
+        assert_eq!(c.handshake_timeout_ms, 10_000);
+        assert_eq!(c.tls.cert_login_from, CertLoginFrom::DistinguishedName);
+        assert_eq!(c.validate(), Ok(()));
+    }
+
+    #[test]
+    fn settings_that_cannot_work_together_are_refused_at_start() {
+        let with = |f: &dyn Fn(&mut ServerConfig)| {
+            let mut c = ServerConfig::default();
+            f(&mut c);
+            c.validate().unwrap_err()
+        };
+        assert!(with(&|c| c.listen = None).contains("no AMQP listener"));
+        assert!(
+            with(&|c| c.tls.listen = Some("127.0.0.1:5671".parse().unwrap()))
+                .contains("--tls-listen needs --tls-cert and --tls-key")
+        );
+        assert!(with(&|c| c.tls.verify_peer = true).contains("--tls-verify-peer needs --tls-ca"));
+        assert!(with(&|c| c.tls.fail_if_no_peer_cert = true).contains("needs --tls-verify-peer"));
+        assert!(
+            with(&|c| c.tls.versions = vec!["tlsv1.1".into()]).contains("tlsv1.2 and tlsv1.3 only")
+        );
+        assert!(with(&|c| c.auth_mechanisms = vec!["CRAM-MD5".into()])
+            .contains("unknown authentication mechanism"));
+        assert!(with(&|c| c.handshake_timeout_ms = 0).contains("more than 0"));
+        let bad: Result<ServerConfig, _> = toml::from_str("listen = \"nowhere\"");
+        assert!(bad
+            .unwrap_err()
+            .to_string()
+            .contains("neither an address nor none"));
+    }
+}

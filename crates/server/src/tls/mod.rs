@@ -567,3 +567,199 @@ fn classify(e: &std::io::Error) -> (HandshakeFailure, String) {
         other => (F::Protocol, format!("{other}")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    use std::path::PathBuf;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    struct Issued {
+        cert: rcgen::Certificate,
+        key: KeyPair,
+    }
+
+    fn ca(name: &str) -> Issued {
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name.push(DnType::CommonName, name);
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let key = KeyPair::generate().unwrap();
+        Issued {
+            cert: p.self_signed(&key).unwrap(),
+            key,
+        }
+    }
+
+    fn leaf(issuer: &Issued, cn: &str, expired: bool) -> Issued {
+        let mut p = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        p.distinguished_name.push(DnType::CommonName, cn);
+        if expired {
+            p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            p.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        }
+        let key = KeyPair::generate().unwrap();
+        Issued {
+            cert: p.signed_by(&key, &issuer.cert, &issuer.key).unwrap(),
+            key,
+        }
+    }
+
+    fn write(dir: &Path, stem: &str, i: &Issued) -> (PathBuf, PathBuf) {
+        let cert = dir.join(format!("{stem}.pem"));
+        let key = dir.join(format!("{stem}.key"));
+        std::fs::write(&cert, i.cert.pem()).unwrap();
+        std::fs::write(&key, i.key.serialize_pem()).unwrap();
+        (cert, key)
+    }
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("warren-tls-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn settings(cert: PathBuf, key: PathBuf, ca: Option<PathBuf>) -> TlsConfig {
+        TlsConfig {
+            listen: Some("127.0.0.1:0".parse().unwrap()),
+            cert: Some(cert),
+            key: Some(key),
+            verify_peer: ca.is_some(),
+            fail_if_no_peer_cert: ca.is_some(),
+            ca,
+            ..TlsConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_key_that_does_not_match_the_certificate_is_named() {
+        let dir = scratch("mismatch");
+        let root = ca("root");
+        let (cert, _) = write(&dir, "server", &leaf(&root, "localhost", false));
+        let (_, other_key) = write(&dir, "other", &leaf(&root, "other", false));
+        let err = Tls::load(&settings(cert.clone(), other_key.clone(), None))
+            .err()
+            .expect("refused");
+        assert_eq!(
+            err.0,
+            format!(
+                "the private key in {} does not match the certificate in {}",
+                other_key.display(),
+                cert.display()
+            )
+        );
+    }
+
+    #[test]
+    fn a_failed_reload_keeps_the_working_configuration() {
+        let dir = scratch("reload");
+        let root = ca("root");
+        let (cert, key) = write(&dir, "server", &leaf(&root, "localhost", false));
+        let tls = Tls::load(&settings(cert.clone(), key.clone(), None))
+            .unwrap()
+            .unwrap();
+        let first = tls.amqp_config().unwrap();
+        std::fs::write(&cert, "garbage").unwrap();
+        let err = tls.reload().unwrap_err();
+        assert!(err.0.contains("no PEM certificate"), "{err}");
+        assert!(Arc::ptr_eq(&first, &tls.amqp_config().unwrap()));
+        write(&dir, "server", &leaf(&root, "localhost", false));
+        tls.reload().unwrap();
+        assert!(!Arc::ptr_eq(&first, &tls.amqp_config().unwrap()));
+    }
+
+    /// Runs the server side of one handshake against `client` and returns its outcome.
+    async fn server_outcome<F, Fut>(tls: Arc<Tls>, client: F) -> Result<(), HandshakeFailure>
+    where
+        F: FnOnce(SocketAddr) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = tokio::spawn(client(addr));
+        let (stream, _) = listener.accept().await.unwrap();
+        let outcome = match handshake(&tls, stream, "amqps").await {
+            Ok(mut s) => {
+                // TLS 1.3 verifies the client's certificate after the client's Finished.
+                let mut b = [0u8; 1];
+                let _ = s.read(&mut b).await;
+                Ok(())
+            }
+            Err((f, _)) => Err(f),
+        };
+        let _ = client.await;
+        outcome
+    }
+
+    fn client_config(root: &Issued, cert: Option<&Issued>) -> Arc<rustls::ClientConfig> {
+        let mut roots = RootCertStore::empty();
+        roots.add(root.cert.der().clone()).unwrap();
+        let b = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots);
+        Arc::new(match cert {
+            Some(c) => b
+                .with_client_auth_cert(
+                    vec![c.cert.der().clone()],
+                    PrivateKeyDer::try_from(c.key.serialize_der()).unwrap(),
+                )
+                .unwrap(),
+            None => b.with_no_client_auth(),
+        })
+    }
+
+    async fn tls_client(addr: SocketAddr, config: Arc<rustls::ClientConfig>) {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        if let Ok(mut s) = tokio_rustls::TlsConnector::from(config)
+            .connect(name, tcp)
+            .await
+        {
+            let _ = s.write_all(b"AMQP\x00\x00\x09\x01").await;
+            let mut b = [0u8; 1];
+            let _ = s.read(&mut b).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn each_refused_handshake_says_why() {
+        let dir = scratch("refusals");
+        let root = ca("root");
+        let stranger_ca = ca("stranger");
+        let (cert, key) = write(&dir, "server", &leaf(&root, "localhost", false));
+        let (ca_path, _) = write(&dir, "ca", &root);
+        let tls = Tls::load(&settings(cert, key, Some(ca_path)))
+            .unwrap()
+            .unwrap();
+        let good = leaf(&root, "client", false);
+        let expired = leaf(&root, "client", true);
+        let untrusted = leaf(&stranger_ca, "client", false);
+        let cases: Vec<(Option<&Issued>, Result<(), HandshakeFailure>)> = vec![
+            (Some(&good), Ok(())),
+            (Some(&expired), Err(HandshakeFailure::ExpiredCertificate)),
+            (
+                Some(&untrusted),
+                Err(HandshakeFailure::UntrustedCertificate),
+            ),
+            (None, Err(HandshakeFailure::NoCertificate)),
+        ];
+        for (client_cert, expected) in cases {
+            let config = client_config(&root, client_cert);
+            let got = server_outcome(tls.clone(), move |addr| tls_client(addr, config)).await;
+            assert_eq!(got, expected);
+        }
+        let got = server_outcome(tls.clone(), |addr| async move {
+            let mut tcp = TcpStream::connect(addr).await.unwrap();
+            let _ = tcp.write_all(b"AMQP\x00\x00\x09\x01").await;
+            let mut b = [0u8; 16];
+            let _ = tcp.read(&mut b).await;
+        })
+        .await;
+        assert_eq!(got, Err(HandshakeFailure::NotTls));
+        let untrusting = client_config(&stranger_ca, Some(&good));
+        let got = server_outcome(tls.clone(), move |addr| tls_client(addr, untrusting)).await;
+        assert_eq!(got, Err(HandshakeFailure::ClientAlert));
+    }
+}
