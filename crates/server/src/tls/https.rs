@@ -5,7 +5,7 @@
 //! or silent client never holds up the others; finished ones queue for axum (at most
 //! [`HANDSHAKES_READY_MAX`], then the acceptor waits).
 
-use super::{HandshakeFailure, Tls};
+use super::{HandshakeFailure, Listener, Tls};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,17 +46,19 @@ impl HttpsListener {
                 tokio::spawn(async move {
                     let done = tokio::time::timeout(
                         handshake_timeout,
-                        super::handshake(&tls, stream, "https"),
+                        super::handshake(&tls, stream, Listener::Https),
                     )
                     .await;
                     match done {
                         Ok(Ok(stream)) => {
                             let _ = ready.send((stream, peer)).await;
                         }
-                        Ok(Err((failure, why))) => tls.refused(peer, "https", failure, &why),
+                        Ok(Err((failure, why))) => {
+                            tls.refused(peer, Listener::Https, failure, &why)
+                        }
                         Err(_) => tls.refused(
                             peer,
-                            "https",
+                            Listener::Https,
                             HandshakeFailure::Timeout,
                             &format!(
                                 "not finished within the handshake timeout ({} ms)",

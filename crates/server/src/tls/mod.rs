@@ -76,6 +76,22 @@ pub struct TlsPeer {
     pub certificate: Option<CertificateDer<'static>>,
 }
 
+/// The two TLS listeners, each with a configuration of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    Amqps,
+    Https,
+}
+
+impl Listener {
+    pub fn name(self) -> &'static str {
+        match self {
+            Listener::Amqps => "amqps",
+            Listener::Https => "https",
+        }
+    }
+}
+
 /// The reasons a TLS handshake is refused, each counted apart in `/metrics`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HandshakeFailure {
@@ -189,9 +205,15 @@ impl Tls {
     }
 
     /// Counts a refused handshake and logs why, with the peer's address.
-    pub fn refused(&self, peer: SocketAddr, listener: &str, failure: HandshakeFailure, why: &str) {
+    pub fn refused(
+        &self,
+        peer: SocketAddr,
+        listener: Listener,
+        failure: HandshakeFailure,
+        why: &str,
+    ) {
         self.failures[failure.index()].fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(%peer, listener, reason = failure.label(), "TLS handshake refused: {why}");
+        tracing::warn!(%peer, listener = listener.name(), reason = failure.label(), "TLS handshake refused: {why}");
     }
 
     /// The user name SASL EXTERNAL logs in as, or why there is none (RabbitMQ's texts).
@@ -240,9 +262,14 @@ type Configs = (
 
 fn build(c: &TlsConfig) -> Result<Configs, TlsError> {
     let amqp = match (&c.listen, &c.cert, &c.key) {
-        (Some(_), Some(cert), Some(key)) => {
-            Some(Arc::new(server_config(c, cert, key, c.verify_peer, &[])?))
-        }
+        (Some(_), Some(cert), Some(key)) => Some(Arc::new(server_config(
+            c,
+            Listener::Amqps,
+            cert,
+            key,
+            c.verify_peer,
+            &[],
+        )?)),
         (Some(_), _, _) => {
             return Err(TlsError(
                 "--tls-listen needs --tls-cert and --tls-key".into(),
@@ -262,6 +289,7 @@ fn build(c: &TlsConfig) -> Result<Configs, TlsError> {
             // Browsers and scripts log in with basic auth: no client certificate is asked.
             Some(Arc::new(server_config(
                 c,
+                Listener::Https,
                 cert,
                 key,
                 false,
@@ -279,6 +307,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 
 fn server_config(
     c: &TlsConfig,
+    listener: Listener,
     cert_path: &Path,
     key_path: &Path,
     verify_peer: bool,
@@ -292,7 +321,7 @@ fn server_config(
             pem_error(e)
         ))
     })?;
-    log_validity(cert_path, &chain[0]);
+    log_validity(listener, cert_path, &chain[0]);
     let mut versions = Vec::new();
     if c.versions.iter().any(|v| v == "tlsv1.2") {
         versions.push(&rustls::version::TLS12);
@@ -386,7 +415,8 @@ fn pem_error(e: rustls::pki_types::pem::Error) -> String {
 
 /// Logs the server certificate's subject and expiry at load; warns if it is not valid now,
 /// since every client would then refuse it.
-fn log_validity(path: &Path, der: &CertificateDer<'_>) {
+fn log_validity(listener: Listener, path: &Path, der: &CertificateDer<'_>) {
+    let listener = listener.name();
     let Ok(info) = certificate::CertificateInfo::parse(der) else {
         return;
     };
@@ -396,11 +426,11 @@ fn log_validity(path: &Path, der: &CertificateDer<'_>) {
     let subject = info.subject_dn();
     let expires = certificate::utc_text(info.not_after_s);
     if now > info.not_after_s {
-        tracing::warn!(file = %path.display(), %subject, "the server certificate expired at {expires}: clients will refuse it");
+        tracing::warn!(listener, file = %path.display(), %subject, "the server certificate expired at {expires}: clients will refuse it");
     } else if now < info.not_before_s {
-        tracing::warn!(file = %path.display(), %subject, "the server certificate is not valid before {}: clients will refuse it", certificate::utc_text(info.not_before_s));
+        tracing::warn!(listener, file = %path.display(), %subject, "the server certificate is not valid before {}: clients will refuse it", certificate::utc_text(info.not_before_s));
     } else {
-        tracing::info!(file = %path.display(), %subject, %expires, "TLS certificate loaded");
+        tracing::info!(listener, file = %path.display(), %subject, %expires, "TLS certificate loaded");
     }
 }
 
@@ -411,17 +441,17 @@ pub async fn serve_amqps(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared
         return;
     };
     let _ = stream.set_nodelay(true);
-    match tokio::time::timeout_at(deadline, handshake(&tls, stream, "amqps")).await {
+    match tokio::time::timeout_at(deadline, handshake(&tls, stream, Listener::Amqps)).await {
         Err(_) => tls.refused(
             peer,
-            "amqps",
+            Listener::Amqps,
             HandshakeFailure::Timeout,
             &format!(
                 "not finished within the handshake timeout ({} ms)",
                 shared.config.handshake_timeout_ms
             ),
         ),
-        Ok(Err((failure, why))) => tls.refused(peer, "amqps", failure, &why),
+        Ok(Err((failure, why))) => tls.refused(peer, Listener::Amqps, failure, &why),
         Ok(Ok(stream)) => {
             let (_, session) = stream.get_ref();
             tracing::debug!(%peer, version = ?session.protocol_version(), suite = ?session.negotiated_cipher_suite().map(|s| s.suite()), "TLS handshake done");
@@ -442,12 +472,11 @@ pub async fn serve_amqps(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared
 pub(crate) async fn handshake(
     tls: &Tls,
     stream: TcpStream,
-    listener: &str,
+    listener: Listener,
 ) -> Result<tokio_rustls::server::TlsStream<TcpStream>, (HandshakeFailure, String)> {
-    let config = if listener == "https" {
-        tls.management_config()
-    } else {
-        tls.amqp_config()
+    let config = match listener {
+        Listener::Amqps => tls.amqp_config(),
+        Listener::Https => tls.management_config(),
     };
     let Some(config) = config else {
         return Err((HandshakeFailure::Protocol, "TLS is not configured".into()));
@@ -679,7 +708,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let client = tokio::spawn(client(addr));
         let (stream, _) = listener.accept().await.unwrap();
-        let outcome = match handshake(&tls, stream, "amqps").await {
+        let outcome = match handshake(&tls, stream, Listener::Amqps).await {
             Ok(mut s) => {
                 // TLS 1.3 verifies the client's certificate after the client's Finished.
                 let mut b = [0u8; 1];
