@@ -398,6 +398,15 @@ def test_management_api_over_https(node):
     with urllib.request.urlopen(req, context=ctx, timeout=5) as r:
         assert r.status == 200
         assert b'"product_name":"warren"' in r.read()
+    # warren ctl speaks HTTPS too, trusting the CA it is given.
+    uri = f"https://guest:guest@localhost:{node.management_tls_port}"
+    out = subprocess.run([node.broker.bin_path, "ctl", "--uri", uri, "--cacert", node.pki.ca.cert,
+                          "list_vhosts"], capture_output=True, text=True, timeout=CTL_TIMEOUT_S)
+    assert out.returncode == 0 and "/" in out.stdout.splitlines()[1:], out.stderr
+    out = subprocess.run([node.broker.bin_path, "ctl", "--uri", uri, "--cacert",
+                          node.pki.other_ca.cert, "list_vhosts"], capture_output=True, text=True,
+                         timeout=CTL_TIMEOUT_S)
+    assert out.returncode != 0
     # Plain HTTP on the HTTPS port is refused, and the log says what came instead.
     with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
         urllib.request.urlopen(f"http://127.0.0.1:{node.management_tls_port}/api/overview",
