@@ -698,6 +698,35 @@ mod tests {
         assert!(!Arc::ptr_eq(&first, &tls.amqp_config().unwrap()));
     }
 
+    #[test]
+    fn external_needs_verified_peers_and_a_certificate() {
+        let dir = scratch("external");
+        let root = ca("root");
+        let (cert, key) = write(&dir, "server", &leaf(&root, "localhost", false));
+        let (ca_path, _) = write(&dir, "ca", &root);
+        let client = leaf(&root, "app-1", false);
+        let peer = TlsPeer {
+            certificate: Some(client.cert.der().clone()),
+        };
+        let verified = Tls::load(&settings(cert.clone(), key.clone(), Some(ca_path)))
+            .unwrap()
+            .unwrap();
+        assert_eq!(verified.external_user(Some(&peer)), Ok("CN=app-1".into()));
+        assert_eq!(
+            verified.external_user(None),
+            Err("not SSL connection".into())
+        );
+        assert_eq!(
+            verified.external_user(Some(&TlsPeer::default())),
+            Err("connection peer presented no TLS (x.509) certificate".into())
+        );
+        let unverified = Tls::load(&settings(cert, key, None)).unwrap().unwrap();
+        assert!(unverified
+            .external_user(Some(&peer))
+            .unwrap_err()
+            .starts_with("TLS configuration is unsafe"));
+    }
+
     /// Runs the server side of one handshake against `client` and returns its outcome.
     async fn server_outcome<F, Fut>(tls: Arc<Tls>, client: F) -> Result<(), HandshakeFailure>
     where
