@@ -80,6 +80,11 @@ def issue(directory, stem, ca, subject, server=False, not_before=None, not_after
     return Issued(directory, stem, builder.sign(ca.key_obj, hashes.SHA256()), key)
 
 
+def issue_server(directory, stem, ca):
+    """A server certificate for localhost and 127.0.0.1 signed by `ca`."""
+    return issue(directory, stem, ca, _name((NameOID.COMMON_NAME, "localhost")), server=True)
+
+
 class Pki:
     """Everything the TLS tests need, in `directory`."""
 
@@ -88,8 +93,7 @@ class Pki:
         self.dir = directory
         self.ca = make_ca(directory, "ca", "warren test CA")
         self.other_ca = make_ca(directory, "other-ca", "warren untrusted CA")
-        self.server = issue(directory, "server", self.ca,
-                            _name((NameOID.COMMON_NAME, "localhost")), server=True)
+        self.server = issue_server(directory, "server", self.ca)
         self.client = issue(directory, "client", self.ca,
                             _name((NameOID.ORGANIZATION_NAME, CLIENT_ORG),
                                   (NameOID.COMMON_NAME, CLIENT_CN)))
