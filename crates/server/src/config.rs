@@ -29,6 +29,14 @@ pub struct ServerConfig {
     /// Where plain AMQP is accepted; none (`listen = "none"`) leaves only the TLS listener.
     #[serde(deserialize_with = "address_or_none")]
     pub listen: Option<SocketAddr>,
+    /// AMQP over TLS and the management API over HTTPS (the `[tls]` table): see [`TlsConfig`].
+    pub tls: TlsConfig,
+    /// SASL mechanisms offered to clients, RabbitMQ's `auth_mechanisms` (PLAIN and AMQPLAIN by
+    /// default); EXTERNAL is offered on TLS connections only.
+    pub auth_mechanisms: Vec<String>,
+    /// A connection that has not finished its handshake (TLS and AMQP, up to connection.open-ok)
+    /// this long after it was accepted is closed: RabbitMQ's `handshake_timeout`.
+    pub handshake_timeout_ms: u64,
     pub data_dir: PathBuf,
     /// The write-ahead log's directory [default: DATA_DIR/wal]: best on its own disk.
     pub wal_dir: Option<PathBuf>,
@@ -63,14 +71,6 @@ pub struct ServerConfig {
     /// Where the HTTP management API and /metrics listen; none disables them.
     #[serde(deserialize_with = "address_or_none")]
     pub management_listen: Option<SocketAddr>,
-    /// AMQP over TLS and the management API over HTTPS (the `[tls]` table): see [`TlsConfig`].
-    pub tls: TlsConfig,
-    /// SASL mechanisms offered to clients, RabbitMQ's `auth_mechanisms` (PLAIN and AMQPLAIN by
-    /// default); EXTERNAL is offered on TLS connections only.
-    pub auth_mechanisms: Vec<String>,
-    /// A connection that has not finished its handshake (TLS and AMQP, up to connection.open-ok)
-    /// this long after it was accepted is closed: RabbitMQ's `handshake_timeout`.
-    pub handshake_timeout_ms: u64,
     /// Test-only fault injection (see [`crate::fault_injection`]): set from the hidden
     /// `--fault-injection` flag only, never from a config file.
     #[serde(skip)]
@@ -81,6 +81,12 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             listen: Some("127.0.0.1:5672".parse().expect("valid address")),
+            tls: TlsConfig::default(),
+            auth_mechanisms: AUTH_MECHANISMS_DEFAULT
+                .iter()
+                .map(|m| m.to_string())
+                .collect(),
+            handshake_timeout_ms: HANDSHAKE_TIMEOUT_DEFAULT_MS,
             data_dir: PathBuf::from("./warren-data"),
             wal_dir: None,
             segment_dir: None,
@@ -96,12 +102,6 @@ impl Default for ServerConfig {
             disk_free_limit_bytes: DISK_FREE_LIMIT_DEFAULT_BYTES,
             message_memory_bytes: MESSAGE_MEMORY_DEFAULT_BYTES,
             management_listen: Some("127.0.0.1:15672".parse().expect("valid address")),
-            tls: TlsConfig::default(),
-            auth_mechanisms: AUTH_MECHANISMS_DEFAULT
-                .iter()
-                .map(|m| m.to_string())
-                .collect(),
-            handshake_timeout_ms: HANDSHAKE_TIMEOUT_DEFAULT_MS,
             fault_injection: None,
         }
     }

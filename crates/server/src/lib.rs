@@ -9,9 +9,9 @@
 //!   memory readings.
 //! - [`durability`]: what the storage engine has synced, for publisher confirms.
 //! - [`management`]: the HTTP management API and Prometheus metrics.
+//! - [`tls`]: AMQP over TLS, the management API over HTTPS, certificate logins and reloads.
 //! - [`fault_injection`]: test-only HTTP switches that make the next fsync fail.
 //! - [`metadata`]: durable topology: the journal it is written to and replayed from.
-//! - [`tls`]: AMQP over TLS, the management API over HTTPS, certificate logins and reloads.
 //!
 //! A frame flows: socket -> `connection` (decode) -> `channel` (command) -> the broker's vhost
 //! (route, enqueue, dispatch) -> consumer connection's outbox -> its `writer` -> socket.
@@ -53,13 +53,13 @@ pub struct Shared {
     /// Memory and disk alarms; `warren ctl set_vm_memory_high_watermark` / `set_disk_free_limit`
     /// change their limits.
     pub alarms: Arc<alarms::Alarms>,
+    /// Certificates for the TLS listeners, when there are any; reloadable.
+    pub tls: Option<Arc<tls::Tls>>,
     /// Where durable-topology changes are written before they are acknowledged.
     pub journal: Option<std::sync::Mutex<warren_store::journal::Journal>>,
     /// The storage engine holding durable queues' persistent messages.
     pub store: Option<Arc<warren_store::Store>>,
     pub durability: Arc<durability::Durability>,
-    /// Certificates for the TLS listeners, when there are any; reloadable.
-    pub tls: Option<Arc<tls::Tls>>,
 }
 
 impl Shared {
@@ -153,10 +153,10 @@ pub async fn serve(
         connections_open: AtomicUsize::new(0),
         counters: Counters::default(),
         alarms,
+        tls: listeners.tls.clone(),
         journal: journal.map(std::sync::Mutex::new),
         store: storage.as_ref().map(|s| s.0.clone()),
         durability: storage.map(|s| s.1).unwrap_or_default(),
-        tls: listeners.tls.clone(),
     });
     let mut failure = shared.durability.subscribe_failure();
     let failing = shared.clone();

@@ -81,6 +81,15 @@ struct ServerArgs {
     /// accepted are closed: milliseconds, or a number with s or ms [default: 10s].
     #[arg(long, env = "WARREN_HANDSHAKE_TIMEOUT")]
     handshake_timeout: Option<String>,
+    /// Where the management API is served over HTTPS [default: none].
+    #[arg(long, env = "WARREN_MANAGEMENT_TLS_LISTEN")]
+    management_tls_listen: Option<String>,
+    /// The HTTPS listener's certificate chain, PEM [default: --tls-cert].
+    #[arg(long, env = "WARREN_MANAGEMENT_TLS_CERT")]
+    management_tls_cert: Option<PathBuf>,
+    /// The HTTPS listener's private key, PEM [default: --tls-key].
+    #[arg(long, env = "WARREN_MANAGEMENT_TLS_KEY")]
+    management_tls_key: Option<PathBuf>,
     /// Directory holding the node's data [default: ./warren-data].
     #[arg(long, env = "WARREN_DATA_DIR")]
     data_dir: Option<PathBuf>,
@@ -133,15 +142,6 @@ struct ServerArgs {
     /// Where the HTTP management API and /metrics listen, or "none" [default: 127.0.0.1:15672].
     #[arg(long, env = "WARREN_MANAGEMENT_LISTEN")]
     management_listen: Option<String>,
-    /// Where the management API is served over HTTPS [default: none].
-    #[arg(long, env = "WARREN_MANAGEMENT_TLS_LISTEN")]
-    management_tls_listen: Option<String>,
-    /// The HTTPS listener's certificate chain, PEM [default: --tls-cert].
-    #[arg(long, env = "WARREN_MANAGEMENT_TLS_CERT")]
-    management_tls_cert: Option<PathBuf>,
-    /// The HTTPS listener's private key, PEM [default: --tls-key].
-    #[arg(long, env = "WARREN_MANAGEMENT_TLS_KEY")]
-    management_tls_key: Option<PathBuf>,
     /// Log filter, e.g. info or warren_server=debug.
     #[arg(long, env = "WARREN_LOG", default_value = "info")]
     log: String,
