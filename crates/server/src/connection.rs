@@ -108,6 +108,7 @@ pub async fn serve_stream<R, W>(
     let broker = shared.broker.clone();
     let writer = crate::writer::Writer {
         socket: wr,
+        flush_each_batch: tls.is_some(),
         outbox: outbox.clone(),
         notify,
         heartbeat_s: heartbeat.clone(),

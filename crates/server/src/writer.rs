@@ -12,6 +12,9 @@ use warren_broker::outbox::{Outbox, OUTBOX_BYTES_SOFT_MAX};
 /// costs nothing more than before.
 pub struct Writer<W> {
     pub socket: W,
+    /// TLS holds the end of a batch in its record buffer until flushed; plain TCP has nothing
+    /// to flush, so its writer skips the call altogether.
+    pub flush_each_batch: bool,
     pub outbox: Arc<Outbox>,
     pub notify: Arc<Notify>,
     /// Negotiated heartbeat in seconds (0: none); set once tune-ok arrives.
@@ -52,8 +55,7 @@ impl<W: AsyncWrite + Unpin> Writer<W> {
                     (self.resume)();
                 }
             }
-            // TLS may hold the end of a batch in its record buffer; a no-op for plain TCP.
-            if self.socket.flush().await.is_err() {
+            if self.flush_each_batch && self.socket.flush().await.is_err() {
                 return;
             }
             if self.outbox.is_closed() {
