@@ -200,10 +200,6 @@ impl Tls {
         self.management.read().expect("tls lock").clone()
     }
 
-    pub fn settings(&self) -> &TlsConfig {
-        &self.config
-    }
-
     /// Counts a refused handshake and logs why, with the peer's address.
     pub fn refused(
         &self,
