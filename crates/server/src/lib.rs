@@ -98,6 +98,9 @@ pub struct Listeners {
 /// of a busy port or a bad certificate file at once. The error says which.
 pub async fn bind(config: &ServerConfig) -> Result<Listeners, String> {
     let tls = tls::Tls::load(&config.tls).map_err(|e| e.to_string())?;
+    if config.auth_mechanisms.iter().any(|m| m == "EXTERNAL") && !config.tls.verify_peer {
+        tracing::warn!("EXTERNAL is offered but --tls-verify-peer is off: every EXTERNAL login will be refused, as in RabbitMQ");
+    }
     async fn listen(addr: Option<std::net::SocketAddr>) -> Result<Option<TcpListener>, String> {
         match addr {
             Some(a) => TcpListener::bind(a)
