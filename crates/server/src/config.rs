@@ -4,6 +4,12 @@ use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+/// RabbitMQ's `handshake_timeout` default.
+pub const HANDSHAKE_TIMEOUT_DEFAULT_MS: u64 = 10_000;
+/// RabbitMQ's `auth_mechanisms` default.
+pub const AUTH_MECHANISMS_DEFAULT: [&str; 2] = ["PLAIN", "AMQPLAIN"];
+/// The SASL mechanisms warren implements.
+pub const AUTH_MECHANISMS_KNOWN: [&str; 3] = ["PLAIN", "AMQPLAIN", "EXTERNAL"];
 /// RabbitMQ's defaults, so that clients negotiate the same limits with either broker.
 pub const HEARTBEAT_DEFAULT_S: u16 = 60;
 pub const CHANNEL_MAX_DEFAULT: u16 = 2047;
@@ -20,7 +26,17 @@ pub const MESSAGE_MEMORY_DEFAULT_BYTES: u64 = 128 * 1024 * 1024;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
-    pub listen: SocketAddr,
+    /// Where plain AMQP is accepted; none (`listen = "none"`) leaves only the TLS listener.
+    #[serde(deserialize_with = "address_or_none")]
+    pub listen: Option<SocketAddr>,
+    /// AMQP over TLS and the management API over HTTPS (the `[tls]` table): see [`TlsConfig`].
+    pub tls: TlsConfig,
+    /// SASL mechanisms offered to clients, RabbitMQ's `auth_mechanisms` (PLAIN and AMQPLAIN by
+    /// default); EXTERNAL is offered on TLS connections only.
+    pub auth_mechanisms: Vec<String>,
+    /// A connection that has not finished its handshake (TLS and AMQP, up to connection.open-ok)
+    /// this long after it was accepted is closed: RabbitMQ's `handshake_timeout`.
+    pub handshake_timeout_ms: u64,
     pub data_dir: PathBuf,
     /// The write-ahead log's directory [default: DATA_DIR/wal]: best on its own disk.
     pub wal_dir: Option<PathBuf>,
@@ -53,6 +69,7 @@ pub struct ServerConfig {
     /// the head of its backlog in memory and reads the rest from disk as consumers reach it.
     pub message_memory_bytes: u64,
     /// Where the HTTP management API and /metrics listen; none disables them.
+    #[serde(deserialize_with = "address_or_none")]
     pub management_listen: Option<SocketAddr>,
     /// This node's name in a cluster (RabbitMQ's node name); shown in `/api/nodes` and as each
     /// queue's `node`. Defaults to `warren@<cluster port>` in a cluster.
@@ -70,7 +87,13 @@ pub struct ServerConfig {
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
-            listen: "127.0.0.1:5672".parse().expect("valid address"),
+            listen: Some("127.0.0.1:5672".parse().expect("valid address")),
+            tls: TlsConfig::default(),
+            auth_mechanisms: AUTH_MECHANISMS_DEFAULT
+                .iter()
+                .map(|m| m.to_string())
+                .collect(),
+            handshake_timeout_ms: HANDSHAKE_TIMEOUT_DEFAULT_MS,
             data_dir: PathBuf::from("./warren-data"),
             wal_dir: None,
             segment_dir: None,
@@ -99,7 +122,160 @@ fn default_memory_watermark() -> u64 {
     crate::memory::total_memory_bytes() * 2 / 5
 }
 
+/// TLS settings, after RabbitMQ's `listeners.ssl` and `ssl_options`: PEM files, the peer
+/// verification switches, the TLS versions. The management API's HTTPS listener uses the same
+/// certificate, key and CA unless given its own; it never asks browsers for a certificate.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// Where AMQP over TLS (amqps://) is accepted; none by default, 5671 by convention.
+    #[serde(deserialize_with = "address_or_none")]
+    pub listen: Option<SocketAddr>,
+    /// The server's certificate chain, PEM, leaf first (`ssl_options.certfile`).
+    pub cert: Option<PathBuf>,
+    /// The certificate's private key, PEM: PKCS#8, PKCS#1 or SEC1 (`ssl_options.keyfile`).
+    pub key: Option<PathBuf>,
+    /// CA certificates, PEM, that client certificates must chain to (`ssl_options.cacertfile`).
+    pub ca: Option<PathBuf>,
+    /// Ask clients for a certificate and refuse one the CA did not sign (`verify_peer`).
+    pub verify_peer: bool,
+    /// With verify_peer, refuse clients that send no certificate at all.
+    pub fail_if_no_peer_cert: bool,
+    /// TLS versions accepted, RabbitMQ's names: "tlsv1.2", "tlsv1.3" (both by default).
+    pub versions: Vec<String>,
+    /// Which part of a client certificate's subject is the user name for SASL EXTERNAL:
+    /// RabbitMQ's `ssl_cert_login_from`.
+    pub cert_login_from: CertLoginFrom,
+    /// Where the management API is served over HTTPS; none by default.
+    #[serde(deserialize_with = "address_or_none")]
+    pub management_listen: Option<SocketAddr>,
+    /// The HTTPS listener's own certificate chain [default: cert].
+    pub management_cert: Option<PathBuf>,
+    /// The HTTPS listener's own private key [default: key].
+    pub management_key: Option<PathBuf>,
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        TlsConfig {
+            listen: None,
+            cert: None,
+            key: None,
+            ca: None,
+            verify_peer: false,
+            fail_if_no_peer_cert: false,
+            versions: TLS_VERSIONS_KNOWN.iter().map(|v| v.to_string()).collect(),
+            cert_login_from: CertLoginFrom::DistinguishedName,
+            management_listen: None,
+            management_cert: None,
+            management_key: None,
+        }
+    }
+}
+
+/// The TLS versions rustls speaks, by RabbitMQ's names.
+pub const TLS_VERSIONS_KNOWN: [&str; 2] = ["tlsv1.2", "tlsv1.3"];
+
+/// RabbitMQ's `ssl_cert_login_from`: the subject's full distinguished name (its default) or its
+/// common name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CertLoginFrom {
+    DistinguishedName,
+    CommonName,
+}
+
+impl std::str::FromStr for CertLoginFrom {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "distinguished_name" => Ok(CertLoginFrom::DistinguishedName),
+            "common_name" => Ok(CertLoginFrom::CommonName),
+            _ => Err(format!(
+                "expected distinguished_name or common_name, got '{s}'"
+            )),
+        }
+    }
+}
+
+/// An address, or "none" to turn a listener off: `listen = "none"` in the TOML file.
+fn address_or_none<'de, D>(d: D) -> Result<Option<SocketAddr>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let s = String::deserialize(d)?;
+    parse_address_or_none(&s).map_err(serde::de::Error::custom)
+}
+
+/// Parses a listener address as the flags and the TOML file give it; "none" is no listener.
+pub fn parse_address_or_none(s: &str) -> Result<Option<SocketAddr>, String> {
+    match s {
+        "none" => Ok(None),
+        addr => addr
+            .parse()
+            .map(Some)
+            .map_err(|e| format!("'{addr}' is neither an address nor none: {e}")),
+    }
+}
+
 impl ServerConfig {
+    /// Checks what only makes sense together: a TLS listener needs a certificate and a key,
+    /// peer verification needs a CA, and some AMQP listener must be on.
+    pub fn validate(&self) -> Result<(), String> {
+        let t = &self.tls;
+        if self.listen.is_none() && t.listen.is_none() {
+            return Err("no AMQP listener: --listen is none and --tls-listen is not set".into());
+        }
+        if t.listen.is_some() && (t.cert.is_none() || t.key.is_none()) {
+            return Err("--tls-listen needs --tls-cert and --tls-key".into());
+        }
+        if t.management_listen.is_some()
+            && (t.management_cert.as_ref().or(t.cert.as_ref()).is_none()
+                || t.management_key.as_ref().or(t.key.as_ref()).is_none())
+        {
+            return Err(
+                "--management-tls-listen needs a certificate and a key (--management-tls-cert and --management-tls-key, or --tls-cert and --tls-key)"
+                    .into(),
+            );
+        }
+        if t.verify_peer && t.ca.is_none() {
+            return Err(
+                "--tls-verify-peer needs --tls-ca (the CA client certificates chain to)".into(),
+            );
+        }
+        if t.fail_if_no_peer_cert && !t.verify_peer {
+            return Err("--tls-fail-if-no-peer-cert needs --tls-verify-peer".into());
+        }
+        if t.versions.is_empty() {
+            return Err("no TLS version allowed: give tlsv1.2, tlsv1.3 or both".into());
+        }
+        for v in &t.versions {
+            if !TLS_VERSIONS_KNOWN.contains(&v.as_str()) {
+                return Err(format!(
+                    "TLS version '{v}' is not supported: tlsv1.2 and tlsv1.3 only"
+                ));
+            }
+        }
+        if self.auth_mechanisms.is_empty() {
+            return Err("no authentication mechanism: give PLAIN, AMQPLAIN, EXTERNAL".into());
+        }
+        for m in &self.auth_mechanisms {
+            if !AUTH_MECHANISMS_KNOWN.contains(&m.as_str()) {
+                return Err(format!(
+                    "unknown authentication mechanism '{m}': PLAIN, AMQPLAIN and EXTERNAL are known"
+                ));
+            }
+        }
+        if self.handshake_timeout_ms == 0 {
+            return Err("--handshake-timeout must be more than 0".into());
+        }
+        Ok(())
+    }
+
+    pub fn handshake_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.handshake_timeout_ms)
+    }
+
     pub fn wal_dir(&self) -> PathBuf {
         self.wal_dir
             .clone()
@@ -116,5 +292,77 @@ impl ServerConfig {
         self.meta_dir
             .clone()
             .unwrap_or_else(|| self.data_dir.join("meta"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_table_and_listen_none_come_from_the_toml_file() {
+        let c: ServerConfig = toml::from_str(
+            r#"
+            listen = "none"
+            auth_mechanisms = ["PLAIN", "EXTERNAL"]
+            handshake_timeout_ms = 2500
+            [tls]
+            listen = "127.0.0.1:5671"
+            cert = "/etc/warren/server.pem"
+            key = "/etc/warren/server.key"
+            ca = "/etc/warren/ca.pem"
+            verify_peer = true
+            fail_if_no_peer_cert = true
+            versions = ["tlsv1.3"]
+            cert_login_from = "common_name"
+            management_listen = "127.0.0.1:15671"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.listen, None);
+        assert_eq!(c.tls.listen, Some("127.0.0.1:5671".parse().unwrap()));
+        assert_eq!(c.tls.cert_login_from, CertLoginFrom::CommonName);
+        assert_eq!(c.tls.versions, ["tlsv1.3"]);
+        assert_eq!(c.handshake_timeout_ms, 2500);
+        assert!(c.tls.verify_peer && c.tls.fail_if_no_peer_cert);
+        assert_eq!(c.validate(), Ok(()));
+    }
+
+    #[test]
+    fn defaults_are_rabbitmqs_and_plain_only() {
+        let c: ServerConfig = toml::from_str("").unwrap();
+        assert_eq!(c.listen, Some("127.0.0.1:5672".parse().unwrap()));
+        assert_eq!(c.tls.listen, None);
+        assert_eq!(c.auth_mechanisms, ["PLAIN", "AMQPLAIN"]);
+        assert_eq!(c.handshake_timeout_ms, 10_000);
+        assert_eq!(c.tls.cert_login_from, CertLoginFrom::DistinguishedName);
+        assert_eq!(c.validate(), Ok(()));
+    }
+
+    #[test]
+    fn settings_that_cannot_work_together_are_refused_at_start() {
+        let with = |f: &dyn Fn(&mut ServerConfig)| {
+            let mut c = ServerConfig::default();
+            f(&mut c);
+            c.validate().unwrap_err()
+        };
+        assert!(with(&|c| c.listen = None).contains("no AMQP listener"));
+        assert!(
+            with(&|c| c.tls.listen = Some("127.0.0.1:5671".parse().unwrap()))
+                .contains("--tls-listen needs --tls-cert and --tls-key")
+        );
+        assert!(with(&|c| c.tls.verify_peer = true).contains("--tls-verify-peer needs --tls-ca"));
+        assert!(with(&|c| c.tls.fail_if_no_peer_cert = true).contains("needs --tls-verify-peer"));
+        assert!(
+            with(&|c| c.tls.versions = vec!["tlsv1.1".into()]).contains("tlsv1.2 and tlsv1.3 only")
+        );
+        assert!(with(&|c| c.auth_mechanisms = vec!["CRAM-MD5".into()])
+            .contains("unknown authentication mechanism"));
+        assert!(with(&|c| c.handshake_timeout_ms = 0).contains("more than 0"));
+        let bad: Result<ServerConfig, _> = toml::from_str("listen = \"nowhere\"");
+        assert!(bad
+            .unwrap_err()
+            .to_string()
+            .contains("neither an address nor none"));
     }
 }

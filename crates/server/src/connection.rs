@@ -13,8 +13,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-use tokio::io::AsyncReadExt;
-use tokio::net::tcp::OwnedReadHalf;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -30,8 +29,6 @@ use warren_protocol::frame::{self, Frame, FrameError, FRAME_MIN_BYTES};
 use warren_protocol::method::{Method, MethodError};
 use warren_protocol::PROTOCOL_HEADER;
 
-/// How long a client may take for the whole handshake, as RabbitMQ's handshake_timeout.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long we wait for close-ok after sending connection.close.
 const CLOSE_OK_TIMEOUT: Duration = Duration::from_secs(3);
 const READ_BUFFER_BYTES: usize = 128 * 1024;
@@ -78,12 +75,29 @@ pub struct Connection {
     pub proposal: Option<crate::replicated::Proposal>,
 }
 
-/// Serves one accepted socket until it closes.
+/// Serves one socket accepted on the plain listener until it closes.
 pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
+    let deadline = Instant::now() + shared.config.handshake_timeout();
     let _ = stream.set_nodelay(true);
-    let (mut rd, wr) = stream.into_split();
+    let (rd, wr) = stream.into_split();
+    serve_stream(rd, wr, peer, None, deadline, shared).await
+}
+
+/// Serves one connection over any stream (plain TCP halves, or TLS ones with the client's
+/// certificate in `tls`) until it closes; the AMQP handshake must be over by `deadline`.
+pub async fn serve_stream<R, W>(
+    mut rd: R,
+    wr: W,
+    peer: SocketAddr,
+    tls: Option<crate::tls::TlsPeer>,
+    deadline: Instant,
+    shared: Arc<Shared>,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let mut header = [0u8; 8];
-    let got = tokio::time::timeout(HANDSHAKE_TIMEOUT, rd.read_exact(&mut header)).await;
+    let got = tokio::time::timeout_at(deadline, rd.read_exact(&mut header)).await;
     let notify = Arc::new(Notify::new());
     let wake_notify = notify.clone();
     let outbox = Arc::new(Outbox::new(
@@ -96,6 +110,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let broker = shared.broker.clone();
     let writer = crate::writer::Writer {
         socket: wr,
+        flush_each_batch: tls.is_some(),
         outbox: outbox.clone(),
         notify,
         heartbeat_s: heartbeat.clone(),
@@ -110,6 +125,12 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let writer = tokio::spawn(writer.run());
     match got {
         Ok(Ok(_)) if &header == PROTOCOL_HEADER => {}
+        Err(_) => {
+            handshake_timed_out(&shared, peer, "before the protocol header");
+            outbox.close();
+            let _ = writer.await;
+            return;
+        }
         _ => {
             // RabbitMQ answers any other header with the one it speaks, then closes.
             outbox.push(|b| b.extend_from_slice(PROTOCOL_HEADER));
@@ -119,9 +140,9 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         }
     }
     let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
-    let handshake = tokio::time::timeout(
-        HANDSHAKE_TIMEOUT,
-        handshake(&mut rd, &mut buf, &outbox, &shared, peer),
+    let handshake = tokio::time::timeout_at(
+        deadline,
+        handshake(&mut rd, &mut buf, &outbox, &shared, peer, tls.as_ref()),
     )
     .await;
     let conn = match handshake {
@@ -133,7 +154,13 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
             let _ = writer.await;
             return;
         }
-        _ => {
+        Err(_) => {
+            handshake_timed_out(&shared, peer, "during the AMQP handshake");
+            outbox.close();
+            let _ = writer.await;
+            return;
+        }
+        Ok(Err(None)) => {
             outbox.close();
             let _ = writer.await;
             return;
@@ -242,9 +269,23 @@ pub fn truncate_text(s: &str) -> String {
     format!("{}...", &s[..end])
 }
 
+/// A connection that is not open within `handshake_timeout` of its accept is closed, logged and
+/// counted, as RabbitMQ does.
+fn handshake_timed_out(shared: &Shared, peer: SocketAddr, when: &str) {
+    shared
+        .counters
+        .handshake_timeouts
+        .fetch_add(1, Ordering::Relaxed);
+    tracing::warn!(
+        %peer,
+        "handshake not finished within the handshake timeout ({} ms, {when}): closing",
+        shared.config.handshake_timeout_ms
+    );
+}
+
 /// Reads the next frame during the handshake; `None` when the peer went away or sent garbage.
-async fn next_frame(
-    rd: &mut OwnedReadHalf,
+async fn next_frame<R: AsyncRead + Unpin>(
+    rd: &mut R,
     buf: &mut BytesMut,
     frame_max: u32,
 ) -> Result<Frame, Option<AmqpError>> {
@@ -261,8 +302,8 @@ async fn next_frame(
     }
 }
 
-async fn next_connection_method(
-    rd: &mut OwnedReadHalf,
+async fn next_connection_method<R: AsyncRead + Unpin>(
+    rd: &mut R,
     buf: &mut BytesMut,
     frame_max: u32,
 ) -> Result<connection::AMQPMethod, Option<AmqpError>> {
@@ -296,6 +337,25 @@ async fn next_connection_method(
     }
 }
 
+/// The configured mechanisms this connection may use: EXTERNAL on TLS connections only, as
+/// RabbitMQ offers it.
+fn offered_mechanisms(cfg: &crate::config::ServerConfig, tls: bool) -> Vec<&str> {
+    cfg.auth_mechanisms
+        .iter()
+        .map(String::as_str)
+        .filter(|m| tls || *m != "EXTERNAL")
+        .collect()
+}
+
+/// A refused login: logged with the peer's address and why, and counted for `/metrics`.
+fn auth_failed(shared: &Shared, peer: SocketAddr, mechanism: &str, user: &str, why: &str) {
+    shared
+        .counters
+        .auth_failures
+        .fetch_add(1, Ordering::Relaxed);
+    tracing::warn!(%peer, %user, %mechanism, "login refused: {why}");
+}
+
 fn credentials(mechanism: &str, response: &[u8]) -> Result<(String, String), AmqpError> {
     match mechanism {
         "PLAIN" => {
@@ -327,12 +387,13 @@ fn credentials(mechanism: &str, response: &[u8]) -> Result<(String, String), Amq
     }
 }
 
-async fn handshake(
-    rd: &mut OwnedReadHalf,
+async fn handshake<R: AsyncRead + Unpin>(
+    rd: &mut R,
     buf: &mut BytesMut,
     outbox: &Outbox,
     shared: &Shared,
     peer: SocketAddr,
+    tls: Option<&crate::tls::TlsPeer>,
 ) -> Result<Negotiated, Option<(AmqpError, u16, u16)>> {
     let cfg = &shared.config;
     control(
@@ -342,7 +403,7 @@ async fn handshake(
             version_major: 0,
             version_minor: 9,
             server_properties: server_properties(),
-            mechanisms: LongString::from("PLAIN AMQPLAIN"),
+            mechanisms: LongString::from(offered_mechanisms(cfg, tls.is_some()).join(" ")),
             locales: LongString::from("en_US"),
         })),
     );
@@ -367,23 +428,58 @@ async fn handshake(
         };
     }
     let mechanism = start_ok.mechanism.as_str().to_string();
-    let (user, password) =
-        credentials(&mechanism, start_ok.response.as_bytes()).map_err(|e| Some((e, 0, 0)))?;
     let refused = || {
         AmqpError::access_refused(format!(
             "Login was refused using authentication mechanism {mechanism}. For details see the broker logfile."
         ))
     };
-    let authenticated = shared
-        .broker
-        .users
-        .read()
-        .expect("users lock")
-        .authenticate(&user, &password);
+    let offered = offered_mechanisms(cfg, tls.is_some());
+    let login = if !offered.contains(&mechanism.as_str()) {
+        Err(AmqpError::command_invalid(format!(
+            "unknown authentication mechanism '{mechanism}'"
+        )))
+    } else if mechanism == "EXTERNAL" {
+        // The user is the one the client certificate names; it must exist, no password.
+        let name = shared
+            .tls
+            .as_ref()
+            .ok_or_else(|| "not SSL connection".to_string())
+            .and_then(|t| t.external_user(tls));
+        match name {
+            Ok(user) => Ok((user, None)),
+            Err(why) => {
+                auth_failed(shared, peer, &mechanism, "", &why);
+                return Err(caps.authentication_failure_close.then(|| (refused(), 0, 0)));
+            }
+        }
+    } else {
+        credentials(&mechanism, start_ok.response.as_bytes()).map(|(u, p)| (u, Some(p)))
+    };
+    let (user, password) = match login {
+        Ok(l) => l,
+        Err(e) => {
+            auth_failed(shared, peer, &mechanism, "", &e.text);
+            return Err(Some((e, 0, 0)));
+        }
+    };
+    let authenticated = {
+        let users = shared.broker.users.read().expect("users lock");
+        match &password {
+            Some(password) => users.authenticate(&user, password),
+            None => users.exists(&user),
+        }
+    };
     // guest may log in from loopback only, as RabbitMQ's loopback_users default.
     let loopback_refused = user == "guest" && !peer.ip().is_loopback();
     if !authenticated || loopback_refused {
-        tracing::warn!(%peer, %user, "login refused");
+        let why = if loopback_refused {
+            "user 'guest' may only connect via localhost"
+        } else if password.is_some() {
+            "invalid credentials"
+        } else {
+            "no such user"
+        };
+        auth_failed(shared, peer, &mechanism, &user, why);
         return Err(if caps.authentication_failure_close {
             Some((refused(), 0, 0))
         } else {
@@ -497,7 +593,7 @@ async fn handshake(
 }
 
 /// After sending connection.close, RabbitMQ discards everything until close-ok (or a timeout).
-async fn wait_close_ok(rd: &mut OwnedReadHalf, buf: &mut BytesMut) {
+async fn wait_close_ok<R: AsyncRead + Unpin>(rd: &mut R, buf: &mut BytesMut) {
     let _ = tokio::time::timeout(CLOSE_OK_TIMEOUT, async {
         loop {
             match frame::decode(buf, 0) {
@@ -527,7 +623,7 @@ async fn wait_close_ok(rd: &mut OwnedReadHalf, buf: &mut BytesMut) {
 }
 
 impl Connection {
-    async fn run(&mut self, rd: &mut OwnedReadHalf, buf: &mut BytesMut) {
+    async fn run<R: AsyncRead + Unpin>(&mut self, rd: &mut R, buf: &mut BytesMut) {
         let mut shutdown = self.shared.shutdown.clone();
         let mut alarm = self.shared.alarms.subscribe();
         let mut durable = self.shared.durability.subscribe();

@@ -9,6 +9,7 @@
 //!   memory readings.
 //! - [`durability`]: what the storage engine has synced, for publisher confirms.
 //! - [`management`]: the HTTP management API and Prometheus metrics.
+//! - [`tls`]: AMQP over TLS, the management API over HTTPS, certificate logins and reloads.
 //! - [`fault_injection`]: test-only HTTP switches that make the next fsync fail.
 //! - [`metadata`]: durable topology: the journal it is written to and replayed from.
 //! - [`replicated`]: topology changes in a cluster: proposed to the replicated metadata, the
@@ -27,6 +28,7 @@ pub mod management;
 pub mod memory;
 pub mod metadata;
 pub mod replicated;
+pub mod tls;
 pub mod writer;
 
 use config::ServerConfig;
@@ -54,6 +56,8 @@ pub struct Shared {
     /// Memory and disk alarms; `warren ctl set_vm_memory_high_watermark` / `set_disk_free_limit`
     /// change their limits.
     pub alarms: Arc<alarms::Alarms>,
+    /// Certificates for the TLS listeners, when there are any; reloadable.
+    pub tls: Option<Arc<tls::Tls>>,
     /// Where durable-topology changes are written before they are acknowledged.
     pub journal: Option<std::sync::Mutex<warren_store::journal::Journal>>,
     /// The storage engine holding durable queues' persistent messages.
@@ -81,17 +85,58 @@ pub struct Counters {
     pub published: AtomicU64,
     pub confirmed: AtomicU64,
     pub unroutable: AtomicU64,
+    /// Logins refused (bad password, unknown user, no usable client certificate).
+    pub auth_failures: AtomicU64,
+    /// Connections closed because their handshake outlasted `handshake_timeout`.
+    pub handshake_timeouts: AtomicU64,
 }
 
-/// Binds the listener; separate from [`serve`] so callers learn of a busy port at once.
-pub async fn bind(config: &ServerConfig) -> std::io::Result<TcpListener> {
-    TcpListener::bind(config.listen).await
+/// The node's AMQP listeners, bound, and the certificates the TLS one serves.
+pub struct Listeners {
+    /// Plain AMQP; None with `--listen none`.
+    pub amqp: Option<TcpListener>,
+    /// AMQP over TLS; None without `--tls-listen`.
+    pub amqps: Option<TcpListener>,
+    pub tls: Option<Arc<tls::Tls>>,
+}
+
+/// Loads the certificates and binds the listeners; separate from [`serve`] so callers learn
+/// of a busy port or a bad certificate file at once. The error says which.
+pub async fn bind(config: &ServerConfig) -> Result<Listeners, String> {
+    let tls = tls::Tls::load(&config.tls).map_err(|e| e.to_string())?;
+    if config.auth_mechanisms.iter().any(|m| m == "EXTERNAL") && !config.tls.verify_peer {
+        tracing::warn!("EXTERNAL is offered but --tls-verify-peer is off: every EXTERNAL login will be refused, as in RabbitMQ");
+    }
+    async fn listen(addr: Option<std::net::SocketAddr>) -> Result<Option<TcpListener>, String> {
+        match addr {
+            Some(a) => TcpListener::bind(a)
+                .await
+                .map(Some)
+                .map_err(|e| format!("cannot listen on {a}: {e}")),
+            None => Ok(None),
+        }
+    }
+    Ok(Listeners {
+        amqp: listen(config.listen).await?,
+        amqps: listen(config.tls.listen).await?,
+        tls,
+    })
+}
+
+/// Accepts on a listener that may be off (then never returns).
+async fn accept(
+    listener: Option<&TcpListener>,
+) -> std::io::Result<(tokio::net::TcpStream, std::net::SocketAddr)> {
+    match listener {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Accepts connections until `shutdown` turns true, then closes every connection with
 /// 320 CONNECTION_FORCED, as RabbitMQ does when it stops.
 pub async fn serve(
-    listener: TcpListener,
+    listeners: Listeners,
     config: ServerConfig,
     broker: Arc<Broker>,
     mut shutdown: watch::Receiver<bool>,
@@ -120,6 +165,7 @@ pub async fn serve(
         connections_open: AtomicUsize::new(0),
         counters: Counters::default(),
         alarms,
+        tls: listeners.tls.clone(),
         journal: journal.map(std::sync::Mutex::new),
         store: storage.as_ref().map(|s| s.0.clone()),
         durability: storage.map(|s| s.1).unwrap_or_default(),
@@ -156,10 +202,13 @@ pub async fn serve(
             }
         }
     }
+    if let (Some(addr), Some(tls)) = (shared.config.tls.management_listen, &shared.tls) {
+        tls::https::start(addr, tls.clone(), shared.clone()).await;
+    }
     let mut connections = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
-            accepted = listener.accept() => match accepted {
+            accepted = accept(listeners.amqp.as_ref()) => match accepted {
                 Ok((stream, peer)) => {
                     connections.spawn(connection::serve(stream, peer, shared.clone()));
                 }
@@ -168,11 +217,20 @@ pub async fn serve(
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
             },
+            accepted = accept(listeners.amqps.as_ref()) => match accepted {
+                Ok((stream, peer)) => {
+                    connections.spawn(tls::serve_amqps(stream, peer, shared.clone()));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "TLS accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
             _ = shutdown.changed() => break,
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
     }
-    drop(listener);
+    drop(listeners);
     let _ = tokio::time::timeout(SHUTDOWN_GRACE * 8, async {
         while connections.join_next().await.is_some() {}
     })

@@ -16,7 +16,7 @@ use amq_protocol_types::{AMQPValue, FieldTable};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, put};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use base64::Engine;
 use serde::Deserialize;
@@ -53,6 +53,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/api/exchanges/{vhost}", get(list_exchanges))
         .route("/api/warren/vm-memory-high-watermark", put(put_watermark))
         .route("/api/warren/disk-free-limit", put(put_disk_free_limit))
+        .route("/api/warren/reload-certificates", post(reload_certificates))
         .route("/metrics", get(metrics));
     if shared.config.fault_injection.is_some() {
         router = router.merge(crate::fault_injection::routes());
@@ -711,6 +712,22 @@ async fn put_disk_free_limit(
     StatusCode::NO_CONTENT.into_response()
 }
 
+/// Reads the TLS certificate, key and CA files again (`warren ctl reload_certificates`, as
+/// SIGHUP does): 204 once new connections get them, 400 naming the bad file (the old ones
+/// stay), 404 when the node has no TLS listener.
+async fn reload_certificates(State(s): Api, headers: HeaderMap) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    let Some(tls) = &s.tls else {
+        return error(StatusCode::NOT_FOUND, "TLS is not configured on this node");
+    };
+    match tls.reload() {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => error(StatusCode::BAD_REQUEST, &e.to_string()),
+    }
+}
+
 /// Prometheus text exposition; unauthenticated, like RabbitMQ's prometheus plugin.
 async fn metrics(State(s): Api) -> Response {
     let mut out = String::new();
@@ -735,6 +752,15 @@ async fn metrics(State(s): Api) -> Response {
         "# TYPE warren_messages_unroutable_total counter\nwarren_messages_unroutable_total {}",
         c.unroutable.load(Ordering::Relaxed)
     );
+    let _ = writeln!(
+        out,
+        "# TYPE warren_auth_attempts_failed_total counter\nwarren_auth_attempts_failed_total {}\n# TYPE warren_handshake_timeouts_total counter\nwarren_handshake_timeouts_total {}",
+        c.auth_failures.load(Ordering::Relaxed),
+        c.handshake_timeouts.load(Ordering::Relaxed)
+    );
+    if let Some(tls) = &s.tls {
+        tls.write_metrics(&mut out);
+    }
     // RabbitMQ's prometheus plugin names for its alarms, plus ours: 1 while in effect.
     let alarms = s.alarms.state();
     for (name, on) in [

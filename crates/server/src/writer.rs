@@ -3,14 +3,18 @@
 
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use warren_broker::outbox::{Outbox, OUTBOX_BYTES_SOFT_MAX};
 
-pub struct Writer {
-    pub socket: OwnedWriteHalf,
+/// Generic over the socket (a plain TCP write half, or a TLS one) so that the plain path
+/// costs nothing more than before.
+pub struct Writer<W> {
+    pub socket: W,
+    /// TLS holds the end of a batch in its record buffer until flushed; plain TCP has nothing
+    /// to flush, so its writer skips the call altogether.
+    pub flush_each_batch: bool,
     pub outbox: Arc<Outbox>,
     pub notify: Arc<Notify>,
     /// Negotiated heartbeat in seconds (0: none); set once tune-ok arrives.
@@ -19,7 +23,7 @@ pub struct Writer {
     pub resume: Arc<dyn Fn() + Send + Sync>,
 }
 
-impl Writer {
+impl<W: AsyncWrite + Unpin> Writer<W> {
     pub async fn run(mut self) {
         let mut last_write = Instant::now();
         loop {
@@ -50,6 +54,9 @@ impl Writer {
                 if congested {
                     (self.resume)();
                 }
+            }
+            if self.flush_each_batch && self.socket.flush().await.is_err() {
+                return;
             }
             if self.outbox.is_closed() {
                 let _ = self.socket.flush().await;

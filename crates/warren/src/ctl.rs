@@ -20,6 +20,10 @@ pub struct CtlArgs {
         default_value = "http://guest:guest@127.0.0.1:15672"
     )]
     uri: String,
+    /// CA certificates (PEM) to trust for an https:// --uri: the management API's HTTPS
+    /// listener (--management-tls-listen).
+    #[arg(long, env = "WARREN_CTL_CACERT")]
+    cacert: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: CtlCommand,
 }
@@ -91,17 +95,31 @@ enum CtlCommand {
     SetDiskFreeLimit {
         bytes: u64,
     },
+    /// Read the TLS certificate, key and CA files again (as SIGHUP does): new connections get
+    /// them, open ones keep theirs; if a file is bad the old ones stay and this fails naming it.
+    ReloadCertificates,
 }
 
 struct Endpoint {
     host_port: String,
     auth: String,
+    /// Set for https://: how to check the server's certificate.
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
-fn parse_uri(uri: &str) -> Result<Endpoint, String> {
-    let rest = uri
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("--uri must start with http://, got '{uri}'"))?;
+fn parse_uri(uri: &str, cacert: Option<&std::path::Path>) -> Result<Endpoint, String> {
+    let (rest, tls) = if let Some(rest) = uri.strip_prefix("https://") {
+        let cacert = cacert.ok_or(
+            "an https:// --uri needs --cacert (the CA that signed the management certificate)",
+        )?;
+        (rest, Some(client_tls(cacert)?))
+    } else if let Some(rest) = uri.strip_prefix("http://") {
+        (rest, None)
+    } else {
+        return Err(format!(
+            "--uri must start with http:// or https://, got '{uri}'"
+        ));
+    };
     let authority = rest.split('/').next().unwrap_or_default();
     let (creds, host_port) = match authority.rsplit_once('@') {
         Some((c, h)) => (c.to_string(), h.to_string()),
@@ -113,7 +131,32 @@ fn parse_uri(uri: &str) -> Result<Endpoint, String> {
     Ok(Endpoint {
         host_port,
         auth: base64::engine::general_purpose::STANDARD.encode(creds),
+        tls,
     })
+}
+
+fn client_tls(cacert: &std::path::Path) -> Result<std::sync::Arc<rustls::ClientConfig>, String> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    let certs = rustls::pki_types::CertificateDer::pem_file_iter(cacert)
+        .map_err(|e| format!("cannot read {}: {e}", cacert.display()))?;
+    for cert in certs {
+        let cert = cert.map_err(|e| format!("cannot read {}: {e}", cacert.display()))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("a certificate in {} is not usable: {e}", cacert.display()))?;
+    }
+    if roots.is_empty() {
+        return Err(format!("no PEM certificate in {}", cacert.display()));
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(std::sync::Arc::new(config))
 }
 
 fn encode_segment(s: &str) -> String {
@@ -127,6 +170,9 @@ fn encode_segment(s: &str) -> String {
         .collect()
 }
 
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
+
 /// One HTTP/1.1 request; returns the status code and body. Enough for a local admin API.
 fn request(
     ep: &Endpoint,
@@ -135,10 +181,21 @@ fn request(
     body: Option<&Value>,
 ) -> Result<(u16, String), String> {
     let addr = ep.host_port.clone();
-    let mut stream = TcpStream::connect(&addr).map_err(|e| format!("cannot reach {addr}: {e}"))?;
-    stream
-        .set_read_timeout(Some(HTTP_TIMEOUT))
+    let tcp = TcpStream::connect(&addr).map_err(|e| format!("cannot reach {addr}: {e}"))?;
+    tcp.set_read_timeout(Some(HTTP_TIMEOUT))
         .map_err(|e| e.to_string())?;
+    let mut stream: Box<dyn ReadWrite> = match &ep.tls {
+        None => Box::new(tcp),
+        Some(config) => {
+            let host = addr.rsplit_once(':').map_or(addr.as_str(), |(h, _)| h);
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                .map_err(|e| format!("'{host}' is not a server name: {e}"))?;
+            let conn = rustls::ClientConnection::new(config.clone(), name)
+                .map_err(|e| format!("TLS to {addr}: {e}"))?;
+            Box::new(rustls::StreamOwned::new(conn, tcp))
+        }
+    };
     let payload = body.map(|b| b.to_string()).unwrap_or_default();
     let req = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Basic {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{payload}",
@@ -149,10 +206,13 @@ fn request(
         .write_all(req.as_bytes())
         .map_err(|e| format!("request to {addr} failed: {e}"))?;
     let mut raw = Vec::new();
-    stream
-        .take(RESPONSE_BYTES_MAX)
-        .read_to_end(&mut raw)
-        .map_err(|e| format!("reading from {addr} failed: {e}"))?;
+    let read = (&mut stream).take(RESPONSE_BYTES_MAX).read_to_end(&mut raw);
+    // Servers often close without TLS close_notify after Connection: close; the body is whole.
+    if let Err(e) = read {
+        if e.kind() != std::io::ErrorKind::UnexpectedEof || raw.is_empty() {
+            return Err(format!("reading from {addr} failed: {e}"));
+        }
+    }
     let text = String::from_utf8_lossy(&raw);
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let status = head
@@ -220,7 +280,7 @@ fn expect_ok(r: (u16, String)) -> Result<String, String> {
 }
 
 pub fn run(args: CtlArgs) -> Result<(), String> {
-    let ep = parse_uri(&args.uri)?;
+    let ep = parse_uri(&args.uri, args.cacert.as_deref())?;
     let seg = encode_segment;
     match args.command {
         CtlCommand::AddUser { user, password } => {
@@ -432,6 +492,15 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
                 "/api/warren/disk-free-limit",
                 Some(&json!({ "bytes": bytes })),
             )?)?;
+        }
+        CtlCommand::ReloadCertificates => {
+            expect_ok(request(
+                &ep,
+                "POST",
+                "/api/warren/reload-certificates",
+                None,
+            )?)?;
+            println!("Reloaded TLS certificates");
         }
         CtlCommand::Status => {
             let v: Value =

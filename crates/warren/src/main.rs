@@ -38,12 +38,58 @@ struct ServerArgs {
     /// TOML file with server settings (keys: listen, data_dir, wal_dir, segment_dir, meta_dir,
     /// wal_file_bytes_max, adopt_live_percent_min, wal_commit_window_us, heartbeat_s, channel_max,
     /// frame_max_bytes, message_bytes_max, memory_high_watermark_bytes, disk_free_limit_bytes,
-    /// message_memory_bytes, management_listen).
+    /// message_memory_bytes, management_listen, auth_mechanisms, handshake_timeout_ms, and a
+    /// [tls] table: listen, cert, key, ca, verify_peer, fail_if_no_peer_cert, versions,
+    /// cert_login_from, management_listen, management_cert, management_key; see docs/tls.md).
     #[arg(long, env = "WARREN_CONFIG")]
     config: Option<PathBuf>,
-    /// Address to accept AMQP connections on [default: 127.0.0.1:5672].
+    /// Address to accept plain AMQP connections on, or "none" to accept TLS ones only
+    /// [default: 127.0.0.1:5672].
     #[arg(long, env = "WARREN_LISTEN")]
-    listen: Option<SocketAddr>,
+    listen: Option<String>,
+    /// Address to accept AMQP over TLS on (amqps://; 5671 by convention) [default: none].
+    #[arg(long, env = "WARREN_TLS_LISTEN")]
+    tls_listen: Option<String>,
+    /// The server's certificate chain, PEM, leaf first (RabbitMQ's ssl_options.certfile).
+    #[arg(long, env = "WARREN_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// The certificate's private key, PEM (ssl_options.keyfile).
+    #[arg(long, env = "WARREN_TLS_KEY")]
+    tls_key: Option<PathBuf>,
+    /// CA certificates, PEM, that client certificates must chain to (ssl_options.cacertfile).
+    #[arg(long, env = "WARREN_TLS_CA")]
+    tls_ca: Option<PathBuf>,
+    /// Ask TLS clients for a certificate and refuse one no --tls-ca CA signed (verify_peer).
+    #[arg(long, env = "WARREN_TLS_VERIFY_PEER")]
+    tls_verify_peer: bool,
+    /// With --tls-verify-peer, refuse TLS clients that present no certificate.
+    #[arg(long, env = "WARREN_TLS_FAIL_IF_NO_PEER_CERT")]
+    tls_fail_if_no_peer_cert: bool,
+    /// TLS versions accepted, comma-separated [default: tlsv1.2,tlsv1.3].
+    #[arg(long, env = "WARREN_TLS_VERSIONS", value_delimiter = ',')]
+    tls_versions: Option<Vec<String>>,
+    /// What a client certificate's user name is for SASL EXTERNAL: distinguished_name (the
+    /// whole subject, RFC 4514) or common_name (RabbitMQ's ssl_cert_login_from)
+    /// [default: distinguished_name].
+    #[arg(long, env = "WARREN_TLS_CERT_LOGIN_FROM")]
+    tls_cert_login_from: Option<warren_server::config::CertLoginFrom>,
+    /// SASL mechanisms offered, comma-separated, from PLAIN, AMQPLAIN and EXTERNAL (the last
+    /// on TLS connections only) [default: PLAIN,AMQPLAIN].
+    #[arg(long, env = "WARREN_AUTH_MECHANISMS", value_delimiter = ',')]
+    auth_mechanisms: Option<Vec<String>>,
+    /// Connections not through their TLS and AMQP handshakes this long after they were
+    /// accepted are closed: milliseconds, or a number with s or ms [default: 10s].
+    #[arg(long, env = "WARREN_HANDSHAKE_TIMEOUT")]
+    handshake_timeout: Option<String>,
+    /// Where the management API is served over HTTPS [default: none].
+    #[arg(long, env = "WARREN_MANAGEMENT_TLS_LISTEN")]
+    management_tls_listen: Option<String>,
+    /// The HTTPS listener's certificate chain, PEM [default: --tls-cert].
+    #[arg(long, env = "WARREN_MANAGEMENT_TLS_CERT")]
+    management_tls_cert: Option<PathBuf>,
+    /// The HTTPS listener's private key, PEM [default: --tls-key].
+    #[arg(long, env = "WARREN_MANAGEMENT_TLS_KEY")]
+    management_tls_key: Option<PathBuf>,
     /// Directory holding the node's data [default: ./warren-data].
     #[arg(long, env = "WARREN_DATA_DIR")]
     data_dir: Option<PathBuf>,
@@ -96,7 +142,6 @@ struct ServerArgs {
     /// Where the HTTP management API and /metrics listen, or "none" [default: 127.0.0.1:15672].
     #[arg(long, env = "WARREN_MANAGEMENT_LISTEN")]
     management_listen: Option<String>,
-    /// Log filter, e.g. info or warren_server=debug.
     /// This node's name in a cluster [default: warren@<cluster port>].
     #[arg(long, env = "WARREN_NODE_NAME")]
     node_name: Option<String>,
@@ -112,6 +157,7 @@ struct ServerArgs {
     /// exercise snapshots).
     #[arg(long, env = "WARREN_CLUSTER_SNAPSHOT_ENTRIES", hide = true)]
     cluster_snapshot_entries: Option<u64>,
+    /// Log filter, e.g. info or warren_server=debug.
     #[arg(long, env = "WARREN_LOG", default_value = "info")]
     log: String,
     /// TESTS ONLY: lets administrators make the next fsync fail over the management API
@@ -133,8 +179,51 @@ impl ServerArgs {
             }
             None => ServerConfig::default(),
         };
-        if let Some(v) = self.listen {
-            c.listen = v;
+        use warren_server::config::parse_address_or_none;
+        if let Some(v) = &self.listen {
+            c.listen = parse_address_or_none(v).map_err(|e| format!("--listen {e}"))?;
+        }
+        if let Some(v) = &self.tls_listen {
+            c.tls.listen = parse_address_or_none(v).map_err(|e| format!("--tls-listen {e}"))?;
+        }
+        if let Some(v) = &self.tls_cert {
+            c.tls.cert = Some(v.clone());
+        }
+        if let Some(v) = &self.tls_key {
+            c.tls.key = Some(v.clone());
+        }
+        if let Some(v) = &self.tls_ca {
+            c.tls.ca = Some(v.clone());
+        }
+        if self.tls_verify_peer {
+            c.tls.verify_peer = true;
+        }
+        if self.tls_fail_if_no_peer_cert {
+            c.tls.fail_if_no_peer_cert = true;
+        }
+        if let Some(v) = &self.tls_versions {
+            c.tls.versions = v.iter().map(|s| s.trim().to_ascii_lowercase()).collect();
+        }
+        if let Some(v) = self.tls_cert_login_from {
+            c.tls.cert_login_from = v;
+        }
+        if let Some(v) = &self.auth_mechanisms {
+            c.auth_mechanisms = v.iter().map(|s| s.trim().to_ascii_uppercase()).collect();
+        }
+        if let Some(v) = &self.handshake_timeout {
+            c.handshake_timeout_ms = parse_duration_ms(v).ok_or_else(|| {
+                format!("--handshake-timeout '{v}': expected e.g. 10s, 500ms or 10000")
+            })?;
+        }
+        if let Some(v) = &self.management_tls_listen {
+            c.tls.management_listen =
+                parse_address_or_none(v).map_err(|e| format!("--management-tls-listen {e}"))?;
+        }
+        if let Some(v) = &self.management_tls_cert {
+            c.tls.management_cert = Some(v.clone());
+        }
+        if let Some(v) = &self.management_tls_key {
+            c.tls.management_key = Some(v.clone());
         }
         if let Some(v) = &self.data_dir {
             c.data_dir = v.clone();
@@ -195,13 +284,8 @@ impl ServerArgs {
             ));
         }
         if let Some(v) = &self.management_listen {
-            c.management_listen = match v.as_str() {
-                "none" => None,
-                addr => Some(
-                    addr.parse()
-                        .map_err(|e| format!("--management-listen '{addr}': {e}"))?,
-                ),
-            };
+            c.management_listen =
+                parse_address_or_none(v).map_err(|e| format!("--management-listen {e}"))?;
         }
         if let Some(v) = self.disk_free_limit_bytes {
             c.disk_free_limit_bytes = v;
@@ -231,8 +315,21 @@ impl ServerArgs {
         if self.fault_injection {
             c.fault_injection = Some(Default::default());
         }
+        c.validate()?;
         Ok(c)
     }
+}
+
+/// Milliseconds from "10000" (RabbitMQ's unit), "500ms" or "10s".
+fn parse_duration_ms(text: &str) -> Option<u64> {
+    let text = text.trim();
+    if let Some(ms) = text.strip_suffix("ms") {
+        return ms.trim().parse().ok();
+    }
+    if let Some(s) = text.strip_suffix('s') {
+        return s.trim().parse::<u64>().ok()?.checked_mul(1000);
+    }
+    text.parse().ok()
 }
 
 fn main() -> std::process::ExitCode {
@@ -282,14 +379,28 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
         .build()
         .expect("tokio runtime");
     rt.block_on(async move {
-        let listener = match warren_server::bind(&config).await {
+        let listeners = match warren_server::bind(&config).await {
             Ok(l) => l,
             Err(e) => {
-                eprintln!("warren: cannot listen on {}: {e}", config.listen);
+                eprintln!("warren: {e}");
                 return std::process::ExitCode::from(1);
             }
         };
-        tracing::info!(listen = %config.listen, data_dir = %config.data_dir.display(), "warren started");
+        let show = |a: Option<SocketAddr>| a.map_or_else(|| "none".to_string(), |a| a.to_string());
+        tracing::info!(listen = %show(config.listen), tls_listen = %show(config.tls.listen), data_dir = %config.data_dir.display(), "warren started");
+        // SIGHUP reloads the TLS certificates, as people rotate short-lived ones.
+        let reloading = listeners.tls.clone();
+        tokio::spawn(async move {
+            let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).expect("SIGHUP handler");
+            while hup.recv().await.is_some() {
+                match &reloading {
+                    Some(tls) => {
+                        let _ = tls.reload();
+                    }
+                    None => tracing::info!("SIGHUP: no TLS listener, no certificates to reload"),
+                }
+            }
+        });
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
             let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
@@ -349,7 +460,10 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
                         .unwrap_or_else(|| format!("warren@{}", listen.port())),
                     listen,
                     seeds: config.cluster_seeds.clone(),
-                    amqp: config.listen,
+                    amqp: config
+                        .listen
+                        .or(config.tls.listen)
+                        .expect("validate() requires an AMQP listener"),
                     management: config.management_listen,
                     dir: config.meta_dir().join("cluster"),
                     timing: warren_cluster::metadata::Timing {
@@ -381,7 +495,7 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
             eprintln!("warren: cannot recover stored messages: {e}");
             return std::process::ExitCode::from(1);
         }
-        warren_server::serve(listener, config, broker, stop_rx, journal, Some((store, durability)), cluster.clone()).await;
+        warren_server::serve(listeners, config, broker, stop_rx, journal, Some((store, durability)), cluster.clone()).await;
         if let Some(c) = cluster {
             c.stop();
         }
