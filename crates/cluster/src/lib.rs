@@ -94,6 +94,7 @@ pub struct Cluster {
     inputs: Mutex<std::sync::mpsc::Sender<Input>>,
     status: Arc<Mutex<GroupStatus>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    installs: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl Cluster {
@@ -135,6 +136,7 @@ impl Cluster {
             .map(|(i, a)| (i as u64 + 1, *a))
             .collect();
         let status = Arc::new(Mutex::new(GroupStatus::default()));
+        let installs = Arc::new(tokio::sync::watch::channel(0u64).0);
         let group = MetadataGroup::open(
             me.clone(),
             &identity.founders,
@@ -145,6 +147,7 @@ impl Cluster {
                 broker,
                 transport: transport.clone(),
                 status: status.clone(),
+                installs: installs.clone(),
             },
             config.timing.clone(),
         )?;
@@ -168,6 +171,7 @@ impl Cluster {
             inputs: Mutex::new(tx),
             status,
             thread: Mutex::new(Some(thread)),
+            installs,
         }))
     }
 
@@ -261,6 +265,12 @@ impl Cluster {
         let id = status.members.values().find(|m| m.name == name)?.id;
         drop(status);
         Some(self.transport.is_up(id))
+    }
+
+    /// Changes each time a snapshot from the leader replaced this node's topology while it ran:
+    /// connections made before hold vhosts that no longer exist, so they are closed.
+    pub fn snapshot_installs(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.installs.subscribe()
     }
 
     /// Waits until the node has applied again what it knew committed when it stopped (from its

@@ -128,6 +128,8 @@ pub struct NodeParts {
     pub broker: Arc<Broker>,
     pub transport: Transport,
     pub status: Arc<Mutex<GroupStatus>>,
+    /// Counts snapshots installed while running: each replaced the broker's vhosts.
+    pub installs: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 pub struct MetadataGroup {
@@ -141,6 +143,7 @@ pub struct MetadataGroup {
     waiting: HashMap<u64, Waiting>,
     next_request: u64,
     status: Arc<Mutex<GroupStatus>>,
+    installs: Arc<tokio::sync::watch::Sender<u64>>,
     members: BTreeMap<u64, NodeInfo>,
     applied: u64,
     snapshot_index: u64,
@@ -170,6 +173,7 @@ impl MetadataGroup {
             broker,
             transport,
             status,
+            installs,
         } = node;
         let log = RaftLog::open(store.clone(), METADATA_LOG_ID, dir, founders)?;
         let snapshot = log.latest_snapshot();
@@ -212,6 +216,7 @@ impl MetadataGroup {
             waiting: HashMap::new(),
             next_request: 1,
             status,
+            installs,
             members,
             applied: snapshot_index,
             snapshot_index,
@@ -386,6 +391,7 @@ impl MetadataGroup {
                 self.transport.connect(info.id, info.cluster);
             }
             tracing::info!(index = self.applied, "metadata snapshot installed");
+            self.installs.send_modify(|n| *n += 1);
         }
         self.apply(rd.take_committed_entries())?;
         let wrote = !rd.entries().is_empty() || rd.hs().is_some();

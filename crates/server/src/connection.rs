@@ -627,6 +627,12 @@ impl Connection {
         let mut shutdown = self.shared.shutdown.clone();
         let mut alarm = self.shared.alarms.subscribe();
         let mut durable = self.shared.durability.subscribe();
+        // A watch that never changes outside a cluster.
+        let (_never, unchanged) = tokio::sync::watch::channel(0u64);
+        let mut installs = match &self.shared.cluster {
+            Some(c) => c.snapshot_installs(),
+            None => unchanged,
+        };
         let heartbeat_timeout =
             (self.heartbeat_s != 0).then(|| Duration::from_secs(self.heartbeat_s as u64 * 2));
         let mut last_read = Instant::now();
@@ -737,6 +743,20 @@ impl Connection {
                 r = durable.changed(), if self.has_pending_confirms() => if r.is_err() { return },
                 _ = shutdown.changed() => {
                     self.shutdown();
+                }
+                r = installs.changed() => {
+                    if r.is_ok() && !self.closing {
+                        // The node's topology was replaced from a snapshot: this connection's
+                        // vhost is a stale copy; the client reconnects to the current one.
+                        self.fault(Fault::Connection(
+                            AmqpError::new(
+                                CONNECTION_FORCED,
+                                "the node caught up with the cluster from a snapshot; reconnect",
+                            ),
+                            0,
+                            0,
+                        ));
+                    }
                 }
             }
         }
