@@ -19,6 +19,8 @@ const CHUNK: u64 = 50;
 /// tests say, never at the size limit (see `config`), so how many there are follows from the
 /// tests' own calls.
 const FILE_ENTRIES: u64 = 250;
+// `fill` rolls at chunk boundaries.
+const _: () = assert!(FILE_ENTRIES.is_multiple_of(CHUNK));
 
 fn config(dir: &TempDir) -> Config {
     let mut config = store_config(dir.path());
