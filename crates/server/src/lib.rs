@@ -2,7 +2,8 @@
 //!
 //! The map:
 //! - [`config`]: what a node is told at start.
-//! - [`connection`]: one client: handshake, frame loop, content assembly, closing.
+//! - [`connection`]: one client: frame loop, content assembly, closing; `handshake`: its
+//!   opening, up to connection.open-ok.
 //! - [`channel`]: what each method on an open channel does (permissions, reply codes).
 //! - [`writer`]: drains a connection's outbox into its socket, sends heartbeats.
 //! - [`alarms`]: memory, disk and storage-failure alarms that block publishers; [`memory`]:
@@ -24,6 +25,7 @@ pub mod config;
 pub mod connection;
 pub mod durability;
 pub mod fault_injection;
+mod handshake;
 pub mod management;
 pub mod memory;
 pub mod metadata;
