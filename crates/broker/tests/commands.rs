@@ -152,6 +152,31 @@ fn a_refused_command_is_refused_alike_and_changes_nothing() {
         .map(|c| a.execute(c).unwrap_err().code)
         .collect();
     assert_eq!(codes, vec![406, 405, 404]);
+    // A server-named quorum queue is refused as on a single node, though its name was made
+    // before the command was proposed.
+    let mut quorum = FieldTable::default();
+    quorum.insert(
+        "x-queue-type".into(),
+        AMQPValue::LongString("quorum".into()),
+    );
+    let named = Command::QueueDeclare {
+        vhost: "/".into(),
+        conn: 0,
+        name: "amq.gen-q".into(),
+        durable: true,
+        exclusive: false,
+        auto_delete: false,
+        server_named: true,
+        arguments: quorum,
+        log_id: 0x41,
+        node: "n1".into(),
+    };
+    let refusal = a.execute(&named).unwrap_err();
+    assert!(
+        refusal.text.contains("server-named queue"),
+        "{}",
+        refusal.text
+    );
     assert_eq!(state(&a), before);
     // Applying a declare again (a retried proposal) changes nothing either.
     assert!(matches!(

@@ -528,20 +528,23 @@ impl VHost {
         } = new;
         // rabbit_channel: exclusive queues are never durable, whatever the client asked.
         let durable = durable && !exclusive;
-        let name = if server_named {
-            name.to_string()
-        } else if name.is_empty() {
+        if server_named || name.is_empty() {
             let quorum = arguments
                 .inner()
                 .get("x-queue-type")
                 .and_then(args::string)
                 .is_some_and(|t| t == "quorum");
             if quorum {
-                // Only classic queues may be server-named (queue type capability server_named).
+                // Only classic queues may be server-named (queue type capability server_named),
+                // whether the name is made here or was made for a replicated declare.
                 return Err(AmqpError::precondition(
                     "Cannot declare a server-named queue for type rabbit_quorum_queue",
                 ));
             }
+        }
+        let name = if server_named {
+            name.to_string()
+        } else if name.is_empty() {
             generate_name("amq.gen-")
         } else if name.starts_with("amq.") {
             // rabbit_channel's check_name runs before the lookup: a client may not name an
