@@ -81,13 +81,22 @@ def available():
     return True, ""
 
 
+def _alive(pid):
+    """True while `pid` runs (a zombie, killed but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def remove_stale_namespaces():
     """Deletes namespaces of earlier runs whose process is gone (a run killed with SIGKILL has no
     chance to clean up), with the warren processes still inside them."""
     for line in run("ip", "netns", "list").stdout.splitlines():
         name = line.split()[0] if line.strip() else ""
         m = re.match(rf"{NS_PREFIX}(\d+)-", name)
-        if not m or os.path.exists(f"/proc/{m.group(1)}"):
+        if not m or _alive(int(m.group(1))):
             continue
         for pid in run("ip", "netns", "pids", name, check=False).stdout.split():
             with contextlib.suppress(ProcessLookupError, ValueError):
@@ -98,7 +107,7 @@ def remove_stale_namespaces():
 @contextlib.contextmanager
 def in_namespace(name):
     """Runs the block with this thread in namespace `name`; sockets made inside stay there."""
-    own = os.open(f"/proc/thread-self/ns/net", os.O_RDONLY)
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     target = os.open(f"/run/netns/{name}", os.O_RDONLY)
     try:
         if _libc.setns(target, CLONE_NEWNET) != 0:
@@ -297,6 +306,7 @@ class NetnsCluster:
 
     def create_network(self):
         remove_stale_namespaces()
+        _clean_up_on_sigterm()
         with _live_lock:
             _live.add(self)
         self._netns_add(self.hub)
@@ -393,8 +403,11 @@ def _on_sigterm(signum, _frame):
     sys.exit(128 + signum)
 
 
-if threading.current_thread() is threading.main_thread():
-    with contextlib.suppress(ValueError):
+def _clean_up_on_sigterm():
+    """A SIGTERM (a CI timeout, a Ctrl-C'd parent) would skip atexit: clean up first. Only
+    where nobody else handles SIGTERM, and only once a cluster exists."""
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL):
         signal.signal(signal.SIGTERM, _on_sigterm)
 
 
