@@ -16,7 +16,7 @@
 //!
 //! [`Broker::export_commands`]: warren_broker::broker::Broker::export_commands
 
-use crate::management::{authorize, error, table_json};
+use crate::management::{authorize, table_json};
 use crate::Shared;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -58,7 +58,9 @@ pub async fn get_vhost(
         return r;
     }
     if s.broker.vhost(&vhost).is_none() {
-        return error(StatusCode::NOT_FOUND, "Object Not Found");
+        // RabbitMQ's answer here, word for word: 400, not the 404 of /api/queues/{vhost}.
+        let body = json!({ "error": "bad_request", "reason": "vhost_not_found" });
+        return (StatusCode::BAD_REQUEST, Json(body)).into_response();
     }
     Json(document(&s, Scope::Vhost(&vhost))).into_response()
 }
