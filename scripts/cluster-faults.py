@@ -147,12 +147,12 @@ def fault_schedule(cluster, rng, deadline, log):
         time.sleep(rng.uniform(*FAULT_GAP_S))
         up = [n for n in cluster.nodes if n.running() and not n.paused and not n.partitioned]
         kind = rng.choice(["partition", "partition", "pause", "kill", "two-partitioned",
-                           "pause-leader", "kill-leader"])
+                           "pause-leader", "kill-leader", "bridge"])
         victims = []
         try:
             if kind in ("pause-leader", "kill-leader"):
                 victims = [cluster.leader(among=up, deadline_s=10)]
-            elif kind == "two-partitioned":
+            elif kind in ("two-partitioned", "bridge"):
                 victims = rng.sample(up, min(2, len(up)))
             else:
                 victims = [rng.choice(up)]
@@ -161,8 +161,13 @@ def fault_schedule(cluster, rng, deadline, log):
         hold = rng.uniform(*FAULT_HOLD_S)
         log(f"{kind} {[v.name for v in victims]} for {hold:.1f} s")
         faults[kind] += 1
+        if kind == "bridge" and len(victims) == 2:
+            # The two lose each other only; the third still reaches both.
+            victims[0].cut(victims[1])
         for v in victims:
-            if kind.startswith("partition") or kind == "two-partitioned":
+            if kind == "bridge":
+                pass
+            elif kind.startswith("partition") or kind == "two-partitioned":
                 v.partition()
             elif kind.startswith("pause"):
                 v.pause()
@@ -170,7 +175,7 @@ def fault_schedule(cluster, rng, deadline, log):
                 v.kill()
         time.sleep(hold)
         for v in victims:
-            if v.partitioned:
+            if v.partitioned or v.cut_from:
                 v.heal()
             if v.paused:
                 v.resume()
@@ -260,7 +265,7 @@ def main():
             c.join(timeout=30)
         log("faults over: healing, resuming, starting every node")
         for n in cluster.nodes:
-            if n.partitioned:
+            if n.partitioned or n.cut_from:
                 n.heal()
             if n.paused:
                 n.resume()

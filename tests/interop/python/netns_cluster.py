@@ -20,7 +20,8 @@ start. `tc netem` is not used (not in every kernel): a cut link drops everything
 not modelled.
 
 As a tool: `python netns_cluster.py [--nodes N]` starts a cluster and reads commands on stdin
-(`partition n2`, `heal n2`, `pause n1`, `resume n1`, `kill n3`, `restart n3`, `status`, `quit`).
+(`partition n2`, `heal n2`, `cut n1 n2`, `uncut n1 n2`, `pause n1`, `resume n1`, `kill n3`,
+`restart n3`, `status`, `quit`).
 """
 
 import atexit
@@ -159,6 +160,7 @@ class Node:
         self.proc = None
         self.paused = False
         self.partitioned = False
+        self.cut_from = set()
 
     # ---- the process -------------------------------------------------------------------------
 
@@ -226,8 +228,24 @@ class Node:
         self.partitioned = True
 
     def heal(self):
+        """Ends this node's partition and every cut between it and another node."""
         run("ip", "-n", self.cluster.hub, "link", "set", f"c{self.index + 1}", "up")
         self.partitioned = False
+        for other in [n for n in self.cluster.nodes if n.name in self.cut_from]:
+            self.uncut(other)
+
+    def cut(self, other):
+        """Cuts the link between this node and `other` only, each still reaching the rest (a
+        bridge partition: the third node sees both sides). Blackhole routes on both sides:
+        packets vanish, and a sender's own connect() fails at once."""
+        for a, b in ((self, other), (other, self)):
+            run("ip", "-n", a.ns, "route", "add", "blackhole", f"{b.cluster_ip}/32")
+            a.cut_from.add(b.name)
+
+    def uncut(self, other):
+        for a, b in ((self, other), (other, self)):
+            run("ip", "-n", a.ns, "route", "del", "blackhole", f"{b.cluster_ip}/32", check=False)
+            a.cut_from.discard(b.name)
 
     # ---- clients -----------------------------------------------------------------------------
 
@@ -425,7 +443,8 @@ def main():
         for n in c.nodes:
             print(f"{n.name}: amqp://{n.client_ip}:{AMQP_PORT} in namespace {n.ns} "
                   f"(ip netns exec {n.ns} ...), log {n.log_path}")
-        print("commands: partition|heal|pause|resume|kill|restart NODE, status, quit")
+        print("commands: partition|heal|pause|resume|kill|restart NODE, cut|uncut NODE NODE, "
+              "status, quit")
         for line in sys.stdin:
             words = line.split()
             if not words:
@@ -437,6 +456,7 @@ def main():
                     for n in c.nodes:
                         state = ("down" if not n.running() else "paused" if n.paused else "up")
                         state += ", partitioned" if n.partitioned else ""
+                        state += "".join(f", cut from {o}" for o in sorted(n.cut_from))
                         detail = ""
                         if n.running() and not n.paused:
                             with contextlib.suppress(Exception):
@@ -445,7 +465,7 @@ def main():
                                           f"term={md['term']} applied={md['applied']}")
                         print(f"{n.name}: {state}{detail}")
                     continue
-                getattr(c.node(words[1]), words[0])()
+                getattr(c.node(words[1]), words[0])(*[c.node(w) for w in words[2:]])
                 print("ok")
             except Exception as e:  # noqa: BLE001 - a tool: report and read the next command
                 print(f"error: {e}")

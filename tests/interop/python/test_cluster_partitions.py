@@ -187,6 +187,32 @@ def test_a_paused_leader_is_replaced_and_catches_up_once_it_resumes(cluster):
     assert "after-resume" in names(wait_until_all_agree(cluster), "queues")
 
 
+def test_a_node_cut_from_the_leader_only_does_not_disrupt_it_and_catches_up_after(cluster):
+    leader = cluster.leader()
+    cut, bridge = [n for n in cluster.nodes if n is not leader]
+    term = leader.status()["metadata"]["term"]
+    leader.cut(cut)
+    # The cut node reaches the bridge, a majority with itself, but the bridge still hears the
+    # leader and so denies it a vote (pre-vote, check-quorum): no election, no disruption.
+    acked = []
+    for n in (leader, bridge, leader, bridge):
+        acked += declare(n, [f"bridged-{len(acked)}"], exchange="bridged-x")
+    time.sleep(3)  # longer than an election timeout: a disruptive election would happen by now
+    assert cluster.leader(among=[leader, bridge]) is leader
+    assert leader.status()["metadata"]["term"] == term
+    # Its own changes cannot reach the leader: refused (541), never acknowledged.
+    conn = cut.connection()
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as refused:
+        conn.channel().queue_declare("declared-cut-from-the-leader", durable=True)
+    assert refused.value.reply_code == 541
+
+    leader.heal()
+    agreed = wait_until_all_agree(cluster)
+    assert set(acked) <= names(agreed, "queues")
+    eventually(lambda: declare(cut, ["declared-after-the-cut"]), f"{cut.name} accepts a declare")
+    assert "declared-after-the-cut" in names(wait_until_all_agree(cluster), "queues")
+
+
 class Declarer(threading.Thread):
     """Declares queues on one node, one after another, until stopped; remembers each one the
     broker acknowledged. Failures (the node is down, no majority, outcome unknown) are retried on
