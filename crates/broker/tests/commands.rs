@@ -115,7 +115,11 @@ fn every_node_starts_with_the_same_default_user_hash_and_a_new_password_gets_a_f
     assert_eq!(hash(&a), hash(&b));
     assert!(a.users.read().unwrap().authenticate("guest", "guest"));
     a.users.write().unwrap().change_password("guest", "guest");
-    assert_ne!(hash(&a), hash(&b), "a changed password keeps the fixed salt");
+    assert_ne!(
+        hash(&a),
+        hash(&b),
+        "a changed password keeps the fixed salt"
+    );
     assert!(a.users.read().unwrap().authenticate("guest", "guest"));
 }
 
