@@ -13,6 +13,7 @@ Outcomes a client cannot know (the node died mid-request, "timed out ... waiting
 are uncertain: either answer is allowed for them. Not run in CI (minutes, random); run it by hand:
 
   sudo .venv/bin/python scripts/cluster-faults.py --duration 300 [--seed N] [--clients 3]
+      [--snapshot-entries 500]
 
 Exits 1 on any violation, after printing what was violated and the seed to replay the schedule
 (the faults' order replays; the interleaving with clients does not).
@@ -238,6 +239,9 @@ def main():
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--clients", type=int, default=3)
     p.add_argument("--agree-deadline", type=float, default=90)
+    p.add_argument("--snapshot-entries", type=int, default=None,
+                   help="snapshot (and compact) the metadata log this often, so that nodes the "
+                        "faults left behind catch up from snapshots")
     p.add_argument("--keep", action="store_true", help="keep the node logs (printed path)")
     args = p.parse_args()
     ok, why = netns_cluster.available()
@@ -253,7 +257,9 @@ def main():
     log(f"seed {seed}, {args.duration:.0f} s of faults, {args.clients} clients")
     ledger = Ledger()
     keep_dir = None
-    with NetnsCluster(3) as cluster:
+    extra = ([] if args.snapshot_entries is None
+             else ["--cluster-snapshot-entries", str(args.snapshot_entries)])
+    with NetnsCluster(3, extra_args=extra) as cluster:
         cluster.start()
         stopping = threading.Event()
         clients = [Client(cluster, ledger, i, seed, stopping) for i in range(args.clients)]
