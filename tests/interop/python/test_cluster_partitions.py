@@ -36,13 +36,13 @@ AGREE_DEADLINE_S = 60.0
 @pytest.fixture
 def cluster():
     with NetnsCluster(3) as c:
-        try:
-            c.start()
-            yield c
-        finally:
-            for n in c.nodes:
-                if n.proc is not None and n.proc.poll() is not None:
-                    print(f"--- {n.name} exited with {n.proc.returncode}:\n{n.log_tail()}")
+        c.start()
+        yield c
+        # A node the test did not kill must still run: a fault must never crash one.
+        died = [n for n in c.nodes if n.proc is not None and n.proc.poll() is not None]
+        if died:
+            pytest.fail("\n".join(f"{n.name} exited with {n.proc.returncode}:\n{n.log_tail()}"
+                                   for n in died))
 
 
 def normalised(definitions):
