@@ -9,6 +9,9 @@
 //!   snapshot file.
 //! - [`metadata`]: the metadata group, a Raft group over all nodes whose log is the topology
 //!   commands; its thread applies them to the node's broker.
+//! - [`messaging`]: messages between nodes (forwarded publishes, deliveries to consumers on
+//!   other nodes, their acks, requests to a queue's node) and the epochs that keep two nodes'
+//!   views of each other consistent across broken links.
 //!
 //! A topology change flows: a connection's channel (server) builds a
 //! [`warren_broker::command::Command`] -> [`Cluster::execute`] -> the metadata group's thread
@@ -16,14 +19,21 @@
 //! thread applies it with [`warren_broker::broker::Broker::execute`] -> the proposing node
 //! answers its client with its own outcome.
 //!
+//! A publish to a queue on another node flows: the publisher's channel routes it (every node
+//! has the topology) -> the vhost leaves a `Forward` effect -> [`Cluster::messaging`] sends it
+//! in the next batch to the queue's node -> its server enqueues it and answers `Published` once
+//! it is durable there -> the publisher's confirm goes out. Deliveries come back the same way.
+//!
 //! `docs/cluster.md` says what a user sees and why it is built this way.
 
 pub mod frame;
+pub mod messaging;
 pub mod metadata;
 pub mod raft_log;
 pub mod transport;
 
 use frame::NodeInfo;
+use messaging::Messaging;
 use metadata::{GroupStatus, Input, MetadataGroup, Timing};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -95,6 +105,7 @@ pub struct Cluster {
     status: Arc<Mutex<GroupStatus>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     installs: Arc<tokio::sync::watch::Sender<u64>>,
+    messaging: Arc<Messaging>,
 }
 
 impl Cluster {
@@ -119,16 +130,61 @@ impl Cluster {
             .map_err(|e| format!("cannot listen for cluster links on {}: {e}", config.listen))?;
         let (tx, rx) = std::sync::mpsc::channel::<Input>();
         let deliver_tx = Mutex::new(tx.clone());
+        let boot = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_millis() as u64);
+        // The transport calls into the messaging layer, which sends through the transport.
+        let messaging_slot: Arc<std::sync::OnceLock<Arc<Messaging>>> = Arc::default();
+        let (m1, m2, m3) = (
+            messaging_slot.clone(),
+            messaging_slot.clone(),
+            messaging_slot.clone(),
+        );
         let transport = Transport::start(
             me.clone(),
+            boot,
             listener,
-            Arc::new(move |inbound| {
-                let _ = deliver_tx
-                    .lock()
-                    .expect("inputs lock")
-                    .send(Input::Peer(inbound));
-            }),
+            transport::Callbacks {
+                inbound: Arc::new(move |inbound| {
+                    let _ = deliver_tx
+                        .lock()
+                        .expect("inputs lock")
+                        .send(Input::Peer(inbound));
+                }),
+                data: Arc::new(move |from, payload| match m1.get() {
+                    Some(m) => m.receive(from, payload),
+                    None => Ok(()),
+                }),
+                link_up: Arc::new(move |peer, boot| {
+                    if let Some(m) = m2.get() {
+                        m.link_up(peer, boot);
+                    }
+                }),
+                link_broken: Arc::new(move |peer| {
+                    if let Some(m) = m3.get() {
+                        m.link_broken(peer);
+                    }
+                }),
+            },
         );
+        let messaging = Arc::new(Messaging::new(transport.clone(), boot));
+        let _ = messaging_slot.set(messaging.clone());
+        {
+            // Requests whose node never answers fail after CALL_TIMEOUT (checked each second).
+            let messaging = messaging.clone();
+            tokio::spawn(async move {
+                let mut marks = std::collections::VecDeque::new();
+                let mut every = tokio::time::interval(Duration::from_secs(1));
+                loop {
+                    every.tick().await;
+                    marks.push_back(messaging.call_watermark());
+                    if marks.len() as u64 > messaging::CALL_TIMEOUT.as_secs() {
+                        let mark = marks.pop_front().expect("non-empty");
+                        messaging.expire_calls(mark);
+                    }
+                }
+            });
+        }
         let seeds: BTreeMap<u64, SocketAddr> = identity
             .seeds
             .iter()
@@ -172,6 +228,7 @@ impl Cluster {
             status,
             thread: Mutex::new(Some(thread)),
             installs,
+            messaging,
         }))
     }
 
@@ -181,6 +238,33 @@ impl Cluster {
 
     pub fn node_id(&self) -> u64 {
         self.me.id
+    }
+
+    /// Messages to and from other nodes.
+    pub fn messaging(&self) -> &Arc<Messaging> {
+        &self.messaging
+    }
+
+    /// The id of the member named `name` (`None`: no such member).
+    pub fn member_id(&self, name: &str) -> Option<u64> {
+        if name == self.me.name {
+            return Some(self.me.id);
+        }
+        let status = self.status.lock().expect("status lock");
+        status
+            .members
+            .values()
+            .find(|m| m.name == name)
+            .map(|m| m.id)
+    }
+
+    /// The name of member `id`, as the member table has it.
+    pub fn member_name(&self, id: u64) -> Option<String> {
+        if id == self.me.id {
+            return Some(self.me.name.clone());
+        }
+        let status = self.status.lock().expect("status lock");
+        status.members.get(&id).map(|m| m.name.clone())
     }
 
     /// Replicates `command` and returns this node's outcome of applying it, once a majority has
