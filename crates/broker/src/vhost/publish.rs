@@ -282,7 +282,7 @@ impl VHost {
     }
 
     /// One forward per node, naming its queues the message was routed to.
-    fn forward(&mut self, mut elsewhere: Vec<(Arc<str>, String)>, msg: &MessageRef) {
+    pub(super) fn forward(&mut self, mut elsewhere: Vec<(Arc<str>, String)>, msg: &MessageRef) {
         elsewhere.sort_unstable();
         for (node, queue) in elsewhere {
             match self.remote.last_mut() {
