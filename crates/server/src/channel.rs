@@ -687,6 +687,7 @@ impl Connection {
                 if !d.passive {
                     if let Some(cluster) = &self.shared.cluster {
                         let server_named = name.is_empty();
+                        let node = self.queue_home(cluster, &d.arguments, d.exclusive)?;
                         let command = Command::QueueDeclare {
                             vhost: self.vhost_name.clone(),
                             conn: self.id,
@@ -702,7 +703,7 @@ impl Connection {
                             arguments: d.arguments,
                             // Odd, as every queue log id: even ids are the cluster's own logs.
                             log_id: rand_log_id(),
-                            node: cluster.node_name().to_string(),
+                            node,
                         };
                         self.propose(number, Reply::QueueDeclare, d.nowait, command);
                         return Ok(());
@@ -1069,6 +1070,44 @@ impl Connection {
             }
         }
         Ok(())
+    }
+}
+
+impl Connection {
+    /// The node a new queue will live on: its `x-queue-leader-locator` (or classic
+    /// `x-queue-master-locator`), else the node's `queue_leader_locator`. An exclusive queue
+    /// lives with its connection, as in RabbitMQ.
+    fn queue_home(
+        &self,
+        cluster: &warren_cluster::Cluster,
+        arguments: &amq_protocol_types::FieldTable,
+        exclusive: bool,
+    ) -> Result<String, AmqpError> {
+        let mut locator = self.shared.config.queue_leader_locator;
+        for key in ["x-queue-leader-locator", "x-queue-master-locator"] {
+            if let Some(v) = arguments.inner().get(key) {
+                let name = warren_broker::args::string(v).unwrap_or_default();
+                locator = crate::config::QueueLocator::parse(&name).ok_or_else(|| {
+                    AmqpError::precondition(format!(
+                        "invalid arg '{key}' for queue: \"{name}\" is not a known locator"
+                    ))
+                })?;
+            }
+        }
+        if exclusive || locator == crate::config::QueueLocator::ClientLocal {
+            return Ok(cluster.node_name().to_string());
+        }
+        let running: Vec<String> = cluster
+            .status()
+            .members
+            .into_iter()
+            .filter(|m| m.running && m.voter && m.amqp.is_some())
+            .map(|m| m.name)
+            .collect();
+        if running.is_empty() {
+            return Ok(cluster.node_name().to_string());
+        }
+        Ok(running[rand::random::<usize>() % running.len()].clone())
     }
 }
 

@@ -198,3 +198,43 @@ impl Connection {
         Ok(())
     }
 }
+
+/// Deletes, on every node, the queues this node held in memory only before it restarted (see
+/// `VHost::queues_of_a_previous_life`): listed now, before any client connects, and deleted in
+/// the background once the cluster takes changes (retried each second until it does).
+pub fn forget_previous_life(
+    cluster: &std::sync::Arc<warren_cluster::Cluster>,
+    broker: &warren_broker::broker::Broker,
+) {
+    let mut gone = Vec::new();
+    for (vhost, v) in broker.vhosts() {
+        let v = v.lock().expect("vhost lock");
+        for (name, conn) in v.queues_of_a_previous_life(cluster.node_name()) {
+            gone.push(Command::QueueDelete {
+                vhost: vhost.clone(),
+                conn,
+                name,
+            });
+        }
+    }
+    if gone.is_empty() {
+        return;
+    }
+    tracing::info!(
+        queues = gone.len(),
+        "deleting the transient and exclusive queues of this node's previous run"
+    );
+    let cluster = cluster.clone();
+    tokio::spawn(async move {
+        for command in gone {
+            loop {
+                match cluster.execute(command.clone()).await {
+                    Ok(_) => break,
+                    // Taken by a new connection since (405), or already gone: nothing to do.
+                    Err(e) if e.code != warren_protocol::constants::INTERNAL_ERROR => break,
+                    Err(_) => tokio::time::sleep(std::time::Duration::from_secs(1)).await,
+                }
+            }
+        }
+    });
+}

@@ -153,6 +153,10 @@ struct ServerArgs {
     /// the cluster forms once a majority of them run.
     #[arg(long, env = "WARREN_CLUSTER_SEEDS", value_delimiter = ',')]
     cluster_seeds: Vec<SocketAddr>,
+    /// Which node hosts a queue declared without x-queue-leader-locator in a cluster:
+    /// client-local (the declaring client's node) or balanced (spread over running nodes).
+    #[arg(long, env = "WARREN_QUEUE_LEADER_LOCATOR")]
+    queue_leader_locator: Option<String>,
     /// Metadata entries applied between snapshots of the replicated topology (tests use a few to
     /// exercise snapshots).
     #[arg(long, env = "WARREN_CLUSTER_SNAPSHOT_ENTRIES", hide = true)]
@@ -304,6 +308,12 @@ impl ServerArgs {
         }
         if !self.cluster_seeds.is_empty() {
             c.cluster_seeds = self.cluster_seeds.clone();
+        }
+        if let Some(v) = &self.queue_leader_locator {
+            c.queue_leader_locator =
+                warren_server::config::QueueLocator::parse(v).ok_or_else(|| {
+                    format!("--queue-leader-locator {v}: expected client-local or balanced")
+                })?;
         }
         if c.cluster_listen.is_some() == c.cluster_seeds.is_empty() {
             return Err(
@@ -478,6 +488,7 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
                     Ok(c) => {
                         // Queues must exist again before their stored messages are put back.
                         c.wait_replayed().await;
+                        warren_server::replicated::forget_previous_life(&c, &broker);
                         Some(c)
                     }
                     Err(e) => {

@@ -11,11 +11,11 @@ deadlines, never by sleeping a fixed time.
 import pika
 import pytest
 
-from conftest import BROKER_KIND
+from conftest import BROKER_KIND, IN_CLUSTER_RUN
 from test_cluster import Cluster, eventually
 
 pytestmark = [
-    pytest.mark.skipif(BROKER_KIND != "warren", reason="starts warren nodes itself"),
+    pytest.mark.skipif(BROKER_KIND != "warren" or IN_CLUSTER_RUN, reason="starts warren nodes itself"),
     pytest.mark.timeout(180),
 ]
 
@@ -237,4 +237,28 @@ def test_a_consumers_node_dying_requeues_its_deliveries_for_others(cluster):
     assert sorted(b for _, b, _ in got) == sorted(f"s{i}".encode() for i in range(30))
     assert sum(1 for _, _, r in got if r) == 10, "the ten n3 had were redelivered"
     c2.close()
+    c1.close()
+
+
+def test_a_restarted_node_deletes_everywhere_the_queues_it_held_in_memory_only(cluster):
+    n1, n2, n3 = cluster.nodes
+    c2 = n2.connection()
+    ch2 = c2.channel()
+    ch2.queue_declare("kept", durable=True)
+    ch2.queue_declare("transient", durable=False)
+    ch2.queue_declare("mine", durable=True, exclusive=True)
+
+    def names(node):
+        return {q["name"] for q in node.api("/api/queues")}
+
+    eventually(lambda: {"kept", "transient", "mine"} <= names(n1), "n1 knows n2's queues")
+    n2.kill()
+    n2.start()
+    for node in cluster.nodes:
+        eventually(lambda node=node: "kept" in names(node)
+                   and not {"transient", "mine"} & names(node),
+                   f"{node.name} has only the durable queue left")
+    # The exclusive queue's name is free again for anyone.
+    c1 = n1.connection()
+    c1.channel().queue_declare("mine", exclusive=True)
     c1.close()

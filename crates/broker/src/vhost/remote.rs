@@ -37,6 +37,18 @@ impl VHost {
         }
     }
 
+    /// Queues `node` held in memory only, which its restart lost: the non-durable ones and
+    /// the exclusive ones (their connections are gone), with their owners. RabbitMQ deletes
+    /// them when their node goes; a warren node deletes them everywhere when it comes back.
+    pub fn queues_of_a_previous_life(&self, node: &str) -> Vec<(String, ConnId)> {
+        self.queues
+            .values()
+            .filter(|q| q.home_node.as_deref() == Some(node))
+            .filter(|q| !q.durable || q.exclusive_owner.is_some())
+            .map(|q| (q.name.clone(), q.exclusive_owner.unwrap_or(0)))
+            .collect()
+    }
+
     // ---- the client's node -----------------------------------------------------------------
 
     /// Hands settled deliveries from remote queues to their nodes as `op`; returns the local
