@@ -157,9 +157,13 @@ impl Cluster {
             },
             config.timing.clone(),
         )?;
+        // The group dials new peers (a joined node, a member met in a snapshot): the
+        // transport spawns their links on this runtime.
+        let runtime = tokio::runtime::Handle::current();
         let thread = std::thread::Builder::new()
             .name("metadata-raft".into())
             .spawn(move || {
+                let _runtime = runtime.enter();
                 // A node whose metadata group died would serve a topology that no longer
                 // changes: better to stop where an operator sees it.
                 let run = std::panic::AssertUnwindSafe(move || group.run(rx));
