@@ -266,7 +266,11 @@ async fn send_join_request(target: SocketAddr, me: &NodeInfo) -> Result<(), Stri
     let mut out = bytes::BytesMut::new();
     frame::encode_hello(&mut out, me);
     let request = Request::Join { info: me.clone() };
-    frame::encode_raft(&mut out, MEMBERSHIP_GROUP, &[encode_request(me.id, &request)]);
+    frame::encode_raft(
+        &mut out,
+        MEMBERSHIP_GROUP,
+        &[encode_request(me.id, &request)],
+    );
     stream
         .write_all(&out)
         .await
@@ -444,11 +448,9 @@ impl MetadataGroup {
                 "the leader reaches no majority of the cluster's nodes",
                 false,
             ),
-            JoinCheck::Add if self.raw.raft.has_pending_conf() => self.refuse_join(
-                &info,
-                "another membership change is in progress",
-                false,
-            ),
+            JoinCheck::Add if self.raw.raft.has_pending_conf() => {
+                self.refuse_join(&info, "another membership change is in progress", false)
+            }
             JoinCheck::Add => {
                 tracing::info!(node = %info.name, id = info.id, "adding a node to the cluster");
                 let request = self.next_request;
@@ -626,7 +628,9 @@ mod tests {
     }
 
     fn three() -> BTreeMap<u64, NodeInfo> {
-        (1..=3).map(|i| (i, node(i, &format!("n{i}"), 25670 + i as u16))).collect()
+        (1..=3)
+            .map(|i| (i, node(i, &format!("n{i}"), 25670 + i as u16)))
+            .collect()
     }
 
     #[test]
@@ -634,7 +638,10 @@ mod tests {
         let members = three();
         let joiner = node(1 << 20, "n4", 25674);
         let none = BTreeSet::new();
-        assert_eq!(check_join(&joiner, &members, &[1, 2, 3], &none), JoinCheck::Add);
+        assert_eq!(
+            check_join(&joiner, &members, &[1, 2, 3], &none),
+            JoinCheck::Add
+        );
         let mut with_joiner = members.clone();
         with_joiner.insert(joiner.id, joiner.clone());
         assert_eq!(

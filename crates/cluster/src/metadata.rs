@@ -124,7 +124,10 @@ const PROPOSAL_RETRY: Duration = Duration::from_millis(500);
 /// What the group's thread is asked to do.
 pub enum Input {
     Peer(Inbound),
-    Propose { command: Command, reply: Reply },
+    Propose {
+        command: Command,
+        reply: Reply,
+    },
     /// `forget_cluster_node`: remove a stopped member from the group.
     Forget {
         name: String,

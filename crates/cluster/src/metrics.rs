@@ -20,12 +20,18 @@ pub fn write_prometheus(status: &ClusterStatus, out: &mut String) {
         ("link_up", "gauge", |l| f64::from(u8::from(l.up))),
         ("link_rtt_seconds", "gauge", |l| l.rtt_us as f64 / 1e6),
         ("link_sent_bytes_total", "counter", |l| l.bytes_out as f64),
-        ("link_sent_batches_total", "counter", |l| l.batches_out as f64),
-        ("link_received_bytes_total", "counter", |l| l.bytes_in as f64),
+        ("link_sent_batches_total", "counter", |l| {
+            l.batches_out as f64
+        }),
+        ("link_received_bytes_total", "counter", |l| {
+            l.bytes_in as f64
+        }),
         ("link_received_frames_total", "counter", |l| {
             l.frames_in as f64
         }),
-        ("link_dropped_messages_total", "counter", |l| l.dropped as f64),
+        ("link_dropped_messages_total", "counter", |l| {
+            l.dropped as f64
+        }),
     ];
     for (name, kind, field) in series {
         let _ = writeln!(out, "# TYPE warren_cluster_{name} {kind}");
@@ -125,7 +131,10 @@ mod tests {
             "warren_cluster_metadata_commit_index 17",
             "warren_cluster_metadata_applied_index 16",
         ] {
-            assert!(out.lines().any(|l| l == line), "{line} missing from:\n{out}");
+            assert!(
+                out.lines().any(|l| l == line),
+                "{line} missing from:\n{out}"
+            );
         }
         assert_eq!(
             out.lines()

@@ -87,7 +87,9 @@ async fn resolve(node: &str) -> Result<SocketAddr, String> {
     tokio::net::lookup_host(address)
         .await
         .map_err(|e| {
-            format!("'{node}' is not a cluster address (host:port, the member's --cluster-listen): {e}")
+            format!(
+                "'{node}' is not a cluster address (host:port, the member's --cluster-listen): {e}"
+            )
         })?
         .next()
         .ok_or_else(|| format!("'{node}' resolves to no address"))
