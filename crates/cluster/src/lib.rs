@@ -9,6 +9,9 @@
 //!   snapshot file.
 //! - [`metadata`]: the metadata group, a Raft group over all nodes whose log is the topology
 //!   commands; its thread applies them to the node's broker.
+//! - [`membership`]: nodes joining a running cluster (`join_cluster`) and stopped ones removed
+//!   (`forget_cluster_node`), as configuration changes of the metadata group.
+//! - [`metrics`]: the links' and the metadata group's Prometheus series.
 //!
 //! A topology change flows: a connection's channel (server) builds a
 //! [`warren_broker::command::Command`] -> [`Cluster::execute`] -> the metadata group's thread
