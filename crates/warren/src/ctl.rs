@@ -293,7 +293,11 @@ fn print_metadata_and_links(status: &Value) {
     println!(
         "\nMetadata store: {} (leader {}), term {}, commit {}, applied {}",
         meta["role"].as_str().unwrap_or("?"),
-        name_of(&meta["leader"]),
+        if meta["leader"] == 0 {
+            "none".to_string()
+        } else {
+            name_of(&meta["leader"])
+        },
         meta["term"],
         meta["commit"],
         meta["applied"]
