@@ -12,6 +12,9 @@
 //! - [`messaging`]: messages between nodes (forwarded publishes, deliveries to consumers on
 //!   other nodes, their acks, requests to a queue's node) and the epochs that keep two nodes'
 //!   views of each other consistent across broken links.
+//! - [`membership`]: nodes joining a running cluster (`join_cluster`) and stopped ones removed
+//!   (`forget_cluster_node`), as configuration changes of the metadata group.
+//! - [`metrics`]: the links' and the metadata group's Prometheus series.
 //!
 //! A topology change flows: a connection's channel (server) builds a
 //! [`warren_broker::command::Command`] -> [`Cluster::execute`] -> the metadata group's thread
@@ -27,8 +30,10 @@
 //! `docs/cluster.md` says what a user sees and why it is built this way.
 
 pub mod frame;
+pub mod membership;
 pub mod messaging;
 pub mod metadata;
+pub mod metrics;
 pub mod raft_log;
 pub mod transport;
 
@@ -54,10 +59,11 @@ pub const PROPOSE_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone)]
 pub struct ClusterConfig {
     pub node_name: String,
-    /// Where this node accepts other nodes' links; it must be one of `seeds` for a founding
-    /// node.
+    /// Where this node accepts other nodes' links; one of `seeds` for a founding node.
     pub listen: SocketAddr,
-    /// The founding nodes' cluster addresses; a node's Raft id is its position here, plus 1.
+    /// The founding nodes' cluster addresses (a founder's Raft id is its position here, plus
+    /// 1); for a node not among them, the members it asks to join (none: it waits for
+    /// `join_cluster`).
     pub seeds: Vec<SocketAddr>,
     pub amqp: SocketAddr,
     pub management: Option<SocketAddr>,
@@ -185,10 +191,13 @@ impl Cluster {
                 }
             });
         }
+        // A joiner's seeds are members to ask, whose ids it does not know.
+        let founding = !identity.founders.is_empty();
         let seeds: BTreeMap<u64, SocketAddr> = identity
             .seeds
             .iter()
             .enumerate()
+            .filter(|_| founding)
             .map(|(i, a)| (i as u64 + 1, *a))
             .collect();
         let status = Arc::new(Mutex::new(GroupStatus::default()));
@@ -207,9 +216,13 @@ impl Cluster {
             },
             config.timing.clone(),
         )?;
+        // The group dials new peers (a joined node, a member met in a snapshot): the
+        // transport spawns their links on this runtime.
+        let runtime = tokio::runtime::Handle::current();
         let thread = std::thread::Builder::new()
             .name("metadata-raft".into())
             .spawn(move || {
+                let _runtime = runtime.enter();
                 // A node whose metadata group died would serve a topology that no longer
                 // changes: better to stop where an operator sees it.
                 let run = std::panic::AssertUnwindSafe(move || group.run(rx));
@@ -220,7 +233,7 @@ impl Cluster {
             })
             .map_err(|e| e.to_string())?;
         tracing::info!(node = %me.name, id = me.id, seeds = ?identity.seeds, "cluster node started");
-        Ok(Arc::new(Cluster {
+        let cluster = Arc::new(Cluster {
             me,
             seeds,
             transport,
@@ -229,7 +242,11 @@ impl Cluster {
             thread: Mutex::new(Some(thread)),
             installs,
             messaging,
-        }))
+        });
+        if !founding && !identity.seeds.is_empty() {
+            membership::spawn_auto_join(cluster.clone(), identity.seeds);
+        }
+        Ok(cluster)
     }
 
     pub fn node_name(&self) -> &str {
@@ -302,11 +319,15 @@ impl Cluster {
     pub fn status(&self) -> ClusterStatus {
         let metadata = self.status.lock().expect("status lock").clone();
         let mut ids: Vec<u64> = metadata.members.keys().copied().collect();
-        ids.extend(self.seeds.keys());
+        if metadata.voters.is_empty() && metadata.role.is_empty() {
+            // Before the group's first status, the founders are the seeds; after, the voters
+            // are (a forgotten seed is gone).
+            ids.extend(self.seeds.keys());
+        }
         ids.extend(metadata.voters.iter());
         ids.sort_unstable();
         ids.dedup();
-        let members = ids
+        let members: Vec<MemberStatus> = ids
             .into_iter()
             .map(|id| {
                 let info = if id == self.me.id {
@@ -335,8 +356,8 @@ impl Cluster {
             node: self.me.name.clone(),
             id: self.me.id,
             metadata,
+            links: membership::member_links(self.transport.links(), &members),
             members,
-            links: self.transport.links(),
         }
     }
 
@@ -391,23 +412,14 @@ fn identity(config: &ClusterConfig) -> Result<Identity, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(format!("{}: {e}", path.display())),
     }
-    let Some(position) = config.seeds.iter().position(|s| *s == config.listen) else {
-        return Err(format!(
-            "--cluster-listen {} is not one of --cluster-seeds ({}): a founding node must be \
-             one of the seeds",
-            config.listen,
-            config
-                .seeds
-                .iter()
-                .map(|s| s.to_string())
-                .collect::<Vec<_>>()
-                .join(",")
-        ));
-    };
-    let identity = Identity {
-        id: position as u64 + 1,
-        founders: (1..=config.seeds.len() as u64).collect(),
-        seeds: config.seeds.clone(),
+    // Not among the seeds: a node that joins a running cluster (`membership`).
+    let identity = match config.seeds.iter().position(|s| *s == config.listen) {
+        Some(position) => Identity {
+            id: position as u64 + 1,
+            founders: (1..=config.seeds.len() as u64).collect(),
+            seeds: config.seeds.clone(),
+        },
+        None => membership::joiner_identity(&config.seeds),
     };
     std::fs::create_dir_all(&config.dir).map_err(|e| format!("{}: {e}", config.dir.display()))?;
     let tmp = path.with_extension("tmp");

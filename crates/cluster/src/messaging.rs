@@ -754,6 +754,7 @@ impl Messaging {
     /// anything else we send it. `boot` is the peer's boot id: a restarted peer lost
     /// everything of ours it held.
     pub fn link_up(&self, peer: u64, boot: Option<u64>) {
+        let boot = boot.filter(|b| *b != 0);
         let restarted = boot.is_some()
             && self.with_peer(peer, |p| {
                 let before = p.boot;

@@ -39,6 +39,8 @@ const RECONNECT_DELAY: Duration = Duration::from_millis(200);
 /// Frames waiting for one peer, in bytes, beyond which new ones are dropped.
 pub const PEER_BUFFER_BYTES_MAX: usize = 64 << 20;
 const READ_BUFFER_BYTES: usize = 64 << 10;
+/// The generation of an inbound connection that is not a peer's link (hello with boot 0).
+const NOT_A_LINK: u64 = u64::MAX;
 
 /// What the transport tells the rest of the node.
 pub struct Callbacks {
@@ -416,7 +418,7 @@ impl Transport {
         let ended = |from: &Option<(u64, Arc<Peer>)>, generation: u64| {
             if let Some((id, p)) = from {
                 // Only the peer's newest inbound link ending breaks anything.
-                if p.inbound.load(Ordering::Relaxed) == generation {
+                if generation != NOT_A_LINK && p.inbound.load(Ordering::Relaxed) == generation {
                     tracing::info!(peer = id, "inbound cluster link ended");
                     (self.inner.callbacks.link_broken)(*id);
                 }
@@ -445,11 +447,17 @@ impl Transport {
                     (Frame::Hello(hello), None) => {
                         let info = hello.info;
                         let peer = self.peer(info.id);
-                        generation = peer.inbound.fetch_add(1, Ordering::Relaxed) + 1;
-                        // A peer that dialled us is one we want to reach back.
-                        self.connect(info.id, info.cluster);
+                        if hello.boot == 0 {
+                            // A one-off connection (a join request), not the peer's link:
+                            // it neither replaces nor breaks the link.
+                            generation = NOT_A_LINK;
+                        } else {
+                            generation = peer.inbound.fetch_add(1, Ordering::Relaxed) + 1;
+                            // A peer that dialled us is one we want to reach back.
+                            self.connect(info.id, info.cluster);
+                            (self.inner.callbacks.link_up)(info.id, Some(hello.boot));
+                        }
                         from = Some((info.id, peer));
-                        (self.inner.callbacks.link_up)(info.id, Some(hello.boot));
                         (self.inner.callbacks.inbound)(Inbound::Hello(info));
                     }
                     (Frame::Hello(_), Some(_)) => {
@@ -462,7 +470,9 @@ impl Transport {
                     }
                     (Frame::Data(payload), Some((id, p))) => {
                         p.frames_in.fetch_add(1, Ordering::Relaxed);
-                        if p.inbound.load(Ordering::Relaxed) != generation {
+                        if generation == NOT_A_LINK
+                            || p.inbound.load(Ordering::Relaxed) != generation
+                        {
                             // A newer link from the peer replaced this one.
                             return;
                         }

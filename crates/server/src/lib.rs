@@ -9,7 +9,8 @@
 //! - [`alarms`]: memory, disk and storage-failure alarms that block publishers; [`memory`]:
 //!   memory readings.
 //! - [`durability`]: what the storage engine has synced, for publisher confirms.
-//! - [`management`]: the HTTP management API and Prometheus metrics.
+//! - [`management`]: the HTTP management API and Prometheus metrics; [`cluster_admin`]: its
+//!   cluster membership routes (join, forget).
 //! - [`tls`]: AMQP over TLS, the management API over HTTPS, certificate logins and reloads.
 //! - [`fault_injection`]: test-only HTTP switches that make the next fsync fail.
 //! - [`metadata`]: durable topology: the journal it is written to and replayed from.
@@ -24,6 +25,7 @@
 
 pub mod alarms;
 pub mod channel;
+pub mod cluster_admin;
 pub mod config;
 pub mod connection;
 pub mod durability;

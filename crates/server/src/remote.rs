@@ -148,11 +148,19 @@ pub async fn call(
     })
 }
 
+/// A forwarded publish taken from a peer, not answered yet.
+struct Forward {
+    epoch: u64,
+    seq: u64,
+    /// The (log, index) appends it waits for.
+    waits: Vec<(u64, u64)>,
+    refused: bool,
+}
+
 /// Forwarded publishes taken from one peer, answered in order once durable.
 #[derive(Default)]
 struct Taken {
-    /// (epoch, forward number, what it waits for, refused)
-    pending: VecDeque<(u64, u64, Vec<(u64, u64)>, bool)>,
+    pending: VecDeque<Forward>,
 }
 
 /// This node's answers to what other nodes send.
@@ -192,7 +200,13 @@ impl Peers {
         let mut taken = self.taken.lock().expect("taken lock");
         for (peer, t) in taken.iter_mut() {
             let mut answers: Vec<(u64, u64, Vec<u64>)> = Vec::new();
-            while let Some((epoch, seq, waits, refused)) = t.pending.front() {
+            while let Some(Forward {
+                epoch,
+                seq,
+                waits,
+                refused,
+            }) = t.pending.front()
+            {
                 if !*refused
                     && !shared.durability.has_failed()
                     && !shared.durability.all_durable(waits)
@@ -262,7 +276,12 @@ impl Peers {
             .entry(from)
             .or_default()
             .pending
-            .push_back((epoch, seq, waits, refused));
+            .push_back(Forward {
+                epoch,
+                seq,
+                waits,
+                refused,
+            });
         self.answer_published(shared);
     }
 

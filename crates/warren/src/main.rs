@@ -146,11 +146,13 @@ struct ServerArgs {
     #[arg(long, env = "WARREN_NODE_NAME")]
     node_name: Option<String>,
     /// Where the other nodes of a cluster connect to this one (all traffic between nodes);
-    /// without it the node is a single node.
+    /// without it the node is a single node. Alone (no --cluster-seeds), the node waits to be
+    /// told `warren ctl join_cluster`.
     #[arg(long, env = "WARREN_CLUSTER_LISTEN")]
     cluster_listen: Option<SocketAddr>,
     /// The founding nodes' cluster addresses, comma separated (this node's may be listed):
-    /// the cluster forms once a majority of them run.
+    /// the cluster forms once a majority of them run. A node not listed joins the running
+    /// cluster of the nodes listed.
     #[arg(long, env = "WARREN_CLUSTER_SEEDS", value_delimiter = ',')]
     cluster_seeds: Vec<SocketAddr>,
     /// Which node hosts a queue declared without x-queue-leader-locator in a cluster:
@@ -315,10 +317,10 @@ impl ServerArgs {
                     format!("--queue-leader-locator {v}: expected client-local or balanced")
                 })?;
         }
-        if c.cluster_listen.is_some() == c.cluster_seeds.is_empty() {
+        // --cluster-listen alone: a node that waits to be told `warren ctl join_cluster`.
+        if c.cluster_listen.is_none() && !c.cluster_seeds.is_empty() {
             return Err(
-                "--cluster-listen and --cluster-seeds go together: both for a cluster node, \
-                 neither for a single node"
+                "--cluster-seeds needs --cluster-listen: where the other nodes reach this one"
                     .into(),
             );
         }
