@@ -12,7 +12,8 @@ import pika
 import pytest
 
 from conftest import BROKER_KIND, IN_CLUSTER_RUN
-from test_cluster import Cluster, eventually
+# The fixture starts a 3-node cluster per test and stops it on every exit path.
+from test_cluster import cluster, eventually  # noqa: F401
 
 pytestmark = [
     pytest.mark.skipif(BROKER_KIND != "warren" or IN_CLUSTER_RUN, reason="starts warren nodes itself"),
@@ -20,16 +21,6 @@ pytestmark = [
 ]
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
-
-
-@pytest.fixture
-def cluster():
-    c = Cluster()
-    try:
-        c.start()
-        yield c
-    finally:
-        c.close()
 
 
 def consume(conn, ch, queue, count, ack=True, prefetch=50):

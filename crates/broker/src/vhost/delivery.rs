@@ -200,21 +200,7 @@ impl VHost {
         let conn = ch.conn;
         let prefetch = ch.consumer_prefetch;
         let global_qos = ch.channel_prefetch > 0;
-        let tag = if tag.is_empty() {
-            generate_name("amq.ctag-")
-        } else {
-            tag.to_string()
-        };
-        if ch.consumers.contains_key(tag.as_bytes())
-            || ch
-                .reply_to
-                .as_ref()
-                .is_some_and(|(_, t)| t == tag.as_bytes())
-        {
-            return Err(AmqpError::not_allowed(format!(
-                "attempt to reuse consumer tag '{tag}'"
-            )));
-        }
+        let tag = new_consumer_tag(ch, tag)?;
         if queue == REPLY_TO_QUEUE {
             if !no_ack {
                 return Err(AmqpError::precondition("reply consumer cannot acknowledge"));
@@ -600,6 +586,26 @@ impl VHost {
             }
         }
     }
+}
+
+/// The tag a new consumer of channel `ch` gets: the client's, or a generated one when empty;
+/// 530 NOT_ALLOWED for a tag the channel already uses, as RabbitMQ.
+pub(super) fn new_consumer_tag(ch: &ChannelState, tag: &str) -> Result<String> {
+    let tag = if tag.is_empty() {
+        generate_name("amq.ctag-")
+    } else {
+        tag.to_string()
+    };
+    let reply_tag = ch
+        .reply_to
+        .as_ref()
+        .is_some_and(|(_, t)| t == tag.as_bytes());
+    if ch.consumers.contains_key(tag.as_bytes()) || reply_tag {
+        return Err(AmqpError::not_allowed(format!(
+            "attempt to reuse consumer tag '{tag}'"
+        )));
+    }
+    Ok(tag)
 }
 
 /// Puts a delivered message back in its queue (nack/reject with requeue, recover, channel

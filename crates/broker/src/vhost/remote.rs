@@ -107,21 +107,7 @@ impl VHost {
             return Err(AmqpError::not_found(format!("no home node for '{queue}'")));
         };
         let ch = self.channels.get_mut(&key).expect("checked above");
-        let tag = if tag.is_empty() {
-            generate_name("amq.ctag-")
-        } else {
-            tag.to_string()
-        };
-        if ch.consumers.contains_key(tag.as_bytes())
-            || ch
-                .reply_to
-                .as_ref()
-                .is_some_and(|(_, t)| t == tag.as_bytes())
-        {
-            return Err(AmqpError::not_allowed(format!(
-                "attempt to reuse consumer tag '{tag}'"
-            )));
-        }
+        let tag = super::delivery::new_consumer_tag(ch, tag)?;
         ch.consumers.insert(Bytes::from(tag.clone()), qid);
         if !ch.remote_nodes.contains(&node) {
             ch.remote_nodes.push(node.clone());
