@@ -30,6 +30,10 @@ impl Default for Broker {
     }
 }
 
+/// The default user's salt: fixed, so that every node's guest/guest hashes alike (see
+/// [`Users::add_user_salted`]); a password set later gets a random one.
+const DEFAULT_USER_SALT: [u8; 4] = *b"wrrn";
+
 impl Broker {
     /// A broker with RabbitMQ's defaults: vhost "/" and user guest/guest with all permissions.
     pub fn new() -> Self {
@@ -48,7 +52,12 @@ impl Broker {
         b.add_vhost("/");
         {
             let mut users = b.users.write().expect("users lock");
-            users.add_user("guest", "guest", vec!["administrator".into()]);
+            users.add_user_salted(
+                "guest",
+                "guest",
+                DEFAULT_USER_SALT,
+                vec!["administrator".into()],
+            );
             users.set_permissions("guest", "/", Permissions::all());
         }
         b

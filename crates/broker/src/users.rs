@@ -80,10 +80,22 @@ fn hash(salt: &[u8; 4], password: &str) -> [u8; 32] {
 
 impl Users {
     pub fn add_user(&mut self, name: &str, password: &str, tags: Vec<String>) -> bool {
+        self.add_user_salted(name, password, rand::random(), tags)
+    }
+
+    /// [`Users::add_user`] with a given salt: for the default user only, whose password is
+    /// public anyway, so that every node of a cluster (each makes it on its own at start, outside
+    /// the replicated log) stores the same hash and their definitions compare equal.
+    pub(crate) fn add_user_salted(
+        &mut self,
+        name: &str,
+        password: &str,
+        salt: [u8; 4],
+        tags: Vec<String>,
+    ) -> bool {
         if self.users.contains_key(name) {
             return false;
         }
-        let salt: [u8; 4] = rand::random();
         self.users.insert(
             name.to_string(),
             User {

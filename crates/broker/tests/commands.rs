@@ -89,22 +89,10 @@ fn history() -> Vec<Command> {
     ]
 }
 
-/// The broker's state as commands, without password hashes: each broker salts its default
-/// user's hash at random, which says nothing about the topology.
+/// The broker's state as commands, password hashes included: every broker's default user has
+/// the same hash, so nodes that applied the same commands export the same definitions.
 fn state(b: &Broker) -> String {
-    let commands: Vec<Command> = b
-        .export_commands()
-        .into_iter()
-        .filter(|c| {
-            !matches!(
-                c,
-                Command::Meta {
-                    record: MetaRecord::PutUser { .. }
-                }
-            )
-        })
-        .collect();
-    serde_json::to_string(&commands).unwrap()
+    serde_json::to_string(&b.export_commands()).unwrap()
 }
 
 #[test]
@@ -118,6 +106,21 @@ fn the_same_commands_give_every_node_the_same_state_and_outcomes() {
     let v = v.lock().unwrap();
     assert_eq!(v.queue_home("orders.eu").as_deref(), Some("n1"));
     assert_eq!(v.queue_home("amq.gen-abc").as_deref(), Some("n2"));
+}
+
+#[test]
+fn every_node_starts_with_the_same_default_user_hash_and_a_new_password_gets_a_fresh_salt() {
+    let (a, b) = (Broker::new(), Broker::new());
+    let hash = |b: &Broker| b.users.read().unwrap().password_hash("guest").unwrap();
+    assert_eq!(hash(&a), hash(&b));
+    assert!(a.users.read().unwrap().authenticate("guest", "guest"));
+    a.users.write().unwrap().change_password("guest", "guest");
+    assert_ne!(
+        hash(&a),
+        hash(&b),
+        "a changed password keeps the fixed salt"
+    );
+    assert!(a.users.read().unwrap().authenticate("guest", "guest"));
 }
 
 #[test]

@@ -10,7 +10,8 @@
 //!   memory readings.
 //! - [`durability`]: what the storage engine has synced, for publisher confirms.
 //! - [`management`]: the HTTP management API and Prometheus metrics; [`cluster_admin`]: its
-//!   cluster membership routes (join, forget).
+//!   cluster membership routes (join, forget); [`definitions`]: its `GET /api/definitions`,
+//!   the whole topology in RabbitMQ's export format.
 //! - [`tls`]: AMQP over TLS, the management API over HTTPS, certificate logins and reloads.
 //! - [`fault_injection`]: test-only HTTP switches that make the next fsync fail.
 //! - [`metadata`]: durable topology: the journal it is written to and replayed from.
@@ -28,6 +29,7 @@ pub mod channel;
 pub mod cluster_admin;
 pub mod config;
 pub mod connection;
+pub mod definitions;
 pub mod durability;
 pub mod fault_injection;
 mod handshake;

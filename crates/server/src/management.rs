@@ -51,6 +51,11 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/api/queues/{vhost}", get(list_vhost_queues))
         .route("/api/queues/{vhost}/{queue}", get(get_queue))
         .route("/api/exchanges/{vhost}", get(list_exchanges))
+        .route("/api/definitions", get(crate::definitions::get_all))
+        .route(
+            "/api/definitions/{vhost}",
+            get(crate::definitions::get_vhost),
+        )
         .route("/api/warren/vm-memory-high-watermark", put(put_watermark))
         .route("/api/warren/disk-free-limit", put(put_disk_free_limit))
         .route("/api/warren/reload-certificates", post(reload_certificates))

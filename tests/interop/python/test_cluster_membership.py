@@ -13,10 +13,11 @@ import urllib.request
 import pika
 import pytest
 
-from conftest import BROKER_KIND
+from conftest import BROKER_KIND, IN_CLUSTER_RUN
 from test_cluster import WARREN_BIN, Cluster, Node, eventually, free_ports, passive_queue
 
 pytestmark = [
+    pytest.mark.skipif(IN_CLUSTER_RUN, reason="starts warren nodes itself"),
     pytest.mark.skipif(BROKER_KIND != "warren", reason="starts warren nodes itself"),
     pytest.mark.timeout(240),
 ]
