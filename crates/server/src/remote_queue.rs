@@ -117,7 +117,7 @@ impl Connection {
                     }
                     if if_empty && messages > 0 {
                         return Err(AmqpError::precondition(format!(
-                            "queue '{name}' in vhost '{vhost}' is not empty"
+                            "queue '{name}' in vhost '{vhost}' not empty"
                         )));
                     }
                 }
