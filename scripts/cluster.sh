@@ -8,6 +8,8 @@
 #   scripts/cluster.sh kill NODE     kill -9 one node (n1, n2, ...)
 #   scripts/cluster.sh restart NODE  start one node again with its data
 #   scripts/cluster.sh status        warren ctl cluster_status against each node
+#   scripts/cluster.sh add           start one more node, n<next>, which joins the running cluster
+#   scripts/cluster.sh forget NODE   forget_cluster_node NODE (stop it first), run on n1 or $VIA
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${WARREN_CLUSTER_DIR:-./warren-cluster}
@@ -48,6 +50,16 @@ case "${1:-}" in
     node=${2:?which node? e.g. n2}
     start_node "${node#n}" "$(cat "$DIR/size")"
     ;;
+  add)
+    # Its cluster address is not among the founders' seeds: it asks them to add it.
+    i=$(( $(ls "$DIR"/n*.log | sed 's/.*\/n\([0-9]*\)\.log/\1/' | sort -n | tail -1) + 1 ))
+    start_node "$i" "$(cat "$DIR/size")"
+    ;;
+  forget)
+    node=${2:?which node? e.g. n3}
+    via=${VIA:-n1}
+    "$BIN" ctl --uri "http://guest:guest@127.0.0.1:$((15671 + ${via#n}))" forget_cluster_node "$node"
+    ;;
   status)
     for f in "$DIR"/n*.pid; do
       i=$(basename "$f" .pid); i=${i#n}
@@ -55,6 +67,6 @@ case "${1:-}" in
     done
     ;;
   *)
-    sed -n '2,11p' "$0"; exit 2
+    sed -n '2,13p' "$0"; exit 2
     ;;
 esac

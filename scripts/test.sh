@@ -3,7 +3,8 @@
 #
 #   1. formatting and lints (cargo fmt, clippy -D warnings)
 #   2. the Rust tests of every crate (codec, routing, vhost state machines, store, perf)
-#   3. the interoperability suite: real clients (pika, amqp091-go) against the warren binary
+#   3. the interoperability suite: real clients (pika, amqp091-go) against the warren binary,
+#      then again against node 2 of a local 3-node cluster
 #
 # The same interop suite runs against the real RabbitMQ 3.10 with
 #   scripts/interop.sh --broker rabbitmq
@@ -16,3 +17,5 @@ cargo test --workspace
 ./scripts/perf-tests.sh
 
 ./scripts/interop.sh --broker warren ${INTEROP_PYTEST_ARGS:-}
+# The same suites against node 2 of a 3-node cluster whose queues are spread over its nodes.
+./scripts/interop.sh --broker warren-cluster ${INTEROP_PYTEST_ARGS:-}

@@ -2,7 +2,8 @@
 //! prefetch credit. (Publishing state such as confirms and transactions stays in the server.)
 
 use crate::outbox::Outbox;
-use crate::queue::{ConnId, QueuedMessage};
+use crate::queue::{ChannelKey, ConnId, QueuedMessage};
+use crate::relay::Relay;
 use crate::routing::QueueId;
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
@@ -16,10 +17,15 @@ pub struct Unacked {
     pub consumer_tag: Option<Bytes>,
     pub message: QueuedMessage,
     pub settled: bool,
+    /// For a delivery from a queue on another node, its tag there (what settling it names);
+    /// 0 for a local one.
+    pub home_tag: u64,
 }
 
 #[derive(Debug)]
 pub struct ChannelState {
+    /// Unique across a cluster's nodes: a stand-in has its client channel's key.
+    pub key: ChannelKey,
     pub conn: ConnId,
     pub number: u16,
     pub outbox: Arc<Outbox>,
@@ -40,11 +46,32 @@ pub struct ChannelState {
     pub user: String,
     /// Direct reply-to: this channel's token and the consumer tag replies are delivered with.
     pub reply_to: Option<(Bytes, Bytes)>,
+    /// Set on a stand-in for a channel whose client is connected to another node: deliveries
+    /// go there as values instead of into `outbox`.
+    pub relay: Option<Arc<dyn Relay>>,
+    /// The node a stand-in's client is connected to.
+    pub relayed_to: Option<Arc<str>>,
+    /// The nodes holding stand-ins for this channel (it consumed or got from their queues):
+    /// they are told when it closes.
+    pub remote_nodes: Vec<Arc<str>>,
+}
+
+impl std::fmt::Debug for dyn Relay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Relay")
+    }
 }
 
 impl ChannelState {
-    pub fn new(conn: ConnId, number: u16, outbox: Arc<Outbox>, user: String) -> Self {
+    pub fn new(
+        key: ChannelKey,
+        conn: ConnId,
+        number: u16,
+        outbox: Arc<Outbox>,
+        user: String,
+    ) -> Self {
         ChannelState {
+            key,
             conn,
             number,
             outbox,
@@ -58,6 +85,18 @@ impl ChannelState {
             flow_active: true,
             user,
             reply_to: None,
+            relay: None,
+            relayed_to: None,
+            remote_nodes: Vec::new(),
+        }
+    }
+
+    /// Whether deliveries should wait until the client (or the node relaying to it) has
+    /// taken what it has.
+    pub fn is_congested(&self) -> bool {
+        match &self.relay {
+            Some(relay) => relay.is_congested(),
+            None => self.outbox.is_congested(),
         }
     }
 
@@ -119,6 +158,7 @@ impl ChannelState {
                     consumer_tag: u.consumer_tag.clone(),
                     message: u.message.clone(),
                     settled: false,
+                    home_tag: u.home_tag,
                 });
             }
         }

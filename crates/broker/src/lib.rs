@@ -13,6 +13,8 @@
 //! - [`definitions`]: durable-topology changes as records for the metadata journal, and replay.
 //! - [`exchange`], [`message`], [`users`], [`error`].
 //! - [`persistence`]: the storage work a command asks for (appends, releases), as effects.
+//! - [`relay`]: messages that cross nodes in a cluster as values: forwarded publishes,
+//!   deliveries to consumers connected elsewhere, their acks.
 //! - [`outbox`]: where delivered frames wait for a connection's writer; the only way this
 //!   crate talks to sockets, so everything here is testable without them.
 
@@ -28,6 +30,7 @@ pub mod message;
 pub mod outbox;
 pub mod persistence;
 pub mod queue;
+pub mod relay;
 pub mod routing;
 pub mod users;
 pub mod vhost;

@@ -2,14 +2,15 @@
 //!
 //! ```text
 //! 0  4  length of what follows (kind + payload), little endian, <= FRAME_BYTES_MAX
-//! 4  1  kind: 1 hello, 2 ping, 3 pong, 4 raft
+//! 4  1  kind: 1 hello, 2 ping, 3 pong, 4 raft, 5 data
 //! 5  .  payload
 //! ```
 //!
-//! - hello: JSON [`NodeInfo`], the first frame each side of a link sends.
+//! - hello: JSON [`Hello`] (who the node is, and its boot id), the first frame of a link.
 //! - ping / pong: 8 bytes, the sender's clock in microseconds, echoed: round trip and liveness.
 //! - raft: 8 group id, then per message 4 length + the protobuf-encoded Raft message. All of a
 //!   round's messages for one peer and group travel in one frame.
+//! - data: one [`crate::messaging::Data`] message (forwarded publishes, deliveries, acks).
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use protobuf::Message as _;
@@ -25,6 +26,18 @@ pub const KIND_HELLO: u8 = 1;
 pub const KIND_PING: u8 = 2;
 pub const KIND_PONG: u8 = 3;
 pub const KIND_RAFT: u8 = 4;
+pub const KIND_DATA: u8 = 5;
+
+/// The first frame on a link.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    #[serde(flatten)]
+    pub info: NodeInfo,
+    /// Changes each time the node starts: a peer that sees a new one knows the node lost
+    /// everything it held for the peer's clients.
+    #[serde(default)]
+    pub boot: u64,
+}
 
 /// Who a node is and where to reach it: sent in hello, kept in the replicated member table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,10 +57,11 @@ pub struct NodeInfo {
 /// A decoded frame.
 #[derive(Debug)]
 pub enum Frame {
-    Hello(NodeInfo),
+    Hello(Hello),
     Ping(u64),
     Pong(u64),
     Raft { group: u64, messages: Vec<Message> },
+    Data(Bytes),
 }
 
 fn begin(out: &mut BytesMut, kind: u8) -> usize {
@@ -62,9 +76,16 @@ fn finish(out: &mut BytesMut, at: usize) {
     out[at..at + 4].copy_from_slice(&len.to_le_bytes());
 }
 
-pub fn encode_hello(out: &mut BytesMut, info: &NodeInfo) {
+pub fn encode_hello(out: &mut BytesMut, hello: &Hello) {
     let at = begin(out, KIND_HELLO);
-    out.extend_from_slice(&serde_json::to_vec(info).expect("node info serialises"));
+    out.extend_from_slice(&serde_json::to_vec(hello).expect("node info serialises"));
+    finish(out, at);
+}
+
+/// One data message, written by `f`.
+pub fn encode_data(out: &mut BytesMut, f: impl FnOnce(&mut BytesMut)) {
+    let at = begin(out, KIND_DATA);
+    f(out);
     finish(out, at);
 }
 
@@ -136,6 +157,7 @@ pub fn decode(buf: &mut BytesMut) -> Result<Option<Frame>, String> {
             }
             Frame::Raft { group, messages }
         }
+        KIND_DATA => Frame::Data(payload),
         other => return Err(format!("unknown frame kind {other}")),
     }))
 }
@@ -160,7 +182,11 @@ mod tests {
             ..Default::default()
         };
         let mut buf = BytesMut::new();
-        encode_hello(&mut buf, &info);
+        let hello = Hello {
+            info: info.clone(),
+            boot: 9,
+        };
+        encode_hello(&mut buf, &hello);
         encode_ping(&mut buf, KIND_PING, 42);
         encode_raft(&mut buf, 0, &[m.clone(), m.clone()]);
         let whole = buf.clone();
@@ -171,7 +197,7 @@ mod tests {
         }
         assert_eq!(seen, 2, "the raft frame is incomplete");
         match decode(&mut buf).unwrap() {
-            Some(Frame::Hello(i)) => assert_eq!(i, info),
+            Some(Frame::Hello(h)) => assert_eq!(h, hello),
             other => panic!("{other:?}"),
         }
         assert!(matches!(decode(&mut buf).unwrap(), Some(Frame::Ping(42))));

@@ -9,6 +9,12 @@
 //!   snapshot file.
 //! - [`metadata`]: the metadata group, a Raft group over all nodes whose log is the topology
 //!   commands; its thread applies them to the node's broker.
+//! - [`messaging`]: messages between nodes (forwarded publishes, deliveries to consumers on
+//!   other nodes, their acks, requests to a queue's node) and the epochs that keep two nodes'
+//!   views of each other consistent across broken links.
+//! - [`membership`]: nodes joining a running cluster (`join_cluster`) and stopped ones removed
+//!   (`forget_cluster_node`), as configuration changes of the metadata group.
+//! - [`metrics`]: the links' and the metadata group's Prometheus series.
 //!
 //! A topology change flows: a connection's channel (server) builds a
 //! [`warren_broker::command::Command`] -> [`Cluster::execute`] -> the metadata group's thread
@@ -16,14 +22,23 @@
 //! thread applies it with [`warren_broker::broker::Broker::execute`] -> the proposing node
 //! answers its client with its own outcome.
 //!
+//! A publish to a queue on another node flows: the publisher's channel routes it (every node
+//! has the topology) -> the vhost leaves a `Forward` effect -> [`Cluster::messaging`] sends it
+//! in the next batch to the queue's node -> its server enqueues it and answers `Published` once
+//! it is durable there -> the publisher's confirm goes out. Deliveries come back the same way.
+//!
 //! `docs/cluster.md` says what a user sees and why it is built this way.
 
 pub mod frame;
+pub mod membership;
+pub mod messaging;
 pub mod metadata;
+pub mod metrics;
 pub mod raft_log;
 pub mod transport;
 
 use frame::NodeInfo;
+use messaging::Messaging;
 use metadata::{GroupStatus, Input, MetadataGroup, Timing};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -44,10 +59,11 @@ pub const PROPOSE_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone)]
 pub struct ClusterConfig {
     pub node_name: String,
-    /// Where this node accepts other nodes' links; it must be one of `seeds` for a founding
-    /// node.
+    /// Where this node accepts other nodes' links; one of `seeds` for a founding node.
     pub listen: SocketAddr,
-    /// The founding nodes' cluster addresses; a node's Raft id is its position here, plus 1.
+    /// The founding nodes' cluster addresses (a founder's Raft id is its position here, plus
+    /// 1); for a node not among them, the members it asks to join (none: it waits for
+    /// `join_cluster`).
     pub seeds: Vec<SocketAddr>,
     pub amqp: SocketAddr,
     pub management: Option<SocketAddr>,
@@ -95,6 +111,7 @@ pub struct Cluster {
     status: Arc<Mutex<GroupStatus>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     installs: Arc<tokio::sync::watch::Sender<u64>>,
+    messaging: Arc<Messaging>,
 }
 
 impl Cluster {
@@ -119,20 +136,68 @@ impl Cluster {
             .map_err(|e| format!("cannot listen for cluster links on {}: {e}", config.listen))?;
         let (tx, rx) = std::sync::mpsc::channel::<Input>();
         let deliver_tx = Mutex::new(tx.clone());
+        let boot = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_millis() as u64);
+        // The transport calls into the messaging layer, which sends through the transport.
+        let messaging_slot: Arc<std::sync::OnceLock<Arc<Messaging>>> = Arc::default();
+        let (m1, m2, m3) = (
+            messaging_slot.clone(),
+            messaging_slot.clone(),
+            messaging_slot.clone(),
+        );
         let transport = Transport::start(
             me.clone(),
+            boot,
             listener,
-            Arc::new(move |inbound| {
-                let _ = deliver_tx
-                    .lock()
-                    .expect("inputs lock")
-                    .send(Input::Peer(inbound));
-            }),
+            transport::Callbacks {
+                inbound: Arc::new(move |inbound| {
+                    let _ = deliver_tx
+                        .lock()
+                        .expect("inputs lock")
+                        .send(Input::Peer(inbound));
+                }),
+                data: Arc::new(move |from, payload| match m1.get() {
+                    Some(m) => m.receive(from, payload),
+                    None => Ok(()),
+                }),
+                link_up: Arc::new(move |peer, boot| {
+                    if let Some(m) = m2.get() {
+                        m.link_up(peer, boot);
+                    }
+                }),
+                link_broken: Arc::new(move |peer| {
+                    if let Some(m) = m3.get() {
+                        m.link_broken(peer);
+                    }
+                }),
+            },
         );
+        let messaging = Arc::new(Messaging::new(transport.clone(), boot));
+        let _ = messaging_slot.set(messaging.clone());
+        {
+            // Requests whose node never answers fail after CALL_TIMEOUT (checked each second).
+            let messaging = messaging.clone();
+            tokio::spawn(async move {
+                let mut marks = std::collections::VecDeque::new();
+                let mut every = tokio::time::interval(Duration::from_secs(1));
+                loop {
+                    every.tick().await;
+                    marks.push_back(messaging.call_watermark());
+                    if marks.len() as u64 > messaging::CALL_TIMEOUT.as_secs() {
+                        let mark = marks.pop_front().expect("non-empty");
+                        messaging.expire_calls(mark);
+                    }
+                }
+            });
+        }
+        // A joiner's seeds are members to ask, whose ids it does not know.
+        let founding = !identity.founders.is_empty();
         let seeds: BTreeMap<u64, SocketAddr> = identity
             .seeds
             .iter()
             .enumerate()
+            .filter(|_| founding)
             .map(|(i, a)| (i as u64 + 1, *a))
             .collect();
         let status = Arc::new(Mutex::new(GroupStatus::default()));
@@ -151,9 +216,13 @@ impl Cluster {
             },
             config.timing.clone(),
         )?;
+        // The group dials new peers (a joined node, a member met in a snapshot): the
+        // transport spawns their links on this runtime.
+        let runtime = tokio::runtime::Handle::current();
         let thread = std::thread::Builder::new()
             .name("metadata-raft".into())
             .spawn(move || {
+                let _runtime = runtime.enter();
                 // A node whose metadata group died would serve a topology that no longer
                 // changes: better to stop where an operator sees it.
                 let run = std::panic::AssertUnwindSafe(move || group.run(rx));
@@ -164,7 +233,7 @@ impl Cluster {
             })
             .map_err(|e| e.to_string())?;
         tracing::info!(node = %me.name, id = me.id, seeds = ?identity.seeds, "cluster node started");
-        Ok(Arc::new(Cluster {
+        let cluster = Arc::new(Cluster {
             me,
             seeds,
             transport,
@@ -172,7 +241,12 @@ impl Cluster {
             status,
             thread: Mutex::new(Some(thread)),
             installs,
-        }))
+            messaging,
+        });
+        if !founding && !identity.seeds.is_empty() {
+            membership::spawn_auto_join(cluster.clone(), identity.seeds);
+        }
+        Ok(cluster)
     }
 
     pub fn node_name(&self) -> &str {
@@ -181,6 +255,33 @@ impl Cluster {
 
     pub fn node_id(&self) -> u64 {
         self.me.id
+    }
+
+    /// Messages to and from other nodes.
+    pub fn messaging(&self) -> &Arc<Messaging> {
+        &self.messaging
+    }
+
+    /// The id of the member named `name` (`None`: no such member).
+    pub fn member_id(&self, name: &str) -> Option<u64> {
+        if name == self.me.name {
+            return Some(self.me.id);
+        }
+        let status = self.status.lock().expect("status lock");
+        status
+            .members
+            .values()
+            .find(|m| m.name == name)
+            .map(|m| m.id)
+    }
+
+    /// The name of member `id`, as the member table has it.
+    pub fn member_name(&self, id: u64) -> Option<String> {
+        if id == self.me.id {
+            return Some(self.me.name.clone());
+        }
+        let status = self.status.lock().expect("status lock");
+        status.members.get(&id).map(|m| m.name.clone())
     }
 
     /// Replicates `command` and returns this node's outcome of applying it, once a majority has
@@ -218,11 +319,15 @@ impl Cluster {
     pub fn status(&self) -> ClusterStatus {
         let metadata = self.status.lock().expect("status lock").clone();
         let mut ids: Vec<u64> = metadata.members.keys().copied().collect();
-        ids.extend(self.seeds.keys());
+        if metadata.voters.is_empty() && metadata.role.is_empty() {
+            // Before the group's first status, the founders are the seeds; after, the voters
+            // are (a forgotten seed is gone).
+            ids.extend(self.seeds.keys());
+        }
         ids.extend(metadata.voters.iter());
         ids.sort_unstable();
         ids.dedup();
-        let members = ids
+        let members: Vec<MemberStatus> = ids
             .into_iter()
             .map(|id| {
                 let info = if id == self.me.id {
@@ -251,8 +356,8 @@ impl Cluster {
             node: self.me.name.clone(),
             id: self.me.id,
             metadata,
+            links: membership::member_links(self.transport.links(), &members),
             members,
-            links: self.transport.links(),
         }
     }
 
@@ -307,23 +412,14 @@ fn identity(config: &ClusterConfig) -> Result<Identity, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(format!("{}: {e}", path.display())),
     }
-    let Some(position) = config.seeds.iter().position(|s| *s == config.listen) else {
-        return Err(format!(
-            "--cluster-listen {} is not one of --cluster-seeds ({}): a founding node must be \
-             one of the seeds",
-            config.listen,
-            config
-                .seeds
-                .iter()
-                .map(|s| s.to_string())
-                .collect::<Vec<_>>()
-                .join(",")
-        ));
-    };
-    let identity = Identity {
-        id: position as u64 + 1,
-        founders: (1..=config.seeds.len() as u64).collect(),
-        seeds: config.seeds.clone(),
+    // Not among the seeds: a node that joins a running cluster (`membership`).
+    let identity = match config.seeds.iter().position(|s| *s == config.listen) {
+        Some(position) => Identity {
+            id: position as u64 + 1,
+            founders: (1..=config.seeds.len() as u64).collect(),
+            seeds: config.seeds.clone(),
+        },
+        None => membership::joiner_identity(&config.seeds),
     };
     std::fs::create_dir_all(&config.dir).map_err(|e| format!("{}: {e}", config.dir.display()))?;
     let tmp = path.with_extension("tmp");

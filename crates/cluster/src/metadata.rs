@@ -10,10 +10,10 @@
 //! WAL, sync once, send the messages that had to wait for the sync, advance.
 
 use crate::frame::NodeInfo;
+use crate::membership::{self, Membership, MembershipError, MEMBERSHIP_GROUP};
 use crate::raft_log::RaftLog;
 use crate::transport::{Inbound, Transport};
-use protobuf::Message as _;
-use raft::eraftpb::{ConfChange, ConfChangeType, EntryType, Message, Snapshot};
+use raft::eraftpb::{EntryType, Message, Snapshot};
 use raft::{RawNode, StateRole};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -77,11 +77,14 @@ enum Op {
     },
 }
 
-/// The state machine's snapshot: the topology as commands, and the member table.
+/// The state machine's snapshot: the topology as commands, the member table, and the ids of
+/// forgotten nodes (so that one restarted with its old data is not taken back silently).
 #[derive(Serialize, Deserialize)]
 struct SnapshotData {
     commands: Vec<Command>,
     members: Vec<NodeInfo>,
+    #[serde(default)]
+    forgotten: Vec<u64>,
 }
 
 /// What the group reports for the management API, `warren ctl` and metrics.
@@ -98,6 +101,9 @@ pub struct GroupStatus {
     pub voters: Vec<u64>,
     /// Every node the cluster knows, by id.
     pub members: BTreeMap<u64, NodeInfo>,
+    /// Why the cluster last refused this node's join request (for `join_cluster`).
+    #[serde(skip)]
+    pub join_refusal: Option<membership::JoinRefusal>,
 }
 
 pub type Reply = tokio::sync::oneshot::Sender<Result<Outcome, AmqpError>>;
@@ -118,7 +124,15 @@ const PROPOSAL_RETRY: Duration = Duration::from_millis(500);
 /// What the group's thread is asked to do.
 pub enum Input {
     Peer(Inbound),
-    Propose { command: Command, reply: Reply },
+    Propose {
+        command: Command,
+        reply: Reply,
+    },
+    /// `forget_cluster_node`: remove a stopped member from the group.
+    Forget {
+        name: String,
+        reply: tokio::sync::oneshot::Sender<Result<(), MembershipError>>,
+    },
     Stop,
 }
 
@@ -134,17 +148,19 @@ pub struct NodeParts {
 
 pub struct MetadataGroup {
     pub me: NodeInfo,
-    raw: RawNode<RaftLog>,
-    transport: Transport,
+    pub(crate) raw: RawNode<RaftLog>,
+    pub(crate) transport: Transport,
     broker: Arc<Broker>,
     store: Arc<Store>,
     timing: Timing,
     /// Proposals of this node not yet applied here, by request id.
     waiting: HashMap<u64, Waiting>,
-    next_request: u64,
-    status: Arc<Mutex<GroupStatus>>,
+    pub(crate) next_request: u64,
+    pub(crate) status: Arc<Mutex<GroupStatus>>,
     installs: Arc<tokio::sync::watch::Sender<u64>>,
-    members: BTreeMap<u64, NodeInfo>,
+    pub(crate) members: BTreeMap<u64, NodeInfo>,
+    /// Joins and forgets in flight, forgotten ids (see `membership`).
+    pub(crate) membership: Membership,
     applied: u64,
     snapshot_index: u64,
     registering: Option<Instant>,
@@ -179,8 +195,9 @@ impl MetadataGroup {
         let snapshot = log.latest_snapshot();
         let snapshot_index = snapshot.get_metadata().index;
         let mut members = BTreeMap::new();
+        let mut forgotten = Vec::new();
         if snapshot_index > 0 {
-            members = install(&broker, &snapshot)?;
+            (members, forgotten) = install(&broker, &snapshot)?;
         }
         let config = raft::Config {
             id: me.id,
@@ -218,6 +235,7 @@ impl MetadataGroup {
             status,
             installs,
             members,
+            membership: Membership::new(forgotten),
             applied: snapshot_index,
             snapshot_index,
             registering: None,
@@ -248,6 +266,7 @@ impl MetadataGroup {
                 self.raw.tick();
                 self.register_if_needed();
                 self.retry_proposals();
+                self.retry_membership_changes();
             }
             if let Err(e) = self.on_ready() {
                 tracing::error!(error = %e, "metadata group stopped: its log cannot be written");
@@ -269,7 +288,11 @@ impl MetadataGroup {
                     let _ = self.raw.step(m);
                 }
             }
+            Input::Peer(Inbound::Raft {
+                group, messages, ..
+            }) if group == MEMBERSHIP_GROUP => self.on_membership_messages(messages),
             Input::Peer(Inbound::Raft { .. }) => {}
+            Input::Forget { name, reply } => self.forget(&name, reply),
             Input::Peer(Inbound::Hello(info)) => {
                 tracing::debug!(peer = info.id, name = %info.name, "cluster peer said hello");
             }
@@ -277,6 +300,14 @@ impl MetadataGroup {
                 // Cut off from a majority: refused before it enters the log, so it can never
                 // take effect later (once in the log, a proposal's fate is the majority's).
                 let voters = self.raw.raft.prs().conf().voters().ids();
+                if voters.is_empty() {
+                    let _ = reply.send(Err(AmqpError::new(
+                        INTERNAL_ERROR,
+                        "this node is not a member of a cluster yet: topology changes wait until \
+                         it joins one (warren ctl join_cluster)",
+                    )));
+                    return;
+                }
                 let reachable = voters.iter().filter(|v| self.transport.is_up(*v)).count();
                 if reachable * 2 <= voters.len() {
                     let _ = reply.send(Err(no_majority(&format!(
@@ -383,7 +414,9 @@ impl MetadataGroup {
         self.send(rd.take_messages());
         if !rd.snapshot().is_empty() {
             let snapshot = rd.snapshot().clone();
-            self.members = install(&self.broker, &snapshot)?;
+            let forgotten;
+            (self.members, forgotten) = install(&self.broker, &snapshot)?;
+            self.membership.forgotten = forgotten.into_iter().collect();
             self.raw.mut_store().save_snapshot(&snapshot)?;
             self.applied = snapshot.get_metadata().index;
             self.snapshot_index = self.applied;
@@ -444,14 +477,7 @@ impl MetadataGroup {
                         }
                     }
                 }
-                EntryType::EntryConfChange => {
-                    let cc =
-                        ConfChange::parse_from_bytes(&entry.data).map_err(|e| e.to_string())?;
-                    if cc.get_change_type() == ConfChangeType::RemoveNode {
-                        self.members.remove(&cc.node_id);
-                    }
-                    self.raw.apply_conf_change(&cc).map_err(|e| e.to_string())?;
-                }
+                EntryType::EntryConfChange => self.apply_conf_change(&entry)?,
                 EntryType::EntryConfChangeV2 => {}
             }
         }
@@ -500,7 +526,8 @@ impl MetadataGroup {
     }
 
     fn maybe_snapshot(&mut self) -> Result<(), String> {
-        if self.applied < self.snapshot_index + self.timing.snapshot_entries {
+        let due = std::mem::take(&mut self.membership.snapshot_due);
+        if !due && self.applied < self.snapshot_index + self.timing.snapshot_entries {
             return Ok(());
         }
         let index = self.applied;
@@ -508,6 +535,7 @@ impl MetadataGroup {
         let data = SnapshotData {
             commands: self.broker.export_commands(),
             members: self.members.values().cloned().collect(),
+            forgotten: self.membership.forgotten.iter().copied().collect(),
         };
         let mut snapshot = Snapshot {
             data: serde_json::to_vec(&data)
@@ -550,8 +578,10 @@ impl MetadataGroup {
     }
 }
 
-/// Replaces the broker's topology with a snapshot's; returns its member table.
-fn install(broker: &Broker, snapshot: &Snapshot) -> Result<BTreeMap<u64, NodeInfo>, String> {
+/// Replaces the broker's topology with a snapshot's; returns its member table and forgotten
+/// ids.
+type Members = (BTreeMap<u64, NodeInfo>, Vec<u64>);
+fn install(broker: &Broker, snapshot: &Snapshot) -> Result<Members, String> {
     let data: SnapshotData =
         serde_json::from_slice(&snapshot.data).map_err(|e| format!("bad snapshot: {e}"))?;
     broker.clear_topology();
@@ -561,5 +591,8 @@ fn install(broker: &Broker, snapshot: &Snapshot) -> Result<BTreeMap<u64, NodeInf
         }
     }
     broker.discard_meta();
-    Ok(data.members.into_iter().map(|m| (m.id, m)).collect())
+    Ok((
+        data.members.into_iter().map(|m| (m.id, m)).collect(),
+        data.forgotten,
+    ))
 }

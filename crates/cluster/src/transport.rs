@@ -11,10 +11,16 @@
 //! read only as fast as the node takes them, so TCP pushes back on a peer that sends too much.
 //!
 //! Failure detection is per node, not per queue or group: each link pings every
-//! [`PING_INTERVAL`]; a peer that answered nothing for [`DOWN_AFTER`] is down.
+//! [`PING_INTERVAL`]; a peer that answered nothing for [`DOWN_AFTER`] is down, and a link
+//! silent that long in either direction is dropped and dialled again. Raft frames may be lost
+//! with it (Raft resends); data frames may too, so each drop is reported to the
+//! [`crate::messaging`] layer, which voids what the two nodes' clients had on each other.
+//!
+//! Data frames are never dropped while a link is up: their senders hold off instead when a
+//! peer's buffer is past [`crate::messaging::CONGESTED_BYTES`].
 
-use crate::frame::{self, Frame, NodeInfo};
-use bytes::BytesMut;
+use crate::frame::{self, Frame, Hello, NodeInfo};
+use bytes::{Bytes, BytesMut};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -33,6 +39,21 @@ const RECONNECT_DELAY: Duration = Duration::from_millis(200);
 /// Frames waiting for one peer, in bytes, beyond which new ones are dropped.
 pub const PEER_BUFFER_BYTES_MAX: usize = 64 << 20;
 const READ_BUFFER_BYTES: usize = 64 << 10;
+/// The generation of an inbound connection that is not a peer's link (hello with boot 0).
+const NOT_A_LINK: u64 = u64::MAX;
+
+/// What the transport tells the rest of the node.
+pub struct Callbacks {
+    /// Hellos and Raft frames, for the metadata group's loop.
+    pub inbound: Arc<dyn Fn(Inbound) + Send + Sync>,
+    /// A data frame from a peer, handled on the link's reader, in order; `Err` drops the link.
+    pub data: Arc<dyn Fn(u64, Bytes) -> Result<(), String> + Send + Sync>,
+    /// A link to the peer came up: our outbound one (`None`), or its inbound one with the
+    /// peer's boot id.
+    pub link_up: Arc<dyn Fn(u64, Option<u64>) + Send + Sync>,
+    /// A link with the peer (either direction) ended after it was up.
+    pub link_broken: Arc<dyn Fn(u64) + Send + Sync>,
+}
 
 /// What arrives from peers, for the node's loop.
 #[derive(Debug)]
@@ -60,6 +81,8 @@ struct Peer {
     frames_in: AtomicU64,
     dropped: AtomicU64,
     started: AtomicBool,
+    /// Counts the peer's inbound links: only the newest one ending is a broken link.
+    inbound: AtomicU64,
 }
 
 impl Peer {
@@ -77,6 +100,7 @@ impl Peer {
             frames_in: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             started: AtomicBool::new(false),
+            inbound: AtomicU64::new(0),
         }
     }
 }
@@ -97,9 +121,10 @@ pub struct LinkStats {
 
 struct Inner {
     me: NodeInfo,
+    boot: u64,
     epoch: Instant,
     peers: Mutex<HashMap<u64, Arc<Peer>>>,
-    deliver: Arc<dyn Fn(Inbound) + Send + Sync>,
+    callbacks: Callbacks,
 }
 
 /// The node's links to its peers.
@@ -109,18 +134,20 @@ pub struct Transport {
 }
 
 impl Transport {
-    /// Accepts peers' links on `listener`; what they send is handed to `deliver`.
+    /// Accepts peers' links on `listener`; what they send goes to `callbacks`.
     pub fn start(
         me: NodeInfo,
+        boot: u64,
         listener: TcpListener,
-        deliver: Arc<dyn Fn(Inbound) + Send + Sync>,
+        callbacks: Callbacks,
     ) -> Transport {
         let t = Transport {
             inner: Arc::new(Inner {
                 me,
+                boot,
                 epoch: Instant::now(),
                 peers: Mutex::new(HashMap::new()),
-                deliver,
+                callbacks,
             }),
         };
         let accepting = t.clone();
@@ -187,6 +214,33 @@ impl Transport {
         true
     }
 
+    /// Queues one data frame (written by `f`) for peer `to`; false if the link is down, when
+    /// nothing is queued. Never dropped while the link is up: callers hold off on
+    /// [`Transport::buffered`] instead.
+    pub fn send_data(&self, to: u64, f: impl FnOnce(&mut BytesMut)) -> bool {
+        let peer = self.peer(to);
+        let mut buffer = peer.buffer.lock().expect("buffer lock");
+        if !peer.connected.load(Ordering::Relaxed) {
+            return false;
+        }
+        f(&mut buffer);
+        drop(buffer);
+        peer.wake.notify_one();
+        true
+    }
+
+    /// Bytes waiting to be written to peer `to`.
+    pub fn buffered(&self, to: u64) -> usize {
+        let peer = self
+            .inner
+            .peers
+            .lock()
+            .expect("peers lock")
+            .get(&to)
+            .cloned();
+        peer.map_or(0, |p| p.buffer.lock().expect("buffer lock").len())
+    }
+
     /// Whether peer `id` answered a ping within [`DOWN_AFTER`].
     pub fn is_up(&self, id: u64) -> bool {
         if id == self.inner.me.id {
@@ -248,23 +302,42 @@ impl Transport {
             {
                 let _ = stream.set_nodelay(true);
                 tracing::info!(peer = id, %addr, "cluster link up");
-                self.drive_link(stream, &peer).await;
-                peer.connected.store(false, Ordering::Relaxed);
-                peer.buffer.lock().expect("buffer lock").clear();
+                let was_up = self.drive_link(stream, id, &peer).await;
+                {
+                    let mut buffer = peer.buffer.lock().expect("buffer lock");
+                    peer.connected.store(false, Ordering::Relaxed);
+                    buffer.clear();
+                }
                 tracing::info!(peer = id, %addr, "cluster link down");
+                if was_up {
+                    (self.inner.callbacks.link_broken)(id);
+                }
             }
             tokio::time::sleep(RECONNECT_DELAY).await;
         }
     }
 
-    async fn drive_link(&self, stream: TcpStream, peer: &Arc<Peer>) {
+    /// Runs one outbound connection; true if it got as far as being used.
+    async fn drive_link(&self, stream: TcpStream, id: u64, peer: &Arc<Peer>) -> bool {
         let (mut rd, mut wr) = stream.into_split();
         let mut hello = BytesMut::new();
-        frame::encode_hello(&mut hello, &self.inner.me);
+        frame::encode_hello(
+            &mut hello,
+            &Hello {
+                info: self.inner.me.clone(),
+                boot: self.inner.boot,
+            },
+        );
         if wr.write_all(&hello).await.is_err() {
-            return;
+            return false;
         }
-        peer.connected.store(true, Ordering::Relaxed);
+        {
+            let _buffer = peer.buffer.lock().expect("buffer lock");
+            peer.connected.store(true, Ordering::Relaxed);
+        }
+        // A link that answers no ping for DOWN_AFTER is dropped (counted from now).
+        let connected_at = self.clock_us();
+        (self.inner.callbacks.link_up)(id, None);
         // Pongs come back on this connection; the reader ends with it.
         let reading = {
             let peer = peer.clone();
@@ -294,8 +367,14 @@ impl Transport {
         };
         let mut next_ping = Instant::now();
         let mut out = BytesMut::new();
+        let down_after = DOWN_AFTER.as_micros() as u64;
         loop {
             if reading.is_finished() {
+                break;
+            }
+            let last = peer.last_pong_us.load(Ordering::Relaxed).max(connected_at);
+            if self.clock_us().saturating_sub(last) > down_after {
+                tracing::warn!(peer = id, "no answer to pings; dropping the cluster link");
                 break;
             }
             if Instant::now() >= next_ping {
@@ -324,6 +403,7 @@ impl Transport {
             }
         }
         reading.abort();
+        true
     }
 
     /// Reads one peer's inbound link: hello first, then frames for the node; pings are answered
@@ -333,11 +413,22 @@ impl Transport {
         let (mut rd, mut wr) = stream.into_split();
         let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
         let mut from: Option<(u64, Arc<Peer>)> = None;
+        let mut generation = 0;
         let mut reply = BytesMut::new();
+        let ended = |from: &Option<(u64, Arc<Peer>)>, generation: u64| {
+            if let Some((id, p)) = from {
+                // Only the peer's newest inbound link ending breaks anything.
+                if generation != NOT_A_LINK && p.inbound.load(Ordering::Relaxed) == generation {
+                    tracing::info!(peer = id, "inbound cluster link ended");
+                    (self.inner.callbacks.link_broken)(*id);
+                }
+            }
+        };
         loop {
-            match rd.read_buf(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => {
+            // Peers ping every PING_INTERVAL: silence this long means the link is dead.
+            match tokio::time::timeout(DOWN_AFTER, rd.read_buf(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return ended(&from, generation),
+                Ok(Ok(n)) => {
                     if let Some((_, p)) = &from {
                         p.bytes_in.fetch_add(n as u64, Ordering::Relaxed);
                     }
@@ -349,20 +440,46 @@ impl Transport {
                     Ok(None) => break,
                     Err(e) => {
                         tracing::warn!(error = %e, "bad frame from a cluster peer, dropping link");
-                        return;
+                        return ended(&from, generation);
                     }
                 };
                 match (f, &from) {
-                    (Frame::Hello(info), _) => {
+                    (Frame::Hello(hello), None) => {
+                        let info = hello.info;
                         let peer = self.peer(info.id);
-                        // A peer that dialled us is one we want to reach back.
-                        self.connect(info.id, info.cluster);
+                        if hello.boot == 0 {
+                            // A one-off connection (a join request), not the peer's link:
+                            // it neither replaces nor breaks the link.
+                            generation = NOT_A_LINK;
+                        } else {
+                            generation = peer.inbound.fetch_add(1, Ordering::Relaxed) + 1;
+                            // A peer that dialled us is one we want to reach back.
+                            self.connect(info.id, info.cluster);
+                            (self.inner.callbacks.link_up)(info.id, Some(hello.boot));
+                        }
                         from = Some((info.id, peer));
-                        (self.inner.deliver)(Inbound::Hello(info));
+                        (self.inner.callbacks.inbound)(Inbound::Hello(info));
+                    }
+                    (Frame::Hello(_), Some(_)) => {
+                        tracing::warn!("cluster peer sent a second hello, dropping link");
+                        return ended(&from, generation);
                     }
                     (_, None) => {
                         tracing::warn!("cluster peer sent frames before hello, dropping link");
                         return;
+                    }
+                    (Frame::Data(payload), Some((id, p))) => {
+                        p.frames_in.fetch_add(1, Ordering::Relaxed);
+                        if generation == NOT_A_LINK
+                            || p.inbound.load(Ordering::Relaxed) != generation
+                        {
+                            // A newer link from the peer replaced this one.
+                            return;
+                        }
+                        if let Err(e) = (self.inner.callbacks.data)(*id, payload) {
+                            tracing::warn!(error = %e, "bad data frame from a cluster peer, dropping link");
+                            return ended(&from, generation);
+                        }
                     }
                     (Frame::Ping(t), Some(_)) => {
                         frame::encode_ping(&mut reply, frame::KIND_PONG, t);
@@ -370,7 +487,7 @@ impl Transport {
                     (Frame::Pong(_), Some(_)) => {}
                     (Frame::Raft { group, messages }, Some((id, p))) => {
                         p.frames_in.fetch_add(1, Ordering::Relaxed);
-                        (self.inner.deliver)(Inbound::Raft {
+                        (self.inner.callbacks.inbound)(Inbound::Raft {
                             from: *id,
                             group,
                             messages,
@@ -380,7 +497,7 @@ impl Transport {
             }
             if !reply.is_empty() {
                 if wr.write_all(&reply).await.is_err() {
-                    return;
+                    return ended(&from, generation);
                 }
                 reply.clear();
             }

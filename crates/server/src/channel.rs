@@ -9,6 +9,7 @@ use warren_broker::command::Command;
 use warren_broker::error::AmqpError;
 use warren_broker::message::{parse_expiration, Message};
 use warren_broker::users::Access;
+use warren_cluster::messaging::{Request, Response};
 use warren_protocol::amqp::{access, basic, channel, confirm, exchange, queue, tx, AMQPClass};
 use warren_protocol::constants::*;
 use warren_protocol::content::{encode_header, ContentHeader, Properties};
@@ -149,8 +150,21 @@ impl Connection {
         let durability = self.shared.durability.clone();
         for (number, ch) in self.channels.iter_mut() {
             while let Some((seq, waits)) = ch.pending_confirms.front() {
-                if durability.has_failed() {
-                    // The engine stopped: these will never be durable, so they are refused.
+                if durability.has_failed() || durability.any_refused(waits) {
+                    durability.forget_refusal(waits);
+                    // Confirms before it go first: an ack(multiple) sent after the nack
+                    // must not be the first word on them.
+                    if let Some(upto) = ch.ack_upto.take() {
+                        self.shared.counters.confirmed.fetch_add(
+                            upto - ch.confirmed_upto,
+                            std::sync::atomic::Ordering::Relaxed,
+                        );
+                        ch.confirmed_upto = upto;
+                        let n = *number;
+                        self.outbox.push(|b| method::encode_ack(b, n, upto, true));
+                    }
+                    // The engine stopped, the queue's node refused it or the link to that
+                    // node broke: it will never be confirmed, so it is refused.
                     let nack = Method::Nack(method::Nack {
                         delivery_tag: *seq,
                         multiple: false,
@@ -348,8 +362,18 @@ impl Connection {
             let outcome = v.publish(key, exchange, message, props, now);
             // Appends go to the engine under the vhost lock, so each log gets them in order.
             let ops = v.take_store_ops();
-            let stored = crate::metadata::apply_store_ops(&self.shared, ops);
+            let mut stored = crate::metadata::apply_store_ops(&self.shared, ops);
             v.page_out();
+            if v.has_remote() {
+                // Bound for queues on other nodes: confirmed once they have it.
+                let effects = v.take_remote();
+                let carried = crate::remote::carry_out(&self.shared, &self.vhost_name, effects);
+                match &mut stored {
+                    Ok(waits) if !carried.failed => waits.extend(carried.waits),
+                    _ => stored = Err(crate::metadata::NotStored),
+                }
+                self.held_by_peer = self.held_by_peer.or(carried.congested);
+            }
             (outcome, stored)
         };
         let outcome = outcome?;
@@ -663,6 +687,7 @@ impl Connection {
                 if !d.passive {
                     if let Some(cluster) = &self.shared.cluster {
                         let server_named = name.is_empty();
+                        let node = self.queue_home(cluster, &d.arguments, d.exclusive)?;
                         let command = Command::QueueDeclare {
                             vhost: self.vhost_name.clone(),
                             conn: self.id,
@@ -678,11 +703,14 @@ impl Connection {
                             arguments: d.arguments,
                             // Odd, as every queue log id: even ids are the cluster's own logs.
                             log_id: rand_log_id(),
-                            node: cluster.node_name().to_string(),
+                            node,
                         };
                         self.propose(number, Reply::QueueDeclare, d.nowait, command);
                         return Ok(());
                     }
+                }
+                if d.passive && self.remote_queue(&name)?.is_some() {
+                    return self.declare_remote(number, name, d.nowait);
                 }
                 let mut v = self.meta_vhost();
                 let ok = v.queue_declare(
@@ -775,6 +803,25 @@ impl Connection {
             Q::Purge(p) => {
                 let q = self.queue_name(number, p.queue.as_str())?;
                 self.check(Access::Read, "queue", &q)?;
+                if let Some(peer) = self.remote_queue(&q)? {
+                    let request = Request::Purge {
+                        vhost: self.vhost_name.clone(),
+                        conn: self.id,
+                        queue: q,
+                    };
+                    let (outbox, nowait) = (self.outbox.clone(), p.nowait);
+                    let answered = move |r| {
+                        if let (Response::Purged { count }, false) = (r, nowait) {
+                            let m = Method::Other(AMQPClass::Queue(Q::PurgeOk(queue::PurgeOk {
+                                message_count: count,
+                            })));
+                            outbox.push(|b| m.encode(number, b));
+                        }
+                        Ok(())
+                    };
+                    self.ask_remote(number, (50, 30), peer, request, answered, || {});
+                    return Ok(());
+                }
                 let n = self
                     .vhost
                     .lock()
@@ -791,6 +838,18 @@ impl Connection {
             Q::Delete(d) => {
                 let q = self.queue_name(number, d.queue.as_str())?;
                 self.check(Access::Configure, "queue", &q)?;
+                if d.if_unused || d.if_empty {
+                    if let Some(peer) = self.remote_queue(&q)? {
+                        return self.delete_remote(
+                            number,
+                            q,
+                            d.if_unused,
+                            d.if_empty,
+                            d.nowait,
+                            peer,
+                        );
+                    }
+                }
                 if self.shared.cluster.is_some() {
                     // Only this node's copy knows consumers and messages of a queue it hosts.
                     self.vhost.lock().expect("vhost lock").queue_delete_check(
@@ -844,6 +903,9 @@ impl Connection {
             B::Consume(c) => {
                 let q = self.queue_name(number, c.queue.as_str()).map_err(fail)?;
                 self.check(Access::Read, "queue", &q).map_err(fail)?;
+                if let Some(peer) = self.remote_queue(&q).map_err(fail)? {
+                    return self.consume_remote(number, key, q, c, peer).map_err(fail);
+                }
                 let mut v = self.meta_vhost();
                 let tag = v
                     .basic_consume(
@@ -867,6 +929,15 @@ impl Connection {
                 v.kick(&q, now);
             }
             B::Cancel(c) => {
+                let home = self
+                    .vhost
+                    .lock()
+                    .expect("vhost lock")
+                    .remote_consumer_home(key, c.consumer_tag.as_str());
+                if let Some(home) = home {
+                    self.cancel_remote(number, key, c, &home);
+                    return Ok(());
+                }
                 self.meta_vhost()
                     .basic_cancel(key, c.consumer_tag.as_str(), now);
                 if !c.nowait {
@@ -882,13 +953,17 @@ impl Connection {
             B::Get(g) => {
                 let q = self.queue_name(number, g.queue.as_str()).map_err(fail)?;
                 self.check(Access::Read, "queue", &q).map_err(fail)?;
+                if let Some(peer) = self.remote_queue(&q).map_err(fail)? {
+                    self.get_remote(number, key, q, g.no_ack, peer);
+                    return Ok(());
+                }
                 let r = self
                     .vhost
                     .lock()
                     .expect("vhost lock")
                     .basic_get(key, &q, g.no_ack, now)
                     .map_err(fail)?;
-                if r == warren_broker::vhost::GetResult::Empty {
+                if matches!(r, warren_broker::vhost::GetResult::Empty) {
                     ctl(
                         self,
                         number,
@@ -995,6 +1070,44 @@ impl Connection {
             }
         }
         Ok(())
+    }
+}
+
+impl Connection {
+    /// The node a new queue will live on: its `x-queue-leader-locator` (or classic
+    /// `x-queue-master-locator`), else the node's `queue_leader_locator`. An exclusive queue
+    /// lives with its connection, as in RabbitMQ.
+    fn queue_home(
+        &self,
+        cluster: &warren_cluster::Cluster,
+        arguments: &amq_protocol_types::FieldTable,
+        exclusive: bool,
+    ) -> Result<String, AmqpError> {
+        let mut locator = self.shared.config.queue_leader_locator;
+        for key in ["x-queue-leader-locator", "x-queue-master-locator"] {
+            if let Some(v) = arguments.inner().get(key) {
+                let name = warren_broker::args::string(v).unwrap_or_default();
+                locator = crate::config::QueueLocator::parse(&name).ok_or_else(|| {
+                    AmqpError::precondition(format!(
+                        "invalid arg '{key}' for queue: \"{name}\" is not a known locator"
+                    ))
+                })?;
+            }
+        }
+        if exclusive || locator == crate::config::QueueLocator::ClientLocal {
+            return Ok(cluster.node_name().to_string());
+        }
+        let running: Vec<String> = cluster
+            .status()
+            .members
+            .into_iter()
+            .filter(|m| m.running && m.voter && m.amqp.is_some())
+            .map(|m| m.name)
+            .collect();
+        if running.is_empty() {
+            return Ok(cluster.node_name().to_string());
+        }
+        Ok(running[rand::random::<usize>() % running.len()].clone())
     }
 }
 

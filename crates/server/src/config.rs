@@ -78,10 +78,35 @@ pub struct ServerConfig {
     pub cluster_listen: Option<SocketAddr>,
     /// The founding nodes' cluster addresses (this node's may be among them).
     pub cluster_seeds: Vec<SocketAddr>,
+    /// Which node hosts a queue declared without `x-queue-leader-locator`: RabbitMQ's
+    /// `queue_leader_locator`.
+    pub queue_leader_locator: QueueLocator,
     /// Test-only fault injection (see [`crate::fault_injection`]): set from the hidden
     /// `--fault-injection` flag only, never from a config file.
     #[serde(skip)]
     pub fault_injection: Option<crate::fault_injection::FaultInjection>,
+}
+
+/// Where a new queue lives in a cluster (RabbitMQ's queue leader locators).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum QueueLocator {
+    /// On the node the declaring client is connected to.
+    ClientLocal,
+    /// Spread over the running nodes: one picked at random (RabbitMQ's `balanced` does so
+    /// beyond 1,000 queues, and counts queues per node below that).
+    Balanced,
+}
+
+impl QueueLocator {
+    /// RabbitMQ's names, and the classic queue's older `x-queue-master-locator` ones.
+    pub fn parse(name: &str) -> Option<QueueLocator> {
+        match name {
+            "client-local" => Some(QueueLocator::ClientLocal),
+            "balanced" | "random" | "min-masters" => Some(QueueLocator::Balanced),
+            _ => None,
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -112,6 +137,7 @@ impl Default for ServerConfig {
             node_name: None,
             cluster_listen: None,
             cluster_seeds: Vec::new(),
+            queue_leader_locator: QueueLocator::ClientLocal,
             fault_injection: None,
         }
     }

@@ -74,6 +74,9 @@ pub struct Connection {
     pub finished: bool,
     /// A topology change proposed to the cluster: answered before the next frame is read.
     pub proposal: Option<crate::replicated::Proposal>,
+    /// A cluster peer with too much waiting for it, to which this connection forwarded
+    /// publishes: reading waits until it drains.
+    pub held_by_peer: Option<u64>,
 }
 
 /// Serves one socket accepted on the plain listener until it closes.
@@ -187,6 +190,7 @@ pub async fn serve_stream<R, W>(
         closing: false,
         finished: false,
         proposal: None,
+        held_by_peer: None,
     };
     tracing::debug!(conn = id, %peer, user = %c.user, vhost = %c.vhost_name, "connection opened");
     shared.connections_open.fetch_add(1, Ordering::Relaxed);
@@ -325,6 +329,14 @@ impl Connection {
             if self.closing {
                 wait_close_ok(rd, buf).await;
                 return;
+            }
+            if let Some(peer) = self.held_by_peer.take() {
+                // Credit flow between nodes: a publisher to a slow node's queues waits for it.
+                if let Some(cluster) = self.shared.cluster.clone() {
+                    while cluster.messaging().is_congested(peer) && !*shutdown.borrow() {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                }
             }
             if held {
                 let state = *alarm.borrow();

@@ -1,5 +1,9 @@
 //! Publisher confirms for stored messages: a confirm goes out only once the WAL writer has
 //! synced the message (the engine tells us per log, after each group commit).
+//!
+//! A publish forwarded to a queue on another node waits the same way, on a pseudo log per
+//! (peer, epoch) whose index is the forward's number: the peer's `Published` answers advance
+//! it, a refusal there or a broken link refuses it (the publisher gets a nack).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -9,6 +13,7 @@ use warren_store::{DurabilityListener, Error};
 /// What the WAL writer has made durable, per log, and a generation counter connections watch.
 pub struct Durability {
     durable: Mutex<HashMap<u64, u64>>,
+    remote: Mutex<Remote>,
     generation: watch::Sender<u64>,
     failed: std::sync::atomic::AtomicBool,
     /// Why the engine stopped, for the node to raise its storage alarm (the engine calls
@@ -20,6 +25,7 @@ impl Default for Durability {
     fn default() -> Self {
         Durability {
             durable: Mutex::new(HashMap::new()),
+            remote: Mutex::new(Remote::default()),
             generation: watch::channel(0).0,
             failed: Default::default(),
             failure: watch::channel(None).0,
@@ -44,6 +50,73 @@ impl Durability {
             .all(|(log, index)| map.get(log).is_some_and(|d| d >= index))
     }
 
+    /// The pseudo log a forward to `peer` in `epoch` waits on.
+    pub fn remote_log(&self, peer: u64, epoch: u64) -> u64 {
+        let mut r = self.remote.lock().expect("remote lock");
+        if let Some(log) = r.logs.get(&(peer, epoch)) {
+            return *log;
+        }
+        // Even and far above every store log id (queue logs are odd, the cluster's are small).
+        r.next += 2;
+        let log = REMOTE_LOGS + r.next;
+        r.logs.insert((peer, epoch), log);
+        log
+    }
+
+    /// The peer has every forward up to `upto` of this epoch; `rejected` ones were refused.
+    pub fn remote_progress(&self, peer: u64, epoch: u64, upto: u64, rejected: &[u64]) {
+        let log = self.remote_log(peer, epoch);
+        if !rejected.is_empty() {
+            let mut r = self.remote.lock().expect("remote lock");
+            r.rejected.extend(rejected.iter().map(|seq| (log, *seq)));
+        }
+        self.on_durable_now(log, upto);
+    }
+
+    /// The epoch ended: its forwards not confirmed yet never will be.
+    pub fn remote_failed(&self, peer: u64, epoch: u64) {
+        let log = self.remote_log(peer, epoch);
+        {
+            let mut r = self.remote.lock().expect("remote lock");
+            r.failed.insert(log);
+            r.logs.remove(&(peer, epoch));
+        }
+        self.generation.send_modify(|g| *g += 1);
+    }
+
+    /// Whether any of `waits` was refused (rejected by a peer, or its epoch ended first).
+    pub fn any_refused(&self, waits: &[(u64, u64)]) -> bool {
+        if waits.iter().all(|(log, _)| *log < REMOTE_LOGS) {
+            return false;
+        }
+        let r = self.remote.lock().expect("remote lock");
+        let durable = self.durable.lock().expect("durability lock");
+        waits.iter().any(|w| {
+            w.0 >= REMOTE_LOGS
+                && (r.rejected.contains(w)
+                    || (r.failed.contains(&w.0) && durable.get(&w.0).is_none_or(|d| *d < w.1)))
+        })
+    }
+
+    /// Forgets what was kept about a confirm once it went out.
+    pub fn forget_refusal(&self, waits: &[(u64, u64)]) {
+        if waits.iter().any(|(log, _)| *log >= REMOTE_LOGS) {
+            let mut r = self.remote.lock().expect("remote lock");
+            for w in waits {
+                r.rejected.remove(w);
+            }
+        }
+    }
+
+    fn on_durable_now(&self, log_id: u64, durable_index: u64) {
+        {
+            let mut map = self.durable.lock().expect("durability lock");
+            let d = map.entry(log_id).or_insert(0);
+            *d = (*d).max(durable_index);
+        }
+        self.generation.send_modify(|g| *g += 1);
+    }
+
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.generation.subscribe()
     }
@@ -59,14 +132,23 @@ impl Durability {
     }
 }
 
+/// Pseudo logs of forwarded publishes start here.
+const REMOTE_LOGS: u64 = 1 << 62;
+
+/// What is known of forwards to other nodes.
+#[derive(Default)]
+struct Remote {
+    logs: HashMap<(u64, u64), u64>,
+    next: u64,
+    /// (pseudo log, forward number) refused by the peer.
+    rejected: std::collections::HashSet<(u64, u64)>,
+    /// Pseudo logs whose epoch ended.
+    failed: std::collections::HashSet<u64>,
+}
+
 impl DurabilityListener for Durability {
     fn on_durable(&self, log_id: u64, durable_index: u64) {
-        {
-            let mut map = self.durable.lock().expect("durability lock");
-            let d = map.entry(log_id).or_insert(0);
-            *d = (*d).max(durable_index);
-        }
-        self.generation.send_modify(|g| *g += 1);
+        self.on_durable_now(log_id, durable_index);
     }
 
     fn on_failure(&self, error: &Error) {

@@ -9,19 +9,24 @@
 //! - [`alarms`]: memory, disk and storage-failure alarms that block publishers; [`memory`]:
 //!   memory readings.
 //! - [`durability`]: what the storage engine has synced, for publisher confirms.
-//! - [`management`]: the HTTP management API and Prometheus metrics; [`definitions`]: its
-//!   `GET /api/definitions`, the whole topology in RabbitMQ's export format.
+//! - [`management`]: the HTTP management API and Prometheus metrics; [`cluster_admin`]: its
+//!   cluster membership routes (join, forget); [`definitions`]: its `GET /api/definitions`,
+//!   the whole topology in RabbitMQ's export format.
 //! - [`tls`]: AMQP over TLS, the management API over HTTPS, certificate logins and reloads.
 //! - [`fault_injection`]: test-only HTTP switches that make the next fsync fail.
 //! - [`metadata`]: durable topology: the journal it is written to and replayed from.
 //! - [`replicated`]: topology changes in a cluster: proposed to the replicated metadata, the
 //!   client answered once its node applied them.
+//! - [`remote`]: messages across nodes: publishes forwarded to the queue's node, deliveries
+//!   relayed to consumers connected elsewhere, and what other nodes ask of this one;
+//!   `remote_queue`: a channel's methods on a queue another node hosts.
 //!
 //! A frame flows: socket -> `connection` (decode) -> `channel` (command) -> the broker's vhost
 //! (route, enqueue, dispatch) -> consumer connection's outbox -> its `writer` -> socket.
 
 pub mod alarms;
 pub mod channel;
+pub mod cluster_admin;
 pub mod config;
 pub mod connection;
 pub mod definitions;
@@ -31,6 +36,8 @@ mod handshake;
 pub mod management;
 pub mod memory;
 pub mod metadata;
+pub mod remote;
+mod remote_queue;
 pub mod replicated;
 pub mod tls;
 pub mod writer;
@@ -165,7 +172,8 @@ pub async fn serve(
         // Connection ids own exclusive queues in the replicated topology, so each node numbers
         // its connections from a range of its own.
         next_conn: AtomicU64::new(cluster.as_ref().map_or(0, |c| c.node_id() << 40) + 1),
-        next_channel: AtomicU64::new(1),
+        // Channel keys too: a stand-in on a queue's node has its client channel's key.
+        next_channel: AtomicU64::new(cluster.as_ref().map_or(0, |c| c.node_id() << 40) + 1),
         connections_open: AtomicUsize::new(0),
         counters: Counters::default(),
         alarms,
@@ -175,6 +183,7 @@ pub async fn serve(
         durability: storage.map(|s| s.1).unwrap_or_default(),
         cluster,
     });
+    remote::install(&shared);
     let mut failure = shared.durability.subscribe_failure();
     let failing = shared.clone();
     tokio::spawn(async move {

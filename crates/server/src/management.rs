@@ -60,6 +60,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/api/warren/disk-free-limit", put(put_disk_free_limit))
         .route("/api/warren/reload-certificates", post(reload_certificates))
         .route("/metrics", get(metrics));
+    router = router.merge(crate::cluster_admin::routes());
     if shared.config.fault_injection.is_some() {
         router = router.merge(crate::fault_injection::routes());
     }
@@ -822,6 +823,9 @@ async fn metrics(State(s): Api) -> Response {
     }
     if let Some(store) = &s.store {
         write_store_metrics(&mut out, &store.stats());
+    }
+    if let Some(cluster) = &s.cluster {
+        warren_cluster::metrics::write_prometheus(&cluster.status(), &mut out);
     }
     ([("content-type", "text/plain; version=0.0.4")], out).into_response()
 }

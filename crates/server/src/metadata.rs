@@ -70,6 +70,8 @@ pub fn tick(shared: &Shared) {
             shared,
         };
         v.tick(now);
+        // Remote consumers held off while their node's link was congested.
+        v.resume_stand_ins(now);
     }
     if let Some(journal) = &shared.journal {
         let mut j = journal.lock().expect("journal lock");
@@ -182,6 +184,13 @@ impl Drop for MetaGuard<'_> {
             // Failures are logged inside; no publisher waits on these (they are not publishes).
             let _ = apply_store_ops(self.shared, ops);
             self.vhost.page_out();
+        }
+        if self.vhost.has_remote() {
+            // Acks of relayed deliveries, dead letters for queues on other nodes: no publisher
+            // waits on these either.
+            let effects = self.vhost.take_remote();
+            let name = self.vhost.name.clone();
+            let _ = crate::remote::carry_out(self.shared, &name, effects);
         }
     }
 }

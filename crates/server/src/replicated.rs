@@ -6,6 +6,10 @@
 //! The command is applied to this node's broker by the metadata group's thread, as on every
 //! other node, so the reply (declare-ok's counts, a 406 for inequivalent arguments) comes from
 //! that application, never from a guess made before it.
+//!
+//! A request to the node hosting a queue (consume, get, purge, ...) is awaited the same way;
+//! its reply is written by the answer's handler on the cluster link's reader, so it is ordered
+//! with the deliveries that follow it on that link.
 
 use crate::connection::{Connection, Fault};
 use std::future::Future;
@@ -26,6 +30,8 @@ pub enum Reply {
     QueueBind,
     QueueUnbind,
     QueueDelete,
+    /// A request to another node, for the method with these ids; its handler replied.
+    Remote(u16, u16),
 }
 
 impl Reply {
@@ -40,6 +46,7 @@ impl Reply {
             Reply::QueueBind => (50, 20),
             Reply::QueueDelete => (50, 40),
             Reply::QueueUnbind => (50, 50),
+            Reply::Remote(class, method) => (class, method),
         }
     }
 }
@@ -55,6 +62,54 @@ pub struct Proposal {
 }
 
 impl Connection {
+    /// Asks the queue's node `peer`; `answered` runs with its answer on the cluster link's
+    /// reader (writing the reply to the client), `failed` if there is none. The connection reads
+    /// no further frame until then; an error closes the channel, naming method `ids`.
+    pub fn ask_remote(
+        &mut self,
+        number: u16,
+        ids: (u16, u16),
+        peer: u64,
+        request: warren_cluster::messaging::Request,
+        answered: impl FnOnce(warren_cluster::messaging::Response) -> Result<(), AmqpError>
+            + Send
+            + 'static,
+        failed: impl FnOnce() + Send + 'static,
+    ) {
+        let cluster = self
+            .shared
+            .cluster
+            .clone()
+            .expect("remote queues exist in clusters only");
+        let (tx, rx) = tokio::sync::oneshot::channel::<Result<(), AmqpError>>();
+        cluster.messaging().call(
+            peer,
+            request,
+            Box::new(move |r| {
+                let r = r.and_then(answered);
+                if r.is_err() {
+                    failed();
+                }
+                let _ = tx.send(r);
+            }),
+        );
+        self.proposal = Some(Proposal {
+            number,
+            nowait: true,
+            reply: Reply::Remote(ids.0, ids.1),
+            answer: Box::pin(async move {
+                match rx.await {
+                    Ok(Ok(())) => Ok(Outcome::Done),
+                    Ok(Err(e)) => Err(e),
+                    Err(_) => Err(AmqpError::new(
+                        warren_protocol::constants::INTERNAL_ERROR,
+                        "the request to the queue's node was dropped",
+                    )),
+                }
+            }),
+        });
+    }
+
     /// Proposes `command`; the connection answers it once replicated and applied here.
     pub fn propose(&mut self, number: u16, reply: Reply, nowait: bool, command: Command) {
         let cluster = self
@@ -86,6 +141,7 @@ impl Connection {
             return Ok(());
         }
         let class = match (reply, outcome) {
+            (Reply::Remote(..), _) => return Ok(()),
             (Reply::QueueDeclare, Outcome::QueueDeclared(ok)) => {
                 if let Some(ch) = self.channels.get_mut(&number) {
                     ch.last_queue = Some(ok.queue.clone());
@@ -141,4 +197,44 @@ impl Connection {
         }
         Ok(())
     }
+}
+
+/// Deletes, on every node, the queues this node held in memory only before it restarted (see
+/// `VHost::queues_of_a_previous_life`): listed now, before any client connects, and deleted in
+/// the background once the cluster takes changes (retried each second until it does).
+pub fn forget_previous_life(
+    cluster: &std::sync::Arc<warren_cluster::Cluster>,
+    broker: &warren_broker::broker::Broker,
+) {
+    let mut gone = Vec::new();
+    for (vhost, v) in broker.vhosts() {
+        let v = v.lock().expect("vhost lock");
+        for (name, conn) in v.queues_of_a_previous_life(cluster.node_name()) {
+            gone.push(Command::QueueDelete {
+                vhost: vhost.clone(),
+                conn,
+                name,
+            });
+        }
+    }
+    if gone.is_empty() {
+        return;
+    }
+    tracing::info!(
+        queues = gone.len(),
+        "deleting the transient and exclusive queues of this node's previous run"
+    );
+    let cluster = cluster.clone();
+    tokio::spawn(async move {
+        for command in gone {
+            loop {
+                match cluster.execute(command.clone()).await {
+                    Ok(_) => break,
+                    // Taken by a new connection since (405), or already gone: nothing to do.
+                    Err(e) if e.code != warren_protocol::constants::INTERNAL_ERROR => break,
+                    Err(_) => tokio::time::sleep(std::time::Duration::from_secs(1)).await,
+                }
+            }
+        }
+    });
 }

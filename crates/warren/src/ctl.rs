@@ -84,6 +84,16 @@ enum CtlCommand {
     Status,
     /// The cluster's members as the node sees them, its metadata group and its links.
     ClusterStatus,
+    /// Make the node (started with --cluster-listen) a member of the cluster that NODE, a
+    /// member's cluster address (host:port), belongs to; waits until it is one.
+    JoinCluster {
+        node: String,
+    },
+    /// Remove a stopped member from the cluster (run it on a live member): a majority is then
+    /// counted over the remaining members.
+    ForgetClusterNode {
+        node: String,
+    },
     /// rabbitmq-diagnostics check_local_alarms: fails (exit code 1) while any alarm is in
     /// effect on the node, naming each.
     CheckLocalAlarms,
@@ -265,6 +275,49 @@ fn node_alarms(node: &Value) -> Vec<String> {
     out
 }
 
+/// The metadata group's progress and each link's counters, peers by name: for `status` and
+/// `cluster_status`.
+fn print_metadata_and_links(status: &Value) {
+    let meta = &status["metadata"];
+    if meta.is_null() {
+        return;
+    }
+    let members = status["members"].as_array().cloned().unwrap_or_default();
+    let name_of = |id: &Value| {
+        members
+            .iter()
+            .find(|m| m["id"] == *id)
+            .and_then(|m| m["name"].as_str().map(String::from))
+            .unwrap_or_else(|| format!("node-{id}"))
+    };
+    println!(
+        "\nMetadata store: {} (leader {}), term {}, commit {}, applied {}",
+        meta["role"].as_str().unwrap_or("?"),
+        if meta["leader"] == 0 {
+            "none".to_string()
+        } else {
+            name_of(&meta["leader"])
+        },
+        meta["term"],
+        meta["commit"],
+        meta["applied"]
+    );
+    println!("\nLinks (peer, up, rtt ms, bytes out, batches out, bytes in, frames in, dropped)");
+    for l in status["links"].as_array().into_iter().flatten() {
+        println!(
+            "{}\t{}\t{:.3}\t{}\t{}\t{}\t{}\t{}",
+            name_of(&l["peer"]),
+            l["up"],
+            l["rtt_us"].as_f64().unwrap_or(0.0) / 1000.0,
+            l["bytes_out"],
+            l["batches_out"],
+            l["bytes_in"],
+            l["frames_in"],
+            l["dropped"]
+        );
+    }
+}
+
 fn expect_ok(r: (u16, String)) -> Result<String, String> {
     match r.0 {
         200..=299 => Ok(r.1),
@@ -362,24 +415,25 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
                     m["cluster"].as_str().unwrap_or("")
                 );
             }
-            let meta = &status["metadata"];
-            if !meta.is_null() {
-                println!(
-                    "\nMetadata store: {} (leader {}), term {}, commit {}, applied {}",
-                    meta["role"].as_str().unwrap_or("?"),
-                    meta["leader"],
-                    meta["term"],
-                    meta["commit"],
-                    meta["applied"]
-                );
-            }
-            println!("\nLinks (peer, up, rtt us, bytes out, bytes in, dropped)");
-            for l in status["links"].as_array().into_iter().flatten() {
-                println!(
-                    "{}\t{}\t{}\t{}\t{}\t{}",
-                    l["peer"], l["up"], l["rtt_us"], l["bytes_out"], l["bytes_in"], l["dropped"]
-                );
-            }
+            print_metadata_and_links(&status);
+        }
+        CtlCommand::JoinCluster { node } => {
+            println!("Clustering node with {node} ...");
+            expect_ok(request(
+                &ep,
+                "POST",
+                "/api/warren/cluster/join",
+                Some(&json!({ "node": node })),
+            )?)?;
+        }
+        CtlCommand::ForgetClusterNode { node } => {
+            println!("Removing node {node} from the cluster ...");
+            expect_ok(request(
+                &ep,
+                "DELETE",
+                &format!("/api/nodes/{}", seg(&node)),
+                None,
+            )?)?;
         }
         CtlCommand::AddVhost { vhost } => {
             expect_ok(request(
@@ -522,6 +576,17 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
             }
             for a in alarms {
                 println!("{a}");
+            }
+            let cluster: Value = serde_json::from_str(&expect_ok(request(
+                &ep,
+                "GET",
+                "/api/warren/cluster",
+                None,
+            )?)?)
+            .unwrap_or_default();
+            if !cluster["metadata"].is_null() {
+                println!("\nCluster");
+                print_metadata_and_links(&cluster);
             }
         }
         CtlCommand::CheckLocalAlarms => {

@@ -146,13 +146,19 @@ struct ServerArgs {
     #[arg(long, env = "WARREN_NODE_NAME")]
     node_name: Option<String>,
     /// Where the other nodes of a cluster connect to this one (all traffic between nodes);
-    /// without it the node is a single node.
+    /// without it the node is a single node. Alone (no --cluster-seeds), the node waits to be
+    /// told `warren ctl join_cluster`.
     #[arg(long, env = "WARREN_CLUSTER_LISTEN")]
     cluster_listen: Option<SocketAddr>,
     /// The founding nodes' cluster addresses, comma separated (this node's may be listed):
-    /// the cluster forms once a majority of them run.
+    /// the cluster forms once a majority of them run. A node not listed joins the running
+    /// cluster of the nodes listed.
     #[arg(long, env = "WARREN_CLUSTER_SEEDS", value_delimiter = ',')]
     cluster_seeds: Vec<SocketAddr>,
+    /// Which node hosts a queue declared without x-queue-leader-locator in a cluster:
+    /// client-local (the declaring client's node) or balanced (spread over running nodes).
+    #[arg(long, env = "WARREN_QUEUE_LEADER_LOCATOR")]
+    queue_leader_locator: Option<String>,
     /// Metadata entries applied between snapshots of the replicated topology (tests use a few to
     /// exercise snapshots).
     #[arg(long, env = "WARREN_CLUSTER_SNAPSHOT_ENTRIES", hide = true)]
@@ -305,10 +311,16 @@ impl ServerArgs {
         if !self.cluster_seeds.is_empty() {
             c.cluster_seeds = self.cluster_seeds.clone();
         }
-        if c.cluster_listen.is_some() == c.cluster_seeds.is_empty() {
+        if let Some(v) = &self.queue_leader_locator {
+            c.queue_leader_locator =
+                warren_server::config::QueueLocator::parse(v).ok_or_else(|| {
+                    format!("--queue-leader-locator {v}: expected client-local or balanced")
+                })?;
+        }
+        // --cluster-listen alone: a node that waits to be told `warren ctl join_cluster`.
+        if c.cluster_listen.is_none() && !c.cluster_seeds.is_empty() {
             return Err(
-                "--cluster-listen and --cluster-seeds go together: both for a cluster node, \
-                 neither for a single node"
+                "--cluster-seeds needs --cluster-listen: where the other nodes reach this one"
                     .into(),
             );
         }
@@ -478,6 +490,7 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
                     Ok(c) => {
                         // Queues must exist again before their stored messages are put back.
                         c.wait_replayed().await;
+                        warren_server::replicated::forget_previous_life(&c, &broker);
                         Some(c)
                     }
                     Err(e) => {

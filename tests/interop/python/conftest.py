@@ -22,6 +22,9 @@ import pytest
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 BROKER_KIND = os.environ.get("WARREN_TEST_BROKER", "warren")
+# Set by `scripts/interop.sh --broker warren-cluster`: the suite runs against node 2 of a
+# cluster, and tests that start clusters of their own are left to the single-node run.
+IN_CLUSTER_RUN = bool(os.environ.get("WARREN_TEST_CLUSTER"))
 BROKER_START_TIMEOUT_S = 30.0
 BROKER_STOP_TIMEOUT_S = 15.0
 CTL_TIMEOUT_S = 60.0
@@ -47,6 +50,9 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_runtest_setup(item):
+    if (item.get_closest_marker("restart") and BROKER_KIND == "warren"
+            and os.environ.get("WARREN_TEST_URI")):
+        pytest.skip("restarts a broker process, and the suite did not start this one")
     if _timeouts_in_a_row >= CONSECUTIVE_TIMEOUTS_MAX:
         pytest.fail(f"not run: the broker stopped answering ({_timeouts_in_a_row} tests in a row "
                     "timed out)", pytrace=False)

@@ -20,10 +20,10 @@ import urllib.request
 import pika
 import pytest
 
-from conftest import BROKER_KIND, REPO_ROOT
+from conftest import BROKER_KIND, IN_CLUSTER_RUN, REPO_ROOT
 
 pytestmark = [
-    pytest.mark.skipif(BROKER_KIND != "warren", reason="starts warren nodes itself"),
+    pytest.mark.skipif(BROKER_KIND != "warren" or IN_CLUSTER_RUN, reason="starts warren nodes itself"),
     # Three processes started, killed and restarted per test: more than the suite's default.
     pytest.mark.timeout(180),
 ]

@@ -41,10 +41,16 @@ impl VHost {
                         .is_some_and(|q| is_cycle(deaths.as_ref(), &q.name))
                 });
                 let msg = Arc::new(msg);
+                let mut elsewhere = Vec::new();
                 for qid in targets {
                     let Some(q) = self.queues.get_mut(&qid) else {
                         continue;
                     };
+                    if !super::hosts(&self.local_node, q) {
+                        let node = q.home_node.clone().expect("hosted elsewhere has a home");
+                        elsewhere.push((node, q.name.clone()));
+                        continue;
+                    }
                     if q.over_limit(msg.size_bytes()) && q.config.overflow != Overflow::DropHead {
                         // A full reject-publish-dlx queue dead-letters whatever it refuses,
                         // dead letters included (maybe_deliver_or_enqueue).
@@ -66,6 +72,9 @@ impl VHost {
                         continue;
                     }
                     self.enqueue(qid, &msg, now_ms, &mut work);
+                }
+                if !elsewhere.is_empty() {
+                    self.forward(elsewhere, &msg);
                 }
             }
         }

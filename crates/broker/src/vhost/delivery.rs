@@ -39,7 +39,7 @@ impl VHost {
                 let pick = q.pick_consumer(|c| {
                     channels.get(&c.channel).is_some_and(|ch| {
                         // channel.flow pauses every consumer; prefetch spares no-ack ones.
-                        ch.flow_active && (c.no_ack || ch.can_take()) && !ch.outbox.is_congested()
+                        ch.flow_active && (c.no_ack || ch.can_take()) && !ch.is_congested()
                     })
                 });
                 let Some(ci) = pick else { break };
@@ -58,6 +58,7 @@ impl VHost {
                     tag,
                     &m,
                     q.config.queue_type == QueueType::Quorum,
+                    consumer.no_ack,
                 );
                 if !consumer.no_ack {
                     consumer.unacked += 1;
@@ -68,6 +69,7 @@ impl VHost {
                         consumer_tag: Some(consumer.tag.clone()),
                         message: m,
                         settled: false,
+                        home_tag: 0,
                     });
                 } else if let Some(index) = m.store_index {
                     // Settled on delivery: a no-ack consumer took it for good.
@@ -93,7 +95,7 @@ impl VHost {
     ) {
         self.channels.insert(
             key,
-            ChannelState::new(conn, number, outbox, user.to_string()),
+            ChannelState::new(key, conn, number, outbox, user.to_string()),
         );
     }
 
@@ -102,11 +104,22 @@ impl VHost {
         let Some(mut ch) = self.channels.remove(&key) else {
             return;
         };
+        if ch.relay.is_some() {
+            self.stand_ins -= 1;
+        }
         if let Some((token, _)) = ch.reply_to.take() {
             self.reply_tokens.remove(&token);
         }
         let consumers: Vec<(Bytes, QueueId)> = ch.consumers.drain().collect();
-        let unacked = ch.drain_unacked();
+        // A stand-in elsewhere requeues what it delivered here when it closes.
+        let unacked: Vec<Unacked> = ch
+            .drain_unacked()
+            .into_iter()
+            .filter(|u| u.home_tag == 0)
+            .collect();
+        for node in std::mem::take(&mut ch.remote_nodes) {
+            self.remote.push(RemoteEffect::Close { node, channel: key });
+        }
         let mut touched: Vec<QueueId> = Vec::new();
         for (tag, qid) in consumers {
             self.remove_consumer(qid, key, &tag);
@@ -187,21 +200,7 @@ impl VHost {
         let conn = ch.conn;
         let prefetch = ch.consumer_prefetch;
         let global_qos = ch.channel_prefetch > 0;
-        let tag = if tag.is_empty() {
-            generate_name("amq.ctag-")
-        } else {
-            tag.to_string()
-        };
-        if ch.consumers.contains_key(tag.as_bytes())
-            || ch
-                .reply_to
-                .as_ref()
-                .is_some_and(|(_, t)| t == tag.as_bytes())
-        {
-            return Err(AmqpError::not_allowed(format!(
-                "attempt to reuse consumer tag '{tag}'"
-            )));
-        }
+        let tag = new_consumer_tag(ch, tag)?;
         if queue == REPLY_TO_QUEUE {
             if !no_ack {
                 return Err(AmqpError::precondition("reply consumer cannot acknowledge"));
@@ -334,6 +333,16 @@ impl VHost {
         let number = ch.number;
         let frame_max = ch.outbox.frame_max();
         let props = delivery_properties(&m, q.config.queue_type == QueueType::Quorum);
+        let relayed = ch.relay.is_some().then(|| Delivery {
+            channel: key,
+            consumer_tag: Bytes::new(),
+            tag,
+            redelivered: m.redelivered,
+            no_ack,
+            message_count: remaining,
+            message: m.msg.clone(),
+            properties: props.clone(),
+        });
         let get_ok = Method::GetOk(warren_protocol::method::GetOk {
             delivery_tag: tag,
             redelivered: m.redelivered,
@@ -341,11 +350,13 @@ impl VHost {
             routing_key: m.msg.routing_key.clone(),
             message_count: remaining,
         });
-        ch.outbox.push(|buf| {
-            get_ok.encode(number, buf);
-            encode_header(buf, number, 60, m.msg.body.len() as u64, &props);
-            encode_body(buf, number, &m.msg.body, frame_max);
-        });
+        if relayed.is_none() {
+            ch.outbox.push(|buf| {
+                get_ok.encode(number, buf);
+                encode_header(buf, number, 60, m.msg.body.len() as u64, &props);
+                encode_body(buf, number, &m.msg.body, frame_max);
+            });
+        }
         if !no_ack {
             q.unacked += 1;
             ch.record(Unacked {
@@ -354,11 +365,15 @@ impl VHost {
                 consumer_tag: None,
                 message: m,
                 settled: false,
+                home_tag: 0,
             });
         } else if let Some(index) = m.store_index {
             q.release_stored(index, store_ops);
         }
-        Ok(GetResult::Delivered)
+        Ok(match relayed {
+            Some(d) => GetResult::Relayed(d),
+            None => GetResult::Delivered,
+        })
     }
 
     /// basic.ack; an unknown tag is 406 PRECONDITION_FAILED as in RabbitMQ.
@@ -369,7 +384,7 @@ impl VHost {
         multiple: bool,
         now_ms: u64,
     ) -> Result<()> {
-        let settled = self.settle(key, tag, multiple)?;
+        let settled = self.settle(key, tag, multiple, SettleOp::Ack)?;
         let mut touched = Vec::new();
         for u in &settled {
             if let (Some(index), Some(q)) = (u.message.store_index, self.queues.get_mut(&u.queue)) {
@@ -394,7 +409,12 @@ impl VHost {
         requeue: bool,
         now_ms: u64,
     ) -> Result<()> {
-        let settled = self.settle(key, tag, multiple)?;
+        let op = if requeue {
+            SettleOp::Requeue
+        } else {
+            SettleOp::Discard
+        };
+        let settled = self.settle(key, tag, multiple, op)?;
         let mut touched = Vec::new();
         let mut dead = Vec::new();
         for u in settled {
@@ -422,16 +442,22 @@ impl VHost {
         Ok(())
     }
 
+    /// Settles deliveries of the channel; those from queues on other nodes are handed to the
+    /// cluster (as `op`) and not returned.
     pub(super) fn settle(
         &mut self,
         key: ChannelKey,
         tag: u64,
         multiple: bool,
+        op: SettleOp,
     ) -> Result<Vec<Unacked>> {
         let ch = self.channels.get_mut(&key).expect("ack on an open channel");
-        let settled = ch
+        let mut settled = ch
             .settle(tag, multiple)
             .ok_or_else(|| AmqpError::precondition(format!("unknown delivery tag {tag}")))?;
+        if settled.iter().any(|u| u.home_tag != 0) {
+            settled = self.settle_remote(key, settled, op);
+        }
         for u in &settled {
             if let Some(q) = self.queues.get_mut(&u.queue) {
                 q.unacked = q.unacked.saturating_sub(1);
@@ -454,7 +480,10 @@ impl VHost {
         let Some(ch) = self.channels.get_mut(&key) else {
             return;
         };
-        let unacked = ch.drain_unacked();
+        let mut unacked = ch.drain_unacked();
+        if unacked.iter().any(|u| u.home_tag != 0) {
+            unacked = self.settle_remote(key, unacked, SettleOp::Requeue);
+        }
         let mut touched = Vec::new();
         let mut dead = Vec::new();
         for u in unacked {
@@ -559,6 +588,26 @@ impl VHost {
     }
 }
 
+/// The tag a new consumer of channel `ch` gets: the client's, or a generated one when empty;
+/// 530 NOT_ALLOWED for a tag the channel already uses, as RabbitMQ.
+pub(super) fn new_consumer_tag(ch: &ChannelState, tag: &str) -> Result<String> {
+    let tag = if tag.is_empty() {
+        generate_name("amq.ctag-")
+    } else {
+        tag.to_string()
+    };
+    let reply_tag = ch
+        .reply_to
+        .as_ref()
+        .is_some_and(|(_, t)| t == tag.as_bytes());
+    if ch.consumers.contains_key(tag.as_bytes()) || reply_tag {
+        return Err(AmqpError::not_allowed(format!(
+            "attempt to reuse consumer tag '{tag}'"
+        )));
+    }
+    Ok(tag)
+}
+
 /// Puts a delivered message back in its queue (nack/reject with requeue, recover, channel
 /// close): at its original position in a classic queue, behind earlier returns in a quorum
 /// queue, or to the dead-letter exchange once it has exceeded the quorum queue's
@@ -641,10 +690,24 @@ pub(super) fn deliver(
     tag: u64,
     m: &QueuedMessage,
     quorum: bool,
+    no_ack: bool,
 ) {
+    let props = delivery_properties(m, quorum);
+    if let Some(relay) = &ch.relay {
+        relay.deliver(Delivery {
+            channel: ch.key,
+            consumer_tag: Bytes::copy_from_slice(consumer_tag),
+            tag,
+            redelivered: m.redelivered,
+            no_ack,
+            message_count: 0,
+            message: m.msg.clone(),
+            properties: props,
+        });
+        return;
+    }
     let number = ch.number;
     let frame_max = ch.outbox.frame_max();
-    let props = delivery_properties(m, quorum);
     ch.outbox.push(|buf| {
         encode_deliver(
             buf,

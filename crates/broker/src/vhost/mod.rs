@@ -21,6 +21,7 @@ use crate::message::{Message, MessageRef};
 use crate::outbox::Outbox;
 use crate::persistence::StoreOp;
 use crate::queue::{ChannelKey, ConnId, Consumer, Queue, QueuedMessage};
+use crate::relay::{Delivery, Relay, RemoteEffect, SettleOp};
 use crate::routing::{Destination, ExchangeId, ExchangeKind, QueueId, RoutingTable};
 use amq_protocol_types::{AMQPValue, FieldArray, FieldTable, LongString};
 use bytes::Bytes;
@@ -58,11 +59,13 @@ pub struct DeclareOk {
 }
 
 /// What basic.get found.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum GetResult {
     Empty,
     /// The get-ok and content were written to the channel's outbox.
     Delivered,
+    /// For a stand-in channel (its client is on another node): the message, to relay.
+    Relayed(Delivery),
 }
 
 #[derive(Debug, Clone)]
@@ -133,6 +136,10 @@ pub struct VHost {
     /// Queues this vhost deleted on its own (auto-delete, x-expires, an exclusive owner gone),
     /// with the connection that owned them, for the cluster to delete everywhere.
     self_deleted: Vec<(String, ConnId)>,
+    /// Work for other nodes (forwarded publishes, settled remote deliveries), in order.
+    remote: Vec<RemoteEffect>,
+    /// Open stand-ins for channels of clients on other nodes.
+    stand_ins: usize,
 }
 
 /// A message leaving a queue for its dead-letter exchange.
@@ -147,6 +154,7 @@ mod dead_letter;
 mod delivery;
 mod metadata;
 mod publish;
+mod remote;
 
 impl VHost {
     pub fn new(name: &str) -> Self {
@@ -173,6 +181,8 @@ impl VHost {
             durable_changes_refused: Arc::default(),
             local_node: None,
             self_deleted: Vec::new(),
+            remote: Vec::new(),
+            stand_ins: 0,
         };
         for (n, kind, internal) in STANDARD_EXCHANGES {
             v.create_exchange(n, *kind, true, false, *internal, FieldTable::default());
@@ -801,6 +811,10 @@ impl VHost {
         for c in q.consumers.drain(..) {
             if let Some(ch) = self.channels.get_mut(&c.channel) {
                 ch.consumers.remove(&c.tag);
+                if let Some(relay) = &ch.relay {
+                    relay.cancelled(ch.key, &c.tag);
+                    continue;
+                }
                 let cancel =
                     Method::Other(AMQPClass::Basic(basic::AMQPMethod::Cancel(basic::Cancel {
                         consumer_tag: String::from_utf8_lossy(&c.tag).as_ref().into(),

@@ -88,7 +88,7 @@ impl VHost {
             seq: 0,
             store_index: None,
         };
-        deliver(ch, &tag, delivery_tag, &m, false);
+        deliver(ch, &tag, delivery_tag, &m, false, true);
         PublishOutcome {
             routed: true,
             rejected: false,
@@ -236,10 +236,18 @@ impl VHost {
     ) -> PublishOutcome {
         let mut outcome = PublishOutcome::default();
         let mut dead = Vec::new();
+        let mut elsewhere: Vec<(Arc<str>, String)> = Vec::new();
         for &qid in targets {
             let Some(q) = self.queues.get_mut(&qid) else {
                 continue;
             };
+            if !super::hosts(&self.local_node, q) {
+                // Its node applies its limits; a refusal there nacks the publisher.
+                outcome.routed = true;
+                let node = q.home_node.clone().expect("hosted elsewhere has a home");
+                elsewhere.push((node, q.name.clone()));
+                continue;
+            }
             if q.over_limit(msg.size_bytes()) && q.config.overflow != Overflow::DropHead {
                 outcome.rejected = true;
                 if q.config.overflow == Overflow::RejectPublishDlx {
@@ -266,8 +274,30 @@ impl VHost {
         if targets.is_empty() {
             outcome.routed = false;
         }
+        if !elsewhere.is_empty() {
+            self.forward(elsewhere, &msg);
+        }
         self.dead_letter(dead, now_ms);
         outcome
+    }
+
+    /// One forward per node, naming its queues the message was routed to.
+    pub(super) fn forward(&mut self, mut elsewhere: Vec<(Arc<str>, String)>, msg: &MessageRef) {
+        elsewhere.sort_unstable();
+        for (node, queue) in elsewhere {
+            match self.remote.last_mut() {
+                Some(RemoteEffect::Forward {
+                    node: n,
+                    queues,
+                    message,
+                }) if *n == node && Arc::ptr_eq(message, msg) => queues.push(queue),
+                _ => self.remote.push(RemoteEffect::Forward {
+                    node,
+                    queues: vec![queue],
+                    message: msg.clone(),
+                }),
+            }
+        }
     }
 
     /// Puts a routed message in one queue and hands it to a consumer if one can take it, then

@@ -366,6 +366,7 @@ impl Harness {
                     other => panic!("expected get-ok, got {other:?}"),
                 }
             }
+            GetResult::Relayed(_) => panic!("a local channel's get-ok goes to its outbox"),
         }
     }
 

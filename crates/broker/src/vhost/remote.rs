@@ -1,0 +1,392 @@
+//! A vhost's side of messages that cross nodes (see [`crate::relay`]).
+//!
+//! Two roles, often on the same node at once:
+//! - **The client's node** routes a publish and forwards what is bound for queues hosted
+//!   elsewhere; it registers its clients' consumers of remote queues in their channels, gives
+//!   each relayed delivery a tag of the client's channel, and turns acks of those tags back into
+//!   the tags of the queue's node.
+//! - **The queue's node** enqueues forwarded publishes without routing them again, and serves
+//!   remote consumers through stand-in channels whose deliveries go to a [`Relay`].
+//!
+//! Either side of a link that broke forgets the other's share: the client's node cancels its
+//! clients' consumers of the lost node's queues (basic.cancel, as RabbitMQ does when a queue's
+//! node goes down) and drops their deliveries from its ledgers; the queue's node closes the
+//! stand-ins, requeueing everything they had out.
+
+use super::*;
+
+impl VHost {
+    // ---- effects ---------------------------------------------------------------------------
+
+    /// Work for other nodes since the last call, in the order it was made.
+    pub fn take_remote(&mut self) -> Vec<RemoteEffect> {
+        std::mem::take(&mut self.remote)
+    }
+
+    pub fn has_remote(&self) -> bool {
+        !self.remote.is_empty()
+    }
+
+    /// The node hosting `queue`, when it exists and that is not this node.
+    pub fn remote_home(&self, queue: &str) -> Option<Arc<str>> {
+        let q = self.queues.get(self.queues_by_name.get(queue)?)?;
+        if hosts(&self.local_node, q) {
+            None
+        } else {
+            q.home_node.clone()
+        }
+    }
+
+    /// Queues `node` held in memory only, which its restart lost: the non-durable ones and
+    /// the exclusive ones (their connections are gone), with their owners. RabbitMQ deletes
+    /// them when their node goes; a warren node deletes them everywhere when it comes back.
+    pub fn queues_of_a_previous_life(&self, node: &str) -> Vec<(String, ConnId)> {
+        self.queues
+            .values()
+            .filter(|q| q.home_node.as_deref() == Some(node))
+            .filter(|q| !q.durable || q.exclusive_owner.is_some())
+            .map(|q| (q.name.clone(), q.exclusive_owner.unwrap_or(0)))
+            .collect()
+    }
+
+    // ---- the client's node -----------------------------------------------------------------
+
+    /// Hands settled deliveries from remote queues to their nodes as `op`; returns the local
+    /// ones.
+    pub(super) fn settle_remote(
+        &mut self,
+        key: ChannelKey,
+        settled: Vec<Unacked>,
+        op: SettleOp,
+    ) -> Vec<Unacked> {
+        let mut local = Vec::with_capacity(settled.len());
+        for u in settled {
+            if u.home_tag == 0 {
+                local.push(u);
+                continue;
+            }
+            // A deleted queue's deliveries are gone with it on its node.
+            let Some(node) = self.queues.get(&u.queue).and_then(|q| q.home_node.clone()) else {
+                continue;
+            };
+            match self.remote.last_mut() {
+                Some(RemoteEffect::Settle {
+                    node: n,
+                    channel,
+                    op: o,
+                    tags,
+                }) if *n == node && *channel == key && *o == op => tags.push(u.home_tag),
+                _ => self.remote.push(RemoteEffect::Settle {
+                    node,
+                    channel: key,
+                    op,
+                    tags: vec![u.home_tag],
+                }),
+            }
+        }
+        local
+    }
+
+    /// Registers a consumer of a queue hosted on another node in the client's channel, before
+    /// the queue's node is asked (so deliveries that follow its consume-ok find it). Returns
+    /// the consumer tag (generated if empty) and the queue's node.
+    pub fn consume_remote(
+        &mut self,
+        key: ChannelKey,
+        queue: &str,
+        tag: &str,
+    ) -> Result<(String, Arc<str>)> {
+        let conn = self
+            .channels
+            .get(&key)
+            .expect("consume on an open channel")
+            .conn;
+        let q = self.usable_queue(queue, conn)?;
+        let qid = q.id;
+        let Some(node) = q.home_node.clone() else {
+            return Err(AmqpError::not_found(format!("no home node for '{queue}'")));
+        };
+        let ch = self.channels.get_mut(&key).expect("checked above");
+        let tag = super::delivery::new_consumer_tag(ch, tag)?;
+        ch.consumers.insert(Bytes::from(tag.clone()), qid);
+        if !ch.remote_nodes.contains(&node) {
+            ch.remote_nodes.push(node.clone());
+        }
+        Ok((tag, node))
+    }
+
+    /// Notes that `node` holds a stand-in for the channel (a basic.get from its queue).
+    pub fn note_remote_node(&mut self, key: ChannelKey, node: &Arc<str>) {
+        if let Some(ch) = self.channels.get_mut(&key) {
+            if !ch.remote_nodes.contains(node) {
+                ch.remote_nodes.push(node.clone());
+            }
+        }
+    }
+
+    /// The node of a consumer's queue, when the consumer is one of a remote queue.
+    pub fn remote_consumer_home(&self, key: ChannelKey, tag: &str) -> Option<Arc<str>> {
+        let qid = self.channels.get(&key)?.consumers.get(tag.as_bytes())?;
+        let q = self.queues.get(qid)?;
+        (!hosts(&self.local_node, q)).then(|| q.home_node.clone())?
+    }
+
+    /// Forgets a consumer of a remote queue (cancelled, or its consume refused).
+    pub fn forget_remote_consumer(&mut self, key: ChannelKey, tag: &str) {
+        if let Some(ch) = self.channels.get_mut(&key) {
+            ch.consumers.remove(tag.as_bytes());
+        }
+    }
+
+    /// Gives a relayed delivery (from `node`) its tag in the client's channel and writes it to
+    /// the client. A delivery for a channel or consumer that is gone goes back to its queue.
+    /// `queue` names the queue of a basic.get; consumer deliveries find it by consumer tag.
+    pub fn accept_delivery(&mut self, node: &Arc<str>, d: Delivery, queue: Option<&str>) {
+        let qid = match queue {
+            Some(name) => self.queues_by_name.get(name).copied(),
+            None => self
+                .channels
+                .get(&d.channel)
+                .and_then(|ch| ch.consumers.get(&d.consumer_tag).copied()),
+        };
+        let ch = match (qid, self.channels.get_mut(&d.channel)) {
+            (Some(_), Some(ch)) => ch,
+            _ => {
+                if !d.no_ack {
+                    self.remote.push(RemoteEffect::Settle {
+                        node: node.clone(),
+                        channel: d.channel,
+                        op: SettleOp::Requeue,
+                        tags: vec![d.tag],
+                    });
+                }
+                return;
+            }
+        };
+        let qid = qid.expect("matched above");
+        let tag = ch.next_delivery_tag();
+        let number = ch.number;
+        let frame_max = ch.outbox.frame_max();
+        let m = &d.message;
+        if queue.is_some() {
+            let get_ok = Method::GetOk(warren_protocol::method::GetOk {
+                delivery_tag: tag,
+                redelivered: d.redelivered,
+                exchange: m.exchange.clone(),
+                routing_key: m.routing_key.clone(),
+                message_count: d.message_count,
+            });
+            ch.outbox.push(|buf| {
+                get_ok.encode(number, buf);
+                encode_header(buf, number, 60, m.body.len() as u64, &d.properties);
+                encode_body(buf, number, &m.body, frame_max);
+            });
+        } else {
+            ch.outbox.push(|buf| {
+                encode_deliver(
+                    buf,
+                    number,
+                    &d.consumer_tag,
+                    tag,
+                    d.redelivered,
+                    &m.exchange,
+                    &m.routing_key,
+                );
+                encode_header(buf, number, 60, m.body.len() as u64, &d.properties);
+                encode_body(buf, number, &m.body, frame_max);
+            });
+        }
+        if !d.no_ack {
+            ch.record(Unacked {
+                tag,
+                queue: qid,
+                consumer_tag: queue.is_none().then(|| d.consumer_tag.clone()),
+                message: QueuedMessage {
+                    msg: d.message.clone(),
+                    redelivered: d.redelivered,
+                    delivery_count: 0,
+                    expires_at_ms: None,
+                    seq: 0,
+                    store_index: None,
+                },
+                settled: false,
+                home_tag: d.tag,
+            });
+        }
+    }
+
+    /// The queue's node cancelled a consumer (its queue was deleted): the client is told with
+    /// basic.cancel, as for a local queue.
+    pub fn remote_consumer_cancelled(&mut self, channel: ChannelKey, consumer_tag: &[u8]) {
+        let Some(ch) = self.channels.get_mut(&channel) else {
+            return;
+        };
+        if ch.consumers.remove(consumer_tag).is_some() {
+            notify_cancel(ch, consumer_tag);
+        }
+    }
+
+    /// The link to `node` broke, or it went down: what this node's clients had from its
+    /// queues is gone there (consumers are cancelled with basic.cancel, their deliveries will
+    /// be redelivered by that node, so they leave the channels' ledgers).
+    pub fn remote_node_lost(&mut self, node: &str) {
+        let lost: Vec<QueueId> = self
+            .queues
+            .values()
+            .filter(|q| q.home_node.as_deref() == Some(node) && !hosts(&self.local_node, q))
+            .map(|q| q.id)
+            .collect();
+        if lost.is_empty() {
+            return;
+        }
+        for ch in self.channels.values_mut() {
+            ch.remote_nodes.retain(|n| &**n != node);
+            let cancelled: Vec<Bytes> = ch
+                .consumers
+                .iter()
+                .filter(|(_, q)| lost.contains(q))
+                .map(|(t, _)| t.clone())
+                .collect();
+            for tag in cancelled {
+                ch.consumers.remove(&tag);
+                notify_cancel(ch, &tag);
+            }
+            let before = ch.unacked.len();
+            let mut dropped = 0u32;
+            let mut dropped_consumer = 0u32;
+            ch.unacked.retain(|u| {
+                let gone = u.home_tag != 0 && !u.settled && lost.contains(&u.queue);
+                if gone {
+                    dropped += 1;
+                    dropped_consumer += u.consumer_tag.is_some() as u32;
+                }
+                !gone
+            });
+            if ch.unacked.len() != before {
+                ch.unacked_live -= dropped;
+                ch.consumer_unacked -= dropped_consumer;
+            }
+        }
+    }
+
+    // ---- the queue's node ------------------------------------------------------------------
+
+    /// Closes the stand-ins of `node`'s clients, requeueing what they had out: the link to it
+    /// broke, so their acks may never come.
+    pub fn close_stand_ins(&mut self, node: &str, now_ms: u64) {
+        if self.stand_ins == 0 {
+            return;
+        }
+        let stand_ins: Vec<ChannelKey> = self
+            .channels
+            .iter()
+            .filter(|(_, ch)| ch.relayed_to.as_deref() == Some(node))
+            .map(|(k, _)| *k)
+            .collect();
+        for key in stand_ins {
+            self.channel_close(key, now_ms);
+        }
+    }
+
+    /// The prefetch a channel's next consumer gets, and the channel-wide one, for a stand-in.
+    pub fn channel_prefetch(&self, key: ChannelKey) -> (u32, u32) {
+        self.channels
+            .get(&key)
+            .map_or((0, 0), |c| (c.consumer_prefetch, c.channel_prefetch))
+    }
+
+    /// Enqueues a publish routed on another node into this node's queues among `queues`.
+    pub fn enqueue_forwarded(
+        &mut self,
+        queues: &[String],
+        message: MessageRef,
+        now_ms: u64,
+    ) -> PublishOutcome {
+        let mut targets = std::mem::take(&mut self.scratch);
+        targets.clear();
+        for name in queues {
+            if let Some(&qid) = self.queues_by_name.get(name.as_str()) {
+                if self
+                    .queues
+                    .get(&qid)
+                    .is_some_and(|q| hosts(&self.local_node, q))
+                {
+                    targets.push(qid);
+                }
+            }
+        }
+        let outcome = self.enqueue_all(&targets, message, now_ms);
+        self.scratch = targets;
+        outcome
+    }
+
+    /// Opens the stand-in for a channel of a client connected to `node`, unless it is open.
+    #[allow(clippy::too_many_arguments)]
+    pub fn open_stand_in(
+        &mut self,
+        key: ChannelKey,
+        conn: ConnId,
+        number: u16,
+        user: &str,
+        node: Arc<str>,
+        relay: Arc<dyn Relay>,
+    ) {
+        if self.channels.contains_key(&key) {
+            return;
+        }
+        // Never written to: the relay takes the deliveries.
+        let outbox = Arc::new(Outbox::new(0, Box::new(|| {})));
+        let mut ch = ChannelState::new(key, conn, number, outbox, user.to_string());
+        ch.relay = Some(relay);
+        ch.relayed_to = Some(node);
+        self.channels.insert(key, ch);
+        self.stand_ins += 1;
+    }
+
+    /// Settles deliveries of a stand-in by their tags here; tags it no longer knows (the
+    /// stand-in closed and requeued them) are skipped.
+    pub fn settle_stand_in(&mut self, key: ChannelKey, op: SettleOp, tags: &[u64], now_ms: u64) {
+        for &tag in tags {
+            if !self.channels.contains_key(&key) {
+                return;
+            }
+            let _ = match op {
+                SettleOp::Ack => self.basic_ack(key, tag, false, now_ms),
+                SettleOp::Requeue => self.basic_nack(key, tag, false, true, now_ms),
+                SettleOp::Discard => self.basic_nack(key, tag, false, false, now_ms),
+            };
+        }
+    }
+
+    /// Whether `key` is an open channel (a stand-in asked to consume may have closed since).
+    pub fn has_channel(&self, key: ChannelKey) -> bool {
+        self.channels.contains_key(&key)
+    }
+
+    /// Dispatches again to remote consumers: their relays may have drained since dispatch
+    /// held off (there is no outbox writer to resume them as for local clients).
+    pub fn resume_stand_ins(&mut self, now_ms: u64) {
+        if self.stand_ins == 0 {
+            return;
+        }
+        let queues: Vec<QueueId> = self
+            .channels
+            .values()
+            .filter(|c| c.relay.is_some())
+            .flat_map(|c| c.consumers.values().copied())
+            .collect();
+        for q in queues {
+            self.dispatch(q, now_ms);
+        }
+    }
+}
+
+/// basic.cancel to a client whose consumer the broker ended.
+fn notify_cancel(ch: &ChannelState, consumer_tag: &[u8]) {
+    let cancel = Method::Other(AMQPClass::Basic(basic::AMQPMethod::Cancel(basic::Cancel {
+        consumer_tag: String::from_utf8_lossy(consumer_tag).as_ref().into(),
+        nowait: true,
+    })));
+    let number = ch.number;
+    ch.outbox.push(|buf| cancel.encode(number, buf));
+}

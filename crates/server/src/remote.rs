@@ -1,0 +1,630 @@
+//! Messages across nodes, the server's side: carrying out the vhosts' [`RemoteEffect`]s
+//! through the cluster's messaging layer, and doing what other nodes ask of this one.
+//!
+//! As the client's node: forwards publishes (a publisher confirm waits for the queue's node to
+//! have the message durably), sends acks of relayed deliveries back, and writes relayed
+//! deliveries to its clients (see `VHost::accept_delivery`).
+//! As the queue's node: enqueues forwarded publishes and answers `Published` once they are
+//! durable, serves other nodes' consumers through stand-in channels whose [`Relay`] sends each
+//! delivery to the client's node, and answers consume, cancel, get, purge and passive declare.
+
+use crate::metadata::{apply_store_ops, MetaGuard, NotStored};
+use crate::Shared;
+use bytes::Bytes;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, Weak};
+use warren_broker::error::AmqpError;
+use warren_broker::message::Message;
+use warren_broker::queue::ChannelKey;
+use warren_broker::relay::{Delivery, Relay, RemoteEffect};
+use warren_broker::vhost::GetResult;
+use warren_cluster::messaging::{self, Data, Deliver, Got, Handler, Messaging, Request, Response};
+use warren_protocol::constants::NOT_FOUND;
+
+/// What carrying out a vhost's remote work came to, for a publisher.
+#[derive(Debug, Default)]
+pub struct Carried {
+    /// What a publisher confirm must wait for: one entry per forward.
+    pub waits: Vec<(u64, u64)>,
+    /// A forward could not be sent (the link to the queue's node is down): nack.
+    pub failed: bool,
+    /// A peer whose link has too much waiting: the publisher waits until it drains.
+    pub congested: Option<u64>,
+}
+
+/// Carries out a vhost's work for other nodes, in order.
+pub fn carry_out(shared: &Shared, vhost: &str, effects: Vec<RemoteEffect>) -> Carried {
+    let mut carried = Carried::default();
+    let Some(cluster) = &shared.cluster else {
+        return carried;
+    };
+    let messaging = cluster.messaging();
+    for effect in effects {
+        match effect {
+            RemoteEffect::Forward {
+                node,
+                queues,
+                message,
+            } => {
+                let sent = cluster
+                    .member_id(&node)
+                    .and_then(|peer| messaging.publish(peer, vhost, queues, &message));
+                match sent {
+                    Some(f) => {
+                        carried
+                            .waits
+                            .push((shared.durability.remote_log(f.peer, f.epoch), f.seq));
+                        if messaging.is_congested(f.peer) {
+                            carried.congested = Some(f.peer);
+                        }
+                    }
+                    None => carried.failed = true,
+                }
+            }
+            RemoteEffect::Settle {
+                node,
+                channel,
+                op,
+                tags,
+            } => {
+                if let Some(peer) = cluster.member_id(&node) {
+                    let epoch = messaging.epoch(peer);
+                    messaging.send(
+                        peer,
+                        &Data::Settle {
+                            epoch,
+                            vhost: vhost.to_string(),
+                            channel,
+                            op,
+                            tags,
+                        },
+                    );
+                }
+            }
+            RemoteEffect::Close { node, channel } => {
+                if let Some(peer) = cluster.member_id(&node) {
+                    let epoch = messaging.epoch(peer);
+                    messaging.send(
+                        peer,
+                        &Data::Close {
+                            epoch,
+                            vhost: vhost.to_string(),
+                            channel,
+                        },
+                    );
+                }
+            }
+        }
+    }
+    carried
+}
+
+/// The error RabbitMQ gives for a queue whose node is down.
+pub fn home_node_down(node: &str, queue: &str, vhost: &str) -> AmqpError {
+    AmqpError::new(
+        NOT_FOUND,
+        format!(
+            "home node '{node}' of durable queue '{queue}' in vhost '{vhost}' is down or inaccessible"
+        ),
+    )
+}
+
+/// The cluster peer hosting a queue, if it is up; the 404 RabbitMQ sends if it is not.
+pub fn reachable_home(
+    shared: &Shared,
+    node: &str,
+    queue: &str,
+    vhost: &str,
+) -> Result<u64, AmqpError> {
+    let cluster = shared
+        .cluster
+        .as_ref()
+        .expect("remote queues exist in clusters");
+    match cluster.member_id(node) {
+        Some(peer) if cluster.is_node_running(node) == Some(true) => Ok(peer),
+        _ => Err(home_node_down(node, queue, vhost)),
+    }
+}
+
+/// Sends `request` to `peer` and waits for the answer (for requests no delivery follows).
+pub async fn call(
+    messaging: &Arc<Messaging>,
+    peer: u64,
+    request: Request,
+) -> Result<Response, AmqpError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    messaging.call(
+        peer,
+        request,
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    );
+    rx.await.unwrap_or_else(|_| {
+        Err(AmqpError::new(
+            warren_protocol::constants::INTERNAL_ERROR,
+            "the request to another node was dropped",
+        ))
+    })
+}
+
+/// A forwarded publish taken from a peer, not answered yet.
+struct Forward {
+    epoch: u64,
+    seq: u64,
+    /// The (log, index) appends it waits for.
+    waits: Vec<(u64, u64)>,
+    refused: bool,
+}
+
+/// Forwarded publishes taken from one peer, answered in order once durable.
+#[derive(Default)]
+struct Taken {
+    pending: VecDeque<Forward>,
+}
+
+/// This node's answers to what other nodes send.
+pub struct Peers {
+    shared: Weak<Shared>,
+    taken: Mutex<HashMap<u64, Taken>>,
+}
+
+/// Makes this node serve other nodes' requests; call once the node's [`Shared`] exists.
+pub fn install(shared: &Arc<Shared>) {
+    let Some(cluster) = &shared.cluster else {
+        return;
+    };
+    let peers = Arc::new(Peers {
+        shared: Arc::downgrade(shared),
+        taken: Mutex::new(HashMap::new()),
+    });
+    cluster.messaging().set_handler(peers.clone());
+    // Forwards waiting for this node's WAL are answered as it syncs.
+    let mut durable = shared.durability.subscribe();
+    tokio::spawn(async move {
+        while durable.changed().await.is_ok() {
+            let Some(shared) = peers.shared.upgrade() else {
+                return;
+            };
+            peers.answer_published(&shared);
+        }
+    });
+}
+
+impl Peers {
+    /// Sends each peer `Published` for the forwards now durable, in order.
+    fn answer_published(&self, shared: &Shared) {
+        let Some(cluster) = &shared.cluster else {
+            return;
+        };
+        let mut taken = self.taken.lock().expect("taken lock");
+        for (peer, t) in taken.iter_mut() {
+            let mut answers: Vec<(u64, u64, Vec<u64>)> = Vec::new();
+            while let Some(Forward {
+                epoch,
+                seq,
+                waits,
+                refused,
+            }) = t.pending.front()
+            {
+                if !*refused
+                    && !shared.durability.has_failed()
+                    && !shared.durability.all_durable(waits)
+                {
+                    break;
+                }
+                let refused = *refused || shared.durability.has_failed();
+                match answers.last_mut() {
+                    Some((e, upto, rejected)) if e == epoch => {
+                        *upto = *seq;
+                        if refused {
+                            rejected.push(*seq);
+                        }
+                    }
+                    _ => answers.push((*epoch, *seq, if refused { vec![*seq] } else { vec![] })),
+                }
+                t.pending.pop_front();
+            }
+            for (epoch, upto, rejected) in answers {
+                cluster.messaging().send(
+                    *peer,
+                    &Data::Published {
+                        epoch,
+                        upto,
+                        rejected,
+                    },
+                );
+            }
+        }
+    }
+
+    fn forwarded(&self, shared: &Shared, from: u64, data: Data) {
+        let Data::Publish {
+            epoch,
+            seq,
+            vhost,
+            queues,
+            exchange,
+            routing_key,
+            properties,
+            body,
+        } = data
+        else {
+            return;
+        };
+        let message = Arc::new(messaging::message(exchange, routing_key, properties, body));
+        let mut refused = false;
+        let mut waits = Vec::new();
+        if let Some(v) = shared.broker.vhost(&vhost) {
+            let now = shared.broker.now_ms();
+            let mut v = v.lock().expect("vhost lock");
+            let outcome = v.enqueue_forwarded(&queues, message, now);
+            refused = outcome.rejected;
+            match apply_store_ops(shared, v.take_store_ops()) {
+                Ok(w) => waits = w,
+                Err(NotStored) => refused = true,
+            }
+            v.page_out();
+            if v.has_remote() {
+                let effects = v.take_remote();
+                let _ = carry_out(shared, &vhost, effects);
+            }
+        }
+        self.taken
+            .lock()
+            .expect("taken lock")
+            .entry(from)
+            .or_default()
+            .pending
+            .push_back(Forward {
+                epoch,
+                seq,
+                waits,
+                refused,
+            });
+        self.answer_published(shared);
+    }
+
+    fn answer(&self, shared: &Shared, from: u64, epoch: u64, id: u64, request: Request) {
+        let cluster = shared.cluster.as_ref().expect("peers exist in clusters");
+        let messaging = cluster.messaging();
+        let node: Arc<str> = cluster
+            .member_name(from)
+            .unwrap_or_else(|| format!("node-{from}"))
+            .into();
+        let vhost_name = match &request {
+            Request::Consume { vhost, .. }
+            | Request::Cancel { vhost, .. }
+            | Request::Get { vhost, .. }
+            | Request::Purge { vhost, .. }
+            | Request::Declare { vhost, .. } => vhost.clone(),
+        };
+        let Some(shared_vhost) = shared.broker.vhost(&vhost_name) else {
+            let e = AmqpError::not_found(format!("no vhost '{vhost_name}'"));
+            messaging.send(
+                from,
+                &Data::Answer {
+                    id,
+                    result: Err((e.code, e.text)),
+                },
+            );
+            return;
+        };
+        let now = shared.broker.now_ms();
+        let relay = || -> Arc<dyn Relay> {
+            Arc::new(StandIn {
+                messaging: messaging.clone(),
+                peer: from,
+                epoch,
+                vhost: vhost_name.clone(),
+            })
+        };
+        let mut v = MetaGuard {
+            vhost: shared_vhost.lock().expect("vhost lock"),
+            shared,
+        };
+        let mut kick = None;
+        let result: Result<Response, AmqpError> = match request {
+            Request::Consume {
+                channel,
+                conn,
+                number,
+                user,
+                queue,
+                tag,
+                no_ack,
+                exclusive,
+                arguments,
+                prefetch,
+                global_prefetch,
+                ..
+            } => {
+                v.open_stand_in(channel, conn, number, &user, node.clone(), relay());
+                v.basic_qos(channel, prefetch, false, now);
+                if global_prefetch > 0 {
+                    v.basic_qos(channel, global_prefetch, true, now);
+                }
+                let r = v.basic_consume(channel, &queue, &tag, no_ack, exclusive, arguments, now);
+                if r.is_ok() {
+                    kick = Some(queue);
+                }
+                r.map(|_| Response::Done)
+            }
+            Request::Cancel { channel, tag, .. } => {
+                if v.has_channel(channel) {
+                    v.basic_cancel(channel, &tag, now);
+                }
+                Ok(Response::Done)
+            }
+            Request::Get {
+                channel,
+                conn,
+                number,
+                user,
+                queue,
+                no_ack,
+                ..
+            } => {
+                v.open_stand_in(channel, conn, number, &user, node.clone(), relay());
+                v.basic_get(channel, &queue, no_ack, now).map(|r| match r {
+                    GetResult::Relayed(d) => Response::Got {
+                        got: Some(Got {
+                            tag: d.tag,
+                            redelivered: d.redelivered,
+                            no_ack: d.no_ack,
+                            message_count: d.message_count,
+                            exchange: d.message.exchange.to_vec(),
+                            routing_key: d.message.routing_key.to_vec(),
+                            properties: d.properties.to_vec(),
+                            body: d.message.body.to_vec(),
+                        }),
+                    },
+                    _ => Response::Got { got: None },
+                })
+            }
+            Request::Purge { conn, queue, .. } => v
+                .queue_purge(conn, &queue)
+                .map(|count| Response::Purged { count }),
+            Request::Declare { conn, queue, .. } => v
+                .queue_declare(
+                    conn,
+                    &queue,
+                    true,
+                    false,
+                    false,
+                    false,
+                    Default::default(),
+                    now,
+                )
+                .map(|ok| Response::Declared {
+                    messages: ok.message_count,
+                    consumers: ok.consumer_count,
+                }),
+        };
+        messaging.send(
+            from,
+            &Data::Answer {
+                id,
+                result: result.map_err(|e| (e.code, e.text)),
+            },
+        );
+        // Deliveries only after the consume-ok, on the same link.
+        if let Some(queue) = kick {
+            v.kick(&queue, now);
+        }
+    }
+
+    fn accept(&self, shared: &Shared, from: u64, d: Deliver) {
+        let Some(cluster) = &shared.cluster else {
+            return;
+        };
+        let Some(v) = shared.broker.vhost(&d.vhost) else {
+            return;
+        };
+        let node: Arc<str> = cluster
+            .member_name(from)
+            .unwrap_or_else(|| format!("node-{from}"))
+            .into();
+        let mut v = v.lock().expect("vhost lock");
+        v.accept_delivery(&node, relayed(d), None);
+        if v.has_remote() {
+            let effects = v.take_remote();
+            let _ = carry_out(shared, &v.name.clone(), effects);
+        }
+    }
+}
+
+/// A relayed delivery as the client's vhost takes it.
+fn relayed(d: Deliver) -> Delivery {
+    Delivery {
+        channel: d.channel,
+        consumer_tag: d.consumer_tag,
+        tag: d.tag,
+        redelivered: d.redelivered,
+        no_ack: d.no_ack,
+        message_count: 0,
+        message: Arc::new(bare_message(
+            d.exchange,
+            d.routing_key,
+            d.properties.clone(),
+            d.body,
+        )),
+        properties: d.properties,
+    }
+}
+
+/// A message to encode for a client, whose properties need not be read here.
+pub fn bare_message(
+    exchange: Bytes,
+    routing_key: Bytes,
+    properties: Bytes,
+    body: Bytes,
+) -> Message {
+    Message {
+        exchange,
+        routing_key,
+        properties,
+        body,
+        persistent: false,
+        priority: 0,
+        expiration_ms: None,
+        bcc: Vec::new(),
+    }
+}
+
+/// A basic.get's answer as the client's vhost takes it.
+pub fn got(channel: ChannelKey, g: Got) -> Delivery {
+    let properties = Bytes::from(g.properties);
+    Delivery {
+        channel,
+        consumer_tag: Bytes::new(),
+        tag: g.tag,
+        redelivered: g.redelivered,
+        no_ack: g.no_ack,
+        message_count: g.message_count,
+        message: Arc::new(bare_message(
+            Bytes::from(g.exchange),
+            Bytes::from(g.routing_key),
+            properties.clone(),
+            Bytes::from(g.body),
+        )),
+        properties,
+    }
+}
+
+impl Handler for Peers {
+    fn data(&self, from: u64, data: Data) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let now = shared.broker.now_ms();
+        match data {
+            Data::Publish { .. } => self.forwarded(&shared, from, data),
+            Data::Published {
+                epoch,
+                upto,
+                rejected,
+            } => shared
+                .durability
+                .remote_progress(from, epoch, upto, &rejected),
+            Data::Call { epoch, id, request } => self.answer(&shared, from, epoch, id, request),
+            Data::Deliver(d) => self.accept(&shared, from, d),
+            Data::Cancelled {
+                vhost,
+                channel,
+                consumer_tag,
+                ..
+            } => {
+                if let Some(v) = shared.broker.vhost(&vhost) {
+                    v.lock()
+                        .expect("vhost lock")
+                        .remote_consumer_cancelled(channel, &consumer_tag);
+                }
+            }
+            Data::Settle {
+                vhost,
+                channel,
+                op,
+                tags,
+                ..
+            } => {
+                if let Some(v) = shared.broker.vhost(&vhost) {
+                    let mut v = MetaGuard {
+                        vhost: v.lock().expect("vhost lock"),
+                        shared: &shared,
+                    };
+                    v.settle_stand_in(channel, op, &tags, now);
+                }
+            }
+            Data::Close { vhost, channel, .. } => {
+                if let Some(v) = shared.broker.vhost(&vhost) {
+                    let mut v = MetaGuard {
+                        vhost: v.lock().expect("vhost lock"),
+                        shared: &shared,
+                    };
+                    if v.has_channel(channel) {
+                        v.channel_close(channel, now);
+                    }
+                }
+            }
+            Data::Reset { .. } | Data::Broken { .. } | Data::Answer { .. } => {}
+        }
+    }
+
+    fn client_side_broken(&self, peer: u64, ended_epoch: u64) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        shared.durability.remote_failed(peer, ended_epoch);
+        let Some(node) = shared.cluster.as_ref().and_then(|c| c.member_name(peer)) else {
+            return;
+        };
+        for (_, v) in shared.broker.vhosts() {
+            v.lock().expect("vhost lock").remote_node_lost(&node);
+        }
+    }
+
+    fn server_side_broken(&self, peer: u64) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let Some(node) = shared.cluster.as_ref().and_then(|c| c.member_name(peer)) else {
+            return;
+        };
+        let now = shared.broker.now_ms();
+        for (_, v) in shared.broker.vhosts() {
+            let mut v = MetaGuard {
+                vhost: v.lock().expect("vhost lock"),
+                shared: &shared,
+            };
+            v.close_stand_ins(&node, now);
+        }
+    }
+}
+
+/// Sends a stand-in channel's deliveries to its client's node.
+struct StandIn {
+    messaging: Arc<Messaging>,
+    peer: u64,
+    /// The epoch of the client's node when the stand-in was opened: deliveries of an epoch it
+    /// has left are dropped there (and requeued here when it says so).
+    epoch: u64,
+    vhost: String,
+}
+
+impl Relay for StandIn {
+    fn deliver(&self, d: Delivery) {
+        self.messaging.send(
+            self.peer,
+            &Data::Deliver(Deliver {
+                epoch: self.epoch,
+                vhost: self.vhost.clone(),
+                channel: d.channel,
+                consumer_tag: d.consumer_tag,
+                tag: d.tag,
+                redelivered: d.redelivered,
+                no_ack: d.no_ack,
+                exchange: d.message.exchange.clone(),
+                routing_key: d.message.routing_key.clone(),
+                properties: d.properties,
+                body: d.message.body.clone(),
+            }),
+        );
+    }
+
+    fn cancelled(&self, channel: ChannelKey, consumer_tag: &[u8]) {
+        self.messaging.send(
+            self.peer,
+            &Data::Cancelled {
+                epoch: self.epoch,
+                vhost: self.vhost.clone(),
+                channel,
+                consumer_tag: Bytes::copy_from_slice(consumer_tag),
+            },
+        );
+    }
+
+    fn is_congested(&self) -> bool {
+        self.messaging.is_congested(self.peer)
+    }
+}

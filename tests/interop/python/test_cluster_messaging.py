@@ -1,0 +1,255 @@
+"""Messages across the nodes of a warren cluster of real processes: a classic queue lives on the
+node that declared it, and clients connected to any node publish to it, consume from it, get,
+purge and inspect it. When its node goes down, the other nodes answer as RabbitMQ does (404
+"home node ... is down", basic.cancel to consumers, nacks to publishers), and nothing confirmed
+is lost.
+
+Each test starts its own 3-node cluster (see test_cluster.py) and waits by polling with
+deadlines, never by sleeping a fixed time.
+"""
+
+import pika
+import pytest
+
+from conftest import BROKER_KIND, IN_CLUSTER_RUN
+# The fixture starts a 3-node cluster per test and stops it on every exit path.
+from test_cluster import cluster, eventually  # noqa: F401
+
+pytestmark = [
+    pytest.mark.skipif(BROKER_KIND != "warren" or IN_CLUSTER_RUN, reason="starts warren nodes itself"),
+    pytest.mark.timeout(180),
+]
+
+PERSISTENT = pika.BasicProperties(delivery_mode=2)
+
+
+def consume(conn, ch, queue, count, ack=True, prefetch=50):
+    """Consumes `count` messages (acking each if `ack`); returns (delivery tag, body,
+    redelivered) triples."""
+    got = []
+
+    def on_message(channel, method, _props, body):
+        got.append((method.delivery_tag, body, method.redelivered))
+        if ack:
+            channel.basic_ack(method.delivery_tag)
+
+    ch.basic_qos(prefetch_count=prefetch)
+    tag = ch.basic_consume(queue, on_message)
+    eventually(lambda: conn.process_data_events(0.05) or len(got) >= count,
+               f"{count} messages consumed from {queue}")
+    ch.basic_cancel(tag)
+    return got
+
+
+def test_a_queue_on_one_node_takes_publishes_and_serves_consumers_on_the_others(cluster):
+    n1, n2, n3 = cluster.nodes
+    c1 = n1.connection()
+    c1.channel().queue_declare("work", durable=True)
+    eventually(lambda: any(q["name"] == "work" for q in n3.api("/api/queues")),
+               "n3 knows the queue")
+
+    publisher = n2.connection()
+    pch = publisher.channel()
+    pch.confirm_delivery()
+    for i in range(500):
+        pch.basic_publish("", "work", f"m{i}".encode(), PERSISTENT)
+
+    # The messages live on n1: its passive declare counts them; the other nodes ask it.
+    for node in (n1, n2, n3):
+        conn = node.connection()
+        assert conn.channel().queue_declare("work", passive=True).method.message_count == 500
+        conn.close()
+    [work] = [q for q in n2.api("/api/queues") if q["name"] == "work"]
+    assert work["node"] == "n1"
+
+    consumer = n3.connection()
+    got = consume(consumer, consumer.channel(), "work", 500)
+    assert [b for _, b, _ in got] == [f"m{i}".encode() for i in range(500)], "in order"
+    assert [t for t, _, _ in got] == list(range(1, 501)), "the consumer channel's own tags"
+    consumer.close()
+    eventually(lambda: c1.channel().queue_declare("work", passive=True).method.message_count == 0,
+               "acks from n3 settled the messages on n1")
+    for c in (c1, publisher):
+        c.close()
+
+
+def test_get_nack_purge_and_a_conditional_delete_of_a_remote_queue(cluster):
+    n1, n2, n3 = cluster.nodes
+    c1 = n1.connection()
+    ch1 = c1.channel()
+    ch1.queue_declare("jobs", durable=True)
+    ch1.confirm_delivery()
+    for i in range(10):
+        ch1.basic_publish("", "jobs", f"j{i}".encode(), PERSISTENT)
+
+    c2 = eventually(lambda: n2.connection(), "n2 accepts a connection")
+    ch2 = c2.channel()
+    eventually(lambda: ch2.queue_declare("jobs", passive=True), "n2 knows the queue")
+    method, _, body = ch2.basic_get("jobs", auto_ack=False)
+    assert (body, method.message_count, method.redelivered) == (b"j0", 9, False)
+    ch2.basic_nack(method.delivery_tag, requeue=True)
+    method, _, body = ch2.basic_get("jobs", auto_ack=False)
+    assert (body, method.redelivered) == (b"j0", True), "requeued at the head on n1"
+    ch2.basic_ack(method.delivery_tag)
+
+    # if-empty is decided where the messages are.
+    ch3 = n3.connection().channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        ch3.queue_delete("jobs", if_empty=True)
+    assert refused.value.reply_code == 406
+    ch3 = n3.connection().channel()
+    assert ch3.queue_purge("jobs").method.message_count == 9
+    ch3.queue_delete("jobs", if_empty=True)
+    eventually(lambda: all(not any(q["name"] == "jobs" for q in n.api("/api/queues"))
+                           for n in cluster.nodes), "the queue is gone everywhere")
+    c1.close()
+    c2.close()
+
+
+def test_unacked_deliveries_of_a_closed_remote_consumer_are_redelivered(cluster):
+    n1, n2, n3 = cluster.nodes
+    c1 = n1.connection()
+    ch1 = c1.channel()
+    ch1.queue_declare("tasks", durable=True)
+    ch1.confirm_delivery()
+    for i in range(20):
+        ch1.basic_publish("", "tasks", f"t{i}".encode(), PERSISTENT)
+
+    c2 = n2.connection()
+    eventually(lambda: c2.channel().queue_declare("tasks", passive=True), "n2 knows the queue")
+    taken = consume(c2, c2.channel(), "tasks", 5, ack=False, prefetch=5)
+    assert [b for _, b, _ in taken] == [f"t{i}".encode() for i in range(5)]
+    c2.close()  # never acked: back in the queue on n1
+
+    c3 = n3.connection()
+    got = consume(c3, c3.channel(), "tasks", 20)
+    assert sorted(b for _, b, _ in got) == sorted(f"t{i}".encode() for i in range(20))
+    assert {b for _, b, r in got if r} == {f"t{i}".encode() for i in range(5)}
+    c3.close()
+    c1.close()
+
+
+def test_dead_letters_and_routing_cross_nodes(cluster):
+    n1, n2, n3 = cluster.nodes
+    c2 = n2.connection()
+    ch2 = c2.channel()
+    ch2.exchange_declare("dlx", "fanout", durable=True)
+    ch2.queue_declare("graveyard", durable=True)  # lives on n2
+    ch2.queue_bind("graveyard", "dlx")
+    c1 = n1.connection()
+    ch1 = c1.channel()
+    eventually(lambda: ch1.exchange_declare("dlx", "fanout", passive=True), "n1 knows dlx")
+    ch1.queue_declare("inbox", durable=True, arguments={"x-dead-letter-exchange": "dlx"})
+    ch1.exchange_declare("fan", "fanout", durable=True)
+    ch1.queue_bind("inbox", "fan")
+    eventually(lambda: c2.channel().queue_declare("inbox", passive=True), "n2 knows inbox")
+    ch2.queue_bind("graveyard", "fan")
+
+    # Published on n3 to a fanout whose queues live on n1 and n2: both get it.
+    c3 = eventually(lambda: n3.connection(), "n3 accepts a connection")
+    ch3 = c3.channel()
+    ch3.confirm_delivery()
+    eventually(lambda: ch3.exchange_declare("fan", "fanout", passive=True), "n3 knows fan")
+    ch3.basic_publish("fan", "", b"hello", PERSISTENT)
+    assert ch3.queue_declare("inbox", passive=True).method.message_count == 1
+    assert ch3.queue_declare("graveyard", passive=True).method.message_count == 1
+
+    # Rejected on n3 from n1's queue: dead-lettered by n1 into n2's queue.
+    method, _, body = ch3.basic_get("inbox", auto_ack=False)
+    ch3.basic_reject(method.delivery_tag, requeue=False)
+    eventually(lambda: ch3.queue_declare("graveyard", passive=True).method.message_count == 2,
+               "the dead letter reached n2's queue")
+    method, props, body = ch3.basic_get("graveyard", auto_ack=True)
+    method, props, body = ch3.basic_get("graveyard", auto_ack=True)
+    assert body == b"hello" and props.headers["x-death"][0]["queue"] == "inbox"
+    for c in (c1, c2, c3):
+        c.close()
+
+
+def test_when_a_queues_node_dies_others_answer_as_rabbitmq_and_nothing_confirmed_is_lost(cluster):
+    n1, n2, n3 = cluster.nodes
+    c1 = n1.connection()
+    c1.channel().queue_declare("ledger", durable=True)
+    c1.close()
+    c2 = eventually(lambda: n2.connection(), "n2 accepts a connection")
+    pch = c2.channel()
+    pch.confirm_delivery()
+    eventually(lambda: pch.queue_declare("ledger", passive=True), "n2 knows the queue")
+    for i in range(100):
+        pch.basic_publish("", "ledger", f"e{i}".encode(), PERSISTENT)
+
+    c3 = n3.connection()
+    ch3 = c3.channel()
+    ch3.basic_qos(prefetch_count=10)
+    cancelled = []
+    got = []
+    ch3.add_on_cancel_callback(cancelled.append)
+    ch3.basic_consume("ledger", lambda ch, m, p, b: got.append(m.delivery_tag))
+    eventually(lambda: c3.process_data_events(0.05) or len(got) == 10, "10 unacked on n3")
+
+    n1.kill()
+    eventually(lambda: c3.process_data_events(0.05) or cancelled, "n3's consumer is cancelled")
+    def refused():
+        try:
+            n2.connection().channel().queue_declare("ledger", passive=True)
+        except pika.exceptions.ChannelClosedByBroker as e:
+            return e
+        return None
+
+    down = eventually(refused, "n2 sees n1 down")
+    assert down.reply_code == 404
+    assert down.reply_text == ("NOT_FOUND - home node 'n1' of durable queue 'ledger' in vhost '/'"
+                               " is down or inaccessible")
+    with pytest.raises(pika.exceptions.NackError):
+        pch.basic_publish("", "ledger", b"lost?", PERSISTENT)
+
+    n1.start()
+    # Every confirmed message is back, including the ten n3 had not acknowledged.
+    eventually(lambda: n3.connection().channel().queue_declare("ledger", passive=True)
+               .method.message_count == 100, "all 100 confirmed messages are on n1 again")
+    c2.close()
+    c3.close()
+
+
+def test_a_consumers_node_dying_requeues_its_deliveries_for_others(cluster):
+    n1, n2, n3 = cluster.nodes
+    c1 = n1.connection()
+    ch1 = c1.channel()
+    ch1.queue_declare("shared", durable=True)
+    ch1.confirm_delivery()
+    for i in range(30):
+        ch1.basic_publish("", "shared", f"s{i}".encode(), PERSISTENT)
+    c3 = eventually(lambda: n3.connection(), "n3 accepts a connection")
+    eventually(lambda: c3.channel().queue_declare("shared", passive=True), "n3 knows the queue")
+    consume(c3, c3.channel(), "shared", 10, ack=False, prefetch=10)
+    n3.kill()
+    c2 = n2.connection()
+    got = consume(c2, c2.channel(), "shared", 30)
+    assert sorted(b for _, b, _ in got) == sorted(f"s{i}".encode() for i in range(30))
+    assert sum(1 for _, _, r in got if r) == 10, "the ten n3 had were redelivered"
+    c2.close()
+    c1.close()
+
+
+def test_a_restarted_node_deletes_everywhere_the_queues_it_held_in_memory_only(cluster):
+    n1, n2, n3 = cluster.nodes
+    c2 = n2.connection()
+    ch2 = c2.channel()
+    ch2.queue_declare("kept", durable=True)
+    ch2.queue_declare("transient", durable=False)
+    ch2.queue_declare("mine", durable=True, exclusive=True)
+
+    def names(node):
+        return {q["name"] for q in node.api("/api/queues")}
+
+    eventually(lambda: {"kept", "transient", "mine"} <= names(n1), "n1 knows n2's queues")
+    n2.kill()
+    n2.start()
+    for node in cluster.nodes:
+        eventually(lambda node=node: "kept" in names(node)
+                   and not {"transient", "mine"} & names(node),
+                   f"{node.name} has only the durable queue left")
+    # The exclusive queue's name is free again for anyone.
+    c1 = n1.connection()
+    c1.channel().queue_declare("mine", exclusive=True)
+    c1.close()
