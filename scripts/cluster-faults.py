@@ -7,7 +7,8 @@ restarted; then every fault is healed and the run checks that
   2. every acknowledged declare (and its binding) exists, unless an acknowledged or uncertain
      delete of it followed;
   3. every acknowledged delete stuck: the queue exists nowhere;
-  4. nothing refused for want of a majority ("this node reaches 1 of ...") ever took effect.
+  4. nothing refused for want of a majority ("this node reaches 1 of ...") ever took effect;
+  5. each client's user has the last password it set and was acknowledged.
 
 Outcomes a client cannot know (the node died mid-request, "timed out ... waiting for a majority")
 are uncertain: either answer is allowed for them. Not run in CI (minutes, random); run it by hand:
@@ -20,6 +21,8 @@ Exits 1 on any violation, after printing what was violated and the seed to repla
 """
 
 import argparse
+import base64
+import hashlib
 import os
 import random
 import sys
@@ -47,12 +50,27 @@ class Ledger:
         self.deleted = {}    # name -> "acked" | "uncertain" | "refused"
         self.vhosts = {}     # name -> "acked" | "uncertain" | "refused"
         self.unbound = {}    # declared, but its bind failed: "uncertain" | "refused"
+        self.passwords = {}  # user -> [(password, outcome)] in the order they were set
         self.ops = Counter()
 
     def note(self, table, name, outcome, kind):
         with self.lock:
             getattr(self, table)[name] = outcome
             self.ops[(kind, outcome)] += 1
+
+    def note_password(self, user, password, outcome):
+        with self.lock:
+            self.passwords.setdefault(user, []).append((password, outcome))
+            self.ops[("password", outcome)] += 1
+
+    def expected_password(self, user):
+        """The password that must hold, or None when an uncertain change came after the last
+        acknowledged one (either may hold) or none was acknowledged."""
+        changes = self.passwords.get(user, [])
+        acked = [i for i, (_, o) in enumerate(changes) if o == "acked"]
+        if not acked or any(o == "uncertain" for _, o in changes[acked[-1] + 1:]):
+            return None
+        return changes[acked[-1]][0]
 
     def deletable(self, rng):
         with self.lock:
@@ -126,6 +144,16 @@ class Client(threading.Thread):
                     except Exception as e:
                         self.ledger.note("deleted", name, outcome_of(e), "delete")
                         raise
+                elif r < 0.95:
+                    # This client's own user: its changes are ordered, so the last one
+                    # acknowledged (with none uncertain after it) is the password that holds.
+                    self.seq += 1
+                    user, password = f"c{self.index}-user", f"pw{self.seq}"
+                    try:
+                        node.api(f"/api/users/{user}", "PUT", {"password": password, "tags": ""})
+                        self.ledger.note_password(user, password, "acked")
+                    except Exception as e:
+                        self.ledger.note_password(user, password, outcome_of(e))
                 else:
                     self.seq += 1
                     name = f"c{self.index}-v{self.seq}"
@@ -185,6 +213,14 @@ def fault_schedule(cluster, rng, deadline, log):
     return faults
 
 
+def password_matches(password_hash, password):
+    """RabbitMQ's rabbit_password_hashing_sha256: base64(salt ++ SHA-256(salt ++ password))."""
+    if not password_hash:
+        return False
+    raw = base64.b64decode(password_hash)
+    return hashlib.sha256(raw[:4] + password.encode()).digest() == raw[4:]
+
+
 def check(cluster, ledger, agree_deadline_s):
     violations = []
     start = time.monotonic()
@@ -225,6 +261,12 @@ def check(cluster, ledger, agree_deadline_s):
         for name, outcome in ledger.deleted.items():
             if outcome == "acked" and name in queues:
                 violations.append(f"{node_name}: deleted queue {name} exists")
+        hashes = {u["name"]: u["password_hash"] for u in d["users"]}
+        for user in ledger.passwords:
+            expected = ledger.expected_password(user)
+            if expected is not None and not password_matches(hashes.get(user), expected):
+                violations.append(f"{node_name}: {user}'s password is not the last acknowledged "
+                                  f"one ({expected})")
         for name, outcome in ledger.vhosts.items():
             if outcome == "acked" and name not in vhosts:
                 violations.append(f"{node_name}: acknowledged vhost {name} is missing")
@@ -286,7 +328,7 @@ def main():
             os.system(f"cp -r {cluster.dir} {keep_dir}")
     print(f"\nseed {seed}; faults: {dict(faults)}")
     print(f"{'operation':<14}{'acked':>8}{'refused':>9}{'uncertain':>11}")
-    for kind in ("declare+bind", "declare", "bind", "delete", "vhost"):
+    for kind in ("declare+bind", "declare", "bind", "delete", "password", "vhost"):
         row = [ledger.ops[(kind, o)] for o in ("acked", "refused", "uncertain")]
         print(f"{kind:<14}{row[0]:>8}{row[1]:>9}{row[2]:>11}")
     print(f"agreement reached {agree_s:.1f} s after the last fault healed")

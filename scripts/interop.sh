@@ -13,7 +13,7 @@
 # --broker rabbitmq: starts the real RabbitMQ 3.10 with ../shared/rabbitmq/rabbitmq.sh (port
 #   $RMQ_PORT, default 5680; RMQ_STATE/RMQ_DIST_PORT pass through to isolate an instance) and
 #   stops it afterwards unless INTEROP_KEEP_BROKER=1.
-# test_cluster_partitions.py (about 25 s) puts cluster nodes in network namespaces: it needs root
+# test_cluster_partitions.py (about 30 s) puts cluster nodes in network namespaces: it needs root
 #   and `ip netns` (iproute2), and is skipped with the reason where either is missing.
 # Exits non-zero if any test fails.
 set -euo pipefail
