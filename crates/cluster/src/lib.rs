@@ -9,6 +9,8 @@
 //!   snapshot file.
 //! - [`metadata`]: the metadata group, a Raft group over all nodes whose log is the topology
 //!   commands; its thread applies them to the node's broker.
+//! - [`applied_requests`]: which proposals were applied, so a command proposed twice (a retry
+//!   after a leader change) takes effect once.
 //! - [`messaging`]: messages between nodes (forwarded publishes, deliveries to consumers on
 //!   other nodes, their acks, requests to a queue's node) and the epochs that keep two nodes'
 //!   views of each other consistent across broken links.
@@ -29,6 +31,7 @@
 //!
 //! `docs/cluster.md` says what a user sees and why it is built this way.
 
+pub mod applied_requests;
 pub mod frame;
 pub mod membership;
 pub mod messaging;
