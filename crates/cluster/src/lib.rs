@@ -114,6 +114,8 @@ pub struct Cluster {
     status: Arc<Mutex<GroupStatus>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     installs: Arc<tokio::sync::watch::Sender<u64>>,
+    /// The index of the last metadata entry this node applied.
+    applied: Arc<tokio::sync::watch::Sender<u64>>,
     messaging: Arc<Messaging>,
 }
 
@@ -205,6 +207,7 @@ impl Cluster {
             .collect();
         let status = Arc::new(Mutex::new(GroupStatus::default()));
         let installs = Arc::new(tokio::sync::watch::channel(0u64).0);
+        let applied = Arc::new(tokio::sync::watch::channel(0u64).0);
         let group = MetadataGroup::open(
             me.clone(),
             &identity.founders,
@@ -216,6 +219,7 @@ impl Cluster {
                 transport: transport.clone(),
                 status: status.clone(),
                 installs: installs.clone(),
+                applied: applied.clone(),
             },
             config.timing.clone(),
         )?;
@@ -244,6 +248,7 @@ impl Cluster {
             status,
             thread: Mutex::new(Some(thread)),
             installs,
+            applied,
             messaging,
         });
         if !founding && !identity.seeds.is_empty() {
@@ -377,6 +382,21 @@ impl Cluster {
 
     /// Changes each time a snapshot from the leader replaced this node's topology while it ran:
     /// connections made before hold vhosts that no longer exist, so they are closed.
+    /// The index of the last metadata entry applied here: once an answer to a proposal has
+    /// arrived, at least that proposal's.
+    pub fn applied_index(&self) -> u64 {
+        *self.applied.borrow()
+    }
+
+    /// Waits until this node has applied the metadata log up to `index` (true), or `timeout`
+    /// passed (false): another node's request may follow a change this node has not applied.
+    pub async fn wait_applied(&self, index: u64, timeout: Duration) -> bool {
+        let mut applied = self.applied.subscribe();
+        tokio::time::timeout(timeout, applied.wait_for(|a| *a >= index))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
     pub fn snapshot_installs(&self) -> tokio::sync::watch::Receiver<u64> {
         self.installs.subscribe()
     }

@@ -87,6 +87,25 @@ pub enum Request {
         conn: u64,
         queue: String,
     },
+    /// The figures of every queue the asked node hosts (in one vhost, or all), for the
+    /// management API: only a queue's node counts its messages and consumers.
+    QueueStats { vhost: Option<String> },
+    /// Answered once the asked node has applied the metadata log up to `index`: a queue
+    /// declared through another node is there before its declare-ok goes out, as in RabbitMQ,
+    /// where the queue's node creates it.
+    Applied { index: u64 },
+}
+
+/// One queue's figures, as its node counts them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueCounts {
+    pub vhost: String,
+    pub name: String,
+    pub messages_ready: u64,
+    pub messages_unacknowledged: u64,
+    pub message_bytes_ready: u64,
+    pub messages_paged_out: u64,
+    pub consumers: u64,
 }
 
 /// A basic.get's message, as the queue's node took it.
@@ -109,6 +128,7 @@ pub enum Response {
     Got { got: Option<Got> },
     Purged { count: u32 },
     Declared { messages: u32, consumers: u32 },
+    QueueStats { queues: Vec<QueueCounts> },
 }
 
 /// A message relayed to a consumer on another node.
@@ -660,7 +680,7 @@ impl Messaging {
             }
             Data::Answer { id, result } => {
                 if let Some(done) = self.with_peer(from, |p| p.calls.remove(&id)) {
-                    done(result.map_err(|(code, text)| AmqpError::new(code, text)));
+                    done(result.map_err(|(code, text)| AmqpError::with_text(code, text)));
                 }
             }
             Data::Published { epoch, .. }

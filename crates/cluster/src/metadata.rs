@@ -150,6 +150,8 @@ pub struct NodeParts {
     pub status: Arc<Mutex<GroupStatus>>,
     /// Counts snapshots installed while running: each replaced the broker's vhosts.
     pub installs: Arc<tokio::sync::watch::Sender<u64>>,
+    /// The index of the last entry applied, for requests that must follow a change.
+    pub applied: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 pub struct MetadataGroup {
@@ -164,6 +166,7 @@ pub struct MetadataGroup {
     pub(crate) next_request: u64,
     pub(crate) status: Arc<Mutex<GroupStatus>>,
     installs: Arc<tokio::sync::watch::Sender<u64>>,
+    applied_watch: Arc<tokio::sync::watch::Sender<u64>>,
     pub(crate) members: BTreeMap<u64, NodeInfo>,
     /// Joins and forgets in flight, forgotten ids (see `membership`).
     pub(crate) membership: Membership,
@@ -197,6 +200,7 @@ impl MetadataGroup {
             transport,
             status,
             installs,
+            applied: applied_watch,
         } = node;
         let log = RaftLog::open(store.clone(), METADATA_LOG_ID, dir, founders)?;
         let snapshot = log.latest_snapshot();
@@ -247,6 +251,7 @@ impl MetadataGroup {
             next_request,
             status,
             installs,
+            applied_watch,
             members,
             membership: Membership::new(forgotten),
             applied_requests,
@@ -449,6 +454,7 @@ impl MetadataGroup {
             self.applied_requests = installed.applied_requests;
             self.raw.mut_store().save_snapshot(&snapshot)?;
             self.applied = snapshot.get_metadata().index;
+            self.applied_watch.send_replace(self.applied);
             self.snapshot_index = self.applied;
             for info in self.members.values() {
                 self.transport.connect(info.id, info.cluster);
@@ -480,6 +486,8 @@ impl MetadataGroup {
     fn apply(&mut self, entries: Vec<raft::eraftpb::Entry>) -> Result<(), String> {
         for entry in entries {
             self.applied = entry.index;
+            // Before the reply below: whoever is answered finds the entry applied.
+            self.applied_watch.send_replace(entry.index);
             if entry.data.is_empty() {
                 // A new leader's empty entry.
                 continue;

@@ -838,8 +838,10 @@ impl Connection {
             Q::Delete(d) => {
                 let q = self.queue_name(number, d.queue.as_str())?;
                 self.check(Access::Configure, "queue", &q)?;
-                if d.if_unused || d.if_empty {
-                    if let Some(peer) = self.remote_queue(&q)? {
+                // A remote queue's node knows its messages (for delete-ok) and consumers; a
+                // plain delete goes ahead without it when that node is down.
+                match self.remote_queue(&q) {
+                    Ok(Some(peer)) => {
                         return self.delete_remote(
                             number,
                             q,
@@ -847,8 +849,10 @@ impl Connection {
                             d.if_empty,
                             d.nowait,
                             peer,
-                        );
+                        )
                     }
+                    Err(e) if d.if_unused || d.if_empty => return Err(e),
+                    _ => {}
                 }
                 if self.shared.cluster.is_some() {
                     // Only this node's copy knows consumers and messages of a queue it hosts.

@@ -36,6 +36,7 @@ mod handshake;
 pub mod management;
 pub mod memory;
 pub mod metadata;
+pub mod queue_stats;
 pub mod remote;
 mod remote_queue;
 pub mod replicated;

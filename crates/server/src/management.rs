@@ -572,21 +572,21 @@ async fn replicate(s: &Shared, record: MetaRecord, status: StatusCode) -> Respon
     }
 }
 
-fn queues_json(s: &Shared, only: Option<&str>) -> Vec<Value> {
-    let mut out = Vec::new();
-    for (name, v) in s.broker.vhosts() {
-        if only.is_some_and(|o| o != name) {
-            continue;
-        }
-        for q in v.lock().expect("vhost lock").queue_infos() {
-            out.push(json!({
+async fn queues_json(s: &Shared, only: Option<&str>) -> Vec<Value> {
+    let views = crate::queue_stats::queue_views(s, only).await;
+    views
+        .into_iter()
+        .map(|view| {
+            let q = view.info;
+            json!({
                 "name": q.name,
-                "vhost": name,
+                "vhost": view.vhost,
                 "durable": q.durable,
                 "auto_delete": q.auto_delete,
                 "exclusive": q.exclusive,
                 "type": q.queue_type,
                 "arguments": table_json(&q.arguments),
+                "state": if view.running { "running" } else { "down" },
                 "messages": q.messages_ready + q.messages_unacknowledged,
                 "messages_ready": q.messages_ready,
                 "messages_unacknowledged": q.messages_unacknowledged,
@@ -595,17 +595,16 @@ fn queues_json(s: &Shared, only: Option<&str>) -> Vec<Value> {
                 "messages_ram": q.messages_ready - q.messages_paged_out,
                 "consumers": q.consumers,
                 "node": q.node.as_deref().unwrap_or(s.node_name()),
-            }));
-        }
-    }
-    out
+            })
+        })
+        .collect()
 }
 
 async fn list_all_queues(State(s): Api, headers: HeaderMap) -> Response {
     if let Err(r) = authorize(&s, &headers) {
         return r;
     }
-    Json(queues_json(&s, None)).into_response()
+    Json(queues_json(&s, None).await).into_response()
 }
 
 async fn list_vhost_queues(
@@ -619,7 +618,7 @@ async fn list_vhost_queues(
     if s.broker.vhost(&vhost).is_none() {
         return error(StatusCode::NOT_FOUND, "Object Not Found");
     }
-    Json(queues_json(&s, Some(&vhost))).into_response()
+    Json(queues_json(&s, Some(&vhost)).await).into_response()
 }
 
 async fn get_queue(
@@ -631,6 +630,7 @@ async fn get_queue(
         return r;
     }
     match queues_json(&s, Some(&vhost))
+        .await
         .into_iter()
         .find(|q| q["name"] == queue.as_str())
     {

@@ -99,6 +99,10 @@ pub fn carry_out(shared: &Shared, vhost: &str, effects: Vec<RemoteEffect>) -> Ca
     carried
 }
 
+/// How long a queue's node may take to apply a declare made through another node before the
+/// declare-ok goes out anyway (a node that far behind is likely being cut off).
+pub const CATCH_UP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// The error RabbitMQ gives for a queue whose node is down.
 pub fn home_node_down(node: &str, queue: &str, vhost: &str) -> AmqpError {
     AmqpError::new(
@@ -293,6 +297,27 @@ impl Peers {
             .unwrap_or_else(|| format!("node-{from}"))
             .into();
         let vhost_name = match &request {
+            Request::Applied { index } => {
+                let (index, cluster, messaging) = (*index, cluster.clone(), messaging.clone());
+                tokio::spawn(async move {
+                    let result = if cluster.wait_applied(index, CATCH_UP_TIMEOUT).await {
+                        Ok(Response::Done)
+                    } else {
+                        Err((
+                            warren_protocol::constants::INTERNAL_ERROR,
+                            format!("node has not applied metadata entry {index} yet"),
+                        ))
+                    };
+                    messaging.send(from, &Data::Answer { id, result });
+                });
+                return;
+            }
+            Request::QueueStats { vhost } => {
+                let queues = crate::queue_stats::hosted_here(shared, vhost.as_deref());
+                let result = Ok(Response::QueueStats { queues });
+                messaging.send(from, &Data::Answer { id, result });
+                return;
+            }
             Request::Consume { vhost, .. }
             | Request::Cancel { vhost, .. }
             | Request::Get { vhost, .. }
@@ -340,10 +365,7 @@ impl Peers {
                 ..
             } => {
                 v.open_stand_in(channel, conn, number, &user, node.clone(), relay());
-                v.basic_qos(channel, prefetch, false, now);
-                if global_prefetch > 0 {
-                    v.basic_qos(channel, global_prefetch, true, now);
-                }
+                v.set_stand_in_prefetch(channel, prefetch.into(), global_prefetch.into(), now);
                 let r = v.basic_consume(channel, &queue, &tag, no_ack, exclusive, arguments, now);
                 if r.is_ok() {
                     kick = Some(queue);
@@ -400,6 +422,9 @@ impl Peers {
                     messages: ok.message_count,
                     consumers: ok.consumer_count,
                 }),
+            Request::QueueStats { .. } | Request::Applied { .. } => {
+                unreachable!("answered above")
+            }
         };
         messaging.send(
             from,

@@ -117,11 +117,37 @@ impl Connection {
             .cluster
             .clone()
             .expect("proposals are made in a cluster only");
+        let declared = match &command {
+            Command::QueueDeclare { name, .. } => Some(name.clone()),
+            _ => None,
+        };
+        let (vhost, vhost_name, shared) = (
+            self.vhost.clone(),
+            self.vhost_name.clone(),
+            self.shared.clone(),
+        );
         self.proposal = Some(Proposal {
             number,
             nowait,
             reply,
-            answer: Box::pin(async move { cluster.execute(command).await }),
+            answer: Box::pin(async move {
+                let outcome = cluster.execute(command).await?;
+                if let Some(queue) = declared {
+                    let home = vhost.lock().expect("vhost lock").remote_home(&queue);
+                    if let Some(home) = home {
+                        // A queue placed on another node is there before declare-ok, so the
+                        // client's next consume or publish finds it.
+                        if let Ok(peer) =
+                            crate::remote::reachable_home(&shared, &home, &queue, &vhost_name)
+                        {
+                            let index = cluster.applied_index();
+                            let request = warren_cluster::messaging::Request::Applied { index };
+                            let _ = crate::remote::call(cluster.messaging(), peer, request).await;
+                        }
+                    }
+                }
+                Ok(outcome)
+            }),
         });
     }
 

@@ -59,8 +59,10 @@ def test_a_queue_on_one_node_takes_publishes_and_serves_consumers_on_the_others(
         conn = node.connection()
         assert conn.channel().queue_declare("work", passive=True).method.message_count == 500
         conn.close()
-    [work] = [q for q in n2.api("/api/queues") if q["name"] == "work"]
-    assert work["node"] == "n1"
+    # Every node's management API shows n1's figures for it.
+    for node in (n2, n3):
+        [work] = [q for q in node.api("/api/queues") if q["name"] == "work"]
+        assert (work["node"], work["state"], work["messages_ready"]) == ("n1", "running", 500)
 
     consumer = n3.connection()
     got = consume(consumer, consumer.channel(), "work", 500)
@@ -202,6 +204,8 @@ def test_when_a_queues_node_dies_others_answer_as_rabbitmq_and_nothing_confirmed
                                " is down or inaccessible")
     with pytest.raises(pika.exceptions.NackError):
         pch.basic_publish("", "ledger", b"lost?", PERSISTENT)
+    [ledger] = [q for q in n2.api("/api/queues/%2F") if q["name"] == "ledger"]
+    assert (ledger["node"], ledger["state"]) == ("n1", "down")
 
     n1.start()
     # Every confirmed message is back, including the ten n3 had not acknowledged.

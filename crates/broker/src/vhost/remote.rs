@@ -343,6 +343,26 @@ impl VHost {
         self.stand_ins += 1;
     }
 
+    /// Gives a stand-in its client channel's limits, both at once: set one after the other
+    /// (as two basic.qos), the moment between would dispatch without the channel-wide limit.
+    pub fn set_stand_in_prefetch(
+        &mut self,
+        key: ChannelKey,
+        consumer_prefetch: u32,
+        channel_prefetch: u32,
+        now_ms: u64,
+    ) {
+        let Some(ch) = self.channels.get_mut(&key) else {
+            return;
+        };
+        ch.consumer_prefetch = consumer_prefetch;
+        ch.channel_prefetch = channel_prefetch;
+        let queues: Vec<QueueId> = ch.consumers.values().copied().collect();
+        for q in queues {
+            self.dispatch(q, now_ms);
+        }
+    }
+
     /// Settles deliveries of a stand-in by their tags here; tags it no longer knows (the
     /// stand-in closed and requeued them) are skipped.
     pub fn settle_stand_in(&mut self, key: ChannelKey, op: SettleOp, tags: &[u64], now_ms: u64) {
