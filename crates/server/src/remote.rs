@@ -19,6 +19,7 @@ use warren_broker::queue::ChannelKey;
 use warren_broker::relay::{Delivery, Relay, RemoteEffect};
 use warren_broker::vhost::GetResult;
 use warren_cluster::messaging::{self, Data, Deliver, Got, Handler, Messaging, Request, Response};
+use warren_cluster::Cluster;
 use warren_protocol::constants::NOT_FOUND;
 
 /// What carrying out a vhost's remote work came to, for a publisher.
@@ -150,6 +151,22 @@ pub async fn call(
             "the request to another node was dropped",
         ))
     })
+}
+
+/// After a declare of a queue placed on `peer`: waits until `peer` has applied it (so the
+/// client's next consume or publish finds the queue there, as in RabbitMQ, where the queue's
+/// node creates it before declare-ok), then asks it the queue's counts (`declare`, a passive
+/// declare request) for the declare-ok. Zero counts if it does not answer.
+pub async fn declared_there(cluster: &Arc<Cluster>, peer: u64, declare: Request) -> (u32, u32) {
+    let index = cluster.applied_index();
+    let _ = call(cluster.messaging(), peer, Request::Applied { index }).await;
+    match call(cluster.messaging(), peer, declare).await {
+        Ok(Response::Declared {
+            messages,
+            consumers,
+        }) => (messages, consumers),
+        _ => (0, 0),
+    }
 }
 
 /// A forwarded publish taken from a peer, not answered yet.

@@ -118,7 +118,7 @@ impl Connection {
             .clone()
             .expect("proposals are made in a cluster only");
         let declared = match &command {
-            Command::QueueDeclare { name, .. } => Some(name.clone()),
+            Command::QueueDeclare { name, conn, .. } => Some((name.clone(), *conn)),
             _ => None,
         };
         let (vhost, vhost_name, shared) = (
@@ -131,19 +131,26 @@ impl Connection {
             nowait,
             reply,
             answer: Box::pin(async move {
-                let outcome = cluster.execute(command).await?;
-                if let Some(queue) = declared {
+                let mut outcome = cluster.execute(command).await?;
+                if let (Some((queue, conn)), Outcome::QueueDeclared(ok)) = (declared, &mut outcome)
+                {
                     let home = vhost.lock().expect("vhost lock").remote_home(&queue);
-                    if let Some(home) = home {
-                        // A queue placed on another node is there before declare-ok, so the
-                        // client's next consume or publish finds it.
-                        if let Ok(peer) =
-                            crate::remote::reachable_home(&shared, &home, &queue, &vhost_name)
-                        {
-                            let index = cluster.applied_index();
-                            let request = warren_cluster::messaging::Request::Applied { index };
-                            let _ = crate::remote::call(cluster.messaging(), peer, request).await;
-                        }
+                    let peer = home.and_then(|home| {
+                        crate::remote::reachable_home(&shared, &home, &queue, &vhost_name).ok()
+                    });
+                    if let Some(peer) = peer {
+                        let (messages, consumers) = crate::remote::declared_there(
+                            &cluster,
+                            peer,
+                            warren_cluster::messaging::Request::Declare {
+                                vhost: vhost_name,
+                                conn,
+                                queue,
+                            },
+                        )
+                        .await;
+                        ok.message_count = messages;
+                        ok.consumer_count = consumers;
                     }
                 }
                 Ok(outcome)
