@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Side-by-side on 3-node clusters: the official RabbitMQ PerfTest against a local warren cluster
 # (scripts/cluster.sh, AMQP 5672-5674) and a RabbitMQ 3.10 cluster (../shared/rabbitmq/rabbitmq.sh
-# start 3, AMQP 5690-5692), same workload, one run. The queue is declared on node 1; PerfTest
+# start 3, AMQP 5700-5702), same workload, one run. The queue is declared on node 1; PerfTest
 # connects to node 1 (local: the client on the queue's node) and then to node 2 (remote: every
 # publish, delivery and ack crosses the cluster link), as seed 003 compares.
 #
@@ -19,7 +19,7 @@ RMQ=../shared/rabbitmq/rabbitmq.sh
 TICKS=$(getconf CLK_TCK)
 PY=.venv/bin/python
 [ -x "$PY" ] || ./scripts/interop-setup.sh >/dev/null
-export RMQ_STATE=/tmp/warren-rabbitmq-cluster RMQ_PORT=5690 RMQ_DIST_PORT=25690
+export RMQ_STATE=/tmp/warren-rabbitmq-cluster RMQ_PORT=5700 RMQ_DIST_PORT=25700
 export WARREN_CLUSTER_DIR
 WARREN_CLUSTER_DIR=$(mktemp -d -t warren-compare-cluster.XXXXXX)
 
@@ -57,8 +57,9 @@ cpu_ticks() {  # pid...
   echo "$total"
 }
 
-WPIDS=$(cat "$WARREN_CLUSTER_DIR"/n{1,2,3}.pid)
-RPIDS=$(cat "$RMQ_STATE"/rabbit{1,2,3}.pid)
+# One PID per line (RabbitMQ's PID files end without a newline).
+WPIDS=$(for i in 1 2 3; do echo "$(cat "$WARREN_CLUSTER_DIR/n$i.pid")"; done)
+RPIDS=$(for i in 1 2 3; do echo "$(cat "$RMQ_STATE/rabbit$i.pid")"; done)
 
 run() {  # name port pids...
   local name=$1 port=$2; shift 2
@@ -81,11 +82,11 @@ echo "workload: ${FLAGS[*]} for ${SECONDS_RUN}s, queue on node 1; load before: $
 # shellcheck disable=SC2086
 run warren_1 5672 $WPIDS
 # shellcheck disable=SC2086
-run rabbitmq_1 5690 $RPIDS
+run rabbitmq_1 5700 $RPIDS
 # shellcheck disable=SC2086
 run warren_2 5673 $WPIDS
 # shellcheck disable=SC2086
-run rabbitmq_2 5691 $RPIDS
+run rabbitmq_2 5701 $RPIDS
 for n in 1 2; do
   eval "ws=\$warren_${n}_sent rs=\$rabbitmq_${n}_sent wc=\$warren_${n}_cpu rc=\$rabbitmq_${n}_cpu"
   # shellcheck disable=SC2154
