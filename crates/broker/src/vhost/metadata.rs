@@ -347,7 +347,7 @@ impl VHost {
                 durable: q.durable,
                 auto_delete: q.auto_delete,
                 exclusive: q.exclusive_owner.is_some(),
-                queue_type: if q.is_quorum() { "quorum" } else { "classic" },
+                queue_type: q.config.queue_type.name(),
                 arguments: q.arguments.clone(),
                 messages_ready: q.backlog.len() as u64,
                 messages_unacknowledged: q.unacked as u64,
