@@ -304,18 +304,26 @@ impl VHost {
     ) -> PublishOutcome {
         let mut targets = std::mem::take(&mut self.scratch);
         targets.clear();
+        let mut unknown = false;
         for name in queues {
-            if let Some(&qid) = self.queues_by_name.get(name.as_str()) {
-                if self
-                    .queues
-                    .get(&qid)
-                    .is_some_and(|q| hosts(&self.local_node, q))
-                {
-                    targets.push(qid);
+            match self.queues_by_name.get(name.as_str()) {
+                Some(&qid) => {
+                    if self
+                        .queues
+                        .get(&qid)
+                        .is_some_and(|q| hosts(&self.local_node, q))
+                    {
+                        targets.push(qid);
+                    }
                 }
+                None => unknown = true,
             }
         }
-        let outcome = self.enqueue_all(&targets, message, now_ms);
+        let mut outcome = self.enqueue_all(&targets, message, now_ms);
+        // A queue this node does not know yet (its metadata lags the sender's) or any more
+        // (deleted since the sender routed): the publisher gets a nack and may publish again,
+        // never a confirm for a message stored nowhere.
+        outcome.rejected |= unknown;
         self.scratch = targets;
         outcome
     }
