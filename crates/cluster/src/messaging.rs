@@ -201,6 +201,13 @@ pub enum Data {
         vhost: String,
         channel: u64,
     },
+    /// A client channel's channel-wide prefetch changed: its stand-in takes it.
+    Qos {
+        epoch: u64,
+        vhost: String,
+        channel: u64,
+        channel_prefetch: u32,
+    },
 }
 
 const T_RESET: u8 = 1;
@@ -213,6 +220,7 @@ const T_DELIVER: u8 = 7;
 const T_CANCELLED: u8 = 8;
 const T_SETTLE: u8 = 9;
 const T_CLOSE: u8 = 10;
+const T_QOS: u8 = 11;
 
 fn put_bytes(out: &mut BytesMut, b: &[u8]) {
     out.put_u32_le(b.len() as u32);
@@ -340,6 +348,18 @@ impl Data {
                 put_bytes(out, vhost.as_bytes());
                 out.put_u64_le(*channel);
             }
+            Data::Qos {
+                epoch,
+                vhost,
+                channel,
+                channel_prefetch,
+            } => {
+                out.put_u8(T_QOS);
+                out.put_u64_le(*epoch);
+                put_bytes(out, vhost.as_bytes());
+                out.put_u64_le(*channel);
+                out.put_u32_le(*channel_prefetch);
+            }
         }
     }
 
@@ -446,6 +466,12 @@ impl Data {
                 epoch: r.u64()?,
                 vhost: r.string()?,
                 channel: r.u64()?,
+            },
+            T_QOS => Data::Qos {
+                epoch: r.u64()?,
+                vhost: r.string()?,
+                channel: r.u64()?,
+                channel_prefetch: r.u32()?,
             },
             other => return Err(format!("data message kind {other}")),
         };
@@ -693,7 +719,8 @@ impl Messaging {
             }
             Data::Publish { epoch, .. }
             | Data::Settle { epoch, .. }
-            | Data::Close { epoch, .. } => {
+            | Data::Close { epoch, .. }
+            | Data::Qos { epoch, .. } => {
                 if self.peer_epoch_seen(from, epoch, &handler) {
                     handler.data(from, data);
                 }
@@ -870,6 +897,12 @@ mod tests {
                 epoch: 1,
                 vhost: "v".into(),
                 channel: 3,
+            },
+            Data::Qos {
+                epoch: 1,
+                vhost: "v".into(),
+                channel: 3,
+                channel_prefetch: 10,
             },
         ];
         for d in all {

@@ -95,6 +95,24 @@ pub fn carry_out(shared: &Shared, vhost: &str, effects: Vec<RemoteEffect>) -> Ca
                     );
                 }
             }
+            RemoteEffect::Qos {
+                node,
+                channel,
+                channel_prefetch,
+            } => {
+                if let Some(peer) = cluster.member_id(&node) {
+                    let epoch = messaging.epoch(peer);
+                    messaging.send(
+                        peer,
+                        &Data::Qos {
+                            epoch,
+                            vhost: vhost.to_string(),
+                            channel,
+                            channel_prefetch,
+                        },
+                    );
+                }
+            }
         }
     }
     carried
@@ -587,6 +605,20 @@ impl Handler for Peers {
                     if v.has_channel(channel) {
                         v.channel_close(channel, now);
                     }
+                }
+            }
+            Data::Qos {
+                vhost,
+                channel,
+                channel_prefetch,
+                ..
+            } => {
+                if let Some(v) = shared.broker.vhost(&vhost) {
+                    let mut v = MetaGuard {
+                        vhost: v.lock().expect("vhost lock"),
+                        shared: &shared,
+                    };
+                    v.set_stand_in_channel_prefetch(channel, channel_prefetch, now);
                 }
             }
             Data::Reset { .. } | Data::Broken { .. } | Data::Answer { .. } => {}

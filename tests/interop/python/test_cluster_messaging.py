@@ -75,6 +75,30 @@ def test_a_queue_on_one_node_takes_publishes_and_serves_consumers_on_the_others(
         c.close()
 
 
+def test_a_global_prefetch_raised_after_consuming_reaches_the_queues_node(cluster):
+    n1, n2, _ = cluster.nodes
+    c1 = n1.connection()
+    ch1 = c1.channel()
+    ch1.queue_declare("limited", durable=True)
+    for i in range(20):
+        ch1.basic_publish("", "limited", f"m{i}".encode())
+    c2 = n2.connection()
+    ch2 = c2.channel()
+    eventually(lambda: ch2.queue_declare("limited", passive=True), "n2 knows the queue")
+    ch2.basic_qos(prefetch_count=2, global_qos=True)
+    got = []
+    ch2.basic_consume("limited", lambda ch, m, p, b: got.append(m.delivery_tag))
+    eventually(lambda: c2.process_data_events(0.05) or len(got) >= 2, "2 deliveries")
+    c2.process_data_events(0.3)
+    assert len(got) == 2, "the channel-wide limit holds on n1"
+    ch2.basic_qos(prefetch_count=5, global_qos=True)
+    eventually(lambda: c2.process_data_events(0.05) or len(got) >= 5, "3 more deliveries")
+    c2.process_data_events(0.3)
+    assert len(got) == 5, "the raised limit reached n1, and no further"
+    for c in (c1, c2):
+        c.close()
+
+
 def test_get_nack_purge_and_a_conditional_delete_of_a_remote_queue(cluster):
     n1, n2, n3 = cluster.nodes
     c1 = n1.connection()

@@ -179,6 +179,13 @@ impl VHost {
             // (rabbit_limiter:unlimit_prefetch): set it after, not before, to have both.
             ch.channel_prefetch = 0;
         }
+        for node in &ch.remote_nodes {
+            self.remote.push(RemoteEffect::Qos {
+                node: node.clone(),
+                channel: key,
+                channel_prefetch: ch.channel_prefetch,
+            });
+        }
         let queues: Vec<QueueId> = ch.consumers.values().copied().collect();
         for q in queues {
             self.dispatch(q, now_ms);

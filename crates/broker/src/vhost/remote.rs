@@ -371,6 +371,15 @@ impl VHost {
         }
     }
 
+    /// The client channel's channel-wide prefetch changed (basic.qos global).
+    pub fn set_stand_in_channel_prefetch(&mut self, key: ChannelKey, prefetch: u32, now_ms: u64) {
+        let consumer_prefetch = match self.channels.get(&key) {
+            Some(ch) => ch.consumer_prefetch,
+            None => return,
+        };
+        self.set_stand_in_prefetch(key, consumer_prefetch, prefetch, now_ms);
+    }
+
     /// Settles deliveries of a stand-in by their tags here; tags it no longer knows (the
     /// stand-in closed and requeued them) are skipped.
     pub fn settle_stand_in(&mut self, key: ChannelKey, op: SettleOp, tags: &[u64], now_ms: u64) {
