@@ -11,6 +11,8 @@
 //!   commands; its thread applies them to the node's broker.
 //! - [`applied_requests`]: which proposals were applied, so a command proposed twice (a retry
 //!   after a leader change) takes effect once.
+//! - [`groups`]: every quorum queue's Raft group on the node, driven by one loop: one WAL sync
+//!   per round for all groups, idle groups asleep until a proposal, a message or a node down.
 //! - [`messaging`]: messages between nodes (forwarded publishes, deliveries to consumers on
 //!   other nodes, their acks, requests to a queue's node) and the epochs that keep two nodes'
 //!   views of each other consistent across broken links.
@@ -33,6 +35,7 @@
 
 pub mod applied_requests;
 pub mod frame;
+pub mod groups;
 pub mod membership;
 pub mod messaging;
 pub mod metadata;
