@@ -51,7 +51,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use transport::{LinkStats, Transport};
+use groups::QueueGroups;
+use transport::{Inbound, LinkStats, Transport};
 use warren_broker::broker::Broker;
 use warren_broker::command::{Command, Outcome};
 use warren_broker::error::AmqpError;
@@ -120,6 +121,13 @@ pub struct Cluster {
     /// The index of the last metadata entry this node applied.
     applied: Arc<tokio::sync::watch::Sender<u64>>,
     messaging: Arc<Messaging>,
+    queue_groups: QueueGroups,
+    groups_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// Raft groups other than the metadata's and the membership requests' are quorum queues'.
+fn is_queue_group(group: u64) -> bool {
+    group != metadata::METADATA_GROUP && group != membership::MEMBERSHIP_GROUP
 }
 
 impl Cluster {
@@ -144,6 +152,9 @@ impl Cluster {
             .map_err(|e| format!("cannot listen for cluster links on {}: {e}", config.listen))?;
         let (tx, rx) = std::sync::mpsc::channel::<Input>();
         let deliver_tx = Mutex::new(tx.clone());
+        // Quorum queues' groups, once the loop runs (it needs the transport to send).
+        let groups_slot: Arc<std::sync::OnceLock<QueueGroups>> = Arc::default();
+        let (g1, g2) = (groups_slot.clone(), groups_slot.clone());
         let boot = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_millis() as u64);
@@ -159,11 +170,20 @@ impl Cluster {
             boot,
             listener,
             transport::Callbacks {
-                inbound: Arc::new(move |inbound| {
-                    let _ = deliver_tx
-                        .lock()
-                        .expect("inputs lock")
-                        .send(Input::Peer(inbound));
+                inbound: Arc::new(move |inbound| match inbound {
+                    Inbound::Raft {
+                        group, messages, ..
+                    } if is_queue_group(group) => {
+                        if let Some(groups) = g1.get() {
+                            groups.send(groups::Input::Peer { group, messages });
+                        }
+                    }
+                    inbound => {
+                        let _ = deliver_tx
+                            .lock()
+                            .expect("inputs lock")
+                            .send(Input::Peer(inbound));
+                    }
                 }),
                 data: Arc::new(move |from, payload| match m1.get() {
                     Some(m) => m.receive(from, payload),
@@ -178,9 +198,25 @@ impl Cluster {
                     if let Some(m) = m3.get() {
                         m.link_broken(peer);
                     }
+                    // The node-level failure detector wakes the sleeping groups it concerns.
+                    if let Some(groups) = g2.get() {
+                        groups.send(groups::Input::PeerDown(peer));
+                    }
                 }),
             },
         );
+        let (queue_groups, groups_thread) = {
+            let (t1, t2) = (transport.clone(), transport.clone());
+            QueueGroups::start(
+                me.id,
+                store.clone(),
+                &config.dir.join("groups"),
+                Arc::new(move |to, group, messages| t1.send_raft(to, group, messages)),
+                Arc::new(move |peer| t2.is_up(peer)),
+                groups::GroupsTiming::default(),
+            )?
+        };
+        let _ = groups_slot.set(queue_groups.clone());
         let messaging = Arc::new(Messaging::new(transport.clone(), boot));
         let _ = messaging_slot.set(messaging.clone());
         {
@@ -253,6 +289,8 @@ impl Cluster {
             installs,
             applied,
             messaging,
+            queue_groups,
+            groups_thread: Mutex::new(Some(groups_thread)),
         });
         if !founding && !identity.seeds.is_empty() {
             membership::spawn_auto_join(cluster.clone(), identity.seeds);
@@ -418,12 +456,21 @@ impl Cluster {
         }
     }
 
-    /// Stops the metadata group's thread (the node is shutting down).
+    /// Stops the metadata group's and the queue groups' threads (the node is shutting down).
     pub fn stop(&self) {
         let _ = self.inputs.lock().expect("inputs lock").send(Input::Stop);
         if let Some(t) = self.thread.lock().expect("thread lock").take() {
             let _ = t.join();
         }
+        self.queue_groups.send(groups::Input::Stop);
+        if let Some(t) = self.groups_thread.lock().expect("thread lock").take() {
+            let _ = t.join();
+        }
+    }
+
+    /// The node's quorum queue groups.
+    pub fn queue_groups(&self) -> &QueueGroups {
+        &self.queue_groups
     }
 }
 
