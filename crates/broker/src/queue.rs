@@ -57,6 +57,8 @@ pub struct Queue {
     pub log_id: Option<u64>,
     /// In a cluster, the node that hosts the queue's messages (`None` on a single node).
     pub home_node: Option<std::sync::Arc<str>>,
+    /// A quorum queue's members in a cluster, its first leader first (empty otherwise).
+    pub members: Vec<std::sync::Arc<str>>,
     /// Which stored entries are settled, so that settled prefixes are released in one step.
     pub released: ReleaseTracker,
     /// The index the next stored message gets in that log.
@@ -175,6 +177,7 @@ impl Queue {
             last_used_ms: now_ms,
             log_id: None,
             home_node: None,
+            members: Vec::new(),
             next_index: 1,
             released: ReleaseTracker::default(),
             page_out_due: false,

@@ -44,6 +44,7 @@ pub mod raft_log;
 pub mod transport;
 
 use frame::NodeInfo;
+use groups::QueueGroups;
 use messaging::Messaging;
 use metadata::{GroupStatus, Input, MetadataGroup, Timing};
 use std::collections::BTreeMap;
@@ -51,7 +52,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use groups::QueueGroups;
 use transport::{Inbound, LinkStats, Transport};
 use warren_broker::broker::Broker;
 use warren_broker::command::{Command, Outcome};

@@ -578,7 +578,9 @@ async fn queues_json(s: &Shared, only: Option<&str>) -> Vec<Value> {
         .into_iter()
         .map(|view| {
             let q = view.info;
-            json!({
+            let node = q.node.as_deref().unwrap_or(s.node_name()).to_string();
+            let members: Vec<&str> = q.members.iter().map(|m| &**m).collect();
+            let mut out = json!({
                 "name": q.name,
                 "vhost": view.vhost,
                 "durable": q.durable,
@@ -594,8 +596,14 @@ async fn queues_json(s: &Shared, only: Option<&str>) -> Vec<Value> {
                 "messages_paged_out": q.messages_paged_out,
                 "messages_ram": q.messages_ready - q.messages_paged_out,
                 "consumers": q.consumers,
-                "node": q.node.as_deref().unwrap_or(s.node_name()),
-            })
+                "node": node,
+            });
+            // A quorum queue's replicas, as RabbitMQ's API shows them.
+            if !members.is_empty() {
+                out["leader"] = json!(node);
+                out["members"] = json!(members);
+            }
+            out
         })
         .collect()
 }

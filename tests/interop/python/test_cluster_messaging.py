@@ -99,6 +99,25 @@ def test_a_global_prefetch_raised_after_consuming_reaches_the_queues_node(cluste
         c.close()
 
 
+def test_balanced_placement_spreads_queues_and_quorum_queues_name_their_members(cluster):
+    n1, n2, _ = cluster.nodes
+    ch = n1.connection().channel()
+    for i in range(6):
+        ch.queue_declare(f"spread-{i}", durable=True,
+                         arguments={"x-queue-master-locator": "min-masters"})
+    homes = [q["node"] for q in n2.api("/api/queues") if q["name"].startswith("spread-")]
+    assert sorted(homes) == ["n1", "n1", "n2", "n2", "n3", "n3"], "the fewest-queues node each time"
+    ch.queue_declare("qq3", durable=True, arguments={"x-queue-type": "quorum"})
+    ch.queue_declare("qq2", durable=True, arguments={"x-queue-type": "quorum",
+                                                    "x-quorum-initial-group-size": 2})
+    queues = {q["name"]: q for q in n2.api("/api/queues")}
+    assert sorted(queues["qq3"]["members"]) == ["n1", "n2", "n3"]
+    assert len(queues["qq2"]["members"]) == 2
+    for q in (queues["qq3"], queues["qq2"]):
+        assert q["leader"] == q["node"] == q["members"][0]
+    assert "members" not in queues["spread-0"], "classic queues have no members"
+
+
 def test_get_nack_purge_and_a_conditional_delete_of_a_remote_queue(cluster):
     n1, n2, n3 = cluster.nodes
     c1 = n1.connection()

@@ -85,6 +85,8 @@ pub struct QueueInfo {
     pub consumers: u64,
     /// The node hosting the queue in a cluster (`None` on a single node).
     pub node: Option<std::sync::Arc<str>>,
+    /// A quorum queue's members in a cluster.
+    pub members: Vec<std::sync::Arc<str>>,
 }
 
 #[derive(Debug, Clone)]
