@@ -88,17 +88,22 @@ impl Consumers {
     /// Takes the consumer out of the round robin (basic.cancel); it stays in `all` while
     /// it holds messages.
     pub fn unsubscribe(&mut self, id: &ConsumerId) {
-        if let Some(pos) = self.service.iter().position(|s| s == id) {
-            self.service.remove(pos);
-            if pos < self.next {
-                self.next -= 1;
-            }
-            if self.next >= self.service.len() {
-                self.next = 0;
-            }
-        }
+        self.leave_service(id);
         if let Some(c) = self.all.get_mut(id) {
             c.status = Status::Cancelled;
+        }
+    }
+
+    fn leave_service(&mut self, id: &ConsumerId) {
+        let Some(pos) = self.service.iter().position(|s| s == id) else {
+            return;
+        };
+        self.service.remove(pos);
+        if pos < self.next {
+            self.next -= 1;
+        }
+        if self.next >= self.service.len() {
+            self.next = 0;
         }
     }
 
@@ -115,7 +120,7 @@ impl Consumers {
 
     /// Forgets a consumer, whatever it holds (the caller returned it all first).
     pub fn remove(&mut self, id: &ConsumerId) -> Option<Consumer> {
-        self.unsubscribe(id);
+        self.leave_service(id);
         self.all.remove(id)
     }
 
