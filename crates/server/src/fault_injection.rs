@@ -12,6 +12,11 @@
 //!
 //! `POST /api/warren/faults/disk-full?on=true` makes every WAL write fail with ENOSPC until
 //! `?on=false`: a disk that filled up, then got space back.
+//!
+//! `POST /api/warren/faults/confirm-without-storing?on=true` plants a bug for the message-safety
+//! checker (`tests/interop/python/queue_jepsen.py`) to catch: until `?on=false`, this node drops
+//! the publishes other nodes forward to its queues yet answers them `Published`, so publishers
+//! on other nodes get confirms for messages stored nowhere.
 
 use crate::Shared;
 use axum::extract::{Query, State};
@@ -20,7 +25,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use serde::Deserialize;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use warren_store::Faults;
 
@@ -31,12 +36,26 @@ pub struct FaultInjection {
     pub wal: Arc<Faults>,
     /// The metadata journal's: apart, so a test chooses which file fails.
     pub metadata: Arc<Faults>,
+    /// The planted bug: forwarded publishes confirmed, not enqueued.
+    pub confirm_without_storing: Arc<AtomicBool>,
+}
+
+/// True while the planted bug is on (never without `--fault-injection`).
+pub fn confirms_without_storing(s: &Shared) -> bool {
+    s.config
+        .fault_injection
+        .as_ref()
+        .is_some_and(|f| f.confirm_without_storing.load(Ordering::Relaxed))
 }
 
 pub fn routes() -> Router<Arc<Shared>> {
     Router::new()
         .route("/api/warren/faults/fail-next-fsync", post(fail_next_fsync))
         .route("/api/warren/faults/disk-full", post(disk_full))
+        .route(
+            "/api/warren/faults/confirm-without-storing",
+            post(confirm_without_storing),
+        )
 }
 
 /// The node's switches, for an administrator of a node started with fault injection; as if the
@@ -95,5 +114,24 @@ async fn disk_full(
     };
     faults.wal.disk_full.store(q.on, Ordering::Relaxed);
     tracing::warn!(on = q.on, "fault injection: WAL writes fail with ENOSPC");
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn confirm_without_storing(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Query(q): Query<On>,
+) -> Response {
+    let faults = match switches(&s, &headers) {
+        Ok(faults) => faults,
+        Err(r) => return r,
+    };
+    faults
+        .confirm_without_storing
+        .store(q.on, Ordering::Relaxed);
+    tracing::warn!(
+        on = q.on,
+        "fault injection: forwarded publishes are confirmed without being stored"
+    );
     StatusCode::NO_CONTENT.into_response()
 }
