@@ -111,9 +111,10 @@ def params(node):
 class Ledger:
     """Everything the clients saw, under one lock. `now()` is seconds since the run started."""
 
-    def __init__(self):
+    def __init__(self, t0=None):
         self.lock = threading.Lock()
-        self.t0 = time.monotonic()
+        self.t0 = time.monotonic() if t0 is None else t0
+        self.wall0 = time.time() - (time.monotonic() - self.t0)
         self.published = {}          # id -> (queue, sha, publisher's node, time sent)
         self.confirmed = {}          # id -> time of its confirm
         self.nacked = set()
@@ -136,6 +137,11 @@ class Ledger:
 
     def now(self):
         return time.monotonic() - self.t0
+
+    def wall(self, t):
+        """A run time as the UTC wall clock of the nodes' logs."""
+        stamp = self.wall0 + t
+        return time.strftime("%H:%M:%S", time.gmtime(stamp)) + f".{int(stamp * 1000) % 1000:03d}Z"
 
     def anomaly(self, what):
         with self.lock:
@@ -710,7 +716,8 @@ def check(ledger, faults, seed, args, counts, placement, stuck, nemesis_error):
                 queue, _, via, sent = ledger.published[mid]
                 r.details.append(
                     f"lost {mid}: to {queue} (on {placement.get(queue, '?')}) through {via}, "
-                    f"sent at {sent:.2f} s, confirmed at {ledger.confirmed[mid]:.2f} s")
+                    f"sent at {sent:.2f} s ({ledger.wall(sent)}), confirmed at "
+                    f"{ledger.confirmed[mid]:.2f} s ({ledger.wall(ledger.confirmed[mid])})")
         if ledger.unexpected:
             r.violations.append(f"{len(ledger.unexpected)} deliveries never published")
             r.details += [f"unexpected {u}" for u in ledger.unexpected[:20]]
@@ -769,7 +776,7 @@ def run(args, log=None, cluster_dir=None):
             bugged = cluster.node(placement[names[0]])
             bugged.api("/api/warren/faults/confirm-without-storing?on=true", "POST")
             log(f"planted bug on {bugged.name}: forwarded publishes confirmed, not stored")
-        ledger = Ledger()
+        ledger = Ledger(t0)
         pubs = [Publisher(cluster, ledger, i, names, seed * 100 + i, args.rate, args.window)
                 for i in range(len(cluster.nodes))]
         cons = [Consumer(cluster, ledger, i, names, seed * 100 + 50 + i)
