@@ -838,7 +838,7 @@ def run(args, log=None, cluster_dir=None):
                                      f"{cluster.node(name).log_tail(1500)}")
         if args.keep or (result.violations and not args.plant_bug):
             keep = cluster.dir + "-kept"
-            os.system(f"cp -r {cluster.dir} {keep}")
+            os.system(f"cp -r {cluster.dir} {keep} 2>/dev/null")
             result.details.append(f"node logs and data kept in {keep}")
     return result
 
