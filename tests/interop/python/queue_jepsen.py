@@ -239,10 +239,14 @@ class _PublisherSession:
         self.last_tick = time.monotonic()
         self.closing_since = None
         self.stop_deadline = None
+        self.opened = None
+        self.confirming = False     # confirm.select-ok arrived: publishing may start
 
     def on_open(self, conn):
         self.conn = conn
+        self.opened = time.monotonic()
         conn.channel(on_open_callback=self.on_channel)
+        conn.ioloop.call_later(0.05, self.tick)
 
     def on_open_error(self, conn, _err):
         conn.ioloop.stop()
@@ -255,7 +259,7 @@ class _PublisherSession:
         channel.add_on_return_callback(self.on_return)
         channel.add_on_close_callback(lambda *_: self.close())
         channel.confirm_delivery(ack_nack_callback=self.on_confirm,
-                                 callback=lambda _f: self.tick())
+                                 callback=lambda _f: setattr(self, "confirming", True))
 
     def on_return(self, _channel, _method, props, _body):
         mid = text((props.headers or {}).get(ID_HEADER))
@@ -298,7 +302,9 @@ class _PublisherSession:
         oldest = min((sent for _, sent in self.pending.values()), default=now)
         if self.pub.stopping.is_set() and self.stop_deadline is None:
             self.stop_deadline = now + STOP_CONFIRMS_S
-        if now - oldest > CONFIRM_TIMEOUT_S or (
+        if not self.confirming and now - self.opened > CONFIRM_TIMEOUT_S:
+            self.close()    # the channel or confirm.select is not answered
+        elif now - oldest > CONFIRM_TIMEOUT_S or (
                 self.stop_deadline is not None and (not self.pending or now > self.stop_deadline)):
             if now - oldest > CONFIRM_TIMEOUT_S:
                 with self.pub.ledger.lock:
@@ -319,7 +325,7 @@ class _PublisherSession:
 
         ch = self.channel
         pub = self.pub
-        while (ch is not None and ch.is_open and self.closing_since is None
+        while (self.confirming and ch.is_open and self.closing_since is None
                and not pub.stopping.is_set() and len(self.pending) < pub.window
                and self.allowance >= 1):
             self.allowance -= 1
@@ -357,7 +363,7 @@ class Consumer(threading.Thread):
         self.rng = random.Random(seed)
         self.stopping = threading.Event()
         self.conn = None
-        self.committing_since = None
+        self.busy = None             # (what, since): a blocking call under way
         self.error = None
 
     def run(self):
@@ -410,6 +416,7 @@ class Consumer(threading.Thread):
         import pika
 
         sub.channel, sub.consuming, sub.pending = None, False, []
+        self.busy = ("channel.open, basic.qos, tx.select", time.monotonic())
         try:
             ch = self.conn.channel()
             ch.basic_qos(prefetch_count=CONSUMER_PREFETCH)
@@ -419,6 +426,8 @@ class Consumer(threading.Thread):
         except pika.exceptions.AMQPChannelError:
             sub.retry_at = time.monotonic() + RECONSUME_AFTER_S
             return
+        finally:
+            self.busy = None
         self.consume(sub, who)
 
     def consume(self, sub, who):
@@ -432,6 +441,7 @@ class Consumer(threading.Thread):
                 # Not ours: settle it so it does not come back forever (it is reported).
                 ch.basic_ack(method.delivery_tag)
 
+        self.busy = ("basic.consume", time.monotonic())
         try:
             sub.channel.basic_consume(sub.queue, on_message, auto_ack=False)
             sub.consuming = True
@@ -439,6 +449,8 @@ class Consumer(threading.Thread):
             # 404: the queue's node is down. A new channel later.
             sub.channel = None
             sub.retry_at = time.monotonic() + RECONSUME_AFTER_S
+        finally:
+            self.busy = None
 
     def cancelled(self, sub):
         with self.ledger.lock:
@@ -451,7 +463,7 @@ class Consumer(threading.Thread):
         import pika
 
         batch, sub.pending = sub.pending[:CONSUMER_BATCH], sub.pending[CONSUMER_BATCH:]
-        self.committing_since = time.monotonic()
+        self.busy = ("tx.commit", time.monotonic())
         try:
             for tag, _ in batch:
                 sub.channel.basic_ack(tag)
@@ -469,7 +481,7 @@ class Consumer(threading.Thread):
                 self.ledger.commits_failed += 1
             raise
         finally:
-            self.committing_since = None
+            self.busy = None
         with self.ledger.lock:
             now = self.ledger.now()
             for _, mid in batch:
@@ -477,10 +489,12 @@ class Consumer(threading.Thread):
             self.ledger.acks_committed += len(batch)
 
     def watchdog(self):
-        """From the main thread: a commit stuck past its deadline loses its connection."""
-        since, conn = self.committing_since, self.conn
-        if since is not None and conn is not None and time.monotonic() - since > COMMIT_TIMEOUT_S:
-            self.ledger.anomaly(f"{self.tag}: tx.commit unanswered for {COMMIT_TIMEOUT_S} s")
+        """From the main thread: a blocking call (tx.commit above all) unanswered past its
+        deadline costs its connection (the server requeues what the consumer held)."""
+        busy, conn = self.busy, self.conn
+        if busy is not None and conn is not None and time.monotonic() - busy[1] > COMMIT_TIMEOUT_S:
+            self.busy = None
+            self.ledger.anomaly(f"{self.tag}: {busy[0]} unanswered for {COMMIT_TIMEOUT_S} s")
             shut_socket(conn)
 
 
@@ -703,6 +717,7 @@ def check(ledger, faults, seed, args, counts, placement, stuck, nemesis_error):
             "unexpected": len(ledger.unexpected),
             "corrupt": len(ledger.corrupt),
             "duplicates": dup,
+            "repeats without redelivered flag": ledger.repeat_without_flag,
             "redelivered after confirmed ack": len(ledger.after_ack),
             "nacked but delivered": len(nacked & delivered),
             "indeterminate but delivered": len(indeterminate & delivered),
