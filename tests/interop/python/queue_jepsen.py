@@ -124,6 +124,8 @@ class Ledger:
         self.deliveries = collections.Counter()     # id -> deliveries (run and drain)
         self.redelivered_flag = 0    # deliveries that carried redelivered=true
         self.repeat_without_flag = 0
+        self.last_delivery = {}      # id -> (who, time): the previous delivery, for examples
+        self.repeat_examples = []
         self.drained = 0
         self.ack_confirmed = {}      # id -> time its tx.commit-ok arrived
         self.after_ack = []          # (id, who, time): delivered again after a confirmed ack
@@ -165,6 +167,12 @@ class Ledger:
                 self.after_ack.append((mid, who, now))
             if self.deliveries[mid] and not redelivered:
                 self.repeat_without_flag += 1
+                if len(self.repeat_examples) < 20:
+                    prev_who, prev_t = self.last_delivery[mid]
+                    self.repeat_examples.append(
+                        f"{mid} from {queue} to {who} at {now:.2f} s ({self.wall(now)}) with "
+                        f"redelivered=false, delivered before to {prev_who} at {prev_t:.2f} s")
+            self.last_delivery[mid] = (who, now)
             self.deliveries[mid] += 1
             self.redelivered_flag += bool(redelivered)
             self.drained += drain
@@ -745,6 +753,7 @@ def check(ledger, faults, seed, args, counts, placement, stuck, nemesis_error):
                           f"{ledger.ack_confirmed[a[0]]:.2f} s" for a in ledger.after_ack[:20]]
             if args.strict_acks:
                 r.violations.append(what)
+        r.details += [f"repeat without redelivered flag: {e}" for e in ledger.repeat_examples]
         if ledger.anomalies:
             r.details += ledger.anomalies[:20]
     left = {q: c for q, (c, _) in counts.items() if c}
