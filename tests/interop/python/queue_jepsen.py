@@ -218,8 +218,13 @@ class Publisher(threading.Thread):
                     params(node), on_open_callback=s.on_open,
                     on_open_error_callback=s.on_open_error, on_close_callback=s.on_close)
                 self.conn.ioloop.start()
-        except Exception:  # noqa: BLE001 - a refused or broken connection: try again
-            pass
+        except (pika.exceptions.AMQPError, OSError):
+            pass    # a refused or broken connection: try again
+        except Exception as e:  # noqa: BLE001 - a bug of this tool: reported, not hidden
+            self.ledger.anomaly(f"{self.tag}@{node.name}: {type(e).__name__}: {e}")
+            self.error = self.error or f"{type(e).__name__}: {e}"
+            if self.conn is not None:
+                shut_socket(self.conn)
         finally:
             # What is still pending is indeterminate: neither confirmed nor nacked.
             self.conn = None
@@ -375,6 +380,8 @@ class Consumer(threading.Thread):
         self.error = None
 
     def run(self):
+        import pika
+
         try:
             while not self.stopping.is_set():
                 node = self.home if self.rng.random() < 0.6 else self.rng.choice(
@@ -383,8 +390,11 @@ class Consumer(threading.Thread):
                     self.ledger.sessions[("consumer", node.name)] += 1
                 try:
                     self.session(node)
-                except Exception:  # noqa: BLE001 - the node died, paused or was cut off
-                    pass
+                except (pika.exceptions.AMQPError, OSError):
+                    pass    # the node died, paused or was cut off
+                except Exception as e:  # noqa: BLE001 - a bug of this tool: reported
+                    self.ledger.anomaly(f"{self.tag}@{node.name}: {type(e).__name__}: {e}")
+                    self.error = self.error or f"{type(e).__name__}: {e}"
                 finally:
                     conn, self.conn = self.conn, None
                     if conn is not None:
@@ -692,7 +702,7 @@ class Result:
         return "[queue-jepsen] summary: " + ", ".join(f"{k}={v}" for k, v in self.summary.items())
 
 
-def check(ledger, faults, seed, args, counts, placement, stuck, nemesis_error):
+def check(ledger, faults, seed, args, counts, placement, stuck, nemesis_error, failed=()):
     r = Result()
     with ledger.lock:
         published = set(ledger.published)
@@ -761,6 +771,8 @@ def check(ledger, faults, seed, args, counts, placement, stuck, nemesis_error):
         r.violations.append(f"messages left in the queues after the drain: {left}")
     if stuck:
         r.violations.append(f"clients that did not stop: {stuck}")
+    if failed:
+        r.violations.append(f"clients that failed (a bug of the tool, not a verdict): {failed}")
     if nemesis_error:
         r.violations.append(f"the nemesis failed: {nemesis_error}")
     wanted = max(args.faults or 0, args.faults_min or 0)
@@ -855,8 +867,9 @@ def run(args, log=None, cluster_dir=None):
         log("clients stopped: draining")
         counts = drain(cluster, ledger, names, rng, log)
         died = [n.name for n in cluster.nodes if n.proc is not None and n.proc.poll() is not None]
+        failed = [f"{c.name}: {c.error}" for c in pubs + cons if c.error]
         result = check(ledger, nemesis.faults, seed, args, counts, placement, stuck,
-                       nemesis.error)
+                       nemesis.error, failed)
         for name in died:
             result.violations.append(f"{name} exited on its own: "
                                      f"{cluster.node(name).log_tail(1500)}")
