@@ -331,6 +331,7 @@ impl Runner {
         if self.groups.contains_key(&group) {
             return Ok(());
         }
+        let fresh = self.store.hard_state(group).is_none() && self.store.log_info(group).is_none();
         let log = RaftLog::open(self.store.clone(), group, &self.group_dir(group), &voters)?;
         let snapshot = log.latest_snapshot();
         let snapshot_index = snapshot.get_metadata().index;
@@ -350,7 +351,12 @@ impl Runner {
         };
         config.validate().map_err(|e| e.to_string())?;
         let logger = slog::Logger::root(slog::Discard, slog::o!());
-        let raw = RawNode::new(&config, log, &logger).map_err(|e| e.to_string())?;
+        let mut raw = RawNode::new(&config, log, &logger).map_err(|e| e.to_string())?;
+        // The first member of a new group is where the queue was placed: it stands at once,
+        // so it leads unless another member was quicker (leadership may move later anyway).
+        if fresh && voters.first() == Some(&self.me) {
+            let _ = raw.campaign();
+        }
         self.groups.insert(
             group,
             Group {

@@ -37,6 +37,7 @@ pub mod management;
 pub mod memory;
 pub mod metadata;
 pub mod queue_stats;
+pub mod quorum_replica;
 pub mod remote;
 mod remote_queue;
 pub mod replicated;
@@ -185,6 +186,7 @@ pub async fn serve(
         cluster,
     });
     remote::install(&shared);
+    quorum_replica::install(&shared);
     let mut failure = shared.durability.subscribe_failure();
     let failing = shared.clone();
     tokio::spawn(async move {

@@ -598,9 +598,15 @@ async fn queues_json(s: &Shared, only: Option<&str>) -> Vec<Value> {
                 "consumers": q.consumers,
                 "node": node,
             });
-            // A quorum queue's replicas, as RabbitMQ's API shows them.
+            // A quorum queue's replicas, as RabbitMQ's API shows them: the leader its Raft
+            // group elected, as this node (a member) sees it, else where it was placed.
             if !members.is_empty() {
-                out["leader"] = json!(node);
+                let leader = q
+                    .log_id
+                    .zip(s.cluster.as_ref())
+                    .and_then(|(log, c)| c.queue_leader(log))
+                    .unwrap_or(node);
+                out["leader"] = json!(leader);
                 out["members"] = json!(members);
             }
             out

@@ -148,6 +148,27 @@ impl VHost {
         }
     }
 
+    /// A queue's settings, as its declare parsed them.
+    pub fn queue_config(&self, queue: &str) -> Option<crate::args::QueueConfig> {
+        let id = self.queues_by_name.get(queue)?;
+        Some(self.queues.get(id)?.config.clone())
+    }
+
+    /// A quorum queue's log id and members, when it has members (in a cluster).
+    pub fn replicated_queue(&self, queue: &str) -> Option<(u64, Vec<std::sync::Arc<str>>)> {
+        let q = self.queues.get(self.queues_by_name.get(queue)?)?;
+        (!q.members.is_empty()).then(|| Some((q.log_id?, q.members.clone())))?
+    }
+
+    /// Every quorum queue with members (a cluster's): name, log id and members.
+    pub fn replicated_queues(&self) -> Vec<(String, u64, Vec<std::sync::Arc<str>>)> {
+        self.queues
+            .values()
+            .filter(|q| !q.members.is_empty())
+            .filter_map(|q| Some((q.name.clone(), q.log_id?, q.members.clone())))
+            .collect()
+    }
+
     /// How many of this vhost's queues each node hosts (leads), for balanced placement.
     pub fn count_queues_by_home(&self, counts: &mut std::collections::HashMap<String, usize>) {
         for q in self.queues.values() {
@@ -377,6 +398,7 @@ impl VHost {
                 consumers: q.consumers.len() as u64,
                 node: q.home_node.clone(),
                 members: q.members.clone(),
+                log_id: q.log_id,
             })
             .collect();
         v.sort_by(|a, b| a.name.cmp(&b.name));

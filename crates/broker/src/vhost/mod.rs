@@ -87,6 +87,8 @@ pub struct QueueInfo {
     pub node: Option<std::sync::Arc<str>>,
     /// A quorum queue's members in a cluster.
     pub members: Vec<std::sync::Arc<str>>,
+    /// The queue's storage log (durable queues).
+    pub log_id: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
