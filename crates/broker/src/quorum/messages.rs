@@ -176,6 +176,7 @@ impl Ready {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn msg(index: u64) -> Msg {
         Msg {
@@ -217,5 +218,88 @@ mod tests {
         assert_eq!(r.peek().map(|m| m.index), Some(7));
         assert_eq!(r.len(), 4);
         assert_eq!(r.bytes(), 4);
+    }
+
+    /// The obvious model: returns, then one list where a rejected message joins the back.
+    #[derive(Default)]
+    struct Model {
+        returns: VecDeque<u64>,
+        main: VecDeque<u64>,
+    }
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Enqueue,
+        Pop,
+        /// Pops the head and gives it back: as a return, or rejected.
+        PopAndGiveBack {
+            rejected: bool,
+        },
+        /// Gives back the message popped `k` pops ago, if still out.
+        GiveBackOld {
+            k: usize,
+            rejected: bool,
+        },
+    }
+
+    proptest! {
+        #[test]
+        fn serves_in_the_order_of_the_obvious_model(
+            steps in prop::collection::vec(prop_oneof![
+                3 => Just(Step::Enqueue),
+                2 => Just(Step::Pop),
+                2 => any::<bool>().prop_map(|rejected| Step::PopAndGiveBack { rejected }),
+                2 => (0usize..4, any::<bool>())
+                    .prop_map(|(k, rejected)| Step::GiveBackOld { k, rejected }),
+            ], 0..200)
+        ) {
+            let mut r = Ready::default();
+            let mut model = Model::default();
+            let mut next = 1;
+            let mut out: Vec<Msg> = Vec::new();
+            let give_back = |r: &mut Ready, model: &mut Model, m: Msg, rejected: bool, last: u64| {
+                if rejected {
+                    r.push_rejected(last, m);
+                    model.main.push_back(m.index);
+                } else {
+                    r.push_return(m);
+                    model.returns.push_back(m.index);
+                }
+            };
+            for step in steps {
+                match step {
+                    Step::Enqueue => {
+                        r.push_enqueued(msg(next));
+                        model.main.push_back(next);
+                        next += 1;
+                    }
+                    Step::Pop => {
+                        let want = model.returns.pop_front().or_else(|| model.main.pop_front());
+                        let got = r.pop();
+                        prop_assert_eq!(got.map(|m| m.index), want);
+                        out.extend(got);
+                    }
+                    Step::PopAndGiveBack { rejected } => {
+                        let want = model.returns.pop_front().or_else(|| model.main.pop_front());
+                        let got = r.pop();
+                        prop_assert_eq!(got.map(|m| m.index), want);
+                        if let Some(m) = got {
+                            give_back(&mut r, &mut model, m, rejected, next - 1);
+                        }
+                    }
+                    Step::GiveBackOld { k, rejected } => {
+                        if k < out.len() {
+                            let m = out.remove(out.len() - 1 - k);
+                            give_back(&mut r, &mut model, m, rejected, next - 1);
+                        }
+                    }
+                }
+                let order: Vec<u64> = r.iter().map(|m| m.index).collect();
+                let want: Vec<u64> = model.returns.iter().chain(model.main.iter()).copied().collect();
+                prop_assert_eq!(&order, &want);
+                prop_assert_eq!(r.len(), want.len());
+                prop_assert_eq!(r.bytes(), want.len() as u64);
+            }
+        }
     }
 }
