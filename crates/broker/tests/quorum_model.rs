@@ -489,6 +489,18 @@ proptest! {
     }
 
     #[test]
+    fn a_cut_snapshot_is_refused_not_misread(
+        config in queue_config(),
+        steps in steps(),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let (q, _, _) = run(&config, &steps);
+        let bytes = q.snapshot();
+        let at = cut.index(bytes.len());
+        prop_assert!(QuorumQueue::restore(&bytes[..at]).is_err(), "cut at {} of {}", at, bytes.len());
+    }
+
+    #[test]
     fn commands_survive_serialisation_unchanged(config in queue_config(), steps in steps()) {
         let (_, log, _) = run(&config, &steps);
         for c in log {

@@ -797,3 +797,19 @@ fn a_restored_snapshot_is_the_same_queue() {
     assert!(QuorumQueue::restore(&[9, b'{', b'}']).is_err());
     assert!(QuorumQueue::restore(&[]).is_err());
 }
+
+#[test]
+fn a_backlog_snapshot_costs_a_few_bytes_per_message() {
+    let mut log = Log::new(config());
+    const BACKLOG: u64 = 10_000;
+    for _ in 0..BACKLOG {
+        log.publish_sized(1_000, None);
+    }
+    let bytes = log.q.snapshot();
+    assert!(
+        (bytes.len() as u64) < BACKLOG * 6,
+        "{} bytes for {BACKLOG} messages",
+        bytes.len()
+    );
+    assert_eq!(QuorumQueue::restore(&bytes).unwrap(), log.q);
+}
