@@ -27,8 +27,8 @@ use warren_store::Store;
 /// What a group replicates: the quorum queue state machine, as the server wires it.
 pub trait Machine: Send {
     /// Applies a committed entry, in log order, exactly once per index on this node (after a
-    /// restart, from the last snapshot on).
-    fn apply(&mut self, index: u64, data: &[u8]);
+    /// restart, from the last snapshot on). `data` is the entry's (shared, not copied).
+    fn apply(&mut self, index: u64, data: bytes::Bytes);
     /// The state as of the last applied index, for a snapshot.
     fn snapshot(&self) -> Vec<u8>;
     /// Replaces the state with a snapshot's.
@@ -518,13 +518,13 @@ fn send(send: &SendRaft, group: u64, messages: Vec<Message>, raw: &mut RawNode<R
 }
 
 fn apply(g: &mut Group, entries: Vec<raft::eraftpb::Entry>) {
-    for entry in entries {
+    for mut entry in entries {
         g.applied = entry.index;
         if entry.data.is_empty() {
             continue;
         }
         match entry.get_entry_type() {
-            EntryType::EntryNormal => g.machine.apply(entry.index, &entry.data),
+            EntryType::EntryNormal => g.machine.apply(entry.index, entry.take_data()),
             // Membership changes of queue groups (add_member, shrink) are not built yet.
             EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {}
         }

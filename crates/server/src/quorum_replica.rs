@@ -32,8 +32,8 @@ impl Replica {
 }
 
 impl Machine for Replica {
-    fn apply(&mut self, index: u64, data: &[u8]) {
-        match serde_json::from_slice::<Command>(data) {
+    fn apply(&mut self, index: u64, data: bytes::Bytes) {
+        match Command::decode(data) {
             Ok(command) => {
                 let effects = self.queue.apply(index, command);
                 self.carry_out(effects);
