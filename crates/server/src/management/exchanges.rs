@@ -165,6 +165,11 @@ pub async fn put(
     {
         Ok(_) if existed => StatusCode::NO_CONTENT.into_response(),
         Ok(_) => StatusCode::CREATED.into_response(),
+        // The plugin checks the type itself, in words of its own.
+        Err(e) if super::detail(&e).starts_with("unknown exchange type") => error(
+            StatusCode::BAD_REQUEST,
+            &format!("invalid exchange type '{}'", body.kind),
+        ),
         Err(e) => amqp_error(&e),
     }
 }

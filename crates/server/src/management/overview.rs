@@ -145,6 +145,15 @@ pub async fn list_nodes(State(s): Api, headers: HeaderMap) -> Response {
         "disk_free_alarm": alarms.disk,
         "storage_failed": alarms.storage,
         "storage_failure": s.alarms.storage_failure(),
+        "being_drained": false,
+        "os_pid": std::process::id().to_string(),
+        "processors": std::thread::available_parallelism().map_or(1, |n| n.get()),
+        "rates_mode": "basic",
+        "rabbitmq_version": RABBITMQ_VERSION,
+        "exchange_types": exchange_types(),
+        "listeners": listeners(&s),
+        "enabled_plugins": ["rabbitmq_management"],
+        "applications": [],
     })];
     if let Some(cluster) = &s.cluster {
         // The other members as this node sees them; their own figures are on their own API.
@@ -159,6 +168,7 @@ pub async fn list_nodes(State(s): Api, headers: HeaderMap) -> Response {
                 "cluster_address": m.cluster,
                 "amqp_address": m.amqp,
                 "management_address": m.management,
+                "being_drained": false,
             }));
         }
     }

@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 use warren_broker::definitions::MetaRecord;
+use warren_broker::users::Permissions;
 
 /// A vhost in RabbitMQ's shape, with its queues' message counts.
 fn vhost_json(s: &Shared, name: &str) -> Option<Value> {
@@ -68,28 +69,49 @@ pub async fn get_one(State(s): Api, headers: HeaderMap, Path(vhost): Path<String
     }
 }
 
+/// `PUT /api/vhosts/{vhost}`: creates it (201) and, as RabbitMQ's management plugin does,
+/// gives the administrator who created it full permissions there; 204 if it existed.
 pub async fn put(State(s): Api, headers: HeaderMap, Path(vhost): Path<String>) -> Response {
-    if let Err(r) = auth::admin(&s, &headers) {
-        return r;
-    }
+    let caller = match auth::admin(&s, &headers) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
     if let Err(r) = refuse_if_failed(&s) {
         return r;
     }
+    let grant = MetaRecord::SetPermissions {
+        user: caller.user.clone(),
+        vhost: vhost.clone(),
+        configure: ".*".into(),
+        write: ".*".into(),
+        read: ".*".into(),
+    };
     if s.cluster.is_some() {
-        let status = if s.broker.vhost(&vhost).is_some() {
-            StatusCode::NO_CONTENT
-        } else {
-            StatusCode::CREATED
-        };
-        return replicate(&s, MetaRecord::AddVhost { name: vhost }, status).await;
-    }
-    if s.broker.add_vhost(&vhost) {
-        if let Err(e) = crate::metadata::append(&s, vec![MetaRecord::AddVhost { name: vhost }]) {
-            return error(StatusCode::INTERNAL_SERVER_ERROR, &e.text);
+        if s.broker.vhost(&vhost).is_some() {
+            return StatusCode::NO_CONTENT.into_response();
         }
-        StatusCode::CREATED.into_response()
-    } else {
-        StatusCode::NO_CONTENT.into_response()
+        let created = replicate(
+            &s,
+            MetaRecord::AddVhost { name: vhost },
+            StatusCode::CREATED,
+        )
+        .await;
+        if created.status() != StatusCode::CREATED {
+            return created;
+        }
+        return replicate(&s, grant, StatusCode::CREATED).await;
+    }
+    if !s.broker.add_vhost(&vhost) {
+        return StatusCode::NO_CONTENT.into_response();
+    }
+    s.broker.users.write().expect("users lock").set_permissions(
+        &caller.user,
+        &vhost,
+        Permissions::all(),
+    );
+    match crate::metadata::append(&s, vec![MetaRecord::AddVhost { name: vhost }, grant]) {
+        Ok(()) => StatusCode::CREATED.into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.text),
     }
 }
 
