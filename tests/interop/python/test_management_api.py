@@ -300,6 +300,24 @@ def test_publish_and_get_errors_are_rabbitmqs(api, name):
         "error": "not_found", "reason": f"NOT_FOUND - no queue '{name}.none' in vhost '/'"})
 
 
+def test_bodies_as_the_classic_rabbitmqadmin_sends_them(api, ch, name):
+    """The classic (Python) rabbitmqadmin sends every value as a string: "true", "1"."""
+    qpath, xpath = f"/api/queues/%2F/{q(name)}", f"/api/exchanges/%2F/{q(name)}"
+    assert api.put(qpath, {"durable": "true", "auto_delete": "false", "arguments": {}}).status \
+        == 201
+    assert api.ok("GET", qpath)["durable"] is True
+    assert api.put(xpath, {"type": "fanout", "durable": "false", "auto_delete": "false",
+                           "internal": "false", "arguments": {}}).status == 201
+    assert api.post(f"/api/bindings/%2F/e/{q(name)}/q/{q(name)}",
+                    {"routing_key": "r", "arguments": {}}).status == 201
+    assert api.ok("POST", f"{xpath}/publish", publish_json("r", "classic")) == {"routed": True}
+    got = api.ok("POST", f"{qpath}/get", {"count": "1", "ackmode": "ack_requeue_false",
+                                          "encoding": "auto", "truncate": "50000"})
+    assert [m["payload"] for m in got] == ["classic"]
+    api.delete(xpath)
+    api.delete(qpath)
+
+
 # ---------------------------------------------------------------- exchanges
 
 def test_exchange_put_list_and_delete(api, ch, name):

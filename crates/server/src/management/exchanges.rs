@@ -108,11 +108,11 @@ pub async fn get_one(
 pub struct ExchangeBody {
     #[serde(rename = "type", default = "direct")]
     kind: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::lenient_bool")]
     durable: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::lenient_bool")]
     auto_delete: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::lenient_bool")]
     internal: bool,
     #[serde(default)]
     arguments: Value,

@@ -49,6 +49,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
+use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use warren_broker::definitions::MetaRecord;
@@ -265,6 +266,42 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
         serde_json::from_value(value)
             .map(Body)
             .map_err(|e| error(StatusCode::BAD_REQUEST, &e.to_string()))
+    }
+}
+
+/// A boolean field as RabbitMQ reads it: `true`, or the strings `"true"`/`"false"` the classic
+/// Python rabbitmqadmin sends.
+pub(crate) fn lenient_bool<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Bool(b) => Ok(b),
+        Value::String(s) if s == "true" => Ok(true),
+        Value::String(s) if s == "false" || s.is_empty() => Ok(false),
+        Value::Null => Ok(false),
+        other => Err(serde::de::Error::custom(format!(
+            "invalid type: {other}, expected a boolean"
+        ))),
+    }
+}
+
+/// A count as RabbitMQ reads it: a number, or a string of digits (the classic rabbitmqadmin's).
+pub(crate) fn lenient_u64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Number(n) if n.as_u64().is_some() => Ok(n.as_u64().unwrap_or_default()),
+        Value::String(s) if s.parse::<u64>().is_ok() => Ok(s.parse().unwrap_or_default()),
+        other => Err(serde::de::Error::custom(format!(
+            "invalid type: {other}, expected a non-negative integer"
+        ))),
+    }
+}
+
+/// [`lenient_u64`] for a field that may be absent or null.
+pub(crate) fn lenient_u64_opt<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<u64>, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Null => Ok(None),
+        Value::String(s) if s.is_empty() => Ok(None),
+        v => lenient_u64(v).map(Some).map_err(serde::de::Error::custom),
     }
 }
 

@@ -116,9 +116,9 @@ pub async fn get_one(
 
 #[derive(Deserialize)]
 pub struct QueueBody {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::lenient_bool")]
     durable: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::lenient_bool")]
     auto_delete: bool,
     #[serde(default)]
     arguments: Value,
@@ -237,11 +237,12 @@ pub async fn purge(
 
 #[derive(Deserialize)]
 pub struct GetBody {
-    count: u32,
+    #[serde(deserialize_with = "super::lenient_u64")]
+    count: u64,
     ackmode: String,
     encoding: String,
-    #[serde(default)]
-    truncate: Option<usize>,
+    #[serde(default, deserialize_with = "super::lenient_u64_opt")]
+    truncate: Option<u64>,
 }
 
 /// `POST /api/queues/{vhost}/{queue}/get`: up to `count` basic.get, then each settled as
@@ -276,10 +277,12 @@ pub async fn get_messages(
             )
         }
     };
-    match session.get(&name, body.count, mode).await {
+    let count = body.count.min(u32::MAX as u64) as u32;
+    let truncate = body.truncate.map(|t| t.min(usize::MAX as u64) as usize);
+    match session.get(&name, count, mode).await {
         Ok(got) => Json(
             got.iter()
-                .map(|g| message_json(g, base64, body.truncate))
+                .map(|g| message_json(g, base64, truncate))
                 .collect::<Vec<_>>(),
         )
         .into_response(),
