@@ -67,6 +67,8 @@ pub struct Shared {
     pub connections_open: AtomicUsize,
     /// The open connections, for the management API.
     pub connections: registry::Registry,
+    /// Message rates for the management API, sampled when it is asked.
+    pub rates: management::stats::Rates,
     pub counters: Counters,
     /// Memory and disk alarms; `warren ctl set_vm_memory_high_watermark` / `set_disk_free_limit`
     /// change their limits.
@@ -180,6 +182,7 @@ pub async fn serve(
         next_channel: AtomicU64::new(cluster.as_ref().map_or(0, |c| c.node_id() << 40) + 1),
         connections_open: AtomicUsize::new(0),
         connections: registry::Registry::default(),
+        rates: management::stats::Rates::default(),
         counters: Counters::default(),
         alarms,
         tls: listeners.tls.clone(),

@@ -524,6 +524,33 @@ def test_overview_counts_what_the_node_holds(api, ch, name):
     assert "amqp" in {listener["protocol"] for listener in o["listeners"]}
 
 
+def test_queue_and_overview_message_stats_count_publish_deliver_redeliver_ack(api, ch, name):
+    path = f"/api/queues/%2F/{q(name)}"
+    api.ok("PUT", path)
+    for i in range(3):
+        ch.basic_publish("", name, b"m%d" % i)
+    first = get(ch, name, auto_ack=False)[0]
+    ch.basic_ack(first.delivery_tag)
+    second = get(ch, name, auto_ack=False)[0]
+    ch.basic_nack(second.delivery_tag, requeue=True)
+    again = get(ch, name, auto_ack=False)[0]
+    assert again.redelivered
+    ch.basic_ack(again.delivery_tag)
+    want = {"publish": 3, "deliver_get": 3, "redeliver": 1, "ack": 2}
+
+    def counted():
+        stats = api.ok("GET", path).get("message_stats", {})
+        return stats if {k: stats.get(k) for k in want} == want else None
+    stats = wait_for(counted, timeout=STATS_WAIT_S, interval=0.5, what="the queue's counters")
+    for k in want:
+        assert isinstance(stats[f"{k}_details"]["rate"], (int, float)), k
+    overview = api.ok("GET", "/api/overview")["message_stats"]
+    for k in want:
+        assert overview[k] >= want[k], k
+        assert isinstance(overview[f"{k}_details"]["rate"], (int, float)), k
+    api.delete(path)
+
+
 # ---------------------------------------------------------------- who sees and does what
 
 @pytest.fixture

@@ -355,6 +355,7 @@ impl VHost {
                 messages_paged_out: q.backlog.paged_out() as u64,
                 consumers: q.consumers.len() as u64,
                 node: q.home_node.clone(),
+                stats: q.stats,
             })
             .collect();
         v.sort_by(|a, b| a.name.cmp(&b.name));
@@ -467,6 +468,14 @@ impl VHost {
             ))
         });
         out
+    }
+
+    /// Every queue's message counters, cheaply (no arguments cloned): for sampling rates.
+    pub fn queue_stats_all(&self) -> Vec<(String, crate::queue::QueueStats)> {
+        self.queues
+            .values()
+            .map(|q| (q.name.clone(), q.stats))
+            .collect()
     }
 
     pub fn binding_count(&self) -> usize {

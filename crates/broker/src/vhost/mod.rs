@@ -84,6 +84,7 @@ pub struct QueueInfo {
     pub consumers: u64,
     /// The node hosting the queue in a cluster (`None` on a single node).
     pub node: Option<std::sync::Arc<str>>,
+    pub stats: crate::queue::QueueStats,
 }
 
 #[derive(Debug, Clone)]

@@ -334,6 +334,7 @@ impl VHost {
         } else {
             None
         };
+        q.stats.publish += 1;
         let seq = q.backlog.push_back(QueuedMessage {
             msg: msg.clone(),
             redelivered: false,

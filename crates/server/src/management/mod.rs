@@ -11,7 +11,8 @@
 //! - [`overview`] (`/api/overview`, `/api/nodes`, `/api/warren/cluster`), [`health`] (the
 //!   health checks, `/api/aliveness-test`), [`vhosts`], [`users`] (users, permissions,
 //!   `/api/whoami`), [`queues`], [`exchanges`], [`bindings`], [`connections`] (connections,
-//!   channels, consumers), [`settings`] (alarm limits, certificate reloads), [`metrics`].
+//!   channels, consumers), [`settings`] (alarm limits, certificate reloads), [`metrics`];
+//!   [`stats`]: `message_stats` counts and rates.
 //!
 //! A request flows: axum route -> handler -> [`auth::caller`] (who, may they) -> read the
 //! broker's state, or run the AMQP method through a [`session::Session`] -> JSON in RabbitMQ's
@@ -36,6 +37,7 @@ mod overview;
 mod queues;
 mod session;
 mod settings;
+pub mod stats;
 mod users;
 mod vhosts;
 

@@ -55,6 +55,8 @@ pub async fn overview(State(s): Api, headers: HeaderMap) -> Response {
     };
     let (mut queues, mut exchanges, mut channels, mut consumers, mut ready, mut unacked) =
         (0, 0, 0, 0, 0u64, 0u64);
+    s.rates.refresh(&s);
+    let mut counts = warren_broker::queue::QueueStats::default();
     for (name, v) in s.broker.vhosts() {
         if !caller.sees_vhost(&s, &name) {
             continue;
@@ -65,6 +67,11 @@ pub async fn overview(State(s): Api, headers: HeaderMap) -> Response {
         ready += infos.iter().map(|q| q.messages_ready).sum::<u64>();
         unacked += infos.iter().map(|q| q.messages_unacknowledged).sum::<u64>();
         consumers += infos.iter().map(|q| q.consumers).sum::<u64>();
+        for q in &infos {
+            counts.deliver_get += q.stats.deliver_get;
+            counts.redeliver += q.stats.redeliver;
+            counts.ack += q.stats.ack;
+        }
         exchanges += v.exchange_infos().len();
         channels += v
             .channel_infos()
@@ -78,6 +85,14 @@ pub async fn overview(State(s): Api, headers: HeaderMap) -> Response {
         .iter()
         .filter(|e| caller.sees_user(&e.user))
         .count();
+    // Publishes are counted by the channels that took them (unroutable ones too), the rest by
+    // the queues the caller sees; rates are the queues' (see `stats`).
+    counts.publish = s.counters.published.load(Ordering::Relaxed);
+    let mut message_stats = super::stats::message_stats_json(&counts, &s.rates.node());
+    message_stats["confirm"] = json!(s.counters.confirmed.load(Ordering::Relaxed));
+    message_stats["confirm_details"] = rate();
+    message_stats["return_unroutable"] = json!(s.counters.unroutable.load(Ordering::Relaxed));
+    message_stats["return_unroutable_details"] = rate();
     Json(json!({
         "management_version": RABBITMQ_VERSION,
         "rabbitmq_version": RABBITMQ_VERSION,
@@ -104,12 +119,7 @@ pub async fn overview(State(s): Api, headers: HeaderMap) -> Response {
             "messages_unacknowledged": unacked, "messages_unacknowledged_details": rate(),
             "messages": ready + unacked, "messages_details": rate(),
         },
-        "message_stats": {
-            "publish": s.counters.published.load(Ordering::Relaxed), "publish_details": rate(),
-            "confirm": s.counters.confirmed.load(Ordering::Relaxed), "confirm_details": rate(),
-            "return_unroutable": s.counters.unroutable.load(Ordering::Relaxed),
-            "return_unroutable_details": rate(),
-        },
+        "message_stats": message_stats,
         "churn_rates": {},
         "listeners": listeners(&s),
         "contexts": s.config.management_listen.map(|a| vec![json!({

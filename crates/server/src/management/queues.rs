@@ -49,11 +49,13 @@ pub fn queue_json(s: &Shared, vhost: &str, q: &QueueInfo) -> Value {
         "effective_policy_definition": {},
         "exclusive_consumer_tag": null,
         "single_active_consumer_tag": null,
+        "message_stats": super::stats::message_stats_json(&q.stats, &s.rates.queue(vhost, &q.name)),
     })
 }
 
 /// The queues of every vhost `only` keeps, in vhost then name order.
 fn queues_json(s: &Shared, only: impl Fn(&str) -> bool) -> Vec<Value> {
+    s.rates.refresh(s);
     let mut vhosts = s.broker.vhosts();
     vhosts.sort_by(|a, b| a.0.cmp(&b.0));
     let mut out = Vec::new();
@@ -90,6 +92,7 @@ pub async fn list_vhost(State(s): Api, headers: HeaderMap, Path(vhost): Path<Str
 fn find(s: &Shared, headers: &HeaderMap, vhost: &str, queue: &str) -> Result<Value, Response> {
     let caller = auth::caller(s, headers)?;
     let v = auth::vhost(s, &caller, vhost)?;
+    s.rates.refresh(s);
     let infos = v.lock().expect("vhost lock").queue_infos();
     infos
         .iter()
