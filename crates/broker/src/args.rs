@@ -6,6 +6,8 @@
 //! (`invalid arg 'x-message-ttl' for queue 'q' in vhost '/': "expected integer, got longstr"`).
 
 use crate::error::AmqpError;
+pub use crate::queue_type::QueueType;
+use crate::queue_type::{CLASSIC_ARGUMENTS, QUORUM_ARGUMENTS, STREAM_ARGUMENTS};
 use amq_protocol_types::{AMQPValue, FieldTable};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -14,13 +16,6 @@ pub enum Overflow {
     DropHead,
     RejectPublish,
     RejectPublishDlx,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum QueueType {
-    #[default]
-    Classic,
-    Quorum,
 }
 
 /// Everything the queue's behaviour depends on, parsed once at declare.
@@ -104,47 +99,6 @@ pub const EXPIRY_MS_MAX: i64 = 315_360_000_000;
 
 /// The arguments each queue type takes (its `queue_arguments` capability in RabbitMQ 3.10.8).
 /// A known argument of another type is refused with "... of queue type rabbit_X_queue".
-const CLASSIC_ARGUMENTS: &[&str] = &[
-    "x-expires",
-    "x-message-ttl",
-    "x-dead-letter-exchange",
-    "x-dead-letter-routing-key",
-    "x-max-length",
-    "x-max-length-bytes",
-    "x-max-priority",
-    "x-overflow",
-    "x-queue-mode",
-    "x-queue-version",
-    "x-single-active-consumer",
-    "x-queue-type",
-    "x-queue-master-locator",
-];
-const QUORUM_ARGUMENTS: &[&str] = &[
-    "x-dead-letter-exchange",
-    "x-dead-letter-routing-key",
-    "x-dead-letter-strategy",
-    "x-expires",
-    "x-max-length",
-    "x-max-length-bytes",
-    "x-max-in-memory-length",
-    "x-max-in-memory-bytes",
-    "x-overflow",
-    "x-single-active-consumer",
-    "x-queue-type",
-    "x-quorum-initial-group-size",
-    "x-delivery-limit",
-    "x-message-ttl",
-    "x-queue-leader-locator",
-];
-const STREAM_ARGUMENTS: &[&str] = &[
-    "x-max-length-bytes",
-    "x-queue-type",
-    "x-max-age",
-    "x-stream-max-segment-size-bytes",
-    "x-initial-cluster-size",
-    "x-queue-leader-locator",
-];
-
 impl QueueConfig {
     /// Validates as rabbit_amqqueue:check_declare_arguments does: x-queue-type first, then the
     /// type's own arguments (type and value), then known arguments of other queue types.
@@ -204,21 +158,15 @@ impl QueueConfig {
             }
         }
         if let Some(v) = args.inner().get("x-queue-type") {
-            c.queue_type = match text("x-queue-type", v)?.as_str() {
-                "classic" => QueueType::Classic,
-                "quorum" => QueueType::Quorum,
-                other => {
-                    return Err(bad(
-                        "x-queue-type",
-                        format!("\"unsupported queue type '{other}'\""),
-                    ))
-                }
-            };
+            let name = text("x-queue-type", v)?;
+            c.queue_type = QueueType::from_name(&name).ok_or_else(|| {
+                bad(
+                    "x-queue-type",
+                    format!("\"unsupported queue type '{name}'\""),
+                )
+            })?;
         }
-        let (own, type_module) = match c.queue_type {
-            QueueType::Classic => (CLASSIC_ARGUMENTS, "rabbit_classic_queue"),
-            QueueType::Quorum => (QUORUM_ARGUMENTS, "rabbit_quorum_queue"),
-        };
+        let (own, type_module) = (c.queue_type.arguments(), c.queue_type.module());
         for (k, v) in args.inner() {
             let key = k.as_str();
             if !own.contains(&key) {
@@ -318,15 +266,6 @@ impl QueueConfig {
             }
         }
         Ok(c)
-    }
-}
-
-/// The arguments whose values must match when a queue is declared again: RabbitMQ compares
-/// the existing queue's type's own arguments (rabbit_amqqueue:assert_args_equivalence).
-pub fn equivalence_keys(queue_type: QueueType) -> &'static [&'static str] {
-    match queue_type {
-        QueueType::Classic => CLASSIC_ARGUMENTS,
-        QueueType::Quorum => QUORUM_ARGUMENTS,
     }
 }
 

@@ -52,8 +52,11 @@ pub enum Command {
         arguments: FieldTable,
         /// The queue's storage log (durable queues), chosen by the proposer.
         log_id: u64,
-        /// The node hosting the queue's messages.
+        /// The node hosting the queue's messages (a quorum queue's first leader).
         node: String,
+        /// A quorum queue's members (nodes holding a replica), `node` first; none for others.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        members: Vec<String>,
     },
     QueueDelete {
         vhost: String,
@@ -165,6 +168,7 @@ impl Broker {
                 arguments,
                 log_id,
                 node,
+                members,
             } => {
                 let new = NewQueue {
                     durable: *durable,
@@ -178,6 +182,7 @@ impl Broker {
                 let ok = v.queue_declare_as(*conn, name, new, arguments.clone(), now)?;
                 if !node.is_empty() && v.queue_home(name).is_none() {
                     v.set_queue_home(name, node);
+                    v.set_queue_members(name, members);
                 }
                 return Ok(Outcome::QueueDeclared(ok));
             }

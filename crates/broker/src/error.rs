@@ -18,6 +18,11 @@ impl AmqpError {
         }
     }
 
+    /// An error whose reply text is already whole, as one received from another node.
+    pub fn with_text(code: u16, text: String) -> Self {
+        AmqpError { code, text }
+    }
+
     pub fn not_found(detail: impl std::fmt::Display) -> Self {
         Self::new(NOT_FOUND, detail)
     }

@@ -8,6 +8,11 @@
 //! - [`queue`]: a queue's consumers, limits and stored-message bookkeeping.
 //! - [`backlog`]: a queue's ready messages by priority, with long backlogs paged to disk.
 //! - [`channel`]: the consumer side of a channel: delivery tags, unacked ledger, prefetch.
+//! - [`queue_type`]: what a queue's type decides (classic, quorum): its arguments, what it
+//!   stores, where returns go; the vhost asks it rather than testing for a type.
+//! - [`quorum`]: a replicated quorum queue as a deterministic state machine (after RabbitMQ's
+//!   rabbit_fifo): log entries in, deliveries, confirms and dead letters out, alike on
+//!   every member of the queue's Raft group.
 //! - [`args`]: queue arguments validated as RabbitMQ validates them.
 //! - [`command`]: topology changes as values, executed alike on every node of a cluster.
 //! - [`definitions`]: durable-topology changes as records for the metadata journal, and replay.
@@ -30,6 +35,8 @@ pub mod message;
 pub mod outbox;
 pub mod persistence;
 pub mod queue;
+pub mod queue_type;
+pub mod quorum;
 pub mod relay;
 pub mod routing;
 pub mod users;

@@ -3,7 +3,7 @@
 //! The queue decides what is ready and in which order; the vhost pairs ready messages with
 //! consumers that have credit, because credit lives in channels.
 
-use crate::args::{QueueConfig, QueueType};
+use crate::args::QueueConfig;
 pub use crate::backlog::{Backlog, QueuedMessage};
 use crate::persistence::StoreOp;
 use crate::routing::QueueId;
@@ -72,6 +72,8 @@ pub struct Queue {
     pub log_id: Option<u64>,
     /// In a cluster, the node that hosts the queue's messages (`None` on a single node).
     pub home_node: Option<std::sync::Arc<str>>,
+    /// A quorum queue's members in a cluster, its first leader first (empty otherwise).
+    pub members: Vec<std::sync::Arc<str>>,
     /// Which stored entries are settled, so that settled prefixes are released in one step.
     pub released: ReleaseTracker,
     /// The index the next stored message gets in that log.
@@ -161,7 +163,7 @@ impl Queue {
     /// Whether a message is written to this queue's log: persistent messages in durable
     /// queues, and every message of a quorum queue, as RabbitMQ does.
     pub fn stores(&self, persistent: bool) -> bool {
-        self.log_id.is_some() && (persistent || self.is_quorum())
+        self.log_id.is_some() && (persistent || self.config.queue_type.stores_transient_messages())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -191,6 +193,7 @@ impl Queue {
             last_used_ms: now_ms,
             log_id: None,
             home_node: None,
+            members: Vec::new(),
             next_index: 1,
             released: ReleaseTracker::default(),
             page_out_due: false,
@@ -209,10 +212,6 @@ impl Queue {
         };
         self.backlog
             .enable_paging(log, paging, max_len, self.config.max_in_memory_bytes);
-    }
-
-    pub fn is_quorum(&self) -> bool {
-        self.config.queue_type == QueueType::Quorum
     }
 
     pub fn message_count(&self) -> usize {
@@ -247,19 +246,13 @@ impl Queue {
         None
     }
 
-    /// Whether the queue is over a length limit, so the overflow rule applies to a new message.
-    /// A quorum queue checks before enqueueing whether it is already over (so it may hold one
-    /// more than the limit), a classic queue whether the new message would put it over: both
-    /// as RabbitMQ 3.10 does.
+    /// Whether the queue is over a length limit, so the overflow rule applies to a new message
+    /// (the type decides how the length compares).
     pub fn over_limit(&self, extra_bytes: usize) -> bool {
-        let quorum = self.is_quorum();
         let len_over = self.config.max_length.is_some_and(|m| {
-            let len = self.backlog.len() as u64;
-            if quorum {
-                len > m
-            } else {
-                len >= m
-            }
+            self.config
+                .queue_type
+                .length_over(self.backlog.len() as u64, m)
         });
         let bytes_over = self
             .config

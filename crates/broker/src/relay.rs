@@ -76,4 +76,12 @@ pub enum RemoteEffect {
     },
     /// `channel` closed: its stand-in on `node` closes too (requeueing what it had out).
     Close { node: Arc<str>, channel: ChannelKey },
+    /// `channel`'s channel-wide prefetch (basic.qos global) changed: its stand-in on `node`
+    /// takes it at once. A per-consumer prefetch applies to later consumers only, and each
+    /// remote consume carries the one in force.
+    Qos {
+        node: Arc<str>,
+        channel: ChannelKey,
+        channel_prefetch: u32,
+    },
 }

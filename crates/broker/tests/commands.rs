@@ -19,6 +19,7 @@ fn queue(name: &str, conn: u64, durable: bool, exclusive: bool, node: &str) -> C
         arguments: FieldTable::default(),
         log_id: 0x11 + 2 * name.len() as u64,
         node: node.into(),
+        members: vec![],
     }
 }
 
@@ -62,6 +63,7 @@ fn history() -> Vec<Command> {
             arguments: ttl,
             log_id: 0x31,
             node: "n3".into(),
+            members: vec![],
         },
         Command::QueueBind {
             vhost: "/".into(),
@@ -173,6 +175,7 @@ fn a_refused_command_is_refused_alike_and_changes_nothing() {
         arguments: quorum,
         log_id: 0x41,
         node: "n1".into(),
+        members: vec![],
     };
     let refusal = a.execute(&named).unwrap_err();
     assert!(

@@ -78,6 +78,29 @@ fn a_publish_on_the_client_node_is_forwarded_and_enqueued_only_where_the_queue_l
 }
 
 #[test]
+fn a_forward_to_a_queue_its_node_does_not_know_yet_is_refused_not_confirmed() {
+    let (mut n1, mut n2) = nodes();
+    // n2 has applied a declare of "late" on n1 that n1 has not applied yet.
+    n2.declare("late");
+    n2.vh.set_queue_home("late", "n1");
+    n2.publish("", "late", "early bird");
+    let mut outcomes = Vec::new();
+    for e in n2.vh.take_remote() {
+        if let RemoteEffect::Forward {
+            queues, message, ..
+        } = e
+        {
+            outcomes.push(n1.vh.enqueue_forwarded(&queues, message, n1.now_ms));
+        }
+    }
+    assert_eq!(outcomes.len(), 1);
+    assert!(
+        outcomes[0].rejected,
+        "the publisher gets a nack and publishes again"
+    );
+}
+
+#[test]
 fn a_remote_consumer_gets_its_own_channels_tags_and_its_acks_settle_on_the_queues_node() {
     let (mut n1, mut n2) = nodes();
     for body in ["a", "b", "c"] {

@@ -9,6 +9,10 @@
 //!   snapshot file.
 //! - [`metadata`]: the metadata group, a Raft group over all nodes whose log is the topology
 //!   commands; its thread applies them to the node's broker.
+//! - [`applied_requests`]: which proposals were applied, so a command proposed twice (a retry
+//!   after a leader change) takes effect once.
+//! - [`groups`]: every quorum queue's Raft group on the node, driven by one loop: one WAL sync
+//!   per round for all groups, idle groups asleep until a proposal, a message or a node down.
 //! - [`messaging`]: messages between nodes (forwarded publishes, deliveries to consumers on
 //!   other nodes, their acks, requests to a queue's node) and the epochs that keep two nodes'
 //!   views of each other consistent across broken links.
@@ -29,7 +33,9 @@
 //!
 //! `docs/cluster.md` says what a user sees and why it is built this way.
 
+pub mod applied_requests;
 pub mod frame;
+pub mod groups;
 pub mod membership;
 pub mod messaging;
 pub mod metadata;
@@ -38,6 +44,7 @@ pub mod raft_log;
 pub mod transport;
 
 use frame::NodeInfo;
+use groups::QueueGroups;
 use messaging::Messaging;
 use metadata::{GroupStatus, Input, MetadataGroup, Timing};
 use std::collections::BTreeMap;
@@ -45,7 +52,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use transport::{LinkStats, Transport};
+use transport::{Inbound, LinkStats, Transport};
 use warren_broker::broker::Broker;
 use warren_broker::command::{Command, Outcome};
 use warren_broker::error::AmqpError;
@@ -111,7 +118,16 @@ pub struct Cluster {
     status: Arc<Mutex<GroupStatus>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     installs: Arc<tokio::sync::watch::Sender<u64>>,
+    /// The index of the last metadata entry this node applied.
+    applied: Arc<tokio::sync::watch::Sender<u64>>,
     messaging: Arc<Messaging>,
+    queue_groups: QueueGroups,
+    groups_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// Raft groups other than the metadata's and the membership requests' are quorum queues'.
+fn is_queue_group(group: u64) -> bool {
+    group != metadata::METADATA_GROUP && group != membership::MEMBERSHIP_GROUP
 }
 
 impl Cluster {
@@ -136,6 +152,9 @@ impl Cluster {
             .map_err(|e| format!("cannot listen for cluster links on {}: {e}", config.listen))?;
         let (tx, rx) = std::sync::mpsc::channel::<Input>();
         let deliver_tx = Mutex::new(tx.clone());
+        // Quorum queues' groups, once the loop runs (it needs the transport to send).
+        let groups_slot: Arc<std::sync::OnceLock<QueueGroups>> = Arc::default();
+        let (g1, g2) = (groups_slot.clone(), groups_slot.clone());
         let boot = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_millis() as u64);
@@ -151,11 +170,20 @@ impl Cluster {
             boot,
             listener,
             transport::Callbacks {
-                inbound: Arc::new(move |inbound| {
-                    let _ = deliver_tx
-                        .lock()
-                        .expect("inputs lock")
-                        .send(Input::Peer(inbound));
+                inbound: Arc::new(move |inbound| match inbound {
+                    Inbound::Raft {
+                        group, messages, ..
+                    } if is_queue_group(group) => {
+                        if let Some(groups) = g1.get() {
+                            groups.send(groups::Input::Peer { group, messages });
+                        }
+                    }
+                    inbound => {
+                        let _ = deliver_tx
+                            .lock()
+                            .expect("inputs lock")
+                            .send(Input::Peer(inbound));
+                    }
                 }),
                 data: Arc::new(move |from, payload| match m1.get() {
                     Some(m) => m.receive(from, payload),
@@ -170,9 +198,25 @@ impl Cluster {
                     if let Some(m) = m3.get() {
                         m.link_broken(peer);
                     }
+                    // The node-level failure detector wakes the sleeping groups it concerns.
+                    if let Some(groups) = g2.get() {
+                        groups.send(groups::Input::PeerDown(peer));
+                    }
                 }),
             },
         );
+        let (queue_groups, groups_thread) = {
+            let (t1, t2) = (transport.clone(), transport.clone());
+            QueueGroups::start(
+                me.id,
+                store.clone(),
+                &config.dir.join("groups"),
+                Arc::new(move |to, group, messages| t1.send_raft(to, group, messages)),
+                Arc::new(move |peer| t2.is_up(peer)),
+                groups::GroupsTiming::default(),
+            )?
+        };
+        let _ = groups_slot.set(queue_groups.clone());
         let messaging = Arc::new(Messaging::new(transport.clone(), boot));
         let _ = messaging_slot.set(messaging.clone());
         {
@@ -202,6 +246,7 @@ impl Cluster {
             .collect();
         let status = Arc::new(Mutex::new(GroupStatus::default()));
         let installs = Arc::new(tokio::sync::watch::channel(0u64).0);
+        let applied = Arc::new(tokio::sync::watch::channel(0u64).0);
         let group = MetadataGroup::open(
             me.clone(),
             &identity.founders,
@@ -213,6 +258,7 @@ impl Cluster {
                 transport: transport.clone(),
                 status: status.clone(),
                 installs: installs.clone(),
+                applied: applied.clone(),
             },
             config.timing.clone(),
         )?;
@@ -241,7 +287,10 @@ impl Cluster {
             status,
             thread: Mutex::new(Some(thread)),
             installs,
+            applied,
             messaging,
+            queue_groups,
+            groups_thread: Mutex::new(Some(groups_thread)),
         });
         if !founding && !identity.seeds.is_empty() {
             membership::spawn_auto_join(cluster.clone(), identity.seeds);
@@ -374,6 +423,21 @@ impl Cluster {
 
     /// Changes each time a snapshot from the leader replaced this node's topology while it ran:
     /// connections made before hold vhosts that no longer exist, so they are closed.
+    /// The index of the last metadata entry applied here: once an answer to a proposal has
+    /// arrived, at least that proposal's.
+    pub fn applied_index(&self) -> u64 {
+        *self.applied.borrow()
+    }
+
+    /// Waits until this node has applied the metadata log up to `index` (true), or `timeout`
+    /// passed (false): another node's request may follow a change this node has not applied.
+    pub async fn wait_applied(&self, index: u64, timeout: Duration) -> bool {
+        let mut applied = self.applied.subscribe();
+        tokio::time::timeout(timeout, applied.wait_for(|a| *a >= index))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
     pub fn snapshot_installs(&self) -> tokio::sync::watch::Receiver<u64> {
         self.installs.subscribe()
     }
@@ -392,12 +456,21 @@ impl Cluster {
         }
     }
 
-    /// Stops the metadata group's thread (the node is shutting down).
+    /// Stops the metadata group's and the queue groups' threads (the node is shutting down).
     pub fn stop(&self) {
         let _ = self.inputs.lock().expect("inputs lock").send(Input::Stop);
         if let Some(t) = self.thread.lock().expect("thread lock").take() {
             let _ = t.join();
         }
+        self.queue_groups.send(groups::Input::Stop);
+        if let Some(t) = self.groups_thread.lock().expect("thread lock").take() {
+            let _ = t.join();
+        }
+    }
+
+    /// The node's quorum queue groups.
+    pub fn queue_groups(&self) -> &QueueGroups {
+        &self.queue_groups
     }
 }
 

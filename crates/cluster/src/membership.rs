@@ -572,6 +572,7 @@ impl MetadataGroup {
             ConfChangeType::RemoveNode => {
                 let name = self.members.remove(&id).map(|m| m.name);
                 self.membership.forgotten.insert(id);
+                self.applied_requests.forget(id);
                 if id == self.me.id {
                     tracing::error!("this node was forgotten by the cluster: it takes no part in it any more; delete its data directory before it joins again");
                 } else {

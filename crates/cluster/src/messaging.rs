@@ -87,6 +87,25 @@ pub enum Request {
         conn: u64,
         queue: String,
     },
+    /// The figures of every queue the asked node hosts (in one vhost, or all), for the
+    /// management API: only a queue's node counts its messages and consumers.
+    QueueStats { vhost: Option<String> },
+    /// Answered once the asked node has applied the metadata log up to `index`: a queue
+    /// declared through another node is there before its declare-ok goes out, as in RabbitMQ,
+    /// where the queue's node creates it.
+    Applied { index: u64 },
+}
+
+/// One queue's figures, as its node counts them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueCounts {
+    pub vhost: String,
+    pub name: String,
+    pub messages_ready: u64,
+    pub messages_unacknowledged: u64,
+    pub message_bytes_ready: u64,
+    pub messages_paged_out: u64,
+    pub consumers: u64,
 }
 
 /// A basic.get's message, as the queue's node took it.
@@ -109,6 +128,7 @@ pub enum Response {
     Got { got: Option<Got> },
     Purged { count: u32 },
     Declared { messages: u32, consumers: u32 },
+    QueueStats { queues: Vec<QueueCounts> },
 }
 
 /// A message relayed to a consumer on another node.
@@ -181,6 +201,13 @@ pub enum Data {
         vhost: String,
         channel: u64,
     },
+    /// A client channel's channel-wide prefetch changed: its stand-in takes it.
+    Qos {
+        epoch: u64,
+        vhost: String,
+        channel: u64,
+        channel_prefetch: u32,
+    },
 }
 
 const T_RESET: u8 = 1;
@@ -193,6 +220,7 @@ const T_DELIVER: u8 = 7;
 const T_CANCELLED: u8 = 8;
 const T_SETTLE: u8 = 9;
 const T_CLOSE: u8 = 10;
+const T_QOS: u8 = 11;
 
 fn put_bytes(out: &mut BytesMut, b: &[u8]) {
     out.put_u32_le(b.len() as u32);
@@ -320,6 +348,18 @@ impl Data {
                 put_bytes(out, vhost.as_bytes());
                 out.put_u64_le(*channel);
             }
+            Data::Qos {
+                epoch,
+                vhost,
+                channel,
+                channel_prefetch,
+            } => {
+                out.put_u8(T_QOS);
+                out.put_u64_le(*epoch);
+                put_bytes(out, vhost.as_bytes());
+                out.put_u64_le(*channel);
+                out.put_u32_le(*channel_prefetch);
+            }
         }
     }
 
@@ -426,6 +466,12 @@ impl Data {
                 epoch: r.u64()?,
                 vhost: r.string()?,
                 channel: r.u64()?,
+            },
+            T_QOS => Data::Qos {
+                epoch: r.u64()?,
+                vhost: r.string()?,
+                channel: r.u64()?,
+                channel_prefetch: r.u32()?,
             },
             other => return Err(format!("data message kind {other}")),
         };
@@ -660,7 +706,7 @@ impl Messaging {
             }
             Data::Answer { id, result } => {
                 if let Some(done) = self.with_peer(from, |p| p.calls.remove(&id)) {
-                    done(result.map_err(|(code, text)| AmqpError::new(code, text)));
+                    done(result.map_err(|(code, text)| AmqpError::with_text(code, text)));
                 }
             }
             Data::Published { epoch, .. }
@@ -673,7 +719,8 @@ impl Messaging {
             }
             Data::Publish { epoch, .. }
             | Data::Settle { epoch, .. }
-            | Data::Close { epoch, .. } => {
+            | Data::Close { epoch, .. }
+            | Data::Qos { epoch, .. } => {
                 if self.peer_epoch_seen(from, epoch, &handler) {
                     handler.data(from, data);
                 }
@@ -850,6 +897,12 @@ mod tests {
                 epoch: 1,
                 vhost: "v".into(),
                 channel: 3,
+            },
+            Data::Qos {
+                epoch: 1,
+                vhost: "v".into(),
+                channel: 3,
+                channel_prefetch: 10,
             },
         ];
         for d in all {

@@ -9,6 +9,7 @@
 //! install a snapshot, apply committed entries, append new entries and the hard state to the
 //! WAL, sync once, send the messages that had to wait for the sync, advance.
 
+use crate::applied_requests::{self, AppliedRequests};
 use crate::frame::NodeInfo;
 use crate::membership::{self, Membership, MembershipError, MEMBERSHIP_GROUP};
 use crate::raft_log::RaftLog;
@@ -62,6 +63,10 @@ struct LogEntry {
     /// it applies the entry.
     origin: u64,
     request: u64,
+    /// The lowest request its node still waited for (see `applied_requests`); 0 in entries
+    /// written before copies were told apart, which are applied as they come.
+    #[serde(default)]
+    floor: u64,
     op: Op,
 }
 
@@ -85,6 +90,8 @@ struct SnapshotData {
     members: Vec<NodeInfo>,
     #[serde(default)]
     forgotten: Vec<u64>,
+    #[serde(default)]
+    applied_requests: AppliedRequests,
 }
 
 /// What the group reports for the management API, `warren ctl` and metrics.
@@ -116,9 +123,8 @@ struct Waiting {
 }
 
 /// A proposal not applied this long after it was made is made again: it may have gone to a
-/// leader that died, or found no leader. Applying a topology command twice changes nothing the
-/// first did not (declares, deletes and bindings are idempotent), and only the first
-/// application answers the client.
+/// leader that died, or found no leader. Should both copies commit, only the first is applied
+/// (`applied_requests`).
 const PROPOSAL_RETRY: Duration = Duration::from_millis(500);
 
 /// What the group's thread is asked to do.
@@ -144,6 +150,8 @@ pub struct NodeParts {
     pub status: Arc<Mutex<GroupStatus>>,
     /// Counts snapshots installed while running: each replaced the broker's vhosts.
     pub installs: Arc<tokio::sync::watch::Sender<u64>>,
+    /// The index of the last entry applied, for requests that must follow a change.
+    pub applied: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 pub struct MetadataGroup {
@@ -158,9 +166,11 @@ pub struct MetadataGroup {
     pub(crate) next_request: u64,
     pub(crate) status: Arc<Mutex<GroupStatus>>,
     installs: Arc<tokio::sync::watch::Sender<u64>>,
+    applied_watch: Arc<tokio::sync::watch::Sender<u64>>,
     pub(crate) members: BTreeMap<u64, NodeInfo>,
     /// Joins and forgets in flight, forgotten ids (see `membership`).
     pub(crate) membership: Membership,
+    pub(crate) applied_requests: AppliedRequests,
     applied: u64,
     snapshot_index: u64,
     registering: Option<Instant>,
@@ -190,15 +200,22 @@ impl MetadataGroup {
             transport,
             status,
             installs,
+            applied: applied_watch,
         } = node;
         let log = RaftLog::open(store.clone(), METADATA_LOG_ID, dir, founders)?;
         let snapshot = log.latest_snapshot();
         let snapshot_index = snapshot.get_metadata().index;
-        let mut members = BTreeMap::new();
-        let mut forgotten = Vec::new();
+        let mut installed = Installed::default();
         if snapshot_index > 0 {
-            (members, forgotten) = install(&broker, &snapshot)?;
+            installed = install(&broker, &snapshot)?;
         }
+        let Installed {
+            members,
+            forgotten,
+            applied_requests,
+        } = installed;
+        let next_request =
+            applied_requests::first_request_id().max(applied_requests.highest(me.id) + 1);
         let config = raft::Config {
             id: me.id,
             election_tick: timing.election_ticks,
@@ -231,11 +248,13 @@ impl MetadataGroup {
             store,
             timing,
             waiting: HashMap::new(),
-            next_request: 1,
+            next_request,
             status,
             installs,
+            applied_watch,
             members,
             membership: Membership::new(forgotten),
+            applied_requests,
             applied: snapshot_index,
             snapshot_index,
             registering: None,
@@ -318,8 +337,10 @@ impl MetadataGroup {
                 }
                 let request = self.next_request;
                 self.next_request += 1;
+                let floor = self.floor().min(request);
                 self.propose(
                     request,
+                    floor,
                     Op::Broker {
                         command: command.clone(),
                     },
@@ -338,10 +359,11 @@ impl MetadataGroup {
     }
 
     /// Proposes an entry; with no leader known it is dropped, and retried later if it waits.
-    fn propose(&mut self, request: u64, op: Op) {
+    fn propose(&mut self, request: u64, floor: u64, op: Op) {
         let entry = LogEntry {
             origin: self.me.id,
             request,
+            floor,
             op,
         };
         let data = serde_json::to_vec(&entry).expect("log entries serialise");
@@ -360,9 +382,19 @@ impl MetadataGroup {
                 (*request, w.command.clone())
             })
             .collect();
+        let floor = self.floor();
         for (request, command) in due {
-            self.propose(request, Op::Broker { command });
+            self.propose(request, floor, Op::Broker { command });
         }
+    }
+
+    /// The lowest request this node waits for: below it, every copy is stale.
+    fn floor(&self) -> u64 {
+        self.waiting
+            .keys()
+            .min()
+            .copied()
+            .unwrap_or(self.next_request)
     }
 
     /// Once a leader is known, makes sure the member table says who this node is.
@@ -382,8 +414,10 @@ impl MetadataGroup {
         self.registering = Some(Instant::now());
         let request = self.next_request;
         self.next_request += 1;
+        // Registering twice does no harm: its entry is applied as often as it commits.
         self.propose(
             request,
+            0,
             Op::Node {
                 info: self.me.clone(),
             },
@@ -414,11 +448,13 @@ impl MetadataGroup {
         self.send(rd.take_messages());
         if !rd.snapshot().is_empty() {
             let snapshot = rd.snapshot().clone();
-            let forgotten;
-            (self.members, forgotten) = install(&self.broker, &snapshot)?;
-            self.membership.forgotten = forgotten.into_iter().collect();
+            let installed = install(&self.broker, &snapshot)?;
+            self.members = installed.members;
+            self.membership.forgotten = installed.forgotten.into_iter().collect();
+            self.applied_requests = installed.applied_requests;
             self.raw.mut_store().save_snapshot(&snapshot)?;
             self.applied = snapshot.get_metadata().index;
+            self.applied_watch.send_replace(self.applied);
             self.snapshot_index = self.applied;
             for info in self.members.values() {
                 self.transport.connect(info.id, info.cluster);
@@ -450,6 +486,8 @@ impl MetadataGroup {
     fn apply(&mut self, entries: Vec<raft::eraftpb::Entry>) -> Result<(), String> {
         for entry in entries {
             self.applied = entry.index;
+            // Before the reply below: whoever is answered finds the entry applied.
+            self.applied_watch.send_replace(entry.index);
             if entry.data.is_empty() {
                 // A new leader's empty entry.
                 continue;
@@ -464,6 +502,17 @@ impl MetadataGroup {
                         }
                     };
                     let outcome = match e.op {
+                        Op::Broker { .. }
+                            if e.floor > 0
+                                && !self.applied_requests.admit(e.origin, e.request, e.floor) =>
+                        {
+                            tracing::debug!(
+                                origin = e.origin,
+                                request = e.request,
+                                "a second copy of a topology command skipped"
+                            );
+                            continue;
+                        }
                         Op::Broker { command } => self.execute(&command),
                         Op::Node { info } => {
                             self.transport.connect(info.id, info.cluster);
@@ -536,6 +585,7 @@ impl MetadataGroup {
             commands: self.broker.export_commands(),
             members: self.members.values().cloned().collect(),
             forgotten: self.membership.forgotten.iter().copied().collect(),
+            applied_requests: self.applied_requests.clone(),
         };
         let mut snapshot = Snapshot {
             data: serde_json::to_vec(&data)
@@ -578,10 +628,16 @@ impl MetadataGroup {
     }
 }
 
-/// Replaces the broker's topology with a snapshot's; returns its member table and forgotten
-/// ids.
-type Members = (BTreeMap<u64, NodeInfo>, Vec<u64>);
-fn install(broker: &Broker, snapshot: &Snapshot) -> Result<Members, String> {
+/// What a snapshot holds besides the topology.
+#[derive(Default)]
+struct Installed {
+    members: BTreeMap<u64, NodeInfo>,
+    forgotten: Vec<u64>,
+    applied_requests: AppliedRequests,
+}
+
+/// Replaces the broker's topology with a snapshot's; returns the rest of it.
+fn install(broker: &Broker, snapshot: &Snapshot) -> Result<Installed, String> {
     let data: SnapshotData =
         serde_json::from_slice(&snapshot.data).map_err(|e| format!("bad snapshot: {e}"))?;
     broker.clear_topology();
@@ -591,8 +647,9 @@ fn install(broker: &Broker, snapshot: &Snapshot) -> Result<Members, String> {
         }
     }
     broker.discard_meta();
-    Ok((
-        data.members.into_iter().map(|m| (m.id, m)).collect(),
-        data.forgotten,
-    ))
+    Ok(Installed {
+        members: data.members.into_iter().map(|m| (m.id, m)).collect(),
+        forgotten: data.forgotten,
+        applied_requests: data.applied_requests,
+    })
 }

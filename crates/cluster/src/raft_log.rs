@@ -131,16 +131,35 @@ impl RaftLog {
     /// Keeps `snapshot` as the latest (file first, atomically), then releases the log up to its
     /// index: entries behind a snapshot are never read again.
     pub fn save_snapshot(&self, snapshot: &Snapshot) -> Result<(), String> {
+        self.save_snapshot_releasing(snapshot, snapshot.get_metadata().index)
+    }
+
+    /// Like [`RaftLog::save_snapshot`], but releases only up to `upto`: a queue's snapshot
+    /// names messages whose bodies stay in the log entries that enqueued them.
+    pub fn save_snapshot_releasing(&self, snapshot: &Snapshot, upto: u64) -> Result<(), String> {
         let meta = snapshot.get_metadata();
+        let upto = upto.min(meta.index);
         let bytes = snapshot.write_to_bytes().map_err(|e| e.to_string())?;
         write_atomically(&self.snapshot_path, &bytes)
             .map_err(|e| format!("{}: {e}", self.snapshot_path.display()))?;
         *self.snapshot.lock().expect("snapshot lock") = snapshot.clone();
+        if upto == 0 {
+            return Ok(());
+        }
+        let term = if upto == meta.index {
+            meta.term
+        } else {
+            match self.store.term(self.log_id, upto) {
+                Some(term) => term,
+                // Released already.
+                None => return Ok(()),
+            }
+        };
         let mut descriptor = Vec::with_capacity(16);
         descriptor.extend_from_slice(&meta.index.to_le_bytes());
         descriptor.extend_from_slice(&meta.term.to_le_bytes());
         self.store
-            .release_prefix(self.log_id, meta.index, meta.term, descriptor.into())
+            .release_prefix(self.log_id, upto, term, descriptor.into())
             .map_err(|e| e.to_string())
     }
 }

@@ -37,6 +37,7 @@ mod handshake;
 pub mod management;
 pub mod memory;
 pub mod metadata;
+pub mod queue_stats;
 pub mod registry;
 pub mod remote;
 mod remote_queue;

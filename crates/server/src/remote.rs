@@ -19,6 +19,7 @@ use warren_broker::queue::ChannelKey;
 use warren_broker::relay::{Delivery, Relay, RemoteEffect};
 use warren_broker::vhost::GetResult;
 use warren_cluster::messaging::{self, Data, Deliver, Got, Handler, Messaging, Request, Response};
+use warren_cluster::Cluster;
 use warren_protocol::constants::NOT_FOUND;
 
 /// What carrying out a vhost's remote work came to, for a publisher.
@@ -94,10 +95,32 @@ pub fn carry_out(shared: &Shared, vhost: &str, effects: Vec<RemoteEffect>) -> Ca
                     );
                 }
             }
+            RemoteEffect::Qos {
+                node,
+                channel,
+                channel_prefetch,
+            } => {
+                if let Some(peer) = cluster.member_id(&node) {
+                    let epoch = messaging.epoch(peer);
+                    messaging.send(
+                        peer,
+                        &Data::Qos {
+                            epoch,
+                            vhost: vhost.to_string(),
+                            channel,
+                            channel_prefetch,
+                        },
+                    );
+                }
+            }
         }
     }
     carried
 }
+
+/// How long a queue's node may take to apply a declare made through another node before the
+/// declare-ok goes out anyway (a node that far behind is likely being cut off).
+pub const CATCH_UP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// The error RabbitMQ gives for a queue whose node is down.
 pub fn home_node_down(node: &str, queue: &str, vhost: &str) -> AmqpError {
@@ -146,6 +169,22 @@ pub async fn call(
             "the request to another node was dropped",
         ))
     })
+}
+
+/// After a declare of a queue placed on `peer`: waits until `peer` has applied it (so the
+/// client's next consume or publish finds the queue there, as in RabbitMQ, where the queue's
+/// node creates it before declare-ok), then asks it the queue's counts (`declare`, a passive
+/// declare request) for the declare-ok. Zero counts if it does not answer.
+pub async fn declared_there(cluster: &Arc<Cluster>, peer: u64, declare: Request) -> (u32, u32) {
+    let index = cluster.applied_index();
+    let _ = call(cluster.messaging(), peer, Request::Applied { index }).await;
+    match call(cluster.messaging(), peer, declare).await {
+        Ok(Response::Declared {
+            messages,
+            consumers,
+        }) => (messages, consumers),
+        _ => (0, 0),
+    }
 }
 
 /// A forwarded publish taken from a peer, not answered yet.
@@ -293,6 +332,27 @@ impl Peers {
             .unwrap_or_else(|| format!("node-{from}"))
             .into();
         let vhost_name = match &request {
+            Request::Applied { index } => {
+                let (index, cluster, messaging) = (*index, cluster.clone(), messaging.clone());
+                tokio::spawn(async move {
+                    let result = if cluster.wait_applied(index, CATCH_UP_TIMEOUT).await {
+                        Ok(Response::Done)
+                    } else {
+                        Err((
+                            warren_protocol::constants::INTERNAL_ERROR,
+                            format!("node has not applied metadata entry {index} yet"),
+                        ))
+                    };
+                    messaging.send(from, &Data::Answer { id, result });
+                });
+                return;
+            }
+            Request::QueueStats { vhost } => {
+                let queues = crate::queue_stats::hosted_here(shared, vhost.as_deref());
+                let result = Ok(Response::QueueStats { queues });
+                messaging.send(from, &Data::Answer { id, result });
+                return;
+            }
             Request::Consume { vhost, .. }
             | Request::Cancel { vhost, .. }
             | Request::Get { vhost, .. }
@@ -340,10 +400,7 @@ impl Peers {
                 ..
             } => {
                 v.open_stand_in(channel, conn, number, &user, node.clone(), relay());
-                v.basic_qos(channel, prefetch, false, now);
-                if global_prefetch > 0 {
-                    v.basic_qos(channel, global_prefetch, true, now);
-                }
+                v.set_stand_in_prefetch(channel, prefetch.into(), global_prefetch.into(), now);
                 let r = v.basic_consume(channel, &queue, &tag, no_ack, exclusive, arguments, now);
                 if r.is_ok() {
                     kick = Some(queue);
@@ -400,6 +457,9 @@ impl Peers {
                     messages: ok.message_count,
                     consumers: ok.consumer_count,
                 }),
+            Request::QueueStats { .. } | Request::Applied { .. } => {
+                unreachable!("answered above")
+            }
         };
         messaging.send(
             from,
@@ -545,6 +605,20 @@ impl Handler for Peers {
                     if v.has_channel(channel) {
                         v.channel_close(channel, now);
                     }
+                }
+            }
+            Data::Qos {
+                vhost,
+                channel,
+                channel_prefetch,
+                ..
+            } => {
+                if let Some(v) = shared.broker.vhost(&vhost) {
+                    let mut v = MetaGuard {
+                        vhost: v.lock().expect("vhost lock"),
+                        shared: &shared,
+                    };
+                    v.set_stand_in_channel_prefetch(channel, channel_prefetch, now);
                 }
             }
             Data::Reset { .. } | Data::Broken { .. } | Data::Answer { .. } => {}

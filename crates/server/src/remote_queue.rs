@@ -72,8 +72,8 @@ impl Connection {
         Ok(())
     }
 
-    /// queue.delete with if-unused or if-empty of a remote queue: its node knows its consumers
-    /// and messages, so it is asked before the deletion is replicated.
+    /// queue.delete of a remote queue: its node knows its consumers and messages (if-unused,
+    /// if-empty, the count in delete-ok), so it is asked before the deletion is replicated.
     pub fn delete_remote(
         &mut self,
         number: u16,
@@ -104,7 +104,11 @@ impl Connection {
             nowait,
             reply: Reply::QueueDelete,
             answer: Box::pin(async move {
-                let counts = remote::call(cluster.messaging(), peer, request).await?;
+                let counts = match remote::call(cluster.messaging(), peer, request).await {
+                    Ok(counts) => counts,
+                    Err(_) if !if_unused && !if_empty => Response::Done,
+                    Err(e) => return Err(e),
+                };
                 if let Response::Declared {
                     messages,
                     consumers,

@@ -117,11 +117,44 @@ impl Connection {
             .cluster
             .clone()
             .expect("proposals are made in a cluster only");
+        let declared = match &command {
+            Command::QueueDeclare { name, conn, .. } => Some((name.clone(), *conn)),
+            _ => None,
+        };
+        let (vhost, vhost_name, shared) = (
+            self.vhost.clone(),
+            self.vhost_name.clone(),
+            self.shared.clone(),
+        );
         self.proposal = Some(Proposal {
             number,
             nowait,
             reply,
-            answer: Box::pin(async move { cluster.execute(command).await }),
+            answer: Box::pin(async move {
+                let mut outcome = cluster.execute(command).await?;
+                if let (Some((queue, conn)), Outcome::QueueDeclared(ok)) = (declared, &mut outcome)
+                {
+                    let home = vhost.lock().expect("vhost lock").remote_home(&queue);
+                    let peer = home.and_then(|home| {
+                        crate::remote::reachable_home(&shared, &home, &queue, &vhost_name).ok()
+                    });
+                    if let Some(peer) = peer {
+                        let (messages, consumers) = crate::remote::declared_there(
+                            &cluster,
+                            peer,
+                            warren_cluster::messaging::Request::Declare {
+                                vhost: vhost_name,
+                                conn,
+                                queue,
+                            },
+                        )
+                        .await;
+                        ok.message_count = messages;
+                        ok.consumer_count = consumers;
+                    }
+                }
+                Ok(outcome)
+            }),
         });
     }
 

@@ -59,8 +59,10 @@ def test_a_queue_on_one_node_takes_publishes_and_serves_consumers_on_the_others(
         conn = node.connection()
         assert conn.channel().queue_declare("work", passive=True).method.message_count == 500
         conn.close()
-    [work] = [q for q in n2.api("/api/queues") if q["name"] == "work"]
-    assert work["node"] == "n1"
+    # Every node's management API shows n1's figures for it.
+    for node in (n2, n3):
+        [work] = [q for q in node.api("/api/queues") if q["name"] == "work"]
+        assert (work["node"], work["state"], work["messages_ready"]) == ("n1", "running", 500)
 
     consumer = n3.connection()
     got = consume(consumer, consumer.channel(), "work", 500)
@@ -71,6 +73,49 @@ def test_a_queue_on_one_node_takes_publishes_and_serves_consumers_on_the_others(
                "acks from n3 settled the messages on n1")
     for c in (c1, publisher):
         c.close()
+
+
+def test_a_global_prefetch_raised_after_consuming_reaches_the_queues_node(cluster):
+    n1, n2, _ = cluster.nodes
+    c1 = n1.connection()
+    ch1 = c1.channel()
+    ch1.queue_declare("limited", durable=True)
+    for i in range(20):
+        ch1.basic_publish("", "limited", f"m{i}".encode())
+    c2 = n2.connection()
+    ch2 = c2.channel()
+    eventually(lambda: ch2.queue_declare("limited", passive=True), "n2 knows the queue")
+    ch2.basic_qos(prefetch_count=2, global_qos=True)
+    got = []
+    ch2.basic_consume("limited", lambda ch, m, p, b: got.append(m.delivery_tag))
+    eventually(lambda: c2.process_data_events(0.05) or len(got) >= 2, "2 deliveries")
+    c2.process_data_events(0.3)
+    assert len(got) == 2, "the channel-wide limit holds on n1"
+    ch2.basic_qos(prefetch_count=5, global_qos=True)
+    eventually(lambda: c2.process_data_events(0.05) or len(got) >= 5, "3 more deliveries")
+    c2.process_data_events(0.3)
+    assert len(got) == 5, "the raised limit reached n1, and no further"
+    for c in (c1, c2):
+        c.close()
+
+
+def test_balanced_placement_spreads_queues_and_quorum_queues_name_their_members(cluster):
+    n1, n2, _ = cluster.nodes
+    ch = n1.connection().channel()
+    for i in range(6):
+        ch.queue_declare(f"spread-{i}", durable=True,
+                         arguments={"x-queue-master-locator": "min-masters"})
+    homes = [q["node"] for q in n2.api("/api/queues") if q["name"].startswith("spread-")]
+    assert sorted(homes) == ["n1", "n1", "n2", "n2", "n3", "n3"], "the fewest-queues node each time"
+    ch.queue_declare("qq3", durable=True, arguments={"x-queue-type": "quorum"})
+    ch.queue_declare("qq2", durable=True, arguments={"x-queue-type": "quorum",
+                                                    "x-quorum-initial-group-size": 2})
+    queues = {q["name"]: q for q in n2.api("/api/queues")}
+    assert sorted(queues["qq3"]["members"]) == ["n1", "n2", "n3"]
+    assert len(queues["qq2"]["members"]) == 2
+    for q in (queues["qq3"], queues["qq2"]):
+        assert q["leader"] == q["node"] == q["members"][0]
+    assert "members" not in queues["spread-0"], "classic queues have no members"
 
 
 def test_get_nack_purge_and_a_conditional_delete_of_a_remote_queue(cluster):
@@ -202,6 +247,8 @@ def test_when_a_queues_node_dies_others_answer_as_rabbitmq_and_nothing_confirmed
                                " is down or inaccessible")
     with pytest.raises(pika.exceptions.NackError):
         pch.basic_publish("", "ledger", b"lost?", PERSISTENT)
+    [ledger] = [q for q in n2.api("/api/queues/%2F") if q["name"] == "ledger"]
+    assert (ledger["node"], ledger["state"]) == ("n1", "down")
 
     n1.start()
     # Every confirmed message is back, including the ten n3 had not acknowledged.

@@ -59,7 +59,7 @@ impl VHost {
                     &consumer.tag,
                     tag,
                     &m,
-                    q.config.queue_type == QueueType::Quorum,
+                    q.config.queue_type,
                     consumer.no_ack,
                 );
                 if !consumer.no_ack {
@@ -181,6 +181,13 @@ impl VHost {
             // (rabbit_limiter:unlimit_prefetch): set it after, not before, to have both.
             ch.channel_prefetch = 0;
         }
+        for node in &ch.remote_nodes {
+            self.remote.push(RemoteEffect::Qos {
+                node: node.clone(),
+                channel: key,
+                channel_prefetch: ch.channel_prefetch,
+            });
+        }
         let queues: Vec<QueueId> = ch.consumers.values().copied().collect();
         for q in queues {
             self.dispatch(q, now_ms);
@@ -229,8 +236,7 @@ impl VHost {
                 ))
             })? as i32,
         };
-        // rabbit_quorum_queue:consume refuses a channel whose global limiter is active.
-        if global_qos && q.is_quorum() {
+        if global_qos && !q.config.queue_type.supports_global_qos() {
             return Err(AmqpError::not_implemented(format!(
                 "queue '{queue}' in vhost '{vhost}' does not support global qos"
             )));
@@ -336,7 +342,7 @@ impl VHost {
         let remaining = q.backlog.len() as u32;
         let number = ch.number;
         let frame_max = ch.outbox.frame_max();
-        let props = delivery_properties(&m, q.config.queue_type == QueueType::Quorum);
+        let props = delivery_properties(&m, q.config.queue_type);
         let relayed = ch.relay.is_some().then(|| Delivery {
             channel: key,
             consumer_tag: Bytes::new(),
@@ -616,11 +622,10 @@ pub(super) fn new_consumer_tag(ch: &ChannelState, tag: &str) -> Result<String> {
 }
 
 /// Puts a delivered message back in its queue (nack/reject with requeue, recover, channel
-/// close): at its original position in a classic queue, behind earlier returns in a quorum
-/// queue, or to the dead-letter exchange once it has exceeded the quorum queue's
-/// x-delivery-limit (rabbit_fifo's return_one counts every return alike).
+/// close) where its type says, or to the dead-letter exchange once it has exceeded the
+/// queue's x-delivery-limit (rabbit_fifo's return_one counts every return alike).
 /// `rejected`: the client nacked or rejected the message (rather than its channel closing or
-/// it calling recover). A quorum queue then puts it at the back, as RabbitMQ 3.10 does.
+/// it calling recover).
 pub(super) fn return_to_queue(
     q: &mut Queue,
     mut m: QueuedMessage,
@@ -640,13 +645,12 @@ pub(super) fn return_to_queue(
             reason: "delivery_limit",
         });
     } else {
-        if q.is_quorum() && rejected {
-            m.redelivered = true;
-            q.backlog.push_back(m);
-        } else if q.is_quorum() {
-            q.backlog.requeue_after_returns(m);
-        } else {
-            q.backlog.requeue(m);
+        match q.config.queue_type.return_position(rejected) {
+            ReturnPosition::Original => q.backlog.requeue(m),
+            ReturnPosition::AfterReturns => q.backlog.requeue_after_returns(m),
+            ReturnPosition::Back => {
+                q.backlog.push_back(m);
+            }
         }
         // rabbit_amqqueue_process:requeue_and_run applies drop-head after a requeue too.
         drop_head_over_limit(q, dead);
@@ -672,11 +676,10 @@ pub(super) fn drop_head_over_limit(q: &mut Queue, dead: &mut Vec<DeadLetter>) {
     }
 }
 
-/// The properties a consumer sees: the publisher's bytes, plus x-delivery-count on every
-/// quorum queue delivery (0 the first time, as RabbitMQ 3.10.8 sends it: measured by the
-/// interop suite).
-pub(super) fn delivery_properties(m: &QueuedMessage, quorum: bool) -> Bytes {
-    if !quorum {
+/// The properties a consumer sees: the publisher's bytes, plus x-delivery-count where the
+/// queue's type counts deliveries (measured against RabbitMQ by the interop suite).
+pub(super) fn delivery_properties(m: &QueuedMessage, queue_type: QueueType) -> Bytes {
+    if !queue_type.counts_deliveries() {
         return m.msg.properties.clone();
     }
     let Ok(mut p) = Properties::decode(&m.msg.properties) else {
@@ -696,10 +699,10 @@ pub(super) fn deliver(
     consumer_tag: &[u8],
     tag: u64,
     m: &QueuedMessage,
-    quorum: bool,
+    queue_type: QueueType,
     no_ack: bool,
 ) {
-    let props = delivery_properties(m, quorum);
+    let props = delivery_properties(m, queue_type);
     if let Some(relay) = &ch.relay {
         relay.deliver(Delivery {
             channel: ch.key,

@@ -137,6 +137,26 @@ impl VHost {
         }
     }
 
+    /// Records a quorum queue's members.
+    pub fn set_queue_members(&mut self, queue: &str, members: &[String]) {
+        if let Some(q) = self
+            .queues_by_name
+            .get(queue)
+            .and_then(|id| self.queues.get_mut(id))
+        {
+            q.members = members.iter().map(|m| m.as_str().into()).collect();
+        }
+    }
+
+    /// How many of this vhost's queues each node hosts (leads), for balanced placement.
+    pub fn count_queues_by_home(&self, counts: &mut std::collections::HashMap<String, usize>) {
+        for q in self.queues.values() {
+            if let Some(home) = &q.home_node {
+                *counts.entry(home.to_string()).or_default() += 1;
+            }
+        }
+    }
+
     /// The node hosting `queue`'s messages, when the queue exists and one was recorded.
     pub fn queue_home(&self, queue: &str) -> Option<std::sync::Arc<str>> {
         let id = self.queues_by_name.get(queue)?;
@@ -180,6 +200,7 @@ impl VHost {
                 arguments: q.arguments.clone(),
                 log_id: q.log_id.unwrap_or(0),
                 node: q.home_node.as_deref().unwrap_or_default().to_string(),
+                members: q.members.iter().map(|m| m.to_string()).collect(),
             });
         }
         for b in self.routes.bindings() {
@@ -347,7 +368,7 @@ impl VHost {
                 durable: q.durable,
                 auto_delete: q.auto_delete,
                 exclusive: q.exclusive_owner.is_some(),
-                queue_type: if q.is_quorum() { "quorum" } else { "classic" },
+                queue_type: q.config.queue_type.name(),
                 arguments: q.arguments.clone(),
                 messages_ready: q.backlog.len() as u64,
                 messages_unacknowledged: q.unacked as u64,
@@ -356,6 +377,7 @@ impl VHost {
                 consumers: q.consumers.len() as u64,
                 node: q.home_node.clone(),
                 stats: q.stats,
+                members: q.members.clone(),
             })
             .collect();
         v.sort_by(|a, b| a.name.cmp(&b.name));

@@ -11,7 +11,7 @@
 //! `dead_letter` (x-death and DLX routing), `metadata` (journal records, storage effects,
 //! recovery and counters).
 
-use crate::args::{self, Overflow, QueueConfig, QueueType};
+use crate::args::{self, Overflow, QueueConfig};
 use crate::backlog::Paging;
 use crate::channel::{ChannelState, Unacked};
 use crate::definitions::MetaRecord;
@@ -21,6 +21,7 @@ use crate::message::{Message, MessageRef};
 use crate::outbox::Outbox;
 use crate::persistence::StoreOp;
 use crate::queue::{ChannelKey, ConnId, Consumer, Queue, QueuedMessage};
+use crate::queue_type::{QueueType, ReturnPosition};
 use crate::relay::{Delivery, Relay, RemoteEffect, SettleOp};
 use crate::routing::{Destination, ExchangeId, ExchangeKind, QueueId, RoutingTable};
 use amq_protocol_types::{AMQPValue, FieldArray, FieldTable, LongString};
@@ -85,6 +86,8 @@ pub struct QueueInfo {
     /// The node hosting the queue in a cluster (`None` on a single node).
     pub node: Option<std::sync::Arc<str>>,
     pub stats: crate::queue::QueueStats,
+    /// A quorum queue's members in a cluster.
+    pub members: Vec<std::sync::Arc<str>>,
 }
 
 #[derive(Debug, Clone)]
@@ -581,17 +584,17 @@ impl VHost {
         // rabbit_channel: exclusive queues are never durable, whatever the client asked.
         let durable = durable && !exclusive;
         if server_named || name.is_empty() {
-            let quorum = arguments
+            let queue_type = arguments
                 .inner()
                 .get("x-queue-type")
                 .and_then(args::string)
-                .is_some_and(|t| t == "quorum");
-            if quorum {
-                // Only classic queues may be server-named (queue type capability server_named),
-                // whether the name is made here or was made for a replicated declare.
-                return Err(AmqpError::precondition(
-                    "Cannot declare a server-named queue for type rabbit_quorum_queue",
-                ));
+                .and_then(|t| QueueType::from_name(&t));
+            if let Some(t) = queue_type.filter(|t| !t.may_be_server_named()) {
+                // Whether the name is made here or was made for a replicated declare.
+                return Err(AmqpError::precondition(format!(
+                    "Cannot declare a server-named queue for type {}",
+                    t.module()
+                )));
             }
         }
         let name = if server_named {
@@ -624,23 +627,14 @@ impl VHost {
             });
         }
         let config = QueueConfig::parse(&arguments, &name, &self.name)?;
-        if config.queue_type == QueueType::Quorum {
-            let bad = |p: &str| {
-                AmqpError::precondition(format!(
-                    "invalid property '{p}' for queue '{name}' in vhost '{}'",
-                    self.name
-                ))
-            };
-            // rabbit_queue_type_util's checks, in rabbit_quorum_queue:declare's order.
-            if auto_delete {
-                return Err(bad("auto-delete"));
-            }
-            if exclusive {
-                return Err(bad("exclusive-owner"));
-            }
-            if !durable {
-                return Err(bad("non-durable"));
-            }
+        if let Some(p) = config
+            .queue_type
+            .refused_property(durable, exclusive, auto_delete)
+        {
+            return Err(AmqpError::precondition(format!(
+                "invalid property '{p}' for queue '{name}' in vhost '{}'",
+                self.name
+            )));
         }
         if durable {
             self.durable_change_allowed()?;
@@ -936,7 +930,7 @@ fn check_queue_equivalence(
             q.auto_delete
         )));
     }
-    for key in args::equivalence_keys(q.config.queue_type) {
+    for key in q.config.queue_type.arguments() {
         check_arg_equivalence(key, arguments, &q.arguments, &what)?;
     }
     Ok(())

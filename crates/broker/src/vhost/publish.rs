@@ -88,7 +88,8 @@ impl VHost {
             seq: 0,
             store_index: None,
         };
-        deliver(ch, &tag, delivery_tag, &m, false, true);
+        // No queue in between, so none of a queue type's annotations.
+        deliver(ch, &tag, delivery_tag, &m, QueueType::Classic, true);
         PublishOutcome {
             routed: true,
             rejected: false,

@@ -304,18 +304,26 @@ impl VHost {
     ) -> PublishOutcome {
         let mut targets = std::mem::take(&mut self.scratch);
         targets.clear();
+        let mut unknown = false;
         for name in queues {
-            if let Some(&qid) = self.queues_by_name.get(name.as_str()) {
-                if self
-                    .queues
-                    .get(&qid)
-                    .is_some_and(|q| hosts(&self.local_node, q))
-                {
-                    targets.push(qid);
+            match self.queues_by_name.get(name.as_str()) {
+                Some(&qid) => {
+                    if self
+                        .queues
+                        .get(&qid)
+                        .is_some_and(|q| hosts(&self.local_node, q))
+                    {
+                        targets.push(qid);
+                    }
                 }
+                None => unknown = true,
             }
         }
-        let outcome = self.enqueue_all(&targets, message, now_ms);
+        let mut outcome = self.enqueue_all(&targets, message, now_ms);
+        // A queue this node does not know yet (its metadata lags the sender's) or any more
+        // (deleted since the sender routed): the publisher gets a nack and may publish again,
+        // never a confirm for a message stored nowhere.
+        outcome.rejected |= unknown;
         self.scratch = targets;
         outcome
     }
@@ -341,6 +349,35 @@ impl VHost {
         ch.relayed_to = Some(node);
         self.channels.insert(key, ch);
         self.stand_ins += 1;
+    }
+
+    /// Gives a stand-in its client channel's limits, both at once: set one after the other
+    /// (as two basic.qos), the moment between would dispatch without the channel-wide limit.
+    pub fn set_stand_in_prefetch(
+        &mut self,
+        key: ChannelKey,
+        consumer_prefetch: u32,
+        channel_prefetch: u32,
+        now_ms: u64,
+    ) {
+        let Some(ch) = self.channels.get_mut(&key) else {
+            return;
+        };
+        ch.consumer_prefetch = consumer_prefetch;
+        ch.channel_prefetch = channel_prefetch;
+        let queues: Vec<QueueId> = ch.consumers.values().copied().collect();
+        for q in queues {
+            self.dispatch(q, now_ms);
+        }
+    }
+
+    /// The client channel's channel-wide prefetch changed (basic.qos global).
+    pub fn set_stand_in_channel_prefetch(&mut self, key: ChannelKey, prefetch: u32, now_ms: u64) {
+        let consumer_prefetch = match self.channels.get(&key) {
+            Some(ch) => ch.consumer_prefetch,
+            None => return,
+        };
+        self.set_stand_in_prefetch(key, consumer_prefetch, prefetch, now_ms);
     }
 
     /// Settles deliveries of a stand-in by their tags here; tags it no longer knows (the

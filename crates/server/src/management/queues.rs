@@ -4,6 +4,7 @@
 
 use super::session::{AckMode, Got, Session};
 use super::{amqp_error, auth, error, json_table, not_found, table_json, Api, Body, Shared};
+use crate::queue_stats::QueueView;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -12,7 +13,6 @@ use base64::Engine;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
-use warren_broker::vhost::QueueInfo;
 use warren_protocol::amqp::{queue, AMQPClass};
 use warren_protocol::content::Properties;
 
@@ -20,10 +20,13 @@ fn rate() -> Value {
     json!({ "rate": 0.0 })
 }
 
-/// A queue in the fields of RabbitMQ's `/api/queues`.
-pub fn queue_json(s: &Shared, vhost: &str, q: &QueueInfo) -> Value {
+/// A queue in the fields of RabbitMQ's `/api/queues`, with the figures of the node hosting it
+/// (see [`crate::queue_stats`]); `message_stats` are this node's counts (see [`super::stats`]).
+pub fn queue_json(s: &Shared, view: &QueueView) -> Value {
+    let (q, vhost) = (&view.info, view.vhost.as_str());
     let messages = q.messages_ready + q.messages_unacknowledged;
-    json!({
+    let node = q.node.as_deref().unwrap_or(s.node_name());
+    let mut out = json!({
         "name": q.name,
         "vhost": vhost,
         "durable": q.durable,
@@ -31,7 +34,7 @@ pub fn queue_json(s: &Shared, vhost: &str, q: &QueueInfo) -> Value {
         "exclusive": q.exclusive,
         "type": q.queue_type,
         "arguments": table_json(&q.arguments),
-        "state": "running",
+        "state": if view.running { "running" } else { "down" },
         "messages": messages,
         "messages_details": rate(),
         "messages_ready": q.messages_ready,
@@ -43,30 +46,30 @@ pub fn queue_json(s: &Shared, vhost: &str, q: &QueueInfo) -> Value {
         "messages_paged_out": q.messages_paged_out,
         "messages_ram": q.messages_ready - q.messages_paged_out,
         "consumers": q.consumers,
-        "node": q.node.as_deref().unwrap_or(s.node_name()),
+        "node": node,
         "policy": null,
         "operator_policy": null,
         "effective_policy_definition": {},
         "exclusive_consumer_tag": null,
         "single_active_consumer_tag": null,
         "message_stats": super::stats::message_stats_json(&q.stats, &s.rates.queue(vhost, &q.name)),
-    })
-}
-
-/// The queues of every vhost `only` keeps, in vhost then name order.
-fn queues_json(s: &Shared, only: impl Fn(&str) -> bool) -> Vec<Value> {
-    s.rates.refresh(s);
-    let mut vhosts = s.broker.vhosts();
-    vhosts.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut out = Vec::new();
-    for (name, v) in vhosts {
-        if !only(&name) {
-            continue;
-        }
-        let infos = v.lock().expect("vhost lock").queue_infos();
-        out.extend(infos.iter().map(|q| queue_json(s, &name, q)));
+    });
+    // A quorum queue's replicas, as RabbitMQ's API shows them.
+    if !q.members.is_empty() {
+        out["leader"] = json!(node);
+        out["members"] = json!(q.members.iter().map(|m| &**m).collect::<Vec<&str>>());
     }
     out
+}
+
+/// The queues of the vhosts `only` keeps (all of them when `vhost` is `None`, else that one),
+/// in vhost then name order.
+async fn queues_json(s: &Shared, vhost: Option<&str>, only: impl Fn(&str) -> bool) -> Vec<Value> {
+    s.rates.refresh(s);
+    let mut views = crate::queue_stats::queue_views(s, vhost).await;
+    views.retain(|v| only(&v.vhost));
+    views.sort_by(|a, b| (&a.vhost, &a.info.name).cmp(&(&b.vhost, &b.info.name)));
+    views.iter().map(|v| queue_json(s, v)).collect()
 }
 
 pub async fn list_all(State(s): Api, headers: HeaderMap) -> Response {
@@ -74,7 +77,7 @@ pub async fn list_all(State(s): Api, headers: HeaderMap) -> Response {
         Ok(c) => c,
         Err(r) => return r,
     };
-    Json(queues_json(&s, |v| caller.sees_vhost(&s, v))).into_response()
+    Json(queues_json(&s, None, |v| caller.sees_vhost(&s, v)).await).into_response()
 }
 
 pub async fn list_vhost(State(s): Api, headers: HeaderMap, Path(vhost): Path<String>) -> Response {
@@ -85,20 +88,18 @@ pub async fn list_vhost(State(s): Api, headers: HeaderMap, Path(vhost): Path<Str
     if let Err(r) = auth::vhost(&s, &caller, &vhost) {
         return r;
     }
-    Json(queues_json(&s, |v| v == vhost)).into_response()
+    Json(queues_json(&s, Some(&vhost), |_| true).await).into_response()
 }
 
-/// The queue a request names, once the caller may see its vhost: 404 when it does not exist.
-fn find(s: &Shared, headers: &HeaderMap, vhost: &str, queue: &str) -> Result<Value, Response> {
+/// 404 unless the queue a request names exists, once the caller may see its vhost.
+fn exists(s: &Shared, headers: &HeaderMap, vhost: &str, queue: &str) -> Result<(), Response> {
     let caller = auth::caller(s, headers)?;
-    let v = auth::vhost(s, &caller, vhost)?;
-    s.rates.refresh(s);
-    let infos = v.lock().expect("vhost lock").queue_infos();
-    infos
-        .iter()
-        .find(|q| q.name == queue)
-        .map(|q| queue_json(s, vhost, q))
-        .ok_or_else(not_found)
+    auth::vhost(s, &caller, vhost)?;
+    if queue_exists(s, vhost, queue) {
+        Ok(())
+    } else {
+        Err(not_found())
+    }
 }
 
 pub async fn get_one(
@@ -106,14 +107,21 @@ pub async fn get_one(
     headers: HeaderMap,
     Path((vhost, queue)): Path<(String, String)>,
 ) -> Response {
-    match find(&s, &headers, &vhost, &queue) {
-        Ok(mut q) => {
+    if let Err(r) = exists(&s, &headers, &vhost, &queue) {
+        return r;
+    }
+    let found = queues_json(&s, Some(&vhost), |_| true)
+        .await
+        .into_iter()
+        .find(|q| q["name"] == queue.as_str());
+    match found {
+        Some(mut q) => {
             q["consumer_details"] = json!([]);
             q["incoming"] = json!([]);
             q["deliveries"] = json!([]);
             Json(q).into_response()
         }
-        Err(r) => r,
+        None => not_found(),
     }
 }
 
@@ -189,7 +197,7 @@ pub async fn delete(
     Path((vhost, name)): Path<(String, String)>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Response {
-    if let Err(r) = find(&s, &headers, &vhost, &name) {
+    if let Err(r) = exists(&s, &headers, &vhost, &name) {
         return r;
     }
     let mut session = match session_for_change(&s, &headers, &vhost) {
@@ -218,7 +226,7 @@ pub async fn purge(
     headers: HeaderMap,
     Path((vhost, name)): Path<(String, String)>,
 ) -> Response {
-    if let Err(r) = find(&s, &headers, &vhost, &name) {
+    if let Err(r) = exists(&s, &headers, &vhost, &name) {
         return r;
     }
     let mut session = match session_for_change(&s, &headers, &vhost) {

@@ -1,0 +1,87 @@
+//! Snapshots: the queue's whole state as bytes, so a member (a restarted one, or a new one
+//! catching up) starts from them instead of the log prefix they cover, and the log below the
+//! release cursor can go.
+//!
+//! Format: one version byte, then the state as JSON. The bodies are not in it (they are in
+//! the log entries the live messages point at, which the release cursor keeps).
+
+use super::state::QuorumQueue;
+
+/// The first byte of every snapshot; a member refuses one of a version it does not know
+/// rather than misread it.
+pub const SNAPSHOT_VERSION: u8 = 1;
+
+#[derive(Debug)]
+pub enum SnapshotError {
+    Version(u8),
+    Empty,
+    Decode(String),
+}
+
+impl std::fmt::Display for SnapshotError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SnapshotError::Version(v) => write!(f, "quorum queue snapshot of unknown version {v}"),
+            SnapshotError::Empty => write!(f, "empty quorum queue snapshot"),
+            SnapshotError::Decode(e) => write!(f, "corrupt quorum queue snapshot: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for SnapshotError {}
+
+impl QuorumQueue {
+    /// The state as of the last applied entry ([`QuorumQueue::last_applied`]).
+    pub fn snapshot(&self) -> Vec<u8> {
+        let mut out = vec![SNAPSHOT_VERSION];
+        serde_json::to_writer(&mut out, self).expect("the state is plain data");
+        out
+    }
+
+    /// The state a snapshot holds; apply the entries after its `last_applied()` next.
+    pub fn restore(bytes: &[u8]) -> Result<QuorumQueue, SnapshotError> {
+        let (&version, json) = bytes.split_first().ok_or(SnapshotError::Empty)?;
+        if version != SNAPSHOT_VERSION {
+            return Err(SnapshotError::Version(version));
+        }
+        let mut q: QuorumQueue =
+            serde_json::from_slice(json).map_err(|e| SnapshotError::Decode(e.to_string()))?;
+        q.delivered = q
+            .ready
+            .iter_delivered()
+            .map(|m| m.index)
+            .chain(
+                q.consumers
+                    .all
+                    .values()
+                    .flat_map(|c| c.checked_out.values().map(|m| m.index)),
+            )
+            .collect();
+        Ok(q)
+    }
+}
+
+/// A map with keys JSON cannot have (structs), as a list of pairs.
+pub(super) mod pairs {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::collections::BTreeMap;
+
+    pub fn serialize<K, V, S>(map: &BTreeMap<K, V>, s: S) -> Result<S::Ok, S::Error>
+    where
+        K: Serialize,
+        V: Serialize,
+        S: Serializer,
+    {
+        s.collect_seq(map.iter())
+    }
+
+    pub fn deserialize<'de, K, V, D>(d: D) -> Result<BTreeMap<K, V>, D::Error>
+    where
+        K: Deserialize<'de> + Ord,
+        V: Deserialize<'de>,
+        D: Deserializer<'de>,
+    {
+        let pairs: Vec<(K, V)> = Vec::deserialize(d)?;
+        Ok(pairs.into_iter().collect())
+    }
+}

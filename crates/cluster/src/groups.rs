@@ -1,0 +1,528 @@
+//! Every quorum queue's Raft group on this node, driven by one loop (TiKV's raftstore is the
+//! model): per round it steps what peers sent, proposes what clients asked, then handles every
+//! group's ready together: all groups' new entries go to their logs in the shared WAL and one
+//! sync covers them all; each group's messages leave in the transport's next write to that peer
+//! (one write carries every group's). Committed entries go to the group's [`Machine`].
+//!
+//! Idle groups hibernate (TiKV's hibernate regions, Ra's quiet clusters): a group that has had
+//! nothing to do for a few heartbeats stops ticking, so 10,000 idle queues cost no timers and
+//! send no heartbeats. A leader sleeps once its followers have everything; a follower once it
+//! knows a leader that is up. What wakes a group: a proposal, any message from a peer (a
+//! restarted member's pre-vote wakes its leader, whose heartbeats then tell it who leads), and
+//! the node-level failure detector: when the transport finds a node down, every group with a
+//! member there wakes, so followers of a dead leader elect a new one and a cut-off leader steps
+//! down (check-quorum).
+
+use crate::raft_log::RaftLog;
+use raft::eraftpb::{EntryType, Message, Snapshot};
+use raft::{RawNode, StateRole};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use warren_store::Store;
+
+/// What a group replicates: the quorum queue state machine, as the server wires it.
+pub trait Machine: Send {
+    /// Applies a committed entry, in log order, exactly once per index on this node (after a
+    /// restart, from the last snapshot on).
+    fn apply(&mut self, index: u64, data: &[u8]);
+    /// The state as of the last applied index, for a snapshot.
+    fn snapshot(&self) -> Vec<u8>;
+    /// Replaces the state with a snapshot's.
+    fn restore(&mut self, data: &[u8]);
+    /// The group's leader or this node's role changed (`leader` 0: none known).
+    fn leader_changed(&mut self, _leader: u64, _term: u64) {}
+    /// The lowest index whose entry the machine still reads (a message's body): a snapshot
+    /// releases the log below it only. `u64::MAX`: nothing.
+    fn live_from(&self) -> u64 {
+        u64::MAX
+    }
+}
+
+/// How a group's messages reach a peer node; false if the link is down.
+pub type SendRaft = Arc<dyn Fn(u64, u64, &[Message]) -> bool + Send + Sync>;
+/// Whether a peer node is up, as the node-level failure detector sees it.
+pub type IsUp = Arc<dyn Fn(u64) -> bool + Send + Sync>;
+/// Called with the outcome of a proposal as it enters (or fails to enter) the log.
+pub type Proposed = Box<dyn FnOnce(Result<(), String>) + Send>;
+
+#[derive(Debug, Clone)]
+pub struct GroupsTiming {
+    pub tick: Duration,
+    /// Ticks without a leader before a follower stands (raft-rs randomises up to twice).
+    pub election_ticks: usize,
+    pub heartbeat_ticks: usize,
+    /// Quiet ticks after which a group sleeps: more than a heartbeat, so followers have heard
+    /// the last commit index; fewer than an election timeout, so they never stand meanwhile.
+    pub sleep_ticks: usize,
+    /// Applied entries between snapshots.
+    pub snapshot_entries: u64,
+}
+
+impl Default for GroupsTiming {
+    fn default() -> Self {
+        GroupsTiming {
+            tick: Duration::from_millis(100),
+            election_ticks: 10,
+            heartbeat_ticks: 2,
+            sleep_ticks: 5,
+            snapshot_entries: 4096,
+        }
+    }
+}
+
+/// What the loop is asked to do.
+pub enum Input {
+    /// Opens a group this node is a member of (at declare, or at start for existing queues):
+    /// `voters` are the founding members, used only if its log is new.
+    Create {
+        group: u64,
+        voters: Vec<u64>,
+        machine: Box<dyn Machine>,
+    },
+    /// Closes a group and deletes its log and snapshot (the queue was deleted).
+    Remove {
+        group: u64,
+    },
+    Propose {
+        group: u64,
+        data: Vec<u8>,
+        done: Option<Proposed>,
+    },
+    /// Entries for several groups at once (a publish routed to several quorum queues): they
+    /// enter the same round, so one sync covers them.
+    ProposeMany(Vec<(u64, Vec<u8>)>),
+    Peer {
+        group: u64,
+        messages: Vec<Message>,
+    },
+    /// The failure detector found a node down: its groups here wake.
+    PeerDown(u64),
+    Stop,
+}
+
+/// One group as others on this node see it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupView {
+    pub leader: u64,
+    pub term: u64,
+    pub is_leader: bool,
+    pub asleep: bool,
+    pub applied: u64,
+}
+
+/// A handle on the node's groups.
+#[derive(Clone)]
+pub struct QueueGroups {
+    inputs: Arc<Mutex<Sender<Input>>>,
+    views: Arc<Mutex<HashMap<u64, GroupView>>>,
+    syncs: Arc<AtomicU64>,
+}
+
+impl QueueGroups {
+    /// Starts the loop on a thread of its own. Groups keep their logs in `store` (log id =
+    /// group id) and snapshots under `dir`.
+    pub fn start(
+        me: u64,
+        store: Arc<Store>,
+        dir: &Path,
+        send: SendRaft,
+        is_up: IsUp,
+        timing: GroupsTiming,
+    ) -> Result<(QueueGroups, std::thread::JoinHandle<()>), String> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let views = Arc::new(Mutex::new(HashMap::new()));
+        let syncs = Arc::new(AtomicU64::new(0));
+        let runner = Runner {
+            syncs: syncs.clone(),
+            me,
+            store,
+            dir: dir.to_path_buf(),
+            send,
+            is_up,
+            timing,
+            groups: BTreeMap::new(),
+            views: views.clone(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("queue-groups".into())
+            .spawn(move || runner.run(rx))
+            .map_err(|e| e.to_string())?;
+        Ok((
+            QueueGroups {
+                inputs: Arc::new(Mutex::new(tx)),
+                views,
+                syncs,
+            },
+            thread,
+        ))
+    }
+
+    pub fn send(&self, input: Input) {
+        let _ = self.inputs.lock().expect("inputs lock").send(input);
+    }
+
+    pub fn view(&self, group: u64) -> Option<GroupView> {
+        self.views.lock().expect("views lock").get(&group).cloned()
+    }
+
+    /// How many times the loop waited for the WAL: once per round that wrote, whatever the
+    /// number of groups in it.
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
+    }
+
+    /// How many groups are awake (ticking) now.
+    pub fn awake(&self) -> usize {
+        self.views
+            .lock()
+            .expect("views lock")
+            .values()
+            .filter(|v| !v.asleep)
+            .count()
+    }
+}
+
+struct Group {
+    raw: RawNode<RaftLog>,
+    machine: Box<dyn Machine>,
+    voters: Vec<u64>,
+    asleep: bool,
+    quiet_ticks: usize,
+    applied: u64,
+    snapshot_index: u64,
+    leader_seen: (u64, u64),
+}
+
+impl Group {
+    /// Something happened: tick again, and count quiet from now.
+    fn wake(&mut self) {
+        self.asleep = false;
+        self.quiet_ticks = 0;
+    }
+}
+
+/// Heartbeats and their answers are what an idle group exchanges: they tick the group again
+/// but do not keep it from falling asleep.
+fn is_heartbeat(m: &Message) -> bool {
+    matches!(
+        m.get_msg_type(),
+        raft::eraftpb::MessageType::MsgHeartbeat | raft::eraftpb::MessageType::MsgHeartbeatResponse
+    )
+}
+
+struct Runner {
+    syncs: Arc<AtomicU64>,
+    me: u64,
+    store: Arc<Store>,
+    dir: PathBuf,
+    send: SendRaft,
+    is_up: IsUp,
+    timing: GroupsTiming,
+    groups: BTreeMap<u64, Group>,
+    views: Arc<Mutex<HashMap<u64, GroupView>>>,
+}
+
+impl Runner {
+    fn run(mut self, inputs: Receiver<Input>) {
+        let mut next_tick = Instant::now() + self.timing.tick;
+        loop {
+            let wait = next_tick.saturating_duration_since(Instant::now());
+            match inputs.recv_timeout(wait) {
+                Ok(Input::Stop) => return,
+                Ok(input) => {
+                    self.handle(input);
+                    while let Ok(input) = inputs.try_recv() {
+                        if matches!(input, Input::Stop) {
+                            return;
+                        }
+                        self.handle(input);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            if Instant::now() >= next_tick {
+                next_tick = Instant::now() + self.timing.tick;
+                self.tick();
+            }
+            if let Err(e) = self.on_ready() {
+                tracing::error!(error = %e, "queue groups stopped: their logs cannot be written");
+                return;
+            }
+            self.publish_views();
+        }
+    }
+
+    fn handle(&mut self, input: Input) {
+        match input {
+            Input::Create {
+                group,
+                voters,
+                machine,
+            } => {
+                if let Err(e) = self.create(group, voters, machine) {
+                    tracing::error!(group, error = %e, "cannot open a queue group");
+                }
+            }
+            Input::Remove { group } => {
+                if self.groups.remove(&group).is_some() {
+                    let _ = self.store.delete_log(group);
+                    let _ = std::fs::remove_dir_all(self.group_dir(group));
+                    self.views.lock().expect("views lock").remove(&group);
+                }
+            }
+            Input::Propose { group, data, done } => {
+                let result = match self.groups.get_mut(&group) {
+                    None => Err(format!("no queue group {group} on this node")),
+                    Some(g) => {
+                        g.wake();
+                        g.raw.propose(vec![], data).map_err(|e| e.to_string())
+                    }
+                };
+                if let Some(done) = done {
+                    done(result);
+                }
+            }
+            Input::ProposeMany(entries) => {
+                for (group, data) in entries {
+                    if let Some(g) = self.groups.get_mut(&group) {
+                        g.wake();
+                        let _ = g.raw.propose(vec![], data);
+                    }
+                }
+            }
+            Input::Peer { group, messages } => {
+                if let Some(g) = self.groups.get_mut(&group) {
+                    if messages.iter().all(is_heartbeat) {
+                        g.asleep = false;
+                    } else {
+                        g.wake();
+                    }
+                    for m in messages {
+                        let _ = g.raw.step(m);
+                    }
+                }
+            }
+            Input::PeerDown(peer) => {
+                for g in self.groups.values_mut() {
+                    if g.voters.contains(&peer) {
+                        g.wake();
+                    }
+                }
+            }
+            Input::Stop => {}
+        }
+    }
+
+    fn group_dir(&self, group: u64) -> PathBuf {
+        self.dir.join(format!("group-{group}"))
+    }
+
+    fn create(
+        &mut self,
+        group: u64,
+        voters: Vec<u64>,
+        mut machine: Box<dyn Machine>,
+    ) -> Result<(), String> {
+        if self.groups.contains_key(&group) {
+            return Ok(());
+        }
+        let log = RaftLog::open(self.store.clone(), group, &self.group_dir(group), &voters)?;
+        let snapshot = log.latest_snapshot();
+        let snapshot_index = snapshot.get_metadata().index;
+        if snapshot_index > 0 {
+            machine.restore(&snapshot.data);
+        }
+        let config = raft::Config {
+            id: self.me,
+            election_tick: self.timing.election_ticks,
+            heartbeat_tick: self.timing.heartbeat_ticks,
+            applied: snapshot_index,
+            pre_vote: true,
+            check_quorum: true,
+            max_size_per_msg: 1 << 20,
+            max_inflight_msgs: 256,
+            ..Default::default()
+        };
+        config.validate().map_err(|e| e.to_string())?;
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let raw = RawNode::new(&config, log, &logger).map_err(|e| e.to_string())?;
+        self.groups.insert(
+            group,
+            Group {
+                raw,
+                machine,
+                voters,
+                asleep: false,
+                quiet_ticks: 0,
+                applied: snapshot_index,
+                snapshot_index,
+                leader_seen: (0, 0),
+            },
+        );
+        Ok(())
+    }
+
+    /// Ticks the awake groups; puts to sleep those quiet long enough.
+    fn tick(&mut self) {
+        let is_up = &self.is_up;
+        for g in self.groups.values_mut().filter(|g| !g.asleep) {
+            g.raw.tick();
+            g.quiet_ticks += 1;
+            if g.quiet_ticks >= self.timing.sleep_ticks && may_sleep(g, is_up) {
+                g.asleep = true;
+            }
+        }
+    }
+
+    fn on_ready(&mut self) -> Result<(), String> {
+        let ready: Vec<u64> = self
+            .groups
+            .iter()
+            .filter(|(_, g)| g.raw.has_ready())
+            .map(|(id, _)| *id)
+            .collect();
+        if ready.is_empty() {
+            return Ok(());
+        }
+        let mut readies = Vec::with_capacity(ready.len());
+        let mut wrote = false;
+        for id in ready {
+            let g = self.groups.get_mut(&id).expect("listed above");
+            let mut rd = g.raw.ready();
+            if !rd.entries().is_empty() || !rd.committed_entries().is_empty() {
+                g.wake();
+            }
+            send(&self.send, id, rd.take_messages(), &mut g.raw);
+            if !rd.snapshot().is_empty() {
+                let snapshot = rd.snapshot().clone();
+                g.machine.restore(&snapshot.data);
+                g.raw.mut_store().save_snapshot(&snapshot)?;
+                g.applied = snapshot.get_metadata().index;
+                g.snapshot_index = g.applied;
+            }
+            apply(g, rd.take_committed_entries());
+            // A changed commit index alone need not be durable now (raft-rs: must_sync).
+            wrote |= rd.must_sync();
+            g.raw.store().append(rd.entries())?;
+            if let Some(hs) = rd.hs() {
+                g.raw.store().set_hard_state(hs)?;
+            }
+            readies.push((id, rd));
+        }
+        // One sync for every group's writes of this round.
+        if wrote {
+            self.store.sync().map_err(|e| e.to_string())?;
+            self.syncs.fetch_add(1, Ordering::Relaxed);
+        }
+        for (id, mut rd) in readies {
+            let g = self.groups.get_mut(&id).expect("listed above");
+            send(&self.send, id, rd.take_persisted_messages(), &mut g.raw);
+            let mut light = g.raw.advance(rd);
+            if let Some(commit) = light.commit_index() {
+                g.raw.store().set_commit(commit)?;
+            }
+            send(&self.send, id, light.take_messages(), &mut g.raw);
+            apply(g, light.take_committed_entries());
+            g.raw.advance_apply();
+            let leader = (g.raw.raft.leader_id, g.raw.raft.term);
+            if leader != g.leader_seen {
+                g.leader_seen = leader;
+                g.machine.leader_changed(leader.0, leader.1);
+            }
+            maybe_snapshot(g, self.timing.snapshot_entries)?;
+        }
+        Ok(())
+    }
+
+    fn publish_views(&self) {
+        let mut views = self.views.lock().expect("views lock");
+        for (id, g) in &self.groups {
+            let view = GroupView {
+                leader: g.raw.raft.leader_id,
+                term: g.raw.raft.term,
+                is_leader: g.raw.raft.state == StateRole::Leader,
+                asleep: g.asleep,
+                applied: g.applied,
+            };
+            if views.get(id) != Some(&view) {
+                views.insert(*id, view);
+            }
+        }
+    }
+}
+
+/// Whether a quiet group may stop ticking: a leader whose followers have every entry and who
+/// has applied them; a follower that knows a leader the failure detector sees up.
+fn may_sleep(g: &Group, is_up: &IsUp) -> bool {
+    let raft = &g.raw.raft;
+    let last = raft.raft_log.last_index();
+    let settled = raft.raft_log.committed == last && raft.raft_log.applied == last;
+    match raft.state {
+        StateRole::Leader => {
+            settled
+                && !raft.has_pending_conf()
+                && raft
+                    .prs()
+                    .iter()
+                    .all(|(id, p)| *id == raft.id || p.matched == last)
+        }
+        StateRole::Follower => {
+            raft.leader_id != raft::INVALID_ID && is_up(raft.leader_id) && settled
+        }
+        StateRole::Candidate | StateRole::PreCandidate => false,
+    }
+}
+
+fn send(send: &SendRaft, group: u64, messages: Vec<Message>, raw: &mut RawNode<RaftLog>) {
+    if messages.is_empty() {
+        return;
+    }
+    let mut by_peer: BTreeMap<u64, Vec<Message>> = BTreeMap::new();
+    for m in messages {
+        by_peer.entry(m.to).or_default().push(m);
+    }
+    for (to, batch) in by_peer {
+        if !send(to, group, &batch) {
+            raw.report_unreachable(to);
+        }
+    }
+}
+
+fn apply(g: &mut Group, entries: Vec<raft::eraftpb::Entry>) {
+    for entry in entries {
+        g.applied = entry.index;
+        if entry.data.is_empty() {
+            continue;
+        }
+        match entry.get_entry_type() {
+            EntryType::EntryNormal => g.machine.apply(entry.index, &entry.data),
+            // Membership changes of queue groups (add_member, shrink) are not built yet.
+            EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {}
+        }
+    }
+}
+
+fn maybe_snapshot(g: &mut Group, every: u64) -> Result<(), String> {
+    if g.applied < g.snapshot_index + every {
+        return Ok(());
+    }
+    let index = g.applied;
+    let term = g.raw.store().term_of(index)?;
+    let mut snapshot = Snapshot {
+        data: g.machine.snapshot().into(),
+        ..Default::default()
+    };
+    let meta = snapshot.mut_metadata();
+    meta.index = index;
+    meta.term = term;
+    meta.set_conf_state(g.raw.raft.prs().conf().to_conf_state());
+    let upto = g.machine.live_from().saturating_sub(1);
+    g.raw.mut_store().save_snapshot_releasing(&snapshot, upto)?;
+    g.snapshot_index = index;
+    Ok(())
+}

@@ -1,0 +1,378 @@
+//! Queue groups on three nodes in one process: each node has its own store (a real WAL on
+//! disk) and its own loop; a router stands in for the transport and can cut a node off. Every
+//! wait polls to a deadline; no verdict depends on how fast the machine is.
+
+use raft::eraftpb::Message;
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use warren_cluster::groups::{GroupsTiming, Input, Machine, QueueGroups};
+use warren_store::{Config, NoopListener, Store};
+
+/// Applied entries: (index, data).
+type Applied = Vec<(u64, Vec<u8>)>;
+
+/// A machine that records what it applies, shared with the test.
+#[derive(Clone, Default)]
+struct Recorder {
+    applied: Arc<Mutex<Applied>>,
+}
+
+impl Machine for Recorder {
+    fn apply(&mut self, index: u64, data: &[u8]) {
+        self.applied.lock().unwrap().push((index, data.to_vec()));
+    }
+    fn snapshot(&self) -> Vec<u8> {
+        serde_json::to_vec(&*self.applied.lock().unwrap()).unwrap()
+    }
+    fn restore(&mut self, data: &[u8]) {
+        *self.applied.lock().unwrap() = serde_json::from_slice(data).unwrap();
+    }
+}
+
+impl Recorder {
+    fn payloads(&self) -> Vec<Vec<u8>> {
+        self.applied
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, d)| d.clone())
+            .collect()
+    }
+}
+
+/// Delivers groups' messages between the nodes' loops; a node in `cut` neither sends nor
+/// receives. Counts what it carries.
+#[derive(Default)]
+struct Router {
+    nodes: Mutex<Vec<Option<QueueGroups>>>,
+    cut: Mutex<HashSet<u64>>,
+    carried: AtomicU64,
+}
+
+impl Router {
+    fn up(&self, id: u64) -> bool {
+        !self.cut.lock().unwrap().contains(&id)
+    }
+
+    fn route(&self, from: u64, to: u64, group: u64, messages: &[Message]) -> bool {
+        if !self.up(from) || !self.up(to) {
+            return false;
+        }
+        let nodes = self.nodes.lock().unwrap();
+        let Some(Some(node)) = nodes.get(to as usize - 1) else {
+            return false;
+        };
+        self.carried.fetch_add(1, Ordering::Relaxed);
+        node.send(Input::Peer {
+            group,
+            messages: messages.to_vec(),
+        });
+        true
+    }
+}
+
+struct Node {
+    id: u64,
+    dir: PathBuf,
+    store: Arc<Store>,
+    groups: QueueGroups,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Node {
+    fn stop(&mut self) {
+        self.groups.send(Input::Stop);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+}
+
+fn timing() -> GroupsTiming {
+    GroupsTiming {
+        tick: Duration::from_millis(10),
+        election_ticks: 10,
+        heartbeat_ticks: 2,
+        sleep_ticks: 5,
+        snapshot_entries: 50,
+    }
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "warren-groups-{}-{name}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn start_node(id: u64, dir: PathBuf, router: &Arc<Router>) -> Node {
+    let (store, _) = Store::open(Config::new(dir.join("store")), Arc::new(NoopListener)).unwrap();
+    let store = Arc::new(store);
+    let (r1, r2) = (router.clone(), router.clone());
+    let (groups, thread) = QueueGroups::start(
+        id,
+        store.clone(),
+        &dir.join("groups"),
+        Arc::new(move |to, group, messages: &[Message]| r1.route(id, to, group, messages)),
+        Arc::new(move |peer| r2.up(peer)),
+        timing(),
+    )
+    .unwrap();
+    let mut nodes = router.nodes.lock().unwrap();
+    if nodes.len() < id as usize {
+        nodes.resize(id as usize, None);
+    }
+    nodes[id as usize - 1] = Some(groups.clone());
+    Node {
+        id,
+        dir,
+        store,
+        groups,
+        thread: Some(thread),
+    }
+}
+
+fn cluster(name: &str) -> (Arc<Router>, Vec<Node>) {
+    let router = Arc::new(Router::default());
+    let nodes = (1..=3)
+        .map(|id| start_node(id, temp_dir(&format!("{name}-n{id}")), &router))
+        .collect();
+    (router, nodes)
+}
+
+fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Opens `group` on every node with a recorder each.
+fn open(nodes: &[Node], group: u64) -> Vec<Recorder> {
+    nodes
+        .iter()
+        .map(|n| {
+            let r = Recorder::default();
+            n.groups.send(Input::Create {
+                group,
+                voters: vec![1, 2, 3],
+                machine: Box::new(r.clone()),
+            });
+            r
+        })
+        .collect()
+}
+
+fn leader(nodes: &[Node], group: u64) -> u64 {
+    eventually("a leader", || {
+        nodes
+            .iter()
+            .filter_map(|n| n.groups.view(group))
+            .find(|v| v.is_leader)
+            .map(|v| v.leader)
+    })
+}
+
+fn propose(node: &Node, group: u64, data: &[u8]) {
+    node.groups.send(Input::Propose {
+        group,
+        data: data.to_vec(),
+        done: None,
+    });
+}
+
+fn wait_applied(recorders: &[&Recorder], expected: &[Vec<u8>]) {
+    eventually("every member applied the entries", || {
+        recorders
+            .iter()
+            .all(|r| r.payloads() == expected)
+            .then_some(())
+    });
+}
+
+fn cleanup(mut nodes: Vec<Node>) {
+    for n in &mut nodes {
+        n.stop();
+        let _ = std::fs::remove_dir_all(&n.dir);
+    }
+}
+
+#[test]
+fn entries_proposed_on_any_member_are_applied_in_one_order_everywhere() {
+    let (_router, nodes) = cluster("order");
+    let rec = open(&nodes, 7);
+    let l = leader(&nodes, 7);
+    let follower = nodes.iter().find(|n| n.id != l).unwrap();
+    let mut expected = Vec::new();
+    for i in 0..20u8 {
+        // Half through a follower: raft forwards them to the leader.
+        let via = if i % 2 == 0 {
+            &nodes[l as usize - 1]
+        } else {
+            follower
+        };
+        propose(via, 7, &[i]);
+        expected.push(vec![i]);
+        // Wait for each, so the order is the proposal order.
+        wait_applied(&rec.iter().collect::<Vec<_>>(), &expected);
+    }
+    cleanup(nodes);
+}
+
+#[test]
+fn idle_groups_sleep_and_send_nothing_until_a_proposal_wakes_them() {
+    let (router, nodes) = cluster("sleep");
+    let groups: Vec<u64> = (1..=50).map(|g| g * 2 + 1).collect();
+    let recs: Vec<Vec<Recorder>> = groups.iter().map(|g| open(&nodes, *g)).collect();
+    for g in &groups {
+        leader(&nodes, *g);
+    }
+    eventually("every group asleep on every node", || {
+        nodes
+            .iter()
+            .all(|n| n.groups.awake() == 0 && groups.iter().all(|g| n.groups.view(*g).is_some()))
+            .then_some(())
+    });
+    let before = router.carried.load(Ordering::Relaxed);
+    // Long enough for dozens of heartbeats of 50 groups if anything still ticked.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        router.carried.load(Ordering::Relaxed),
+        before,
+        "asleep: no messages"
+    );
+    let l = leader(&nodes, groups[0]);
+    propose(&nodes[l as usize - 1], groups[0], b"wake");
+    wait_applied(&recs[0].iter().collect::<Vec<_>>(), &[b"wake".to_vec()]);
+    eventually("back asleep", || {
+        nodes.iter().all(|n| n.groups.awake() == 0).then_some(())
+    });
+    cleanup(nodes);
+}
+
+#[test]
+fn when_the_leaders_node_is_cut_off_the_others_elect_a_leader_and_go_on() {
+    let (router, nodes) = cluster("failover");
+    let rec = open(&nodes, 9);
+    let old = leader(&nodes, 9);
+    propose(&nodes[old as usize - 1], 9, b"before");
+    wait_applied(&rec.iter().collect::<Vec<_>>(), &[b"before".to_vec()]);
+    eventually("asleep", || {
+        nodes.iter().all(|n| n.groups.awake() == 0).then_some(())
+    });
+    // The failure detector tells the others; the sleeping followers wake and stand.
+    router.cut.lock().unwrap().insert(old);
+    for n in nodes.iter().filter(|n| n.id != old) {
+        n.groups.send(Input::PeerDown(old));
+    }
+    let new = eventually("a new leader among the others", || {
+        nodes
+            .iter()
+            .filter(|n| n.id != old)
+            .filter_map(|n| n.groups.view(9))
+            .find(|v| v.is_leader)
+            .map(|v| v.leader)
+    });
+    assert_ne!(new, old);
+    propose(&nodes[new as usize - 1], 9, b"after");
+    let others: Vec<&Recorder> = nodes
+        .iter()
+        .zip(&rec)
+        .filter(|(n, _)| n.id != old)
+        .map(|(_, r)| r)
+        .collect();
+    wait_applied(&others, &[b"before".to_vec(), b"after".to_vec()]);
+    // Back, the old leader learns what it missed.
+    router.cut.lock().unwrap().remove(&old);
+    propose(&nodes[new as usize - 1], 9, b"healed");
+    wait_applied(
+        &rec.iter().collect::<Vec<_>>(),
+        &[b"before".to_vec(), b"after".to_vec(), b"healed".to_vec()],
+    );
+    cleanup(nodes);
+}
+
+#[test]
+fn a_restarted_member_replays_its_log_and_snapshot_and_catches_up() {
+    let (router, mut nodes) = cluster("restart");
+    let rec = open(&nodes, 11);
+    let l = leader(&nodes, 11);
+    let mut expected = Vec::new();
+    // More than a snapshot's worth (50 entries), so the restart starts from a snapshot.
+    for i in 0..120u32 {
+        propose(&nodes[l as usize - 1], 11, &i.to_le_bytes());
+        expected.push(i.to_le_bytes().to_vec());
+    }
+    wait_applied(&rec.iter().collect::<Vec<_>>(), &expected);
+    let victim = nodes.iter().position(|n| n.id != l).unwrap();
+    let id = nodes[victim].id;
+    let dir = nodes[victim].dir.clone();
+    nodes[victim].stop();
+    drop(std::mem::replace(
+        &mut nodes[victim].store,
+        Arc::new(
+            Store::open(Config::new(temp_dir("scratch")), Arc::new(NoopListener))
+                .unwrap()
+                .0,
+        ),
+    ));
+    for i in 120..130u32 {
+        propose(&nodes[l as usize - 1], 11, &i.to_le_bytes());
+        expected.push(i.to_le_bytes().to_vec());
+    }
+    nodes[victim] = start_node(id, dir, &router);
+    let again = Recorder::default();
+    nodes[victim].groups.send(Input::Create {
+        group: 11,
+        voters: vec![1, 2, 3],
+        machine: Box::new(again.clone()),
+    });
+    wait_applied(&[&again], &expected);
+    cleanup(nodes);
+}
+
+#[test]
+fn one_sync_covers_the_writes_of_every_group_in_a_round() {
+    let router = Arc::new(Router::default());
+    let node = start_node(1, temp_dir("batch"), &router);
+    let groups: Vec<u64> = (1..=40).map(|g| g * 2 + 1).collect();
+    let recs: Vec<Recorder> = groups
+        .iter()
+        .map(|g| {
+            let r = Recorder::default();
+            node.groups.send(Input::Create {
+                group: *g,
+                voters: vec![1],
+                machine: Box::new(r.clone()),
+            });
+            r
+        })
+        .collect();
+    for g in &groups {
+        leader(std::slice::from_ref(&node), *g);
+    }
+    eventually("settled", || (node.groups.awake() == 0).then_some(()));
+    let before = node.groups.syncs();
+    node.groups.send(Input::ProposeMany(
+        groups.iter().map(|g| (*g, b"x".to_vec())).collect(),
+    ));
+    for r in &recs {
+        wait_applied(&[r], &[b"x".to_vec()]);
+    }
+    let syncs = node.groups.syncs() - before;
+    // One round appends all 40 entries and waits for the WAL once; never once per group.
+    assert!(syncs <= 2, "{syncs} syncs for 40 groups' entries");
+    cleanup(vec![node]);
+}

@@ -1,0 +1,156 @@
+//! Queue figures for the management API, cluster-wide: only a queue's node counts its
+//! messages and consumers (every node has every queue's definition), so a listing on one node
+//! asks each other node for the queues it hosts, as RabbitMQ's management plugin asks each node
+//! of its cluster. A node that does not answer in time leaves its queues with zero figures and
+//! the state `down`.
+
+use crate::Shared;
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+use warren_broker::vhost::QueueInfo;
+use warren_cluster::messaging::{QueueCounts, Request, Response};
+
+/// How long a listing waits for another node's figures: a management page should not hang on
+/// a node that is slow to answer.
+const STATS_TIMEOUT: Duration = Duration::from_secs(2);
+
+type CountsByQueue = BTreeMap<(String, String), QueueCounts>;
+
+/// A queue as the management API shows it: its definition, its node's figures, and whether
+/// its node answered.
+pub struct QueueView {
+    pub vhost: String,
+    pub info: QueueInfo,
+    pub running: bool,
+}
+
+/// The figures of the queues this node hosts (in `vhost`, or all).
+pub fn hosted_here(shared: &Shared, vhost: Option<&str>) -> Vec<QueueCounts> {
+    let me = shared.node_name();
+    let mut out = Vec::new();
+    for (name, v) in shared.broker.vhosts() {
+        if vhost.is_some_and(|o| o != name) {
+            continue;
+        }
+        for q in v.lock().expect("vhost lock").queue_infos() {
+            if q.node.as_deref().is_some_and(|n| n != me) {
+                continue;
+            }
+            out.push(QueueCounts {
+                vhost: name.clone(),
+                name: q.name,
+                messages_ready: q.messages_ready,
+                messages_unacknowledged: q.messages_unacknowledged,
+                message_bytes_ready: q.message_bytes_ready,
+                messages_paged_out: q.messages_paged_out,
+                consumers: q.consumers,
+            });
+        }
+    }
+    out
+}
+
+/// Every queue (in `vhost`, or all), with the figures of the node hosting it.
+pub async fn queue_views(shared: &Shared, vhost: Option<&str>) -> Vec<QueueView> {
+    let me = shared.node_name().to_string();
+    let mut views = Vec::new();
+    for (name, v) in shared.broker.vhosts() {
+        if vhost.is_some_and(|o| o != name) {
+            continue;
+        }
+        for info in v.lock().expect("vhost lock").queue_infos() {
+            views.push(QueueView {
+                vhost: name.clone(),
+                info,
+                running: true,
+            });
+        }
+    }
+    let Some(cluster) = &shared.cluster else {
+        return views;
+    };
+    let homes: Vec<String> = {
+        let mut homes: Vec<String> = views
+            .iter()
+            .filter_map(|q| q.info.node.as_deref())
+            .filter(|n| *n != me)
+            .map(str::to_string)
+            .collect();
+        homes.sort_unstable();
+        homes.dedup();
+        homes
+    };
+    let asks = homes.into_iter().map(|node| {
+        let messaging = cluster.messaging().clone();
+        let peer = cluster
+            .member_id(&node)
+            .filter(|_| cluster.is_node_running(&node) == Some(true));
+        let request = Request::QueueStats {
+            vhost: vhost.map(str::to_string),
+        };
+        async move {
+            let counts = match peer {
+                Some(peer) => tokio::time::timeout(
+                    STATS_TIMEOUT,
+                    crate::remote::call(&messaging, peer, request),
+                )
+                .await
+                .ok()
+                .and_then(Result::ok),
+                None => None,
+            };
+            (node, counts)
+        }
+    });
+    // By node: its queues' figures by (vhost, name), or None if it did not answer.
+    let mut answers: HashMap<String, Option<CountsByQueue>> = HashMap::new();
+    for (node, counts) in futures_join(asks).await {
+        let counts = match counts {
+            Some(Response::QueueStats { queues }) => Some(
+                queues
+                    .into_iter()
+                    .map(|c| ((c.vhost.clone(), c.name.clone()), c))
+                    .collect(),
+            ),
+            _ => None,
+        };
+        answers.insert(node, counts);
+    }
+    for view in &mut views {
+        let Some(node) = view.info.node.as_deref() else {
+            continue;
+        };
+        let Some(answer) = answers.get(node) else {
+            continue;
+        };
+        match answer {
+            None => view.running = false,
+            Some(counts) => {
+                if let Some(c) = counts.get(&(view.vhost.clone(), view.info.name.clone())) {
+                    view.info.messages_ready = c.messages_ready;
+                    view.info.messages_unacknowledged = c.messages_unacknowledged;
+                    view.info.message_bytes_ready = c.message_bytes_ready;
+                    view.info.messages_paged_out = c.messages_paged_out;
+                    view.info.consumers = c.consumers;
+                }
+            }
+        }
+    }
+    views
+}
+
+/// Runs the asks side by side, so a listing waits for the slowest node, not their sum.
+async fn futures_join<F>(asks: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = asks.map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        if let Ok(r) = h.await {
+            out.push(r);
+        }
+    }
+    out
+}
