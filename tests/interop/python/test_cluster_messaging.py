@@ -141,6 +141,26 @@ def test_a_quorum_queues_group_elects_a_new_leader_when_its_leaders_node_dies(cl
     eventually(lambda: leader(nodes[first]) == new, "the restarted member follows the new leader")
 
 
+def test_a_node_holding_half_of_a_quorum_queues_members_is_quorum_critical(cluster):
+    import json
+    import urllib.error
+    n1, _, n3 = cluster.nodes
+    ch = n1.connection().channel()
+    ch.queue_declare("pair", durable=True, arguments={"x-queue-type": "quorum",
+                                                     "x-quorum-initial-group-size": 2})
+    ch.queue_declare("trio", durable=True, arguments={"x-queue-type": "quorum"})
+    path = "/api/health/checks/node-is-quorum-critical"
+    # n3 is a member of trio only: two others keep its majority.
+    assert n3.api(path) == {"status": "ok"}
+    # n1 is one of pair's two members: without it, pair has no majority.
+    with pytest.raises(urllib.error.HTTPError) as e:
+        n1.api(path)
+    assert e.value.code == 503
+    body = json.loads(e.value.read())
+    assert [q["name"] for q in body["queues"]] == ["pair"]
+    assert body["queues"][0]["virtual_host"] == "/"
+
+
 def test_get_nack_purge_and_a_conditional_delete_of_a_remote_queue(cluster):
     n1, n2, n3 = cluster.nodes
     c1 = n1.connection()

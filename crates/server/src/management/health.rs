@@ -133,9 +133,9 @@ pub async fn protocol_listener(
     }
 }
 
-/// Whether stopping this node would leave the cluster's metadata group (warren's one Raft
-/// group; queues are hosted on one node each and have no quorum of their own) without a
-/// majority of running voters.
+/// Whether stopping this node would leave a Raft group without a majority of running members:
+/// the cluster's metadata group, or a quorum queue this node is a member of (listed, as
+/// `rabbitmq-queues check_if_node_is_quorum_critical` lists them).
 pub async fn node_is_quorum_critical(State(s): Api, headers: HeaderMap) -> Response {
     if let Err(r) = auth::caller(&s, &headers) {
         return r;
@@ -148,17 +148,41 @@ pub async fn node_is_quorum_critical(State(s): Api, headers: HeaderMap) -> Respo
     if voters <= 1 {
         return Json(json!({ "status": "ok", "reason": "single node cluster" })).into_response();
     }
+    let me = s.node_name();
+    let running = |name: &str| name != me && members.iter().any(|m| m.name == name && m.running);
+    let mut critical = Vec::new();
+    for (vhost, v) in s.broker.vhosts() {
+        for (name, _, queue_members) in v.lock().expect("vhost lock").replicated_queues() {
+            if !queue_members.iter().any(|m| **m == *me) {
+                continue;
+            }
+            let others = queue_members.iter().filter(|m| running(m)).count();
+            if others <= queue_members.len() / 2 {
+                critical.push(json!({
+                    "name": name,
+                    "readable_name": format!("queue '{name}' in vhost '{vhost}'"),
+                    "virtual_host": vhost,
+                    "type": "quorum",
+                }));
+            }
+        }
+    }
     let others_running = members
         .iter()
-        .filter(|m| m.voter && m.running && m.name != s.node_name())
+        .filter(|m| m.voter && m.running && m.name != me)
         .count();
-    if others_running > voters / 2 {
-        Json(json!({ "status": "ok" })).into_response()
-    } else {
+    if others_running <= voters / 2 {
         failed(
             "The cluster's metadata would lose its quorum if the target node is shut down",
-            json!({ "queues": [] }),
+            json!({ "queues": critical }),
         )
+    } else if !critical.is_empty() {
+        failed(
+            "There are quorum queues that would lose their quorum if the target node is shut down",
+            json!({ "queues": critical }),
+        )
+    } else {
+        Json(json!({ "status": "ok" })).into_response()
     }
 }
 
