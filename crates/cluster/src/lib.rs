@@ -189,7 +189,8 @@ impl Cluster {
                 }),
                 data: Arc::new(move |from, payload| match m1.get() {
                     Some(m) => m.receive(from, payload),
-                    None => Ok(()),
+                    // Nothing may be dropped silently (see Messaging::receive).
+                    None => Err("this node does not serve other nodes yet".into()),
                 }),
                 link_up: Arc::new(move |peer, boot| {
                     if let Some(m) = m2.get() {
