@@ -8,7 +8,7 @@
    (`../shared/rabbitmq/rabbitmq.sh start 3`);
 3. each node's idle CPU (percent of a core over 20 s) and RSS holding those queues.
 
-    scripts/cluster-bench.py [--queues N] [--skip-rabbitmq]
+    scripts/cluster-bench.py [--queues N] [--skip-rabbitmq] [--queue-type classic|quorum]
 
 Run it from the repo root with the interop venv (.venv/bin/python, made by scripts/interop-setup.sh)
 and a release build. It prints a table; nothing here is a test verdict.
@@ -60,13 +60,16 @@ def api(port, path):
         return json.loads(r.read())
 
 
+QUEUE_ARGS = {}
+
+
 def declare(port, n):
     conn = pika.BlockingConnection(pika.ConnectionParameters(host="127.0.0.1", port=port))
     ch = conn.channel()
     ch.exchange_declare("bench.x", "direct", durable=True)
     start = time.monotonic()
     for i in range(n):
-        ch.queue_declare(f"bench.q{i}", durable=True)
+        ch.queue_declare(f"bench.q{i}", durable=True, arguments=QUEUE_ARGS)
         ch.queue_bind(f"bench.q{i}", "bench.x", f"k{i}")
         if (i + 1) % 1000 == 0:
             print(f"  {i + 1} queues", file=sys.stderr)
@@ -132,13 +135,17 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--queues", type=int, default=10_000)
     ap.add_argument("--skip-rabbitmq", action="store_true")
+    ap.add_argument("--queue-type", choices=("classic", "quorum"), default="classic",
+                    help="quorum: every queue a 3-member quorum queue (a Raft group each)")
     args = ap.parse_args()
+    if args.queue_type == "quorum":
+        QUEUE_ARGS["x-queue-type"] = "quorum"
     formed, w_declared, counts, w_usage = warren_cluster(args.queues)
     print(f"\n| | warren 3 nodes | RabbitMQ 3.10, 3 nodes |\n|---|---|---|")
     r = None if args.skip_rabbitmq else rabbitmq_cluster(args.queues)
     print(f"| cluster formed | {formed:.2f} s | |")
     rate = lambda s: f"{s:.1f} s ({args.queues / s:,.0f} queues+bindings/s)"
-    print(f"| declare {args.queues:,} queues + 1 binding each, one node | {rate(w_declared)} | "
+    print(f"| declare {args.queues:,} {args.queue_type} queues + 1 binding each, one node | {rate(w_declared)} | "
           f"{rate(r[0]) if r else '-'} |")
     print(f"| queues seen on each node | {counts} | |")
     for i, (cpu, rss) in enumerate(w_usage.values()):

@@ -2,6 +2,10 @@
 # Installs what the interoperability suite needs (idempotent; safe to run before every run):
 #   .venv/            Python venv with the pinned pika + pytest (tests/interop/python/requirements.txt)
 #   Go module cache   github.com/rabbitmq/amqp091-go as pinned by tests/interop/go/go.sum
+#   .tools/bin/rabbitmqadmin   rabbitmqadmin v2 (the crate of that name, version pinned below), built
+#                     from crates.io with --locked once (about 10 minutes on 1 core; its target dir
+#                     is target/rabbitmqadmin); test_management_api.py drives it.
+#                     INTEROP_SKIP_RABBITMQADMIN=1 skips the build (that test is then skipped).
 # Go and Python 3.11 are preinstalled on our machines; nothing here needs root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,4 +28,11 @@ fi
 
 echo "[interop-setup] fetching Go modules" >&2
 (cd tests/interop/go && go mod download)
+RABBITMQADMIN_VERSION=2.35.0
+if [ "${INTEROP_SKIP_RABBITMQADMIN:-0}" != 1 ] \
+    && ! .tools/bin/rabbitmqadmin --version 2>/dev/null | grep -q " $RABBITMQADMIN_VERSION\$"; then
+  echo "[interop-setup] building rabbitmqadmin $RABBITMQADMIN_VERSION from crates.io" >&2
+  CARGO_TARGET_DIR=target/rabbitmqadmin cargo install --quiet --locked --root .tools \
+    --version "$RABBITMQADMIN_VERSION" rabbitmqadmin
+fi
 echo "[interop-setup] ready" >&2

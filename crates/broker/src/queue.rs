@@ -35,6 +35,21 @@ impl Consumer {
     }
 }
 
+/// What a queue has done since it was declared on this node, for the management API's
+/// `message_stats`. Plain counters bumped under the vhost lock the data path already holds:
+/// one add per message event, no atomic and no lock of their own.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Messages enqueued (routed to it, forwarded to it from another node).
+    pub publish: u64,
+    /// Messages handed to consumers or to basic.get.
+    pub deliver_get: u64,
+    /// Of those, ones delivered again (after a requeue).
+    pub redeliver: u64,
+    /// Deliveries acknowledged.
+    pub ack: u64,
+}
+
 #[derive(Debug)]
 pub struct Queue {
     pub id: QueueId,
@@ -65,6 +80,7 @@ pub struct Queue {
     pub next_index: u64,
     /// Waiting in the vhost's list for [`crate::backlog::Backlog::page_out`].
     pub page_out_due: bool,
+    pub stats: QueueStats,
 }
 
 /// A prefix release goes out once this many entries have been settled in a row (or the log
@@ -181,6 +197,7 @@ impl Queue {
             next_index: 1,
             released: ReleaseTracker::default(),
             page_out_due: false,
+            stats: QueueStats::default(),
         }
     }
 

@@ -797,3 +797,56 @@ fn a_restored_snapshot_is_the_same_queue() {
     assert!(QuorumQueue::restore(&[9, b'{', b'}']).is_err());
     assert!(QuorumQueue::restore(&[]).is_err());
 }
+
+#[test]
+fn a_backlog_snapshot_costs_a_few_bytes_per_message() {
+    let mut log = Log::new(config());
+    const BACKLOG: u64 = 10_000;
+    for _ in 0..BACKLOG {
+        log.publish_sized(1_000, None);
+    }
+    let bytes = log.q.snapshot();
+    assert!(
+        (bytes.len() as u64) < BACKLOG * 6,
+        "{} bytes for {BACKLOG} messages",
+        bytes.len()
+    );
+    assert_eq!(QuorumQueue::restore(&bytes).unwrap(), log.q);
+}
+
+#[test]
+fn a_queue_is_unused_from_when_its_last_consumer_went() {
+    let mut log = Log::new(config());
+    assert_eq!(log.q.unused_since_ms(), Some(0), "unused since its declare");
+    let a = consumer("n1", 1, "a");
+    log.now_ms = 100;
+    log.consume(&a, spec(0));
+    assert_eq!(log.q.unused_since_ms(), None);
+    log.now_ms = 250;
+    log.apply(Op::NodeDown { node: "n1".into() });
+    assert_eq!(log.q.unused_since_ms(), Some(250));
+    log.now_ms = 300;
+    log.get("n2", 1, true);
+    assert_eq!(log.q.unused_since_ms(), Some(300), "a basic.get uses it");
+}
+
+#[test]
+fn a_single_active_consumer_on_a_downed_node_hands_over_what_it_held() {
+    let mut log = Log::new(QuorumConfig {
+        single_active_consumer: true,
+        ..config()
+    });
+    let a = consumer("n1", 1, "a");
+    let b = consumer("n2", 1, "b");
+    log.consume(&a, spec(0));
+    log.consume(&b, spec(0));
+    let first = log.publish();
+    let second = log.publish();
+    let effects = log.apply(Op::NodeDown { node: "n1".into() });
+    assert_eq!(effects[0], Effect::ConsumerCancelled { consumer: a });
+    assert_eq!(
+        deliveries(&effects),
+        [("b".into(), first), ("b".into(), second)]
+    );
+    assert_eq!(log.q.active_consumer(), Some(&b));
+}

@@ -16,7 +16,7 @@
 use crate::raft_log::RaftLog;
 use raft::eraftpb::{EntryType, Message, Snapshot};
 use raft::{RawNode, StateRole};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -27,8 +27,8 @@ use warren_store::Store;
 /// What a group replicates: the quorum queue state machine, as the server wires it.
 pub trait Machine: Send {
     /// Applies a committed entry, in log order, exactly once per index on this node (after a
-    /// restart, from the last snapshot on).
-    fn apply(&mut self, index: u64, data: &[u8]);
+    /// restart, from the last snapshot on). `data` is the entry's (shared, not copied).
+    fn apply(&mut self, index: u64, data: bytes::Bytes);
     /// The state as of the last applied index, for a snapshot.
     fn snapshot(&self) -> Vec<u8>;
     /// Replaces the state with a snapshot's.
@@ -145,6 +145,7 @@ impl QueueGroups {
             is_up,
             timing,
             groups: BTreeMap::new(),
+            touched: BTreeSet::new(),
             views: views.clone(),
         };
         let thread = std::thread::Builder::new()
@@ -223,6 +224,9 @@ struct Runner {
     is_up: IsUp,
     timing: GroupsTiming,
     groups: BTreeMap<u64, Group>,
+    /// Groups stepped, ticked or proposed to since their last ready: only they can have one,
+    /// so a round costs what happened, not the number of (mostly sleeping) groups.
+    touched: BTreeSet<u64>,
     views: Arc<Mutex<HashMap<u64, GroupView>>>,
 }
 
@@ -267,6 +271,7 @@ impl Runner {
                 if let Err(e) = self.create(group, voters, machine) {
                     tracing::error!(group, error = %e, "cannot open a queue group");
                 }
+                self.touched.insert(group);
             }
             Input::Remove { group } => {
                 if self.groups.remove(&group).is_some() {
@@ -276,6 +281,7 @@ impl Runner {
                 }
             }
             Input::Propose { group, data, done } => {
+                self.touched.insert(group);
                 let result = match self.groups.get_mut(&group) {
                     None => Err(format!("no queue group {group} on this node")),
                     Some(g) => {
@@ -289,6 +295,7 @@ impl Runner {
             }
             Input::ProposeMany(entries) => {
                 for (group, data) in entries {
+                    self.touched.insert(group);
                     if let Some(g) = self.groups.get_mut(&group) {
                         g.wake();
                         let _ = g.raw.propose(vec![], data);
@@ -296,6 +303,7 @@ impl Runner {
                 }
             }
             Input::Peer { group, messages } => {
+                self.touched.insert(group);
                 if let Some(g) = self.groups.get_mut(&group) {
                     if messages.iter().all(is_heartbeat) {
                         g.asleep = false;
@@ -308,9 +316,10 @@ impl Runner {
                 }
             }
             Input::PeerDown(peer) => {
-                for g in self.groups.values_mut() {
+                for (id, g) in self.groups.iter_mut() {
                     if g.voters.contains(&peer) {
                         g.wake();
+                        self.touched.insert(*id);
                     }
                 }
             }
@@ -331,6 +340,7 @@ impl Runner {
         if self.groups.contains_key(&group) {
             return Ok(());
         }
+        let fresh = self.store.hard_state(group).is_none() && self.store.log_info(group).is_none();
         let log = RaftLog::open(self.store.clone(), group, &self.group_dir(group), &voters)?;
         let snapshot = log.latest_snapshot();
         let snapshot_index = snapshot.get_metadata().index;
@@ -350,7 +360,12 @@ impl Runner {
         };
         config.validate().map_err(|e| e.to_string())?;
         let logger = slog::Logger::root(slog::Discard, slog::o!());
-        let raw = RawNode::new(&config, log, &logger).map_err(|e| e.to_string())?;
+        let mut raw = RawNode::new(&config, log, &logger).map_err(|e| e.to_string())?;
+        // The first member of a new group is where the queue was placed: it stands at once,
+        // so it leads unless another member was quicker (leadership may move later anyway).
+        if fresh && voters.first() == Some(&self.me) {
+            let _ = raw.campaign();
+        }
         self.groups.insert(
             group,
             Group {
@@ -370,7 +385,8 @@ impl Runner {
     /// Ticks the awake groups; puts to sleep those quiet long enough.
     fn tick(&mut self) {
         let is_up = &self.is_up;
-        for g in self.groups.values_mut().filter(|g| !g.asleep) {
+        for (id, g) in self.groups.iter_mut().filter(|(_, g)| !g.asleep) {
+            self.touched.insert(*id);
             g.raw.tick();
             g.quiet_ticks += 1;
             if g.quiet_ticks >= self.timing.sleep_ticks && may_sleep(g, is_up) {
@@ -381,10 +397,10 @@ impl Runner {
 
     fn on_ready(&mut self) -> Result<(), String> {
         let ready: Vec<u64> = self
-            .groups
+            .touched
             .iter()
-            .filter(|(_, g)| g.raw.has_ready())
-            .map(|(id, _)| *id)
+            .filter(|id| self.groups.get(id).is_some_and(|g| g.raw.has_ready()))
+            .copied()
             .collect();
         if ready.is_empty() {
             return Ok(());
@@ -439,9 +455,17 @@ impl Runner {
         Ok(())
     }
 
-    fn publish_views(&self) {
+    fn publish_views(&mut self) {
         let mut views = self.views.lock().expect("views lock");
-        for (id, g) in &self.groups {
+        let touched = std::mem::take(&mut self.touched);
+        for id in touched {
+            let Some(g) = self.groups.get(&id) else {
+                continue;
+            };
+            // A ready may follow an advance: look again next round.
+            if g.raw.has_ready() {
+                self.touched.insert(id);
+            }
             let view = GroupView {
                 leader: g.raw.raft.leader_id,
                 term: g.raw.raft.term,
@@ -449,8 +473,8 @@ impl Runner {
                 asleep: g.asleep,
                 applied: g.applied,
             };
-            if views.get(id) != Some(&view) {
-                views.insert(*id, view);
+            if views.get(&id) != Some(&view) {
+                views.insert(id, view);
             }
         }
     }
@@ -494,13 +518,13 @@ fn send(send: &SendRaft, group: u64, messages: Vec<Message>, raw: &mut RawNode<R
 }
 
 fn apply(g: &mut Group, entries: Vec<raft::eraftpb::Entry>) {
-    for entry in entries {
+    for mut entry in entries {
         g.applied = entry.index;
         if entry.data.is_empty() {
             continue;
         }
         match entry.get_entry_type() {
-            EntryType::EntryNormal => g.machine.apply(entry.index, &entry.data),
+            EntryType::EntryNormal => g.machine.apply(entry.index, entry.take_data()),
             // Membership changes of queue groups (add_member, shrink) are not built yet.
             EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {}
         }

@@ -41,6 +41,7 @@ pub mod messaging;
 pub mod metadata;
 pub mod metrics;
 pub mod raft_log;
+pub mod replicas;
 pub mod transport;
 
 use frame::NodeInfo;
@@ -123,6 +124,7 @@ pub struct Cluster {
     messaging: Arc<Messaging>,
     queue_groups: QueueGroups,
     groups_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    replicas: Arc<replicas::Replicas>,
 }
 
 /// Raft groups other than the metadata's and the membership requests' are quorum queues'.
@@ -187,7 +189,8 @@ impl Cluster {
                 }),
                 data: Arc::new(move |from, payload| match m1.get() {
                     Some(m) => m.receive(from, payload),
-                    None => Ok(()),
+                    // Nothing may be dropped silently (see Messaging::receive).
+                    None => Err("this node does not serve other nodes yet".into()),
                 }),
                 link_up: Arc::new(move |peer, boot| {
                     if let Some(m) = m2.get() {
@@ -217,6 +220,7 @@ impl Cluster {
             )?
         };
         let _ = groups_slot.set(queue_groups.clone());
+        let replicas = Arc::new(replicas::Replicas::new(queue_groups.clone()));
         let messaging = Arc::new(Messaging::new(transport.clone(), boot));
         let _ = messaging_slot.set(messaging.clone());
         {
@@ -259,6 +263,7 @@ impl Cluster {
                 status: status.clone(),
                 installs: installs.clone(),
                 applied: applied.clone(),
+                replicas: replicas.clone(),
             },
             config.timing.clone(),
         )?;
@@ -291,6 +296,7 @@ impl Cluster {
             messaging,
             queue_groups,
             groups_thread: Mutex::new(Some(groups_thread)),
+            replicas,
         });
         if !founding && !identity.seeds.is_empty() {
             membership::spawn_auto_join(cluster.clone(), identity.seeds);
@@ -471,6 +477,20 @@ impl Cluster {
     /// The node's quorum queue groups.
     pub fn queue_groups(&self) -> &QueueGroups {
         &self.queue_groups
+    }
+
+    /// How this node makes a quorum queue replica's state machine (the server's).
+    pub fn set_replica_factory(&self, factory: replicas::MachineFactory) {
+        self.replicas.set_factory(factory);
+    }
+
+    /// The current leader of the quorum queue whose log id is `queue_log_id`, by name, as this
+    /// node (a member) sees it.
+    pub fn queue_leader(&self, queue_log_id: u64) -> Option<String> {
+        let view = self.queue_groups.view(replicas::group_id(queue_log_id))?;
+        (view.leader != 0)
+            .then(|| self.member_name(view.leader))
+            .flatten()
     }
 }
 

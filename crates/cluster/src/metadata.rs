@@ -13,6 +13,7 @@ use crate::applied_requests::{self, AppliedRequests};
 use crate::frame::NodeInfo;
 use crate::membership::{self, Membership, MembershipError, MEMBERSHIP_GROUP};
 use crate::raft_log::RaftLog;
+use crate::replicas::{group_id, QueueReplica, Replicas};
 use crate::transport::{Inbound, Transport};
 use raft::eraftpb::{EntryType, Message, Snapshot};
 use raft::{RawNode, StateRole};
@@ -152,6 +153,8 @@ pub struct NodeParts {
     pub installs: Arc<tokio::sync::watch::Sender<u64>>,
     /// The index of the last entry applied, for requests that must follow a change.
     pub applied: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Quorum queue replicas this node opens and closes as it applies declares and deletes.
+    pub replicas: Arc<Replicas>,
 }
 
 pub struct MetadataGroup {
@@ -167,6 +170,7 @@ pub struct MetadataGroup {
     pub(crate) status: Arc<Mutex<GroupStatus>>,
     installs: Arc<tokio::sync::watch::Sender<u64>>,
     applied_watch: Arc<tokio::sync::watch::Sender<u64>>,
+    replicas: Arc<Replicas>,
     pub(crate) members: BTreeMap<u64, NodeInfo>,
     /// Joins and forgets in flight, forgotten ids (see `membership`).
     pub(crate) membership: Membership,
@@ -201,6 +205,7 @@ impl MetadataGroup {
             status,
             installs,
             applied: applied_watch,
+            replicas,
         } = node;
         let log = RaftLog::open(store.clone(), METADATA_LOG_ID, dir, founders)?;
         let snapshot = log.latest_snapshot();
@@ -240,7 +245,7 @@ impl MetadataGroup {
         for info in members.values() {
             transport.connect(info.id, info.cluster);
         }
-        Ok(MetadataGroup {
+        let group = MetadataGroup {
             me,
             raw,
             transport,
@@ -252,13 +257,18 @@ impl MetadataGroup {
             status,
             installs,
             applied_watch,
+            replicas,
             members,
             membership: Membership::new(forgotten),
             applied_requests,
             applied: snapshot_index,
             snapshot_index,
             registering: None,
-        })
+        };
+        if snapshot_index > 0 {
+            group.open_all_replicas();
+        }
+        Ok(group)
     }
 
     /// The group's loop: runs until [`Input::Stop`] or until every sender is gone.
@@ -460,6 +470,7 @@ impl MetadataGroup {
                 self.transport.connect(info.id, info.cluster);
             }
             tracing::info!(index = self.applied, "metadata snapshot installed");
+            self.open_all_replicas();
             self.installs.send_modify(|n| *n += 1);
         }
         self.apply(rd.take_committed_entries())?;
@@ -549,14 +560,21 @@ impl MetadataGroup {
             | Command::ExchangeBind { vhost, .. }
             | Command::ExchangeUnbind { vhost, .. } => Some(vhost),
         };
+        let mut replica = None;
         if let Some(v) = vhost.and_then(|v| self.broker.vhost(v)) {
             let mut v = v.lock().expect("vhost lock");
             v.take_meta();
             // Whatever a replicated command deletes, it deletes on every node already.
             v.take_self_deleted();
+            if let (Command::QueueDeclare { name, .. }, Ok(_)) = (command, &outcome) {
+                replica = self.replica(&v, name);
+            }
             for op in v.take_store_ops() {
                 let r = match op {
-                    StoreOp::DeleteLog { log } => self.store.delete_log(log),
+                    StoreOp::DeleteLog { log } => {
+                        self.replicas.close(log);
+                        self.store.delete_log(log)
+                    }
                     StoreOp::Release { log, index } => self.store.release(log, index),
                     StoreOp::ReleasePrefix { log, index } => {
                         self.store
@@ -571,7 +589,48 @@ impl MetadataGroup {
         } else {
             self.broker.discard_meta();
         }
+        if let Some(r) = replica {
+            self.replicas.open(r);
+        }
         outcome
+    }
+
+    /// This node's replica of quorum queue `name`, if it is one of its members. Opened once
+    /// the vhost is unlocked: making the replica's state machine reads the queue's settings.
+    fn replica(&self, v: &warren_broker::vhost::VHost, name: &str) -> Option<QueueReplica> {
+        let (log_id, members) = v.replicated_queue(name)?;
+        if !members.iter().any(|m| **m == *self.me.name) {
+            return None;
+        }
+        let voters: Option<Vec<u64>> = members
+            .iter()
+            .map(|m| self.members.values().find(|i| *i.name == **m).map(|i| i.id))
+            .collect();
+        let Some(voters) = voters else {
+            tracing::error!(queue = name, members = ?members, "a quorum queue names a node the cluster does not know: its replica stays closed");
+            return None;
+        };
+        Some(QueueReplica {
+            group: group_id(log_id),
+            vhost: v.name.clone(),
+            queue: name.to_string(),
+            voters,
+        })
+    }
+
+    /// After a snapshot replaced the topology: the replicas of every quorum queue in it
+    /// (opening one that is open already does nothing).
+    fn open_all_replicas(&self) {
+        let mut open = Vec::new();
+        for (_, v) in self.broker.vhosts() {
+            let v = v.lock().expect("vhost lock");
+            for (name, _, _) in v.replicated_queues() {
+                open.extend(self.replica(&v, &name));
+            }
+        }
+        for r in open {
+            self.replicas.open(r);
+        }
     }
 
     fn maybe_snapshot(&mut self) -> Result<(), String> {

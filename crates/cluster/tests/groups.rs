@@ -21,7 +21,7 @@ struct Recorder {
 }
 
 impl Machine for Recorder {
-    fn apply(&mut self, index: u64, data: &[u8]) {
+    fn apply(&mut self, index: u64, data: bytes::Bytes) {
         self.applied.lock().unwrap().push((index, data.to_vec()));
     }
     fn snapshot(&self) -> Vec<u8> {

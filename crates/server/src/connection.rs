@@ -77,6 +77,8 @@ pub struct Connection {
     /// A cluster peer with too much waiting for it, to which this connection forwarded
     /// publishes: reading waits until it drains.
     pub held_by_peer: Option<u64>,
+    /// This connection in the node's registry (`None` for the management API's own).
+    pub registered: Option<Arc<crate::registry::Entry>>,
 }
 
 /// Serves one socket accepted on the plain listener until it closes.
@@ -172,6 +174,24 @@ pub async fn serve_stream<R, W>(
     };
     let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
     heartbeat.store(conn.heartbeat_s as u32, Ordering::Relaxed);
+    let local = if tls.is_some() {
+        shared.config.tls.listen
+    } else {
+        shared.config.listen
+    };
+    let entry = Arc::new(crate::registry::Entry::new(
+        id,
+        peer,
+        local,
+        conn.user.clone(),
+        conn.vhost_name.clone(),
+        conn.client_properties,
+        conn.mechanism,
+        conn.frame_max,
+        conn.channel_max,
+        conn.heartbeat_s,
+        tls.is_some(),
+    ));
     let _ = vhost_slot.set((conn.vhost.clone(), id));
     outbox.set_frame_max(conn.frame_max);
     let mut c = Connection {
@@ -191,15 +211,53 @@ pub async fn serve_stream<R, W>(
         finished: false,
         proposal: None,
         held_by_peer: None,
+        registered: Some(entry.clone()),
     };
     tracing::debug!(conn = id, %peer, user = %c.user, vhost = %c.vhost_name, "connection opened");
     shared.connections_open.fetch_add(1, Ordering::Relaxed);
+    shared.connections.insert(entry);
     c.run(&mut rd, &mut buf).await;
+    shared.connections.remove(id);
     c.cleanup();
     shared.connections_open.fetch_sub(1, Ordering::Relaxed);
     outbox.close();
     let _ = writer.await;
     tracing::debug!(conn = id, "connection closed");
+}
+
+impl Connection {
+    /// A connection without a socket, for the management API: the methods it is given run
+    /// through the same channel code as a client's (permissions, cluster proposals, queues on
+    /// other nodes) and their replies land in `outbox` for the caller to read.
+    pub fn internal(
+        shared: Arc<Shared>,
+        user: String,
+        vhost_name: String,
+        vhost: SharedVHost,
+        permissions: Permissions,
+        outbox: Arc<Outbox>,
+    ) -> Connection {
+        let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+        Connection {
+            id,
+            frame_max: shared.config.frame_max_bytes,
+            channel_max: shared.config.channel_max,
+            shared,
+            outbox,
+            user,
+            vhost_name,
+            vhost,
+            permissions,
+            heartbeat_s: 0,
+            channels: HashMap::new(),
+            caps: ClientCaps::default(),
+            closing: false,
+            finished: false,
+            proposal: None,
+            held_by_peer: None,
+            registered: None,
+        }
+    }
 }
 
 pub(crate) fn control(outbox: &Outbox, channel: u16, class: AMQPClass) {
@@ -276,6 +334,14 @@ impl Connection {
         };
         let heartbeat_timeout =
             (self.heartbeat_s != 0).then(|| Duration::from_secs(self.heartbeat_s as u64 * 2));
+        let registered = self.registered.clone();
+        let close_requested = async {
+            match &registered {
+                Some(entry) => entry.close_requested().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(close_requested);
         let mut last_read = Instant::now();
         loop {
             let mut held = false;
@@ -392,6 +458,10 @@ impl Connection {
                 r = durable.changed(), if self.has_pending_confirms() => if r.is_err() { return },
                 _ = shutdown.changed() => {
                     self.shutdown();
+                }
+                // DELETE /api/connections/{name}: RabbitMQ's 320 with the operator's reason.
+                reason = &mut close_requested, if !self.closing => {
+                    self.fault(Fault::conn(CONNECTION_FORCED, reason));
                 }
                 r = installs.changed() => {
                     if r.is_ok() && !self.closing {

@@ -27,6 +27,9 @@ pub(crate) struct Negotiated {
     pub(crate) channel_max: u16,
     pub(crate) heartbeat_s: u16,
     pub(crate) caps: ClientCaps,
+    /// What the client said of itself, for the management API.
+    pub(crate) client_properties: FieldTable,
+    pub(crate) mechanism: String,
 }
 
 fn server_properties() -> FieldTable {
@@ -379,5 +382,7 @@ pub(crate) async fn handshake<R: AsyncRead + Unpin>(
         channel_max,
         heartbeat_s: tune.heartbeat,
         caps,
+        client_properties: start_ok.client_properties,
+        mechanism,
     })
 }

@@ -9,7 +9,8 @@
 //! - [`alarms`]: memory, disk and storage-failure alarms that block publishers; [`memory`]:
 //!   memory readings.
 //! - [`durability`]: what the storage engine has synced, for publisher confirms.
-//! - [`management`]: the HTTP management API and Prometheus metrics; [`cluster_admin`]: its
+//! - [`management`]: the HTTP management API and Prometheus metrics; [`registry`]: the open
+//!   connections it lists and closes; [`cluster_admin`]: its
 //!   cluster membership routes (join, forget); [`definitions`]: its `GET /api/definitions`,
 //!   the whole topology in RabbitMQ's export format.
 //! - [`tls`]: AMQP over TLS, the management API over HTTPS, certificate logins and reloads.
@@ -37,6 +38,8 @@ pub mod management;
 pub mod memory;
 pub mod metadata;
 pub mod queue_stats;
+pub mod quorum_replica;
+pub mod registry;
 pub mod remote;
 mod remote_queue;
 pub mod replicated;
@@ -64,6 +67,10 @@ pub struct Shared {
     pub next_conn: AtomicU64,
     pub next_channel: AtomicU64,
     pub connections_open: AtomicUsize,
+    /// The open connections, for the management API.
+    pub connections: registry::Registry,
+    /// Message rates for the management API, sampled when it is asked.
+    pub rates: management::stats::Rates,
     pub counters: Counters,
     /// Memory and disk alarms; `warren ctl set_vm_memory_high_watermark` / `set_disk_free_limit`
     /// change their limits.
@@ -176,6 +183,8 @@ pub async fn serve(
         // Channel keys too: a stand-in on a queue's node has its client channel's key.
         next_channel: AtomicU64::new(cluster.as_ref().map_or(0, |c| c.node_id() << 40) + 1),
         connections_open: AtomicUsize::new(0),
+        connections: registry::Registry::default(),
+        rates: management::stats::Rates::default(),
         counters: Counters::default(),
         alarms,
         tls: listeners.tls.clone(),
@@ -185,6 +194,7 @@ pub async fn serve(
         cluster,
     });
     remote::install(&shared);
+    quorum_replica::install(&shared);
     let mut failure = shared.durability.subscribe_failure();
     let failing = shared.clone();
     tokio::spawn(async move {

@@ -114,8 +114,51 @@ def test_balanced_placement_spreads_queues_and_quorum_queues_name_their_members(
     assert sorted(queues["qq3"]["members"]) == ["n1", "n2", "n3"]
     assert len(queues["qq2"]["members"]) == 2
     for q in (queues["qq3"], queues["qq2"]):
-        assert q["leader"] == q["node"] == q["members"][0]
+        assert q["node"] == q["members"][0], "placed on its first member"
+    # Each member opened its replica: the queue's Raft group elects a leader among them.
+    eventually(lambda: all(q["leader"] in q["members"] for q in n2.api("/api/queues")
+                           if q["name"] in ("qq3", "qq2")), "the groups elected leaders")
     assert "members" not in queues["spread-0"], "classic queues have no members"
+
+
+def test_a_quorum_queues_group_elects_a_new_leader_when_its_leaders_node_dies(cluster):
+    nodes = {n.name: n for n in cluster.nodes}
+    ch = nodes["n1"].connection().channel()
+    ch.queue_declare("replicated", durable=True, arguments={"x-queue-type": "quorum"})
+
+    def leader(via):
+        [q] = [q for q in via.api("/api/queues") if q["name"] == "replicated"]
+        return q["leader"]
+
+    first = eventually(lambda: leader(nodes["n2"]), "a leader")
+    assert first in ("n1", "n2", "n3")
+    nodes[first].kill()
+    survivor = nodes["n3" if first != "n3" else "n2"]
+    new = eventually(lambda: (lambda l: l if l != first else None)(leader(survivor)),
+                     "a new leader among the survivors")
+    assert new in ("n1", "n2", "n3") and new != first
+    nodes[first].start()
+    eventually(lambda: leader(nodes[first]) == new, "the restarted member follows the new leader")
+
+
+def test_a_node_holding_half_of_a_quorum_queues_members_is_quorum_critical(cluster):
+    import json
+    import urllib.error
+    n1, _, n3 = cluster.nodes
+    ch = n1.connection().channel()
+    ch.queue_declare("pair", durable=True, arguments={"x-queue-type": "quorum",
+                                                     "x-quorum-initial-group-size": 2})
+    ch.queue_declare("trio", durable=True, arguments={"x-queue-type": "quorum"})
+    path = "/api/health/checks/node-is-quorum-critical"
+    # n3 is a member of trio only: two others keep its majority.
+    assert n3.api(path) == {"status": "ok"}
+    # n1 is one of pair's two members: without it, pair has no majority.
+    with pytest.raises(urllib.error.HTTPError) as e:
+        n1.api(path)
+    assert e.value.code == 503
+    body = json.loads(e.value.read())
+    assert [q["name"] for q in body["queues"]] == ["pair"]
+    assert body["queues"][0]["virtual_host"] == "/"
 
 
 def test_get_nack_purge_and_a_conditional_delete_of_a_remote_queue(cluster):

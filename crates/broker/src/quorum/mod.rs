@@ -5,6 +5,8 @@
 //! the [`Effect`]s addressed to its node.
 //!
 //! The map:
+//! - [`codec`]: commands as log entry bytes: a compact binary enqueue whose payload is the
+//!   entry's tail, JSON for the rest.
 //! - [`command`]: the log entries: enqueue (with the message as an opaque payload),
 //!   checkout, cancel, settle, return, discard, credit, dequeue, purge, channel and node
 //!   down, tick; consumer and publisher ids.
@@ -33,6 +35,7 @@
 //! and past x-delivery-limit the message is dead-lettered; x-max-length is checked against
 //! the length before the publish; TTLs expire at the head, at the time in the entry.
 
+pub mod codec;
 pub mod command;
 pub mod config;
 pub mod consumer;

@@ -83,7 +83,7 @@ impl QuorumQueue {
     /// (only the head is looked at, as in RabbitMQ: a message behind one with a longer TTL
     /// waits for it).
     pub fn next_expiry_ms(&self) -> Option<u64> {
-        self.ready.peek()?.expires_at_ms
+        self.ready.peek()?.expires_at_ms()
     }
 
     /// Since when the queue has had no consumer and no basic.get (for x-expires), or None

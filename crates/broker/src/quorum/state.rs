@@ -21,6 +21,8 @@ use std::collections::BTreeSet;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QuorumQueue {
     pub(super) config: QuorumConfig,
+    /// In snapshots in a compact form of its own, ahead of the rest.
+    #[serde(skip)]
     pub(super) ready: Ready,
     pub(super) consumers: Consumers,
     /// Log indexes of the live messages that are not in `ready`'s never-delivered queue (held
@@ -138,15 +140,11 @@ impl QuorumQueue {
             (a, b) => a.or(b),
         };
         self.last_enqueued = index;
-        self.ready.push_enqueued(Msg {
-            index,
-            size_bytes: header.size_bytes,
-            delivery_count: 0,
-            redelivered: false,
-            // Dead from publish + TTL on, so a TTL of 0 is not dead at its own entry: a
-            // consumer waiting now still gets it, and it goes below if none did.
-            expires_at_ms: ttl_ms.map(|t| now.saturating_add(t.max(1))),
-        });
+        // Dead from publish + TTL on, so a TTL of 0 is not dead at its own entry: a
+        // consumer waiting now still gets it, and it goes below if none did.
+        let expires_at_ms = ttl_ms.map(|t| now.saturating_add(t.max(1)));
+        self.ready
+            .push_enqueued(Msg::new(index, header.size_bytes, expires_at_ms));
         if let Some(publisher) = publisher {
             effects.push(Effect::Confirm { publisher, seq });
         }
@@ -305,7 +303,7 @@ impl QuorumQueue {
             consumer: holder,
             msg_id,
             index: m.index,
-            redelivered: m.redelivered,
+            redelivered: m.redelivered(),
             delivery_count: m.delivery_count,
             settled: no_ack,
             remaining: self.ready.len() as u64,
@@ -334,7 +332,6 @@ impl QuorumQueue {
     /// A delivered message comes back, counted as a delivery (rabbit_fifo's return_one);
     /// past the delivery limit it is dead-lettered instead.
     fn return_one(&mut self, mut m: Msg, rejected: bool, effects: &mut Vec<Effect>) {
-        m.redelivered = true;
         m.delivery_count = m.delivery_count.saturating_add(1);
         if self
             .config
@@ -378,7 +375,7 @@ impl QuorumQueue {
                 consumer: id,
                 msg_id,
                 index: m.index,
-                redelivered: m.redelivered,
+                redelivered: m.redelivered(),
                 delivery_count: m.delivery_count,
                 settled,
             });

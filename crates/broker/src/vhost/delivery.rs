@@ -52,6 +52,8 @@ impl VHost {
                     .get_mut(&consumer.channel)
                     .expect("consumer's channel exists");
                 let tag = ch.next_delivery_tag();
+                q.stats.deliver_get += 1;
+                q.stats.redeliver += u64::from(m.redelivered);
                 deliver(
                     ch,
                     &consumer.tag,
@@ -335,6 +337,8 @@ impl VHost {
         };
         let ch = channels.get_mut(&key).expect("checked above");
         let tag = ch.next_delivery_tag();
+        q.stats.deliver_get += 1;
+        q.stats.redeliver += u64::from(m.redelivered);
         let remaining = q.backlog.len() as u32;
         let number = ch.number;
         let frame_max = ch.outbox.frame_max();
@@ -393,8 +397,11 @@ impl VHost {
         let settled = self.settle(key, tag, multiple, SettleOp::Ack)?;
         let mut touched = Vec::new();
         for u in &settled {
-            if let (Some(index), Some(q)) = (u.message.store_index, self.queues.get_mut(&u.queue)) {
-                q.release_stored(index, &mut self.store_ops);
+            if let Some(q) = self.queues.get_mut(&u.queue) {
+                q.stats.ack += 1;
+                if let Some(index) = u.message.store_index {
+                    q.release_stored(index, &mut self.store_ops);
+                }
             }
             if !touched.contains(&u.queue) {
                 touched.push(u.queue);

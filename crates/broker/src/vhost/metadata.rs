@@ -148,6 +148,27 @@ impl VHost {
         }
     }
 
+    /// A queue's settings, as its declare parsed them.
+    pub fn queue_config(&self, queue: &str) -> Option<crate::args::QueueConfig> {
+        let id = self.queues_by_name.get(queue)?;
+        Some(self.queues.get(id)?.config.clone())
+    }
+
+    /// A quorum queue's log id and members, when it has members (in a cluster).
+    pub fn replicated_queue(&self, queue: &str) -> Option<(u64, Vec<std::sync::Arc<str>>)> {
+        let q = self.queues.get(self.queues_by_name.get(queue)?)?;
+        (!q.members.is_empty()).then(|| Some((q.log_id?, q.members.clone())))?
+    }
+
+    /// Every quorum queue with members (a cluster's): name, log id and members.
+    pub fn replicated_queues(&self) -> Vec<(String, u64, Vec<std::sync::Arc<str>>)> {
+        self.queues
+            .values()
+            .filter(|q| !q.members.is_empty())
+            .filter_map(|q| Some((q.name.clone(), q.log_id?, q.members.clone())))
+            .collect()
+    }
+
     /// How many of this vhost's queues each node hosts (leads), for balanced placement.
     pub fn count_queues_by_home(&self, counts: &mut std::collections::HashMap<String, usize>) {
         for q in self.queues.values() {
@@ -376,7 +397,9 @@ impl VHost {
                 messages_paged_out: q.backlog.paged_out() as u64,
                 consumers: q.consumers.len() as u64,
                 node: q.home_node.clone(),
+                stats: q.stats,
                 members: q.members.clone(),
+                log_id: q.log_id,
             })
             .collect();
         v.sort_by(|a, b| a.name.cmp(&b.name));
@@ -406,6 +429,97 @@ impl VHost {
         });
         v.sort_by(|a, b| a.name.cmp(&b.name));
         v
+    }
+
+    /// The channels of this node's clients (stand-ins for other nodes' clients left out),
+    /// ordered by connection and number.
+    pub fn channel_infos(&self) -> Vec<ChannelInfo> {
+        let mut v: Vec<ChannelInfo> = self
+            .channels
+            .values()
+            .filter(|ch| ch.relay.is_none())
+            .map(|ch| ChannelInfo {
+                key: ch.key,
+                conn: ch.conn,
+                number: ch.number,
+                user: ch.user.clone(),
+                prefetch_count: ch.consumer_prefetch,
+                global_prefetch_count: ch.channel_prefetch,
+                consumer_count: ch.consumers.len() as u32,
+                messages_unacknowledged: ch.unacked_live,
+            })
+            .collect();
+        v.sort_by_key(|c| (c.conn, c.number));
+        v
+    }
+
+    /// The consumers of this node's clients' channels, on local and remote queues alike.
+    pub fn consumer_infos(&self) -> Vec<ConsumerInfo> {
+        let mut out = Vec::new();
+        for ch in self.channels.values().filter(|ch| ch.relay.is_none()) {
+            for (tag, qid) in &ch.consumers {
+                let Some(q) = self.queues.get(qid) else {
+                    continue;
+                };
+                let local = q
+                    .consumers
+                    .iter()
+                    .find(|c| c.channel == ch.key && c.tag == *tag);
+                out.push(ConsumerInfo {
+                    channel: ch.key,
+                    conn: ch.conn,
+                    number: ch.number,
+                    queue: q.name.clone(),
+                    tag: String::from_utf8_lossy(tag).into_owned(),
+                    ack_required: local.is_none_or(|c| !c.no_ack),
+                    exclusive: local.is_some_and(|c| c.exclusive),
+                    prefetch_count: local.map_or(ch.consumer_prefetch, |c| c.prefetch),
+                    arguments: local.map(|c| c.arguments.clone()).unwrap_or_default(),
+                });
+            }
+        }
+        out.sort_by(|a, b| (a.conn, a.number, &a.tag).cmp(&(b.conn, b.number, &b.tag)));
+        out
+    }
+
+    /// Every explicit binding (the default exchange's implicit ones left out), by names,
+    /// sorted by source, destination, key.
+    pub fn binding_infos(&self) -> Vec<BindingInfo> {
+        let mut out: Vec<BindingInfo> = self
+            .routes
+            .bindings()
+            .filter_map(|b| {
+                let source = self.exchanges.get(&b.source)?.name.clone();
+                let (destination, to_queue) = match b.destination {
+                    Destination::Queue(q) => (self.queues.get(&q)?.name.clone(), true),
+                    Destination::Exchange(x) => (self.exchanges.get(&x)?.name.clone(), false),
+                };
+                Some(BindingInfo {
+                    source,
+                    destination,
+                    to_queue,
+                    routing_key: String::from_utf8_lossy(b.key).into_owned(),
+                    arguments: b.args_table(),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            (&a.source, !a.to_queue, &a.destination, &a.routing_key).cmp(&(
+                &b.source,
+                !b.to_queue,
+                &b.destination,
+                &b.routing_key,
+            ))
+        });
+        out
+    }
+
+    /// Every queue's message counters, cheaply (no arguments cloned): for sampling rates.
+    pub fn queue_stats_all(&self) -> Vec<(String, crate::queue::QueueStats)> {
+        self.queues
+            .values()
+            .map(|q| (q.name.clone(), q.stats))
+            .collect()
     }
 
     pub fn binding_count(&self) -> usize {

@@ -85,8 +85,11 @@ pub struct QueueInfo {
     pub consumers: u64,
     /// The node hosting the queue in a cluster (`None` on a single node).
     pub node: Option<std::sync::Arc<str>>,
+    pub stats: crate::queue::QueueStats,
     /// A quorum queue's members in a cluster.
     pub members: Vec<std::sync::Arc<str>>,
+    /// The queue's storage log (durable queues).
+    pub log_id: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -96,6 +99,47 @@ pub struct ExchangeInfo {
     pub durable: bool,
     pub auto_delete: bool,
     pub internal: bool,
+    pub arguments: FieldTable,
+}
+
+/// A channel as the management API lists it (`/api/channels`).
+#[derive(Debug, Clone)]
+pub struct ChannelInfo {
+    pub key: ChannelKey,
+    pub conn: ConnId,
+    pub number: u16,
+    pub user: String,
+    /// basic.qos global=false: applied to consumers created from now on.
+    pub prefetch_count: u32,
+    /// basic.qos global=true: shared by the whole channel.
+    pub global_prefetch_count: u32,
+    pub consumer_count: u32,
+    pub messages_unacknowledged: u32,
+}
+
+/// A consumer of a client channel as the management API lists it (`/api/consumers`). The
+/// details of a consumer of a queue on another node stay on that node: defaults here.
+#[derive(Debug, Clone)]
+pub struct ConsumerInfo {
+    pub channel: ChannelKey,
+    pub conn: ConnId,
+    pub number: u16,
+    pub queue: String,
+    pub tag: String,
+    pub ack_required: bool,
+    pub exclusive: bool,
+    pub prefetch_count: u32,
+    pub arguments: FieldTable,
+}
+
+/// A binding as the management API lists it (`/api/bindings`), by names.
+#[derive(Debug, Clone)]
+pub struct BindingInfo {
+    pub source: String,
+    pub destination: String,
+    /// Whether the destination is a queue (else an exchange).
+    pub to_queue: bool,
+    pub routing_key: String,
     pub arguments: FieldTable,
 }
 

@@ -335,6 +335,7 @@ impl VHost {
         } else {
             None
         };
+        q.stats.publish += 1;
         let seq = q.backlog.push_back(QueuedMessage {
             msg: msg.clone(),
             redelivered: false,

@@ -1,0 +1,237 @@
+//! RabbitMQ's health checks (`/api/health/checks/...`) and `/api/aliveness-test/{vhost}`:
+//! 200 `{"status":"ok", ...}` when healthy, 503 `{"status":"failed","reason", ...}` when not,
+//! so that load balancers and orchestrators written for RabbitMQ probe warren unchanged.
+
+use super::session::{AckMode, Session};
+use super::{auth, error, Api, Shared};
+use amq_protocol_types::FieldTable;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use bytes::Bytes;
+use serde_json::{json, Value};
+use warren_protocol::amqp::{queue, AMQPClass};
+use warren_protocol::content::Properties;
+
+/// The queue `/api/aliveness-test` declares, publishes to and gets from, as RabbitMQ's does.
+const ALIVENESS_QUEUE: &str = "aliveness-test";
+const ALIVENESS_MESSAGE: &[u8] = b"test_message";
+
+fn failed(reason: &str, extra: Value) -> Response {
+    let mut body = json!({ "status": "failed", "reason": reason });
+    if let (Value::Object(b), Value::Object(e)) = (&mut body, extra) {
+        b.extend(e);
+    }
+    (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+}
+
+/// RabbitMQ's health check body: 200 `{"status":"ok"}`, or 503 with every alarm in effect.
+fn alarms_health(s: &Shared, failed_reason: &str) -> Response {
+    let active = s.alarms.active();
+    if active.is_empty() {
+        return Json(json!({ "status": "ok" })).into_response();
+    }
+    let alarms: Vec<Value> = active
+        .into_iter()
+        .map(|(resource, reason)| json!({ "node": s.node_name(), "resource": resource, "reason": reason }))
+        .collect();
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        Json(json!({ "status": "failed", "reason": failed_reason, "alarms": alarms })),
+    )
+        .into_response()
+}
+
+pub async fn alarms(State(s): Api, headers: HeaderMap) -> Response {
+    if let Err(r) = auth::caller(&s, &headers) {
+        return r;
+    }
+    alarms_health(&s, "There are alarms in effect in the cluster")
+}
+
+pub async fn local_alarms(State(s): Api, headers: HeaderMap) -> Response {
+    if let Err(r) = auth::caller(&s, &headers) {
+        return r;
+    }
+    alarms_health(&s, "There are alarms in effect on the node")
+}
+
+/// Every vhost runs as long as the node does: warren has no per-vhost process to fail.
+pub async fn virtual_hosts(State(s): Api, headers: HeaderMap) -> Response {
+    if let Err(r) = auth::caller(&s, &headers) {
+        return r;
+    }
+    Json(json!({ "status": "ok" })).into_response()
+}
+
+/// The node's listeners as (protocol, port), RabbitMQ's protocol names.
+fn listening(s: &Shared) -> Vec<(&'static str, u16)> {
+    super::overview::listeners(s)
+        .iter()
+        .filter_map(|l| {
+            let protocol = match l["protocol"].as_str()? {
+                "amqp" => "amqp",
+                "amqp/ssl" => "amqp/ssl",
+                "http" => "http",
+                "https" => "https",
+                "clustering" => "clustering",
+                _ => return None,
+            };
+            Some((protocol, l["port"].as_u64()? as u16))
+        })
+        .collect()
+}
+
+pub async fn port_listener(
+    State(s): Api,
+    headers: HeaderMap,
+    Path(port): Path<String>,
+) -> Response {
+    if let Err(r) = auth::caller(&s, &headers) {
+        return r;
+    }
+    let Ok(port) = port.parse::<u16>() else {
+        return error(StatusCode::BAD_REQUEST, "Invalid port");
+    };
+    let ports: Vec<u16> = listening(&s).into_iter().map(|(_, p)| p).collect();
+    if ports.contains(&port) {
+        Json(json!({ "status": "ok", "port": port })).into_response()
+    } else {
+        failed(
+            "No active listener",
+            json!({ "missing": port, "ports": ports }),
+        )
+    }
+}
+
+pub async fn protocol_listener(
+    State(s): Api,
+    headers: HeaderMap,
+    Path(protocol): Path<String>,
+) -> Response {
+    if let Err(r) = auth::caller(&s, &headers) {
+        return r;
+    }
+    // RabbitMQ's aliases for the same listeners.
+    let wanted = match protocol.to_ascii_lowercase().as_str() {
+        "amqp" | "amqp091" | "amqp0-9-1" | "amqp0.9.1" => "amqp",
+        "amqps" | "amqp/ssl" | "amqp091/ssl" => "amqp/ssl",
+        "http" | "management" => "http",
+        "https" | "management/ssl" => "https",
+        "clustering" => "clustering",
+        _ => "",
+    };
+    let protocols: Vec<&str> = listening(&s).into_iter().map(|(p, _)| p).collect();
+    if !wanted.is_empty() && protocols.contains(&wanted) {
+        Json(json!({ "status": "ok", "protocol": wanted })).into_response()
+    } else {
+        failed(
+            "No active listener",
+            json!({ "missing": protocol, "protocols": protocols }),
+        )
+    }
+}
+
+/// Whether stopping this node would leave a Raft group without a majority of running members:
+/// the cluster's metadata group, or a quorum queue this node is a member of (listed, as
+/// `rabbitmq-queues check_if_node_is_quorum_critical` lists them).
+pub async fn node_is_quorum_critical(State(s): Api, headers: HeaderMap) -> Response {
+    if let Err(r) = auth::caller(&s, &headers) {
+        return r;
+    }
+    let Some(cluster) = &s.cluster else {
+        return Json(json!({ "status": "ok", "reason": "single node cluster" })).into_response();
+    };
+    let members = cluster.status().members;
+    let voters = members.iter().filter(|m| m.voter).count();
+    if voters <= 1 {
+        return Json(json!({ "status": "ok", "reason": "single node cluster" })).into_response();
+    }
+    let me = s.node_name();
+    let running = |name: &str| name != me && members.iter().any(|m| m.name == name && m.running);
+    let mut critical = Vec::new();
+    for (vhost, v) in s.broker.vhosts() {
+        for (name, _, queue_members) in v.lock().expect("vhost lock").replicated_queues() {
+            if !queue_members.iter().any(|m| **m == *me) {
+                continue;
+            }
+            let others = queue_members.iter().filter(|m| running(m)).count();
+            if others <= queue_members.len() / 2 {
+                critical.push(json!({
+                    "name": name,
+                    "readable_name": format!("queue '{name}' in vhost '{vhost}'"),
+                    "virtual_host": vhost,
+                    "type": "quorum",
+                }));
+            }
+        }
+    }
+    let others_running = members
+        .iter()
+        .filter(|m| m.voter && m.running && m.name != me)
+        .count();
+    if others_running <= voters / 2 {
+        failed(
+            "The cluster's metadata would lose its quorum if the target node is shut down",
+            json!({ "queues": critical }),
+        )
+    } else if !critical.is_empty() {
+        failed(
+            "There are quorum queues that would lose their quorum if the target node is shut down",
+            json!({ "queues": critical }),
+        )
+    } else {
+        Json(json!({ "status": "ok" })).into_response()
+    }
+}
+
+/// Declares `aliveness-test` in the vhost, publishes a message to it and gets it back, all
+/// through the API's AMQP session, as RabbitMQ's check does.
+pub async fn aliveness_test(
+    State(s): Api,
+    headers: HeaderMap,
+    Path(vhost): Path<String>,
+) -> Response {
+    let caller = match auth::caller(&s, &headers) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    if let Err(r) = auth::vhost(&s, &caller, &vhost) {
+        return r;
+    }
+    let Some(mut session) = Session::open(&s, &caller.user, &vhost) else {
+        return error(StatusCode::UNAUTHORIZED, "Access refused.");
+    };
+    let declare = queue::Declare {
+        queue: ALIVENESS_QUEUE.into(),
+        passive: false,
+        durable: false,
+        exclusive: false,
+        auto_delete: false,
+        nowait: false,
+        arguments: FieldTable::default(),
+    };
+    let checked = async {
+        session
+            .control(AMQPClass::Queue(queue::AMQPMethod::Declare(declare)))
+            .await?;
+        session
+            .publish(
+                "",
+                ALIVENESS_QUEUE,
+                &Properties::default(),
+                Bytes::from_static(ALIVENESS_MESSAGE),
+            )
+            .await?;
+        session.get(ALIVENESS_QUEUE, 1, AckMode::Ack).await
+    }
+    .await;
+    match checked {
+        Ok(got) if got.iter().any(|g| g.body.as_ref() == ALIVENESS_MESSAGE) => {
+            Json(json!({ "status": "ok" })).into_response()
+        }
+        Ok(_) => failed("aliveness-test message was not received back", json!({})),
+        Err(e) => failed(&e.text, json!({})),
+    }
+}

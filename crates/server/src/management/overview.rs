@@ -1,0 +1,203 @@
+//! `/api/overview` (what the node holds, in the vhosts the caller sees), `/api/nodes` and
+//! `/api/warren/cluster` (the cluster as this node sees it).
+
+use super::auth::{self, Caller};
+use super::{Api, Shared};
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
+
+/// The RabbitMQ release whose management API this one follows, for tools that check it.
+pub const RABBITMQ_VERSION: &str = "3.10.8";
+
+/// The exchange types warren routes, in RabbitMQ's `exchange_types` shape.
+pub fn exchange_types() -> Value {
+    json!([
+        { "name": "direct", "description": "AMQP direct exchange, as per the AMQP specification", "enabled": true },
+        { "name": "fanout", "description": "AMQP fanout exchange, as per the AMQP specification", "enabled": true },
+        { "name": "headers", "description": "AMQP headers exchange, as per the AMQP specification", "enabled": true },
+        { "name": "topic", "description": "AMQP topic exchange, as per the AMQP specification", "enabled": true },
+    ])
+}
+
+/// The node's listeners in RabbitMQ's shape (`listeners` of /api/overview, /api/nodes).
+pub fn listeners(s: &Shared) -> Vec<Value> {
+    let node = s.node_name();
+    let mut out = Vec::new();
+    let mut add = |protocol: &str, addr: Option<std::net::SocketAddr>| {
+        if let Some(a) = addr {
+            out.push(json!({
+                "node": node, "protocol": protocol,
+                "ip_address": a.ip().to_string(), "port": a.port(),
+            }));
+        }
+    };
+    add("amqp", s.config.listen);
+    add("amqp/ssl", s.config.tls.listen);
+    add("http", s.config.management_listen);
+    add("https", s.config.tls.management_listen);
+    add("clustering", s.config.cluster_listen);
+    out
+}
+
+/// `message_stats` and `queue_totals` rates are not sampled yet: 0.0 per second.
+fn rate() -> Value {
+    json!({ "rate": 0.0 })
+}
+
+pub async fn overview(State(s): Api, headers: HeaderMap) -> Response {
+    let caller = match auth::caller(&s, &headers) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let (mut queues, mut exchanges, mut channels, mut consumers, mut ready, mut unacked) =
+        (0, 0, 0, 0, 0u64, 0u64);
+    s.rates.refresh(&s);
+    let mut counts = warren_broker::queue::QueueStats::default();
+    for (name, v) in s.broker.vhosts() {
+        if !caller.sees_vhost(&s, &name) {
+            continue;
+        }
+        let v = v.lock().expect("vhost lock");
+        let infos = v.queue_infos();
+        queues += infos.len();
+        ready += infos.iter().map(|q| q.messages_ready).sum::<u64>();
+        unacked += infos.iter().map(|q| q.messages_unacknowledged).sum::<u64>();
+        consumers += infos.iter().map(|q| q.consumers).sum::<u64>();
+        for q in &infos {
+            counts.deliver_get += q.stats.deliver_get;
+            counts.redeliver += q.stats.redeliver;
+            counts.ack += q.stats.ack;
+        }
+        exchanges += v.exchange_infos().len();
+        channels += v
+            .channel_infos()
+            .iter()
+            .filter(|c| visible_conn(&s, &caller, c.conn))
+            .count();
+    }
+    let connections = s
+        .connections
+        .list()
+        .iter()
+        .filter(|e| caller.sees_user(&e.user))
+        .count();
+    // Publishes are counted by the channels that took them (unroutable ones too), the rest by
+    // the queues the caller sees; rates are the queues' (see `stats`).
+    counts.publish = s.counters.published.load(Ordering::Relaxed);
+    let mut message_stats = super::stats::message_stats_json(&counts, &s.rates.node());
+    message_stats["confirm"] = json!(s.counters.confirmed.load(Ordering::Relaxed));
+    message_stats["confirm_details"] = rate();
+    message_stats["return_unroutable"] = json!(s.counters.unroutable.load(Ordering::Relaxed));
+    message_stats["return_unroutable_details"] = rate();
+    Json(json!({
+        "management_version": RABBITMQ_VERSION,
+        "rabbitmq_version": RABBITMQ_VERSION,
+        "product_name": "warren",
+        "product_version": env!("CARGO_PKG_VERSION"),
+        "cluster_name": s.node_name(),
+        "erlang_version": "none (warren is written in Rust)",
+        "erlang_full_version": "none (warren is written in Rust)",
+        "rates_mode": "basic",
+        "disable_stats": false,
+        "enable_queue_totals": true,
+        "exchange_types": exchange_types(),
+        "node": s.node_name(),
+        "statistics_db_event_queue": 0,
+        "object_totals": {
+            "connections": connections,
+            "channels": channels,
+            "consumers": consumers,
+            "queues": queues,
+            "exchanges": exchanges,
+        },
+        "queue_totals": {
+            "messages_ready": ready, "messages_ready_details": rate(),
+            "messages_unacknowledged": unacked, "messages_unacknowledged_details": rate(),
+            "messages": ready + unacked, "messages_details": rate(),
+        },
+        "message_stats": message_stats,
+        "churn_rates": {},
+        "listeners": listeners(&s),
+        "contexts": s.config.management_listen.map(|a| vec![json!({
+            "node": s.node_name(), "description": "RabbitMQ Management", "path": "/",
+            "ip": a.ip().to_string(), "port": a.port().to_string(),
+        })]).unwrap_or_default(),
+    }))
+    .into_response()
+}
+
+/// Whether the caller sees the channels of connection `conn` (one of this node's clients).
+pub fn visible_conn(s: &Shared, caller: &Caller, conn: u64) -> bool {
+    s.connections
+        .get(conn)
+        .is_some_and(|e| caller.sees_user(&e.user))
+}
+
+/// The node with its resource limits and alarms, in the fields of RabbitMQ's /api/nodes.
+pub async fn list_nodes(State(s): Api, headers: HeaderMap) -> Response {
+    if let Err(r) = auth::monitor(&s, &headers) {
+        return r;
+    }
+    let alarms = s.alarms.state();
+    let mut nodes = vec![json!({
+        "name": s.node_name(),
+        "type": "disc",
+        "running": true,
+        "mem_used": crate::memory::rss_bytes(),
+        "mem_limit": s.alarms.memory_watermark_bytes.load(Ordering::Relaxed),
+        "mem_alarm": alarms.memory,
+        "disk_free": s.alarms.disk_free_bytes(),
+        "disk_free_limit": s.alarms.disk_free_limit_bytes.load(Ordering::Relaxed),
+        "disk_free_alarm": alarms.disk,
+        "storage_failed": alarms.storage,
+        "storage_failure": s.alarms.storage_failure(),
+        "being_drained": false,
+        "os_pid": std::process::id().to_string(),
+        "processors": std::thread::available_parallelism().map_or(1, |n| n.get()),
+        "rates_mode": "basic",
+        "rabbitmq_version": RABBITMQ_VERSION,
+        "exchange_types": exchange_types(),
+        "listeners": listeners(&s),
+        "enabled_plugins": ["rabbitmq_management"],
+        "applications": [],
+    })];
+    if let Some(cluster) = &s.cluster {
+        // The other members as this node sees them; their own figures are on their own API.
+        for m in cluster.status().members {
+            if m.name == s.node_name() {
+                continue;
+            }
+            nodes.push(json!({
+                "name": m.name,
+                "type": "disc",
+                "running": m.running,
+                "cluster_address": m.cluster,
+                "amqp_address": m.amqp,
+                "management_address": m.management,
+                "being_drained": false,
+            }));
+        }
+    }
+    Json(Value::Array(nodes)).into_response()
+}
+
+/// The cluster as this node sees it: members, the metadata group's state, and each link's
+/// counters (`warren ctl cluster_status`).
+pub async fn cluster_status(State(s): Api, headers: HeaderMap) -> Response {
+    if let Err(r) = auth::monitor(&s, &headers) {
+        return r;
+    }
+    match &s.cluster {
+        Some(c) => Json(json!(c.status())).into_response(),
+        None => Json(json!({
+            "node": s.node_name(),
+            "members": [{ "name": s.node_name(), "running": true, "voter": true }],
+            "links": [],
+        }))
+        .into_response(),
+    }
+}
