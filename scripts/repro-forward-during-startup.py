@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Reproduces a lost confirmed message found by queue_jepsen.py: a node that restarts accepts its
+"""Reproduces a lost confirmed message found by queue_jepsen.py (fixed on main by c426af0; kept as a
+regression check): a node that restarted accepted its
 cluster links (Cluster::start) before it installs the handler for other nodes' data
 (remote::install, in serve(), after the metadata replay and recover_messages). A forwarded
 publish that arrives in that window is dropped (Messaging::receive returns when no handler is

@@ -292,12 +292,12 @@ impl Peers {
             return;
         };
         let message = Arc::new(messaging::message(exchange, routing_key, properties, body));
-        // A vhost this node does not know (its metadata lags, or it was deleted) stores
-        // nothing: refused, so the publisher gets a nack rather than a confirm.
-        let mut refused = true;
-        let mut waits = Vec::new();
         // Planted for the checker to catch, tests only: skip the enqueue, confirm anyway.
         let planted = crate::fault_injection::confirms_without_storing(shared);
+        // A vhost this node does not know (its metadata lags, or it was deleted) stores
+        // nothing: refused, so the publisher gets a nack rather than a confirm.
+        let mut refused = !planted;
+        let mut waits = Vec::new();
         if let Some(v) = shared.broker.vhost(&vhost).filter(|_| !planted) {
             let now = shared.broker.now_ms();
             let mut v = v.lock().expect("vhost lock");
