@@ -106,6 +106,9 @@ pub struct QueueCounts {
     pub message_bytes_ready: u64,
     pub messages_paged_out: u64,
     pub consumers: u64,
+    /// Its `message_stats` counters: publish, deliver_get, redeliver, ack.
+    #[serde(default)]
+    pub message_stats: [u64; 4],
 }
 
 /// A basic.get's message, as the queue's node took it.

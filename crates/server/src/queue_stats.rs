@@ -44,6 +44,12 @@ pub fn hosted_here(shared: &Shared, vhost: Option<&str>) -> Vec<QueueCounts> {
                 message_bytes_ready: q.message_bytes_ready,
                 messages_paged_out: q.messages_paged_out,
                 consumers: q.consumers,
+                message_stats: [
+                    q.stats.publish,
+                    q.stats.deliver_get,
+                    q.stats.redeliver,
+                    q.stats.ack,
+                ],
             });
         }
     }
@@ -132,6 +138,13 @@ pub async fn queue_views(shared: &Shared, vhost: Option<&str>) -> Vec<QueueView>
                     view.info.message_bytes_ready = c.message_bytes_ready;
                     view.info.messages_paged_out = c.messages_paged_out;
                     view.info.consumers = c.consumers;
+                    let [publish, deliver_get, redeliver, ack] = c.message_stats;
+                    view.info.stats = warren_broker::queue::QueueStats {
+                        publish,
+                        deliver_get,
+                        redeliver,
+                        ack,
+                    };
                 }
             }
         }

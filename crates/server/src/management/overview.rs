@@ -57,21 +57,25 @@ pub async fn overview(State(s): Api, headers: HeaderMap) -> Response {
         (0, 0, 0, 0, 0u64, 0u64);
     s.rates.refresh(&s);
     let mut counts = warren_broker::queue::QueueStats::default();
+    // Queue figures from each queue's node, as RabbitMQ's overview covers the whole cluster.
+    for view in crate::queue_stats::queue_views(&s, None).await {
+        if !caller.sees_vhost(&s, &view.vhost) {
+            continue;
+        }
+        let q = &view.info;
+        queues += 1;
+        ready += q.messages_ready;
+        unacked += q.messages_unacknowledged;
+        consumers += q.consumers;
+        counts.deliver_get += q.stats.deliver_get;
+        counts.redeliver += q.stats.redeliver;
+        counts.ack += q.stats.ack;
+    }
     for (name, v) in s.broker.vhosts() {
         if !caller.sees_vhost(&s, &name) {
             continue;
         }
         let v = v.lock().expect("vhost lock");
-        let infos = v.queue_infos();
-        queues += infos.len();
-        ready += infos.iter().map(|q| q.messages_ready).sum::<u64>();
-        unacked += infos.iter().map(|q| q.messages_unacknowledged).sum::<u64>();
-        consumers += infos.iter().map(|q| q.consumers).sum::<u64>();
-        for q in &infos {
-            counts.deliver_get += q.stats.deliver_get;
-            counts.redeliver += q.stats.redeliver;
-            counts.ack += q.stats.ack;
-        }
         exchanges += v.exchange_infos().len();
         channels += v
             .channel_infos()
