@@ -13,13 +13,14 @@
 //! member there wakes, so followers of a dead leader elect a new one and a cut-off leader steps
 //! down (check-quorum).
 
+use crate::inputs::take_inputs;
 use crate::raft_log::RaftLog;
 use raft::eraftpb::{EntryType, Message, Snapshot};
 use raft::{RawNode, StateRole};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use warren_store::Store;
@@ -235,19 +236,9 @@ impl Runner {
         let mut next_tick = Instant::now() + self.timing.tick;
         loop {
             let wait = next_tick.saturating_duration_since(Instant::now());
-            match inputs.recv_timeout(wait) {
-                Ok(Input::Stop) => return,
-                Ok(input) => {
-                    self.handle(input);
-                    while let Ok(input) = inputs.try_recv() {
-                        if matches!(input, Input::Stop) {
-                            return;
-                        }
-                        self.handle(input);
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return,
+            let stop = |i: &Input| matches!(i, Input::Stop);
+            if !take_inputs(&inputs, wait, stop, |i| self.handle(i)) {
+                return;
             }
             if Instant::now() >= next_tick {
                 next_tick = Instant::now() + self.timing.tick;

@@ -36,6 +36,7 @@
 pub mod applied_requests;
 pub mod frame;
 pub mod groups;
+mod inputs;
 pub mod membership;
 pub mod messaging;
 pub mod metadata;

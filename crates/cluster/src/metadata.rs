@@ -11,6 +11,7 @@
 
 use crate::applied_requests::{self, AppliedRequests};
 use crate::frame::NodeInfo;
+use crate::inputs::take_inputs;
 use crate::membership::{self, Membership, MembershipError, MEMBERSHIP_GROUP};
 use crate::raft_log::RaftLog;
 use crate::replicas::{group_id, QueueReplica, Replicas};
@@ -19,7 +20,7 @@ use raft::eraftpb::{EntryType, Message, Snapshot};
 use raft::{RawNode, StateRole};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use warren_broker::broker::Broker;
@@ -276,19 +277,9 @@ impl MetadataGroup {
         let mut next_tick = Instant::now() + self.timing.tick;
         loop {
             let wait = next_tick.saturating_duration_since(Instant::now());
-            match inputs.recv_timeout(wait) {
-                Ok(Input::Stop) => break,
-                Ok(input) => {
-                    self.handle(input);
-                    while let Ok(input) = inputs.try_recv() {
-                        if matches!(input, Input::Stop) {
-                            return;
-                        }
-                        self.handle(input);
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
+            let stop = |i: &Input| matches!(i, Input::Stop);
+            if !take_inputs(&inputs, wait, stop, |i| self.handle(i)) {
+                return;
             }
             if Instant::now() >= next_tick {
                 next_tick = Instant::now() + self.timing.tick;
