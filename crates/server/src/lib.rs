@@ -21,6 +21,9 @@
 //! - [`remote`]: messages across nodes: publishes forwarded to the queue's node, deliveries
 //!   relayed to consumers connected elsewhere, and what other nodes ask of this one;
 //!   `remote_queue`: a channel's methods on a queue another node hosts.
+//! - [`placement`]: which node hosts a new queue, and a quorum queue's members.
+//! - [`queue_stats`]: queue figures for the management API, asked of each queue's node.
+//! - [`quorum_replica`]: this node's replica of a quorum queue under its Raft group.
 //!
 //! A frame flows: socket -> `connection` (decode) -> `channel` (command) -> the broker's vhost
 //! (route, enqueue, dispatch) -> consumer connection's outbox -> its `writer` -> socket.
@@ -37,6 +40,7 @@ mod handshake;
 pub mod management;
 pub mod memory;
 pub mod metadata;
+pub mod placement;
 pub mod queue_stats;
 pub mod quorum_replica;
 pub mod registry;

@@ -1,0 +1,110 @@
+//! Where a new queue lives in a cluster: the node hosting it (RabbitMQ's queue leader
+//! locators, client-local and balanced) and a quorum queue's members; and the storage log id
+//! the proposer picks for it, so every node applies the same declare alike.
+
+use crate::connection::Connection;
+use warren_broker::error::AmqpError;
+
+impl Connection {
+    /// Where a new queue lives: the node hosting it (a quorum queue's first leader) by its
+    /// `x-queue-leader-locator` (or classic `x-queue-master-locator`), else the node's
+    /// `queue_leader_locator`; and a quorum queue's members, `x-quorum-initial-group-size`
+    /// nodes (default 3, or every node if fewer) starting with that one. An exclusive queue
+    /// lives with its connection, as in RabbitMQ.
+    pub(crate) fn queue_placement(
+        &self,
+        cluster: &warren_cluster::Cluster,
+        arguments: &amq_protocol_types::FieldTable,
+        exclusive: bool,
+    ) -> Result<(String, Vec<String>), AmqpError> {
+        let home = self.queue_home(cluster, arguments, exclusive)?;
+        let quorum = arguments
+            .inner()
+            .get("x-queue-type")
+            .and_then(warren_broker::args::string)
+            .is_some_and(|t| t == "quorum");
+        if !quorum {
+            return Ok((home, Vec::new()));
+        }
+        let size = arguments
+            .inner()
+            .get("x-quorum-initial-group-size")
+            .and_then(warren_broker::args::integer)
+            .filter(|n| *n > 0)
+            .unwrap_or(3) as usize;
+        let mut nodes: Vec<String> = cluster
+            .status()
+            .members
+            .into_iter()
+            .filter(|m| m.voter)
+            .map(|m| m.name)
+            .collect();
+        nodes.sort();
+        // The home first, then the nodes after it in name order, wrapping: members of
+        // successive queues spread like their leaders.
+        let start = nodes.iter().position(|n| *n == home).unwrap_or(0);
+        nodes.rotate_left(start);
+        if !nodes.contains(&home) {
+            nodes.insert(0, home.clone());
+        }
+        nodes.truncate(size.max(1));
+        Ok((home, nodes))
+    }
+
+    /// The node a new queue will live on (see [`Connection::queue_placement`]). `balanced`
+    /// picks the running node hosting the fewest queues while there are under 1,000, at
+    /// random above (counting is then not worth its cost), as RabbitMQ does.
+    fn queue_home(
+        &self,
+        cluster: &warren_cluster::Cluster,
+        arguments: &amq_protocol_types::FieldTable,
+        exclusive: bool,
+    ) -> Result<String, AmqpError> {
+        let mut locator = self.shared.config.queue_leader_locator;
+        for key in ["x-queue-leader-locator", "x-queue-master-locator"] {
+            if let Some(v) = arguments.inner().get(key) {
+                let name = warren_broker::args::string(v).unwrap_or_default();
+                locator = crate::config::QueueLocator::parse(&name).ok_or_else(|| {
+                    AmqpError::precondition(format!(
+                        "invalid arg '{key}' for queue: \"{name}\" is not a known locator"
+                    ))
+                })?;
+            }
+        }
+        if exclusive || locator == crate::config::QueueLocator::ClientLocal {
+            return Ok(cluster.node_name().to_string());
+        }
+        let running: Vec<String> = cluster
+            .status()
+            .members
+            .into_iter()
+            .filter(|m| m.running && m.voter && m.amqp.is_some())
+            .map(|m| m.name)
+            .collect();
+        if running.is_empty() {
+            return Ok(cluster.node_name().to_string());
+        }
+        let mut counts = std::collections::HashMap::new();
+        for (_, v) in self.shared.broker.vhosts() {
+            v.lock()
+                .expect("vhost lock")
+                .count_queues_by_home(&mut counts);
+            if counts.values().sum::<usize>() >= BALANCED_COUNT_MAX {
+                return Ok(running[rand::random::<usize>() % running.len()].clone());
+            }
+        }
+        let fewest = running
+            .iter()
+            .min_by_key(|n| (counts.get(*n).copied().unwrap_or(0), rand::random::<u8>()))
+            .expect("not empty");
+        Ok(fewest.clone())
+    }
+}
+
+/// Above this many queues, balanced placement picks a node at random (RabbitMQ's threshold).
+const BALANCED_COUNT_MAX: usize = 1000;
+
+/// A new queue's storage log id: random and odd (even ids are the cluster's own logs).
+pub(crate) fn rand_log_id() -> u64 {
+    rand::random::<u64>() | 1
+}
