@@ -4,6 +4,7 @@
 
 use crate::connection::{Connection, Fault};
 use crate::replicated::Reply;
+use amq_protocol_types::ShortString;
 use bytes::{Bytes, BytesMut};
 use warren_broker::command::Command;
 use warren_broker::error::AmqpError;
@@ -91,6 +92,42 @@ fn unimplemented(ids: (u16, u16)) -> Fault {
         ids.0,
         ids.1,
     )
+}
+
+/// RabbitMQ drops CR and LF from exchange and queue names in declare, delete, bind and unbind
+/// (rabbit_channel:strip_cr_lf): a name declared with them is known by the stripped name.
+fn strip_cr_lf(name: &mut ShortString) {
+    if name.as_str().contains(['\r', '\n']) {
+        *name = name.as_str().replace(['\r', '\n'], "").into();
+    }
+}
+
+fn strip_names(class: &mut AMQPClass) {
+    use exchange::AMQPMethod as E;
+    use queue::AMQPMethod as Q;
+    match class {
+        AMQPClass::Exchange(E::Declare(d)) => strip_cr_lf(&mut d.exchange),
+        AMQPClass::Exchange(E::Delete(d)) => strip_cr_lf(&mut d.exchange),
+        AMQPClass::Exchange(E::Bind(b)) => {
+            strip_cr_lf(&mut b.destination);
+            strip_cr_lf(&mut b.source);
+        }
+        AMQPClass::Exchange(E::Unbind(b)) => {
+            strip_cr_lf(&mut b.destination);
+            strip_cr_lf(&mut b.source);
+        }
+        AMQPClass::Queue(Q::Declare(d)) => strip_cr_lf(&mut d.queue),
+        AMQPClass::Queue(Q::Delete(d)) => strip_cr_lf(&mut d.queue),
+        AMQPClass::Queue(Q::Bind(b)) => {
+            strip_cr_lf(&mut b.queue);
+            strip_cr_lf(&mut b.exchange);
+        }
+        AMQPClass::Queue(Q::Unbind(b)) => {
+            strip_cr_lf(&mut b.queue);
+            strip_cr_lf(&mut b.exchange);
+        }
+        _ => {}
+    }
 }
 
 fn ctl(conn: &Connection, number: u16, class: AMQPClass) {
@@ -438,11 +475,12 @@ impl Connection {
     fn handle_control(
         &mut self,
         number: u16,
-        class: AMQPClass,
+        mut class: AMQPClass,
         now: u64,
         ids: (u16, u16),
     ) -> Result<(), Fault> {
         let fail = |e: AmqpError| Fault::Channel(number, e, ids.0, ids.1);
+        strip_names(&mut class);
         match class {
             AMQPClass::Channel(m) => self.channel_method(number, m, now),
             AMQPClass::Exchange(m) => self.exchange_method(number, m).map_err(fail),

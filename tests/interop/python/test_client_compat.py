@@ -1,0 +1,28 @@
+"""The small behaviours of RabbitMQ 3.10 that client applications rely on without knowing it
+(issue 12): each test here passes on RabbitMQ and on warren."""
+
+import amqp_raw
+from helpers import expect_channel_error, get
+
+
+def test_cr_and_lf_are_stripped_from_exchange_and_queue_names(conn, ch, raw, name):
+    # pika waits for a declare-ok naming the queue as it asked, so the raw client declares it.
+    c = raw().open()
+    c.open_channel()
+    c.send(amqp_raw.method_frame(1, amqp_raw.QUEUE_DECLARE,
+                                 amqp_raw.queue_declare_args(f"{name}\r\n.q")))
+    declared = c.expect_method(amqp_raw.QUEUE_DECLARE_OK).args().shortstr()
+    assert declared == f"{name}.q"
+    ch.queue_declare(f"{name}.q", passive=True)
+    ch.exchange_declare(f"{name}\n.x", "direct")
+    ch.exchange_declare(f"{name}.x", passive=True)
+    # Every later declare, bind, unbind and delete strips them too.
+    ch.queue_bind(f"{name}.q\n", f"{name}.x\r", "k")
+    ch.basic_publish(f"{name}.x", "k", b"through the stripped names")
+    assert get(ch, f"{name}.q")[2] == b"through the stripped names"
+    ch.queue_unbind(f"\r{name}.q", f"{name}.x\n", "k")
+    ch.queue_delete(f"{name}\n.q")
+    ch.exchange_delete(f"{name}\r.x")
+    expect_channel_error(404, "NOT_FOUND", conn.channel().queue_declare, f"{name}.q", passive=True)
+    expect_channel_error(404, "NOT_FOUND", conn.channel().exchange_declare, f"{name}.x",
+                         passive=True)
