@@ -780,8 +780,13 @@ impl Connection {
                     );
                 }
             }
-            Q::Bind(b) => {
+            Q::Bind(mut b) => {
                 let q = self.queue_name(number, b.queue.as_str())?;
+                // RabbitMQ's expand_routing_key_shortcut: no queue and no key bind the last
+                // declared queue by its own name.
+                if b.queue.as_str().is_empty() && b.routing_key.as_str().is_empty() {
+                    b.routing_key = q.as_str().into();
+                }
                 self.check(Access::Write, "queue", &q)?;
                 self.check(Access::Read, "exchange", b.exchange.as_str())?;
                 if self.shared.cluster.is_some() {
@@ -809,8 +814,11 @@ impl Connection {
                     ctl(self, number, AMQPClass::Queue(Q::BindOk(queue::BindOk {})));
                 }
             }
-            Q::Unbind(b) => {
+            Q::Unbind(mut b) => {
                 let q = self.queue_name(number, b.queue.as_str())?;
+                if b.queue.as_str().is_empty() && b.routing_key.as_str().is_empty() {
+                    b.routing_key = q.as_str().into();
+                }
                 self.check(Access::Write, "queue", &q)?;
                 self.check(Access::Read, "exchange", b.exchange.as_str())?;
                 if self.shared.cluster.is_some() {

@@ -2,6 +2,7 @@
 (issue 12): each test here passes on RabbitMQ and on warren."""
 
 import amqp_raw
+import pika
 from helpers import expect_channel_error, get
 
 
@@ -26,3 +27,19 @@ def test_cr_and_lf_are_stripped_from_exchange_and_queue_names(conn, ch, raw, nam
     expect_channel_error(404, "NOT_FOUND", conn.channel().queue_declare, f"{name}.q", passive=True)
     expect_channel_error(404, "NOT_FOUND", conn.channel().exchange_declare, f"{name}.x",
                          passive=True)
+
+
+def test_bind_with_empty_queue_and_key_binds_the_last_declared_queue_by_its_name(ch, name):
+    ch.exchange_declare(f"{name}.x", "direct")
+    q = ch.queue_declare("", exclusive=True).method.queue
+    ch.queue_bind("", f"{name}.x", "")
+    ch.basic_publish(f"{name}.x", "", b"by the empty key")
+    ch.basic_publish(f"{name}.x", q, b"by the queue's name")
+    assert get(ch, q)[2] == b"by the queue's name"
+    assert ch.basic_get(q, auto_ack=True)[0] is None
+    # unbind takes the same shortcut.
+    ch.queue_unbind("", f"{name}.x", "")
+    ch.basic_publish(f"{name}.x", q, b"unbound")
+    ch.queue_declare(f"{name}.probe", exclusive=True)
+    assert ch.basic_get(q, auto_ack=True)[0] is None
+    ch.exchange_delete(f"{name}.x")
