@@ -43,3 +43,12 @@ def test_bind_with_empty_queue_and_key_binds_the_last_declared_queue_by_its_name
     ch.queue_declare(f"{name}.probe", exclusive=True)
     assert ch.basic_get(q, auto_ack=True)[0] is None
     ch.exchange_delete(f"{name}.x")
+
+
+def test_server_properties_name_the_rabbitmq_version_implemented(broker, conn):
+    props = conn._impl.server_properties
+    # Clients gate features on this version, so warren answers as the release it follows.
+    assert props["version"].startswith(b"3.10." if isinstance(props["version"], bytes) else "3.10.")
+    if not broker.is_rabbitmq:
+        assert props["product"] in ("warren", b"warren")
+        assert props["warren_version"]
