@@ -196,9 +196,11 @@ impl Connection {
                             upto - ch.confirmed_upto,
                             std::sync::atomic::Ordering::Relaxed,
                         );
+                        let multiple = upto > ch.confirmed_upto + 1;
                         ch.confirmed_upto = upto;
                         let n = *number;
-                        self.outbox.push(|b| method::encode_ack(b, n, upto, true));
+                        self.outbox
+                            .push(|b| method::encode_ack(b, n, upto, multiple));
                     }
                     // The engine stopped, the queue's node refused it or the link to that
                     // node broke: it will never be confirmed, so it is refused.
@@ -221,9 +223,13 @@ impl Connection {
                     seq - ch.confirmed_upto,
                     std::sync::atomic::Ordering::Relaxed,
                 );
+                // One message is confirmed with multiple=false, as RabbitMQ does: clients
+                // that count confirms per tag must see single ones.
+                let multiple = seq > ch.confirmed_upto + 1;
                 ch.confirmed_upto = seq;
                 let n = *number;
-                self.outbox.push(|b| method::encode_ack(b, n, seq, true));
+                self.outbox
+                    .push(|b| method::encode_ack(b, n, seq, multiple));
             }
         }
     }
@@ -456,8 +462,9 @@ impl Connection {
                 ch.pending_confirms.push_back((seq, waits));
             } else if outcome.rejected || failed {
                 if let Some(upto) = ch.ack_upto.take() {
+                    let multiple = upto > ch.confirmed_upto + 1;
                     self.outbox
-                        .push(|b| method::encode_ack(b, number, upto, true));
+                        .push(|b| method::encode_ack(b, number, upto, multiple));
                 }
                 let nack = Method::Nack(method::Nack {
                     delivery_tag: seq,

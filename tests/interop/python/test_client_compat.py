@@ -52,3 +52,21 @@ def test_server_properties_name_the_rabbitmq_version_implemented(broker, conn):
     if not broker.is_rabbitmq:
         assert props["product"] in ("warren", b"warren")
         assert props["warren_version"]
+
+
+def test_confirm_of_a_single_message_is_not_multiple(raw, name):
+    # Clients that count confirms per tag never see single ones if every ack is multiple.
+    c = raw().open()
+    c.open_channel()
+    c.send(amqp_raw.method_frame(1, amqp_raw.QUEUE_DECLARE,
+                                 amqp_raw.queue_declare_args(name, exclusive=True)))
+    c.expect_method(amqp_raw.QUEUE_DECLARE_OK)
+    c.send(amqp_raw.method_frame(1, (85, 10), b"\x00"))
+    c.expect_method((85, 11))
+    for seq in (1, 2):
+        c.send(amqp_raw.method_frame(1, amqp_raw.BASIC_PUBLISH,
+                                     amqp_raw.basic_publish_args("", name))
+               + amqp_raw.header_frame(1, 1) + amqp_raw.body_frame(1, b"x"))
+        r = c.expect_method((60, 80)).args()
+        tag, multiple = r.unpack(">Q")[0], bool(r.octet() & 1)
+        assert (tag, multiple) == (seq, False)
