@@ -4,6 +4,7 @@
 
 use crate::connection::{Connection, Fault};
 use crate::replicated::Reply;
+use amq_protocol_types::ShortString;
 use bytes::{Bytes, BytesMut};
 use warren_broker::command::Command;
 use warren_broker::error::AmqpError;
@@ -93,6 +94,42 @@ fn unimplemented(ids: (u16, u16)) -> Fault {
     )
 }
 
+/// RabbitMQ drops CR and LF from exchange and queue names in declare, delete, bind and unbind
+/// (rabbit_channel:strip_cr_lf): a name declared with them is known by the stripped name.
+fn strip_cr_lf(name: &mut ShortString) {
+    if name.as_str().contains(['\r', '\n']) {
+        *name = name.as_str().replace(['\r', '\n'], "").into();
+    }
+}
+
+fn strip_names(class: &mut AMQPClass) {
+    use exchange::AMQPMethod as E;
+    use queue::AMQPMethod as Q;
+    match class {
+        AMQPClass::Exchange(E::Declare(d)) => strip_cr_lf(&mut d.exchange),
+        AMQPClass::Exchange(E::Delete(d)) => strip_cr_lf(&mut d.exchange),
+        AMQPClass::Exchange(E::Bind(b)) => {
+            strip_cr_lf(&mut b.destination);
+            strip_cr_lf(&mut b.source);
+        }
+        AMQPClass::Exchange(E::Unbind(b)) => {
+            strip_cr_lf(&mut b.destination);
+            strip_cr_lf(&mut b.source);
+        }
+        AMQPClass::Queue(Q::Declare(d)) => strip_cr_lf(&mut d.queue),
+        AMQPClass::Queue(Q::Delete(d)) => strip_cr_lf(&mut d.queue),
+        AMQPClass::Queue(Q::Bind(b)) => {
+            strip_cr_lf(&mut b.queue);
+            strip_cr_lf(&mut b.exchange);
+        }
+        AMQPClass::Queue(Q::Unbind(b)) => {
+            strip_cr_lf(&mut b.queue);
+            strip_cr_lf(&mut b.exchange);
+        }
+        _ => {}
+    }
+}
+
 fn ctl(conn: &Connection, number: u16, class: AMQPClass) {
     let m = Method::Other(class);
     conn.outbox.push(|b| m.encode(number, b));
@@ -159,9 +196,11 @@ impl Connection {
                             upto - ch.confirmed_upto,
                             std::sync::atomic::Ordering::Relaxed,
                         );
+                        let multiple = upto > ch.confirmed_upto + 1;
                         ch.confirmed_upto = upto;
                         let n = *number;
-                        self.outbox.push(|b| method::encode_ack(b, n, upto, true));
+                        self.outbox
+                            .push(|b| method::encode_ack(b, n, upto, multiple));
                     }
                     // The engine stopped, the queue's node refused it or the link to that
                     // node broke: it will never be confirmed, so it is refused.
@@ -184,9 +223,13 @@ impl Connection {
                     seq - ch.confirmed_upto,
                     std::sync::atomic::Ordering::Relaxed,
                 );
+                // One message is confirmed with multiple=false, as RabbitMQ does: clients
+                // that count confirms per tag must see single ones.
+                let multiple = seq > ch.confirmed_upto + 1;
                 ch.confirmed_upto = seq;
                 let n = *number;
-                self.outbox.push(|b| method::encode_ack(b, n, seq, true));
+                self.outbox
+                    .push(|b| method::encode_ack(b, n, seq, multiple));
             }
         }
     }
@@ -419,8 +462,9 @@ impl Connection {
                 ch.pending_confirms.push_back((seq, waits));
             } else if outcome.rejected || failed {
                 if let Some(upto) = ch.ack_upto.take() {
+                    let multiple = upto > ch.confirmed_upto + 1;
                     self.outbox
-                        .push(|b| method::encode_ack(b, number, upto, true));
+                        .push(|b| method::encode_ack(b, number, upto, multiple));
                 }
                 let nack = Method::Nack(method::Nack {
                     delivery_tag: seq,
@@ -438,11 +482,12 @@ impl Connection {
     fn handle_control(
         &mut self,
         number: u16,
-        class: AMQPClass,
+        mut class: AMQPClass,
         now: u64,
         ids: (u16, u16),
     ) -> Result<(), Fault> {
         let fail = |e: AmqpError| Fault::Channel(number, e, ids.0, ids.1);
+        strip_names(&mut class);
         match class {
             AMQPClass::Channel(m) => self.channel_method(number, m, now),
             AMQPClass::Exchange(m) => self.exchange_method(number, m).map_err(fail),
@@ -742,8 +787,13 @@ impl Connection {
                     );
                 }
             }
-            Q::Bind(b) => {
+            Q::Bind(mut b) => {
                 let q = self.queue_name(number, b.queue.as_str())?;
+                // RabbitMQ's expand_routing_key_shortcut: no queue and no key bind the last
+                // declared queue by its own name.
+                if b.queue.as_str().is_empty() && b.routing_key.as_str().is_empty() {
+                    b.routing_key = q.as_str().into();
+                }
                 self.check(Access::Write, "queue", &q)?;
                 self.check(Access::Read, "exchange", b.exchange.as_str())?;
                 if self.shared.cluster.is_some() {
@@ -771,8 +821,11 @@ impl Connection {
                     ctl(self, number, AMQPClass::Queue(Q::BindOk(queue::BindOk {})));
                 }
             }
-            Q::Unbind(b) => {
+            Q::Unbind(mut b) => {
                 let q = self.queue_name(number, b.queue.as_str())?;
+                if b.queue.as_str().is_empty() && b.routing_key.as_str().is_empty() {
+                    b.routing_key = q.as_str().into();
+                }
                 self.check(Access::Write, "queue", &q)?;
                 self.check(Access::Read, "exchange", b.exchange.as_str())?;
                 if self.shared.cluster.is_some() {

@@ -32,6 +32,9 @@ pub(crate) struct Negotiated {
     pub(crate) mechanism: String,
 }
 
+/// The RabbitMQ release warren answers as (the reference of the differential interop suite).
+pub const RABBITMQ_VERSION_IMPLEMENTED: &str = "3.10.8";
+
 fn server_properties() -> FieldTable {
     let mut caps = FieldTable::default();
     for c in [
@@ -51,7 +54,10 @@ fn server_properties() -> FieldTable {
     let s = |v: &str| AMQPValue::LongString(LongString::from(v));
     p.insert("capabilities".into(), AMQPValue::FieldTable(caps));
     p.insert("product".into(), s("warren"));
-    p.insert("version".into(), s(env!("CARGO_PKG_VERSION")));
+    // Clients gate features on `version` (RabbitMQ's), so it names the RabbitMQ release whose
+    // behaviour warren implements; warren's own version is beside it.
+    p.insert("version".into(), s(RABBITMQ_VERSION_IMPLEMENTED));
+    p.insert("warren_version".into(), s(env!("CARGO_PKG_VERSION")));
     p.insert("platform".into(), s("Rust"));
     p.insert("cluster_name".into(), s("warren@localhost"));
     p.insert("copyright".into(), s("The warren authors"));

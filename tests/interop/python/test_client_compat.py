@@ -1,0 +1,72 @@
+"""The small behaviours of RabbitMQ 3.10 that client applications rely on without knowing it
+(issue 12): each test here passes on RabbitMQ and on warren."""
+
+import amqp_raw
+import pika
+from helpers import expect_channel_error, get
+
+
+def test_cr_and_lf_are_stripped_from_exchange_and_queue_names(conn, ch, raw, name):
+    # pika waits for a declare-ok naming the queue as it asked, so the raw client declares it.
+    c = raw().open()
+    c.open_channel()
+    c.send(amqp_raw.method_frame(1, amqp_raw.QUEUE_DECLARE,
+                                 amqp_raw.queue_declare_args(f"{name}\r\n.q")))
+    declared = c.expect_method(amqp_raw.QUEUE_DECLARE_OK).args().shortstr()
+    assert declared == f"{name}.q"
+    ch.queue_declare(f"{name}.q", passive=True)
+    ch.exchange_declare(f"{name}\n.x", "direct")
+    ch.exchange_declare(f"{name}.x", passive=True)
+    # Every later declare, bind, unbind and delete strips them too.
+    ch.queue_bind(f"{name}.q\n", f"{name}.x\r", "k")
+    ch.basic_publish(f"{name}.x", "k", b"through the stripped names")
+    assert get(ch, f"{name}.q")[2] == b"through the stripped names"
+    ch.queue_unbind(f"\r{name}.q", f"{name}.x\n", "k")
+    ch.queue_delete(f"{name}\n.q")
+    ch.exchange_delete(f"{name}\r.x")
+    expect_channel_error(404, "NOT_FOUND", conn.channel().queue_declare, f"{name}.q", passive=True)
+    expect_channel_error(404, "NOT_FOUND", conn.channel().exchange_declare, f"{name}.x",
+                         passive=True)
+
+
+def test_bind_with_empty_queue_and_key_binds_the_last_declared_queue_by_its_name(ch, name):
+    ch.exchange_declare(f"{name}.x", "direct")
+    q = ch.queue_declare("", exclusive=True).method.queue
+    ch.queue_bind("", f"{name}.x", "")
+    ch.basic_publish(f"{name}.x", "", b"by the empty key")
+    ch.basic_publish(f"{name}.x", q, b"by the queue's name")
+    assert get(ch, q)[2] == b"by the queue's name"
+    assert ch.basic_get(q, auto_ack=True)[0] is None
+    # unbind takes the same shortcut.
+    ch.queue_unbind("", f"{name}.x", "")
+    ch.basic_publish(f"{name}.x", q, b"unbound")
+    ch.queue_declare(f"{name}.probe", exclusive=True)
+    assert ch.basic_get(q, auto_ack=True)[0] is None
+    ch.exchange_delete(f"{name}.x")
+
+
+def test_server_properties_name_the_rabbitmq_version_implemented(broker, conn):
+    props = conn._impl.server_properties
+    # Clients gate features on this version, so warren answers as the release it follows.
+    assert props["version"].startswith(b"3.10." if isinstance(props["version"], bytes) else "3.10.")
+    if not broker.is_rabbitmq:
+        assert props["product"] in ("warren", b"warren")
+        assert props["warren_version"]
+
+
+def test_confirm_of_a_single_message_is_not_multiple(raw, name):
+    # Clients that count confirms per tag never see single ones if every ack is multiple.
+    c = raw().open()
+    c.open_channel()
+    c.send(amqp_raw.method_frame(1, amqp_raw.QUEUE_DECLARE,
+                                 amqp_raw.queue_declare_args(name, exclusive=True)))
+    c.expect_method(amqp_raw.QUEUE_DECLARE_OK)
+    c.send(amqp_raw.method_frame(1, (85, 10), b"\x00"))
+    c.expect_method((85, 11))
+    for seq in (1, 2):
+        c.send(amqp_raw.method_frame(1, amqp_raw.BASIC_PUBLISH,
+                                     amqp_raw.basic_publish_args("", name))
+               + amqp_raw.header_frame(1, 1) + amqp_raw.body_frame(1, b"x"))
+        r = c.expect_method((60, 80)).args()
+        tag, multiple = r.unpack(">Q")[0], bool(r.octet() & 1)
+        assert (tag, multiple) == (seq, False)
