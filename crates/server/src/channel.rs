@@ -756,6 +756,27 @@ impl Connection {
                         return Ok(());
                     }
                 }
+                let reply_to_live = d.passive
+                    && self
+                        .vhost
+                        .lock()
+                        .expect("vhost lock")
+                        .reply_to_is_live(&name);
+                if reply_to_live {
+                    // As RabbitMQ: no messages wait there, and one consumer takes them.
+                    if !d.nowait {
+                        ctl(
+                            self,
+                            number,
+                            AMQPClass::Queue(Q::DeclareOk(queue::DeclareOk {
+                                queue: name.as_str().into(),
+                                message_count: 0,
+                                consumer_count: 1,
+                            })),
+                        );
+                    }
+                    return Ok(());
+                }
                 if d.passive && self.remote_queue(&name)?.is_some() {
                     return self.declare_remote(number, name, d.nowait);
                 }
