@@ -83,3 +83,11 @@ def test_passive_declare_of_a_live_direct_reply_to_address_is_ok(conn, ch, name)
     assert address.startswith("amq.rabbitmq.reply-to.")
     ok = conn.channel().queue_declare(address, passive=True).method
     assert (ok.queue, ok.message_count, ok.consumer_count) == (address, 0, 1)
+
+
+def test_tx_ack_of_an_unknown_tag_closes_the_channel_at_once(ch, name):
+    ch.tx_select()
+    ch.basic_ack(99)
+    # Not held back until tx.commit: the next synchronous method finds the channel closed.
+    expect_channel_error(406, "PRECONDITION_FAILED - unknown delivery tag 99",
+                         ch.queue_declare, name, exclusive=True)
