@@ -303,8 +303,37 @@ impl Connection {
 
     fn settle(&mut self, number: u16, op: TxOp, now: u64) -> Result<(), AmqpError> {
         let ch = self.channels.get_mut(&number).expect("open channel");
-        if let Some(tx) = ch.tx.as_mut() {
-            tx.push(op);
+        if let Some(tx) = ch.tx.as_ref() {
+            // RabbitMQ closes the channel at once on an unknown or already settled tag.
+            let single = match op {
+                TxOp::Ack {
+                    tag,
+                    multiple: false,
+                }
+                | TxOp::Nack {
+                    tag,
+                    multiple: false,
+                    ..
+                } => Some(tag),
+                _ => None,
+            };
+            if let Some(tag) = single {
+                let settled_in_tx = tx.iter().any(|o| match *o {
+                    TxOp::Ack { tag: t, multiple }
+                    | TxOp::Nack {
+                        tag: t, multiple, ..
+                    } => t == tag || (multiple && (t == 0 || t >= tag)),
+                    TxOp::Publish { .. } => false,
+                });
+                let key = ch.key;
+                if settled_in_tx || !self.vhost.lock().expect("vhost lock").has_unacked(key, tag) {
+                    return Err(AmqpError::precondition(format!(
+                        "unknown delivery tag {tag}"
+                    )));
+                }
+            }
+            let ch = self.channels.get_mut(&number).expect("open channel");
+            ch.tx.as_mut().expect("transactional").push(op);
             return Ok(());
         }
         let key = ch.key;
@@ -755,6 +784,27 @@ impl Connection {
                         self.propose(number, Reply::QueueDeclare, d.nowait, command);
                         return Ok(());
                     }
+                }
+                let reply_to_live = d.passive
+                    && self
+                        .vhost
+                        .lock()
+                        .expect("vhost lock")
+                        .reply_to_is_live(&name);
+                if reply_to_live {
+                    // As RabbitMQ: no messages wait there, and one consumer takes them.
+                    if !d.nowait {
+                        ctl(
+                            self,
+                            number,
+                            AMQPClass::Queue(Q::DeclareOk(queue::DeclareOk {
+                                queue: name.as_str().into(),
+                                message_count: 0,
+                                consumer_count: 1,
+                            })),
+                        );
+                    }
+                    return Ok(());
                 }
                 if d.passive && self.remote_queue(&name)?.is_some() {
                     return self.declare_remote(number, name, d.nowait);

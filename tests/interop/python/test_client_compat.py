@@ -70,3 +70,24 @@ def test_confirm_of_a_single_message_is_not_multiple(raw, name):
         r = c.expect_method((60, 80)).args()
         tag, multiple = r.unpack(">Q")[0], bool(r.octet() & 1)
         assert (tag, multiple) == (seq, False)
+
+
+def test_passive_declare_of_a_live_direct_reply_to_address_is_ok(conn, ch, name):
+    # Responders check that the requester is still there this way before doing the work.
+    requester = conn.channel()
+    requester.basic_consume("amq.rabbitmq.reply-to", lambda *a: None, auto_ack=True)
+    ch.queue_declare(name, exclusive=True)
+    requester.basic_publish("", name, b"request",
+                            pika.BasicProperties(reply_to="amq.rabbitmq.reply-to"))
+    address = get(ch, name)[1].reply_to
+    assert address.startswith("amq.rabbitmq.reply-to.")
+    ok = conn.channel().queue_declare(address, passive=True).method
+    assert (ok.queue, ok.message_count, ok.consumer_count) == (address, 0, 1)
+
+
+def test_tx_ack_of_an_unknown_tag_closes_the_channel_at_once(ch, name):
+    ch.tx_select()
+    ch.basic_ack(99)
+    # Not held back until tx.commit: the next synchronous method finds the channel closed.
+    expect_channel_error(406, "PRECONDITION_FAILED - unknown delivery tag 99",
+                         ch.queue_declare, name, exclusive=True)

@@ -101,6 +101,14 @@ impl VHost {
         );
     }
 
+    /// Whether the channel holds delivery `tag` unsettled: a transaction checks its acks against
+    /// this when they arrive, as RabbitMQ does, not at tx.commit.
+    pub fn has_unacked(&self, key: ChannelKey, tag: u64) -> bool {
+        self.channels
+            .get(&key)
+            .is_some_and(|c| c.unacked.iter().any(|u| u.tag == tag && !u.settled))
+    }
+
     /// Cancels the channel's consumers and requeues everything it had not acknowledged.
     pub fn channel_close(&mut self, key: ChannelKey, now_ms: u64) {
         let Some(mut ch) = self.channels.remove(&key) else {

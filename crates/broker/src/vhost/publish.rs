@@ -66,6 +66,14 @@ impl VHost {
         })
     }
 
+    /// Whether `name` is the direct reply-to address of a channel still consuming its replies:
+    /// RabbitMQ answers a passive queue.declare of it with declare-ok, and responders use that
+    /// to check the requester is still there.
+    pub fn reply_to_is_live(&self, name: &str) -> bool {
+        name.strip_prefix(REPLY_TO_PREFIX)
+            .is_some_and(|token| self.reply_tokens.contains_key(token.as_bytes()))
+    }
+
     /// A reply to a direct reply-to address goes straight to the requester's channel, or
     /// nowhere if it has gone.
     pub(super) fn deliver_reply(&mut self, message: Message) -> PublishOutcome {
