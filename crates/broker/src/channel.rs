@@ -54,6 +54,9 @@ pub struct ChannelState {
     /// The nodes holding stand-ins for this channel (it consumed or got from their queues):
     /// they are told when it closes.
     pub remote_nodes: Vec<Arc<str>>,
+    /// The storage log ids of the quorum queues (in a cluster) this channel consumed or got
+    /// from: their groups are told when it closes, so what it held goes back to the queue.
+    pub quorum_logs: Vec<u64>,
 }
 
 impl std::fmt::Debug for dyn Relay {
@@ -88,6 +91,7 @@ impl ChannelState {
             relay: None,
             relayed_to: None,
             remote_nodes: Vec::new(),
+            quorum_logs: Vec::new(),
         }
     }
 

@@ -151,6 +151,12 @@ impl ReleaseTracker {
 }
 
 impl Queue {
+    /// A quorum queue of a cluster: its messages live in its Raft group's log on each of its
+    /// members, and no node hosts it as it hosts a classic queue.
+    pub fn is_replicated(&self) -> bool {
+        !self.members.is_empty()
+    }
+
     /// A stored message left the queue for good: release it, and the settled prefix when due.
     pub fn release_stored(&mut self, index: u64, ops: &mut Vec<StoreOp>) {
         let Some(log) = self.log_id else { return };

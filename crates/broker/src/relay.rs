@@ -11,6 +11,10 @@
 //! - Acks, rejects and closes of such deliveries go back as [`RemoteEffect::Settle`] and
 //!   [`RemoteEffect::Close`].
 //!
+//! - A quorum queue (in a cluster) lives in its Raft group on each member: a publish routed to
+//!   it becomes a [`RemoteEffect::Propose`], its consumers' acks [`RemoteEffect::QuorumSettle`]
+//!   and a closing channel [`RemoteEffect::QuorumChannelDown`], all proposed to the group.
+//!
 //! The broker only produces and consumes these values; `crates/cluster` carries them and
 //! `crates/server` wires the two together.
 
@@ -84,4 +88,29 @@ pub enum RemoteEffect {
         channel: ChannelKey,
         channel_prefetch: u32,
     },
+    /// Enqueue `message` in these quorum queues: one proposal to each one's group.
+    Propose {
+        queues: Vec<QuorumTarget>,
+        message: MessageRef,
+    },
+    /// Settle deliveries of a quorum queue (whose storage log id is `log`) by message id.
+    /// `consumer_tag` is empty for basic.get deliveries.
+    QuorumSettle {
+        log: u64,
+        channel: ChannelKey,
+        consumer_tag: Bytes,
+        op: SettleOp,
+        msg_ids: Vec<u64>,
+    },
+    /// `channel` closed: what it held of the quorum queue goes back, its consumers go.
+    QuorumChannelDown { log: u64, channel: ChannelKey },
+}
+
+/// A quorum queue a message was routed to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuorumTarget {
+    pub queue: String,
+    /// The queue's storage log id (its group is found from it).
+    pub log: u64,
+    pub members: Vec<Arc<str>>,
 }

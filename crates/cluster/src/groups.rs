@@ -41,7 +41,14 @@ pub trait Machine: Send {
     fn live_from(&self) -> u64 {
         u64::MAX
     }
+    /// The entries of a round are applied: effects gathered while applying them can go out
+    /// together (one lock, one wake-up for many confirms and deliveries).
+    fn flush(&mut self) {}
 }
+
+/// How long a proposal to a group without a known leader waits for one (an election, a
+/// restart) before it is dropped: confirms pause through a failover rather than fail.
+const LEADERLESS_PROPOSAL_WAIT: Duration = Duration::from_secs(3);
 
 /// How a group's messages reach a peer node; false if the link is down.
 pub type SendRaft = Arc<dyn Fn(u64, u64, &[Message]) -> bool + Send + Sync>;
@@ -197,6 +204,8 @@ struct Group {
     applied: u64,
     snapshot_index: u64,
     leader_seen: (u64, u64),
+    /// Proposals made while the group knew no leader, proposed once it knows one.
+    waiting: Vec<(Instant, Vec<u8>, Option<Proposed>)>,
 }
 
 impl Group {
@@ -273,15 +282,16 @@ impl Runner {
             }
             Input::Propose { group, data, done } => {
                 self.touched.insert(group);
-                let result = match self.groups.get_mut(&group) {
-                    None => Err(format!("no queue group {group} on this node")),
+                match self.groups.get_mut(&group) {
+                    None => {
+                        if let Some(done) = done {
+                            done(Err(format!("no queue group {group} on this node")));
+                        }
+                    }
                     Some(g) => {
                         g.wake();
-                        g.raw.propose(vec![], data).map_err(|e| e.to_string())
+                        propose(g, data, done);
                     }
-                };
-                if let Some(done) = done {
-                    done(result);
                 }
             }
             Input::ProposeMany(entries) => {
@@ -289,7 +299,7 @@ impl Runner {
                     self.touched.insert(group);
                     if let Some(g) = self.groups.get_mut(&group) {
                         g.wake();
-                        let _ = g.raw.propose(vec![], data);
+                        propose(g, data, None);
                     }
                 }
             }
@@ -368,6 +378,7 @@ impl Runner {
                 applied: snapshot_index,
                 snapshot_index,
                 leader_seen: (0, 0),
+                waiting: Vec::new(),
             },
         );
         Ok(())
@@ -379,6 +390,7 @@ impl Runner {
         for (id, g) in self.groups.iter_mut().filter(|(_, g)| !g.asleep) {
             self.touched.insert(*id);
             g.raw.tick();
+            propose_waiting(g);
             g.quiet_ticks += 1;
             if g.quiet_ticks >= self.timing.sleep_ticks && may_sleep(g, is_up) {
                 g.asleep = true;
@@ -436,10 +448,12 @@ impl Runner {
             send(&self.send, id, light.take_messages(), &mut g.raw);
             apply(g, light.take_committed_entries());
             g.raw.advance_apply();
+            g.machine.flush();
             let leader = (g.raw.raft.leader_id, g.raw.raft.term);
             if leader != g.leader_seen {
                 g.leader_seen = leader;
                 g.machine.leader_changed(leader.0, leader.1);
+                propose_waiting(g);
             }
             maybe_snapshot(g, self.timing.snapshot_entries)?;
         }
@@ -471,12 +485,49 @@ impl Runner {
     }
 }
 
+/// Proposes `data`, or keeps it until the group knows a leader (raft-rs drops a proposal
+/// made without one).
+fn propose(g: &mut Group, data: Vec<u8>, done: Option<Proposed>) {
+    if g.raw.raft.leader_id == raft::INVALID_ID {
+        g.waiting.push((Instant::now(), data, done));
+        return;
+    }
+    let result = g.raw.propose(vec![], data).map_err(|e| e.to_string());
+    if let Some(done) = done {
+        done(result);
+    }
+}
+
+/// Proposes what waited for a leader once there is one; drops what waited too long.
+fn propose_waiting(g: &mut Group) {
+    if g.waiting.is_empty() {
+        return;
+    }
+    let known = g.raw.raft.leader_id != raft::INVALID_ID;
+    let now = Instant::now();
+    for (since, data, done) in std::mem::take(&mut g.waiting) {
+        if known {
+            let result = g.raw.propose(vec![], data).map_err(|e| e.to_string());
+            if let Some(done) = done {
+                done(result);
+            }
+        } else if now.duration_since(since) < LEADERLESS_PROPOSAL_WAIT {
+            g.waiting.push((since, data, done));
+        } else if let Some(done) = done {
+            done(Err("the queue's group has no leader".into()));
+        }
+    }
+}
+
 /// Whether a quiet group may stop ticking: a leader whose followers have every entry and who
 /// has applied them; a follower that knows a leader the failure detector sees up.
 fn may_sleep(g: &Group, is_up: &IsUp) -> bool {
     let raft = &g.raw.raft;
     let last = raft.raft_log.last_index();
     let settled = raft.raft_log.committed == last && raft.raft_log.applied == last;
+    if !g.waiting.is_empty() {
+        return false;
+    }
     match raft.state {
         StateRole::Leader => {
             settled

@@ -263,3 +263,11 @@ impl raft::Storage for RaftLog {
         Ok(self.latest_snapshot())
     }
 }
+
+/// The data of the entry at `index` of a group's log in `store` (a quorum queue member reads
+/// a message's body from its own copy of the log this way); `None` if released or unreadable.
+pub fn read_entry_data(store: &Store, log_id: u64, index: u64) -> Option<bytes::Bytes> {
+    let stored = store.read(log_id, index).ok()??;
+    let mut entry = Entry::parse_from_bytes(&stored.payload).ok()?;
+    Some(entry.take_data())
+}

@@ -176,64 +176,6 @@ impl Connection {
             .ok_or_else(|| AmqpError::not_found("no previously declared queue"))
     }
 
-    /// Sends the pending publisher confirms of every channel as one ack(multiple) each.
-    pub fn has_pending_confirms(&self) -> bool {
-        self.channels
-            .values()
-            .any(|c| !c.pending_confirms.is_empty())
-    }
-
-    pub fn flush_confirms(&mut self) {
-        let durability = self.shared.durability.clone();
-        for (number, ch) in self.channels.iter_mut() {
-            while let Some((seq, waits)) = ch.pending_confirms.front() {
-                if durability.has_failed() || durability.any_refused(waits) {
-                    durability.forget_refusal(waits);
-                    // Confirms before it go first: an ack(multiple) sent after the nack
-                    // must not be the first word on them.
-                    if let Some(upto) = ch.ack_upto.take() {
-                        self.shared.counters.confirmed.fetch_add(
-                            upto - ch.confirmed_upto,
-                            std::sync::atomic::Ordering::Relaxed,
-                        );
-                        let multiple = upto > ch.confirmed_upto + 1;
-                        ch.confirmed_upto = upto;
-                        let n = *number;
-                        self.outbox
-                            .push(|b| method::encode_ack(b, n, upto, multiple));
-                    }
-                    // The engine stopped, the queue's node refused it or the link to that
-                    // node broke: it will never be confirmed, so it is refused.
-                    let nack = Method::Nack(method::Nack {
-                        delivery_tag: *seq,
-                        multiple: false,
-                        requeue: false,
-                    });
-                    let n = *number;
-                    self.outbox.push(|b| nack.encode(n, b));
-                } else if durability.all_durable(waits) {
-                    ch.ack_upto = Some(*seq);
-                } else {
-                    break;
-                }
-                ch.pending_confirms.pop_front();
-            }
-            if let Some(seq) = ch.ack_upto.take() {
-                self.shared.counters.confirmed.fetch_add(
-                    seq - ch.confirmed_upto,
-                    std::sync::atomic::Ordering::Relaxed,
-                );
-                // One message is confirmed with multiple=false, as RabbitMQ does: clients
-                // that count confirms per tag must see single ones.
-                let multiple = seq > ch.confirmed_upto + 1;
-                ch.confirmed_upto = seq;
-                let n = *number;
-                self.outbox
-                    .push(|b| method::encode_ack(b, n, seq, multiple));
-            }
-        }
-    }
-
     pub fn handle_method(
         &mut self,
         number: u16,
@@ -439,7 +381,13 @@ impl Connection {
             if v.has_remote() {
                 // Bound for queues on other nodes: confirmed once they have it.
                 let effects = v.take_remote();
-                let carried = crate::remote::carry_out(&self.shared, &self.vhost_name, effects);
+                let confirming = self.channels[&number].confirm.then_some(key);
+                let carried = crate::remote::carry_out_for(
+                    &self.shared,
+                    &self.vhost_name,
+                    effects,
+                    confirming,
+                );
                 match &mut stored {
                     Ok(waits) if !carried.failed => waits.extend(carried.waits),
                     _ => stored = Err(crate::metadata::NotStored),
@@ -825,14 +773,17 @@ impl Connection {
                     .get_mut(&number)
                     .expect("open channel")
                     .last_queue = Some(ok.queue.clone());
+                let (message_count, consumer_count) = self
+                    .quorum_counts(&ok.queue)
+                    .unwrap_or((ok.message_count, ok.consumer_count));
                 if !d.nowait {
                     ctl(
                         self,
                         number,
                         AMQPClass::Queue(Q::DeclareOk(queue::DeclareOk {
                             queue: ok.queue.as_str().into(),
-                            message_count: ok.message_count,
-                            consumer_count: ok.consumer_count,
+                            message_count,
+                            consumer_count,
                         })),
                     );
                 }
@@ -927,6 +878,10 @@ impl Connection {
                     self.ask_remote(number, (50, 30), peer, request, answered, || {});
                     return Ok(());
                 }
+                if let Some(group) = self.quorum_group(&q) {
+                    self.purge_quorum(number, group, p.nowait);
+                    return Ok(());
+                }
                 let n = self
                     .vhost
                     .lock()
@@ -945,6 +900,9 @@ impl Connection {
                 self.check(Access::Configure, "queue", &q)?;
                 // A remote queue's node knows its messages (for delete-ok) and consumers; a
                 // plain delete goes ahead without it when that node is down.
+                if self.quorum_group(&q).is_some() {
+                    return self.delete_quorum(number, q, (d.if_unused, d.if_empty, d.nowait));
+                }
                 match self.remote_queue(&q) {
                     Ok(Some(peer)) => {
                         return self.delete_remote(
@@ -1012,6 +970,9 @@ impl Connection {
             B::Consume(c) => {
                 let q = self.queue_name(number, c.queue.as_str()).map_err(fail)?;
                 self.check(Access::Read, "queue", &q).map_err(fail)?;
+                if self.quorum_group(&q).is_some() {
+                    return self.consume_quorum(number, key, q, c).map_err(fail);
+                }
                 if let Some(peer) = self.remote_queue(&q).map_err(fail)? {
                     return self.consume_remote(number, key, q, c, peer).map_err(fail);
                 }
@@ -1038,11 +999,18 @@ impl Connection {
                 v.kick(&q, now);
             }
             B::Cancel(c) => {
-                let home = self
-                    .vhost
-                    .lock()
-                    .expect("vhost lock")
-                    .remote_consumer_home(key, c.consumer_tag.as_str());
+                let (home, log) = {
+                    let v = self.vhost.lock().expect("vhost lock");
+                    let tag = c.consumer_tag.as_str();
+                    (
+                        v.remote_consumer_home(key, tag),
+                        v.quorum_consumer_log(key, tag),
+                    )
+                };
+                if let Some(log) = log {
+                    self.cancel_quorum(number, key, c, log);
+                    return Ok(());
+                }
                 if let Some(home) = home {
                     self.cancel_remote(number, key, c, &home);
                     return Ok(());
@@ -1062,6 +1030,10 @@ impl Connection {
             B::Get(g) => {
                 let q = self.queue_name(number, g.queue.as_str()).map_err(fail)?;
                 self.check(Access::Read, "queue", &q).map_err(fail)?;
+                if let Some(group) = self.quorum_group(&q) {
+                    self.get_quorum(number, key, g.no_ack, group);
+                    return Ok(());
+                }
                 if let Some(peer) = self.remote_queue(&q).map_err(fail)? {
                     self.get_remote(number, key, q, g.no_ack, peer);
                     return Ok(());

@@ -84,6 +84,106 @@ impl Durability {
         self.generation.send_modify(|g| *g += 1);
     }
 
+    /// The next publish of `channel` to the quorum queue group `group`: the pseudo log and
+    /// sequence number its confirm waits on. Each (channel, group) is a stream whose proposals
+    /// the group applies in order, less those a leader change dropped.
+    pub fn quorum_next(&self, channel: u64, group: u64) -> (u64, u64) {
+        let mut guard = self.remote.lock().expect("remote lock");
+        let r = &mut *guard;
+        let next = &mut r.next;
+        let stream = r.quorum.entry((channel, group)).or_insert_with(|| {
+            *next += 2;
+            Stream {
+                log: REMOTE_LOGS + *next,
+                assigned: 0,
+                confirmed: 0,
+            }
+        });
+        stream.assigned += 1;
+        (stream.log, stream.assigned)
+    }
+
+    /// The group applied the publish `seq` of the stream (`rejected`: its queue refused it).
+    /// Earlier ones not applied yet never will be, in this stream's order: they are refused.
+    /// A stream not known here (closed since) is ignored.
+    pub fn quorum_applied(&self, channel: u64, group: u64, seqs: &[(u64, bool)]) {
+        let (log, upto) = {
+            let mut r = self.remote.lock().expect("remote lock");
+            let Some(stream) = r.quorum.get(&(channel, group)) else {
+                return;
+            };
+            let (log, mut confirmed) = (stream.log, stream.confirmed);
+            let mut refused = Vec::new();
+            for &(seq, rejected) in seqs {
+                // Late (after a refusal for a gap or a leader change): already answered.
+                if seq <= confirmed {
+                    continue;
+                }
+                refused.extend((confirmed + 1..seq).map(|s| (log, s)));
+                if rejected {
+                    refused.push((log, seq));
+                }
+                confirmed = seq;
+            }
+            r.rejected.extend(refused);
+            r.quorum
+                .get_mut(&(channel, group))
+                .expect("found above")
+                .confirmed = confirmed;
+            (log, confirmed)
+        };
+        self.on_durable_now(log, upto);
+    }
+
+    /// Refuses every publish of the streams to `group` not applied yet (its leader changed,
+    /// so what the old one had not committed may be lost), or of one stream up to `upto`.
+    pub fn quorum_abandon(&self, group: u64, channel: Option<u64>, upto: u64) {
+        let mut r = self.remote.lock().expect("remote lock");
+        let mut refused = Vec::new();
+        for ((c, g), stream) in r.quorum.iter_mut() {
+            if *g != group || channel.is_some_and(|ch| ch != *c) {
+                continue;
+            }
+            let upto = if channel.is_some() {
+                upto
+            } else {
+                stream.assigned
+            };
+            if upto > stream.confirmed {
+                refused.extend((stream.confirmed + 1..=upto).map(|s| (stream.log, s)));
+            }
+        }
+        if refused.is_empty() {
+            return;
+        }
+        r.rejected.extend(refused);
+        drop(r);
+        self.generation.send_modify(|g| *g += 1);
+    }
+
+    /// A channel closed: its streams' pseudo logs go.
+    pub fn forget_quorum_channel(&self, channel: u64) {
+        let logs: Vec<u64> = {
+            let mut r = self.remote.lock().expect("remote lock");
+            let mut logs = Vec::new();
+            r.quorum.retain(|(c, _), s| {
+                if *c == channel {
+                    logs.push(s.log);
+                }
+                *c != channel
+            });
+            let gone: std::collections::HashSet<u64> = logs.iter().copied().collect();
+            r.rejected.retain(|(log, _)| !gone.contains(log));
+            logs
+        };
+        if !logs.is_empty() {
+            let mut map = self.durable.lock().expect("durability lock");
+            for log in logs {
+                map.remove(&log);
+            }
+        }
+    }
+
     /// Whether any of `waits` was refused (rejected by a peer, or its epoch ended first).
     pub fn any_refused(&self, waits: &[(u64, u64)]) -> bool {
         if waits.iter().all(|(log, _)| *log < REMOTE_LOGS) {
@@ -144,6 +244,17 @@ struct Remote {
     rejected: std::collections::HashSet<(u64, u64)>,
     /// Pseudo logs whose epoch ended.
     failed: std::collections::HashSet<u64>,
+    /// Publishes to quorum queues, per (channel, group).
+    quorum: HashMap<(u64, u64), Stream>,
+}
+
+/// A channel's publishes to one quorum queue group.
+struct Stream {
+    log: u64,
+    /// The last sequence number given out.
+    assigned: u64,
+    /// The last one the group applied (or that was refused): the pseudo log's durable index.
+    confirmed: u64,
 }
 
 impl DurabilityListener for Durability {

@@ -23,7 +23,9 @@
 //!   `remote_queue`: a channel's methods on a queue another node hosts.
 //! - [`placement`]: which node hosts a new queue, and a quorum queue's members.
 //! - [`queue_stats`]: queue figures for the management API, asked of each queue's node.
-//! - [`quorum_replica`]: this node's replica of a quorum queue under its Raft group.
+//! - [`quorum_client`]: a channel's requests to a quorum queue's Raft group (publish, consume,
+//!   settle, get, purge) and how their answers come back; [`quorum_replica`]: this node's
+//!   replica of a quorum queue under its group, carrying out the effects addressed here.
 //!
 //! A frame flows: socket -> `connection` (decode) -> `channel` (command) -> the broker's vhost
 //! (route, enqueue, dispatch) -> consumer connection's outbox -> its `writer` -> socket.
@@ -32,6 +34,7 @@ pub mod alarms;
 pub mod channel;
 pub mod cluster_admin;
 pub mod config;
+mod confirms;
 pub mod connection;
 pub mod definitions;
 pub mod durability;
@@ -42,6 +45,8 @@ pub mod memory;
 pub mod metadata;
 pub mod placement;
 pub mod queue_stats;
+mod quorum_channel;
+pub mod quorum_client;
 pub mod quorum_replica;
 pub mod registry;
 pub mod remote;
@@ -89,6 +94,8 @@ pub struct Shared {
     /// The cluster this node belongs to; `None` for a single node. Topology changes then go
     /// through its replicated metadata instead of the local journal.
     pub cluster: Option<Arc<warren_cluster::Cluster>>,
+    /// Requests waiting on quorum queue groups, and this node's replicas' figures.
+    pub quorum: quorum_client::QuorumQueues,
 }
 
 impl Shared {
@@ -156,6 +163,15 @@ async fn accept(
     }
 }
 
+/// 16 bits that differ between two starts of a node (the start's second, wrapping every 18
+/// hours): each start numbers its channels from a range of its own.
+fn boot_stamp() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+        & 0xFFFF
+}
+
 /// Accepts connections until `shutdown` turns true, then closes every connection with
 /// 320 CONNECTION_FORCED, as RabbitMQ does when it stops.
 pub async fn serve(
@@ -185,7 +201,14 @@ pub async fn serve(
         // its connections from a range of its own.
         next_conn: AtomicU64::new(cluster.as_ref().map_or(0, |c| c.node_id() << 40) + 1),
         // Channel keys too: a stand-in on a queue's node has its client channel's key.
-        next_channel: AtomicU64::new(cluster.as_ref().map_or(0, |c| c.node_id() << 40) + 1),
+        // And from a range of each start of the node: a quorum queue's group may still name
+        // consumers of the node's previous life, which must not be taken for new channels.
+        next_channel: AtomicU64::new(
+            cluster
+                .as_ref()
+                .map_or(0, |c| (c.node_id() << 40) | (boot_stamp() << 24))
+                + 1,
+        ),
         connections_open: AtomicUsize::new(0),
         connections: registry::Registry::default(),
         rates: management::stats::Rates::default(),
@@ -196,6 +219,7 @@ pub async fn serve(
         store: storage.as_ref().map(|s| s.0.clone()),
         durability: storage.map(|s| s.1).unwrap_or_default(),
         cluster,
+        quorum: Default::default(),
     });
     remote::install(&shared);
     quorum_replica::install(&shared);

@@ -1,46 +1,395 @@
 //! This node's replica of a quorum queue: the broker's queue state machine
 //! ([`warren_broker::quorum::QuorumQueue`]) under the queue's Raft group
 //! ([`warren_cluster::groups`]). The group applies each committed entry here, in log order, on
-//! every member alike; the effects addressed to this node (deliveries to its consumers,
-//! confirms to its publishers) are carried out here.
+//! every member alike; the effects addressed to this node are carried out here:
+//! - deliveries to this node's consumers, the body read from this node's copy of the log (the
+//!   entry being applied, or an older one from the store), written to the client's channel;
+//! - basic.get answers, consume-ok and cancel-ok to this node's waiting channels
+//!   ([`crate::quorum_client::Wait`]);
+//! - confirms and rejects of this node's publishing channels;
+//! - as the leader: dead letters (published once, by the leader, at most once).
 //!
-//! Built so far: every member opens its replica when it applies the queue's declare, the
-//! group elects a leader (shown in `/api/queues`), replicates and snapshots what is proposed,
-//! and sleeps when idle. Publishes, consumers and acks still go to the queue's home node as for
-//! a classic queue (docs/quorum-queues.md says what comes next).
+//! Effects are gathered while a round's entries are applied and carried out together at the
+//! round's end ([`Machine::flush`]): one vhost lock and one confirm wake-up for many entries.
+//! A delivery for a consumer that is gone (its channel closed, it was cancelled, this node
+//! restarted) goes back to the queue (`Return`).
 
+use crate::quorum_client::{self, ReplicaInfo, Wait};
 use crate::Shared;
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use warren_broker::args::QueueConfig;
-use warren_broker::quorum::{Command, Effect, QuorumConfig, QuorumQueue};
+use warren_broker::quorum::{Command, ConsumerId, Effect, Op, QuorumConfig, QuorumQueue};
 use warren_cluster::groups::Machine;
 use warren_cluster::replicas::QueueReplica;
+use warren_protocol::amqp::{basic, AMQPClass};
+use warren_protocol::method::Method;
 
 pub struct Replica {
     queue: QuorumQueue,
-    resource: String,
+    group: u64,
+    vhost: String,
+    name: String,
+    me: String,
+    me_id: u64,
+    info: Arc<ReplicaInfo>,
+    /// The leader last known (0: none yet).
+    leader: u64,
+    /// Effects of this round's entries, carried out at its end.
+    pending: Vec<Pending>,
     /// Held weakly: the groups' thread must not keep the node's state alive at shutdown.
-    _shared: Weak<Shared>,
+    shared: Weak<Shared>,
+}
+
+enum Pending {
+    Effect {
+        effect: Effect,
+        /// The payload of the entry being applied, for a delivery of the message it enqueued.
+        entry: Option<(u64, Bytes)>,
+    },
+    /// This node's checkout was applied (and not refused): consume-ok before its deliveries.
+    CheckoutOk(ConsumerId),
+    /// This node's cancel was applied.
+    CancelOk(ConsumerId),
 }
 
 impl Replica {
-    fn carry_out(&mut self, effects: Vec<Effect>) {
-        for e in effects {
-            tracing::debug!(queue = %self.resource, effect = ?e, "quorum queue effect");
+    fn is_mine(&self, node: &str) -> bool {
+        node == self.me
+    }
+
+    fn wait_of(&self, consumer: &ConsumerId) -> Wait {
+        if consumer.is_get() {
+            Wait::Get {
+                group: self.group,
+                channel: consumer.channel,
+            }
+        } else {
+            Wait::Checkout {
+                group: self.group,
+                channel: consumer.channel,
+                tag: consumer.tag.clone(),
+            }
+        }
+    }
+
+    /// The message at `index` of this node's copy of the log.
+    fn read(&self, shared: &Shared, index: u64, entry: &Option<(u64, Bytes)>) -> Option<Bytes> {
+        if let Some((i, payload)) = entry {
+            if *i == index {
+                return Some(payload.clone());
+            }
+        }
+        let store = shared.store.as_ref()?;
+        let data = warren_cluster::raft_log::read_entry_data(store, self.group, index)?;
+        match Command::decode(data).ok()?.op {
+            Op::Enqueue { payload, .. } => Some(payload),
+            _ => None,
+        }
+    }
+
+    fn message(
+        &self,
+        shared: &Shared,
+        index: u64,
+        entry: &Option<(u64, Bytes)>,
+    ) -> Option<warren_broker::message::MessageRef> {
+        let payload = self.read(shared, index, entry);
+        let decoded = payload
+            .as_ref()
+            .and_then(warren_broker::message::decode_stored);
+        if decoded.is_none() {
+            tracing::error!(queue = %self.name, vhost = %self.vhost, index, "a quorum queue message cannot be read from the log");
+        }
+        decoded.map(|(m, _)| Arc::new(m))
+    }
+
+    fn update_info(&self) {
+        let i = &self.info;
+        i.ready.store(self.queue.ready_count(), Ordering::Relaxed);
+        i.ready_bytes
+            .store(self.queue.ready_bytes(), Ordering::Relaxed);
+        i.unacked
+            .store(self.queue.checked_out_count(), Ordering::Relaxed);
+        i.consumers
+            .store(self.queue.consumer_count(), Ordering::Relaxed);
+        i.next_expiry_ms.store(
+            self.queue.next_expiry_ms().unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        let holders: Vec<(String, u64)> = self
+            .queue
+            .consumers()
+            .map(|(id, _)| (id.node.clone(), id.channel))
+            .collect();
+        let mut h = self.info.holders.lock().expect("holders lock");
+        if *h != holders {
+            *h = holders;
+        }
+    }
+
+    /// Carries out what this round's entries asked of this node.
+    fn carry_out(&mut self, shared: &Shared) {
+        let pending = std::mem::take(&mut self.pending);
+        let Some(vhost) = shared.broker.vhost(&self.vhost) else {
+            return;
+        };
+        let now = shared.broker.now_ms();
+        let leader = self.info.is_leader.load(Ordering::Relaxed);
+        let mut confirms: HashMap<u64, Vec<(u64, bool)>> = HashMap::new();
+        let mut returns: Vec<(ConsumerId, u64)> = Vec::new();
+        let mut v = vhost.lock().expect("vhost lock");
+        for p in pending {
+            match p {
+                Pending::CheckoutOk(consumer) => {
+                    if let Some(w) = shared.quorum.take_waiter(&self.wait_of(&consumer)) {
+                        if let (Some(reply), Some((number, outbox))) =
+                            (w.reply, v.channel_outbox(consumer.channel))
+                        {
+                            outbox.push(|b| reply.encode(number, b));
+                        }
+                        let _ = w.answer.send(Ok(()));
+                    }
+                }
+                Pending::CancelOk(consumer) => {
+                    let wait = Wait::Cancel {
+                        group: self.group,
+                        channel: consumer.channel,
+                        tag: consumer.tag.clone(),
+                    };
+                    if let Some(w) = shared.quorum.take_waiter(&wait) {
+                        v.forget_remote_consumer(consumer.channel, &consumer.tag);
+                        if let (Some(reply), Some((number, outbox))) =
+                            (w.reply, v.channel_outbox(consumer.channel))
+                        {
+                            outbox.push(|b| reply.encode(number, b));
+                        }
+                        let _ = w.answer.send(Ok(()));
+                    }
+                }
+                Pending::Effect { effect, entry } => match effect {
+                    Effect::Deliver {
+                        consumer,
+                        msg_id,
+                        index,
+                        redelivered,
+                        delivery_count,
+                        settled,
+                    } => {
+                        let accepted = v
+                            .has_quorum_consumer(consumer.channel, consumer.tag.as_bytes())
+                            && match self.message(shared, index, &entry) {
+                                Some(m) => v.accept_quorum_delivery(
+                                    consumer.channel,
+                                    &self.name,
+                                    consumer.tag.as_bytes(),
+                                    msg_id,
+                                    m,
+                                    redelivered,
+                                    delivery_count,
+                                    settled,
+                                    0,
+                                ),
+                                None => false,
+                            };
+                        if !accepted && !settled {
+                            returns.push((consumer, msg_id));
+                        }
+                    }
+                    Effect::Got {
+                        consumer,
+                        msg_id,
+                        index,
+                        redelivered,
+                        delivery_count,
+                        settled,
+                        remaining,
+                    } => {
+                        let waiter = shared.quorum.take_waiter(&self.wait_of(&consumer));
+                        let accepted = waiter.is_some()
+                            && match self.message(shared, index, &entry) {
+                                Some(m) => v.accept_quorum_delivery(
+                                    consumer.channel,
+                                    &self.name,
+                                    b"",
+                                    msg_id,
+                                    m,
+                                    redelivered,
+                                    delivery_count,
+                                    settled,
+                                    remaining.min(u32::MAX as u64) as u32,
+                                ),
+                                None => false,
+                            };
+                        if accepted {
+                            v.note_quorum_get(consumer.channel, self.group - 1);
+                        } else if !settled {
+                            returns.push((consumer, msg_id));
+                        }
+                        if let Some(w) = waiter {
+                            let _ = w.answer.send(Ok(()));
+                        }
+                    }
+                    Effect::GetEmpty { consumer } => {
+                        if let Some(w) = shared.quorum.take_waiter(&self.wait_of(&consumer)) {
+                            if let Some((number, outbox)) = v.channel_outbox(consumer.channel) {
+                                let m = Method::Other(AMQPClass::Basic(
+                                    basic::AMQPMethod::GetEmpty(basic::GetEmpty {}),
+                                ));
+                                outbox.push(|b| m.encode(number, b));
+                            }
+                            let _ = w.answer.send(Ok(()));
+                        }
+                    }
+                    Effect::GetRefused { consumer, error }
+                    | Effect::CheckoutRefused { consumer, error } => {
+                        if let Some(w) = shared.quorum.take_waiter(&self.wait_of(&consumer)) {
+                            if !consumer.is_get() {
+                                v.forget_remote_consumer(consumer.channel, &consumer.tag);
+                            }
+                            let _ = w.answer.send(Err(error));
+                        }
+                    }
+                    Effect::Confirm { publisher, seq } => {
+                        if self.is_mine(&publisher.node) {
+                            confirms
+                                .entry(publisher.channel)
+                                .or_default()
+                                .push((seq, false));
+                        }
+                    }
+                    Effect::Reject { publisher, seq } => {
+                        if self.is_mine(&publisher.node) {
+                            confirms
+                                .entry(publisher.channel)
+                                .or_default()
+                                .push((seq, true));
+                        }
+                    }
+                    Effect::DeadLetter {
+                        index,
+                        reason,
+                        delivery_count,
+                    } => {
+                        if leader {
+                            if let Some(m) = self.message(shared, index, &entry) {
+                                v.dead_letter_quorum(
+                                    &self.name,
+                                    m,
+                                    reason.as_str(),
+                                    delivery_count,
+                                    now,
+                                );
+                            }
+                        }
+                    }
+                    Effect::Purged { count } => {
+                        if let Some(w) = shared.quorum.take_purge_waiter(self.group) {
+                            let _ = w.send(count.min(u32::MAX as u64) as u32);
+                        }
+                    }
+                    Effect::ConsumerCancelled { consumer } => {
+                        if self.is_mine(&consumer.node) {
+                            v.quorum_consumer_dropped(
+                                consumer.channel,
+                                &self.name,
+                                consumer.tag.as_bytes(),
+                            );
+                        }
+                    }
+                    Effect::Dropped { .. } => {}
+                },
+            }
+        }
+        // Dead letters routed on to other queues.
+        let ops = v.take_store_ops();
+        let _ = crate::metadata::apply_store_ops(shared, ops);
+        let remote = v.has_remote().then(|| v.take_remote());
+        drop(v);
+        if let Some(effects) = remote {
+            crate::remote::carry_out(shared, &self.vhost, effects);
+        }
+        for (channel, seqs) in confirms {
+            shared.durability.quorum_applied(channel, self.group, &seqs);
+        }
+        if !returns.is_empty() {
+            let mut by_consumer: HashMap<ConsumerId, Vec<u64>> = HashMap::new();
+            for (c, id) in returns {
+                by_consumer.entry(c).or_default().push(id);
+            }
+            for (consumer, msg_ids) in by_consumer {
+                let command = Command::new(
+                    quorum_client::unix_now_ms(),
+                    Op::Return {
+                        consumer,
+                        msg_ids,
+                        rejected: false,
+                    },
+                );
+                quorum_client::propose(shared, self.group, &command, None);
+            }
         }
     }
 }
 
 impl Machine for Replica {
-    fn apply(&mut self, index: u64, data: bytes::Bytes) {
-        match Command::decode(data) {
-            Ok(command) => {
-                let effects = self.queue.apply(index, command);
-                self.carry_out(effects);
-            }
+    fn apply(&mut self, index: u64, data: Bytes) {
+        let command = match Command::decode(data) {
+            Ok(command) => command,
             Err(e) => {
-                tracing::error!(queue = %self.resource, index, error = %e, "unreadable quorum queue entry skipped")
+                tracing::error!(queue = %self.name, index, error = %e, "unreadable quorum queue entry skipped");
+                return;
             }
+        };
+        let (entry, checkout, cancel) = match &command.op {
+            Op::Enqueue { payload, .. } => (Some((index, payload.clone())), None, None),
+            Op::Checkout { consumer, .. } if self.is_mine(&consumer.node) => {
+                (None, Some(consumer.clone()), None)
+            }
+            Op::Cancel { consumer } if self.is_mine(&consumer.node) => {
+                (None, None, Some(consumer.clone()))
+            }
+            _ => (None, None, None),
+        };
+        let effects = self.queue.apply(index, command);
+        if let Some(c) = checkout {
+            let refused = effects
+                .iter()
+                .any(|e| matches!(e, Effect::CheckoutRefused { consumer, .. } if *consumer == c));
+            if !refused {
+                self.pending.push(Pending::CheckoutOk(c));
+            }
+        }
+        let has_entry = entry.is_some();
+        for effect in effects {
+            let entry = match &effect {
+                Effect::Deliver { index: i, .. } | Effect::Got { index: i, .. }
+                    if has_entry && *i == index =>
+                {
+                    entry.clone()
+                }
+                Effect::DeadLetter { index: i, .. } if has_entry && *i == index => entry.clone(),
+                _ => None,
+            };
+            if self.addressed_here(&effect) {
+                self.pending.push(Pending::Effect { effect, entry });
+            }
+        }
+        if let Some(c) = cancel {
+            self.pending.push(Pending::CancelOk(c));
+        }
+    }
+
+    fn flush(&mut self) {
+        self.update_info();
+        if self.pending.is_empty() {
+            return;
+        }
+        match self.shared.upgrade() {
+            Some(shared) => self.carry_out(&shared),
+            None => self.pending.clear(),
         }
     }
 
@@ -52,7 +401,26 @@ impl Machine for Replica {
         match QuorumQueue::restore(data) {
             Ok(q) => self.queue = q,
             Err(e) => {
-                tracing::error!(queue = %self.resource, error = ?e, "unreadable quorum queue snapshot")
+                tracing::error!(queue = %self.name, error = ?e, "unreadable quorum queue snapshot")
+            }
+        }
+        self.update_info();
+    }
+
+    fn leader_changed(&mut self, leader: u64, _term: u64) {
+        self.info
+            .is_leader
+            .store(leader == self.me_id, Ordering::Relaxed);
+        let lost = self.leader != 0 && leader != self.leader;
+        if leader != 0 || lost {
+            self.leader = leader;
+        }
+        // What this node proposed to the old leader and did not see applied may be lost:
+        // its publishers get a nack rather than waiting for a confirm that may never come.
+        // (Proposals made before the first leader wait for it in the group.)
+        if lost {
+            if let Some(shared) = self.shared.upgrade() {
+                shared.durability.quorum_abandon(self.group, None, 0);
             }
         }
     }
@@ -62,23 +430,70 @@ impl Machine for Replica {
     }
 }
 
+impl Replica {
+    /// Whether this node carries out `effect`: what names one of its consumers, channels or
+    /// publishers, and dead letters (the leader publishes them).
+    fn addressed_here(&self, effect: &Effect) -> bool {
+        match effect {
+            Effect::Deliver { consumer, .. }
+            | Effect::Got { consumer, .. }
+            | Effect::GetEmpty { consumer }
+            | Effect::GetRefused { consumer, .. }
+            | Effect::CheckoutRefused { consumer, .. }
+            | Effect::ConsumerCancelled { consumer } => self.is_mine(&consumer.node),
+            Effect::Confirm { publisher, .. } | Effect::Reject { publisher, .. } => {
+                self.is_mine(&publisher.node)
+            }
+            Effect::DeadLetter { .. } | Effect::Purged { .. } => true,
+            Effect::Dropped { .. } => false,
+        }
+    }
+}
+
 /// Makes this node open replicas of the quorum queues it is a member of.
 pub fn install(shared: &Arc<Shared>) {
     let Some(cluster) = &shared.cluster else {
         return;
     };
     let weak = Arc::downgrade(shared);
+    let me = cluster.node_name().to_string();
+    let me_id = cluster.node_id();
     cluster.set_replica_factory(Box::new(move |r: &QueueReplica| {
-        let config = weak
-            .upgrade()
-            .and_then(|s| queue_config(&s, &r.vhost, &r.queue))
+        let shared = weak.upgrade();
+        let config = shared
+            .as_ref()
+            .and_then(|s| queue_config(s, &r.vhost, &r.queue))
             .unwrap_or_default();
+        // A replica opened again (the declare replayed) is dropped by the groups if it is
+        // open already: the open one keeps its figures.
+        let info = shared
+            .as_ref()
+            .and_then(|s| s.quorum.replica(r.group))
+            .unwrap_or_else(|| {
+                Arc::new(ReplicaInfo {
+                    vhost: r.vhost.clone(),
+                    queue: r.queue.clone(),
+                    next_expiry_ms: u64::MAX.into(),
+                    ..Default::default()
+                })
+            });
+        if let Some(s) = &shared {
+            s.quorum.add_replica(r.group, info.clone());
+        }
         Box::new(Replica {
             queue: QuorumQueue::new(QuorumConfig::new(&r.vhost, &r.queue, &config), 0),
-            resource: format!("queue '{}' in vhost '{}'", r.queue, r.vhost),
-            _shared: weak.clone(),
+            group: r.group,
+            vhost: r.vhost.clone(),
+            name: r.queue.clone(),
+            me: me.clone(),
+            me_id,
+            info,
+            leader: 0,
+            pending: Vec::new(),
+            shared: weak.clone(),
         })
     }));
+    tokio::spawn(quorum_client::sweep(shared.clone()));
 }
 
 /// The queue's arguments as its declare validated them.

@@ -35,6 +35,17 @@ pub struct Carried {
 
 /// Carries out a vhost's work for other nodes, in order.
 pub fn carry_out(shared: &Shared, vhost: &str, effects: Vec<RemoteEffect>) -> Carried {
+    carry_out_for(shared, vhost, effects, None)
+}
+
+/// Carries out a vhost's work for other nodes, in order; `publisher` is the channel whose
+/// publish this is when it waits for confirms.
+pub fn carry_out_for(
+    shared: &Shared,
+    vhost: &str,
+    effects: Vec<RemoteEffect>,
+    publisher: Option<ChannelKey>,
+) -> Carried {
     let mut carried = Carried::default();
     let Some(cluster) = &shared.cluster else {
         return carried;
@@ -42,6 +53,20 @@ pub fn carry_out(shared: &Shared, vhost: &str, effects: Vec<RemoteEffect>) -> Ca
     let messaging = cluster.messaging();
     for effect in effects {
         match effect {
+            RemoteEffect::Propose { queues, message } => {
+                let waits = crate::quorum_client::publish(shared, queues, &message, publisher);
+                carried.waits.extend(waits);
+            }
+            RemoteEffect::QuorumSettle {
+                log,
+                channel,
+                consumer_tag,
+                op,
+                msg_ids,
+            } => crate::quorum_client::settle(shared, log, channel, &consumer_tag, op, msg_ids),
+            RemoteEffect::QuorumChannelDown { log, channel } => {
+                crate::quorum_client::channel_down(shared, log, channel)
+            }
             RemoteEffect::Forward {
                 node,
                 queues,

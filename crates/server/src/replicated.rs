@@ -134,6 +134,15 @@ impl Connection {
                 let mut outcome = cluster.execute(command).await?;
                 if let (Some((queue, conn)), Outcome::QueueDeclared(ok)) = (declared, &mut outcome)
                 {
+                    let log = vhost.lock().expect("vhost lock").quorum_log(&queue);
+                    if let Some(info) = log
+                        .and_then(|l| shared.quorum.replica(warren_cluster::replicas::group_id(l)))
+                    {
+                        use std::sync::atomic::Ordering::Relaxed;
+                        ok.message_count = info.ready.load(Relaxed).min(u32::MAX as u64) as u32;
+                        ok.consumer_count = info.consumers.load(Relaxed) as u32;
+                        return Ok(outcome);
+                    }
                     let home = vhost.lock().expect("vhost lock").remote_home(&queue);
                     let peer = home.and_then(|home| {
                         crate::remote::reachable_home(&shared, &home, &queue, &vhost_name).ok()

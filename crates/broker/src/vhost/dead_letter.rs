@@ -6,6 +6,39 @@ use super::*;
 impl VHost {
     // ---- dead-lettering --------------------------------------------------------------------
 
+    /// Dead-letters a message a quorum queue's group let go (expired, rejected, over its
+    /// limits or past its delivery limit), as the queue's leader is told to.
+    pub fn dead_letter_quorum(
+        &mut self,
+        queue: &str,
+        message: MessageRef,
+        reason: &'static str,
+        delivery_count: u32,
+        now_ms: u64,
+    ) {
+        let Some(q) = self
+            .queues_by_name
+            .get(queue)
+            .and_then(|id| self.queues.get(id))
+        else {
+            return;
+        };
+        let d = DeadLetter {
+            queue: queue.to_string(),
+            config: q.config.clone(),
+            message: QueuedMessage {
+                msg: message,
+                redelivered: false,
+                delivery_count,
+                expires_at_ms: None,
+                seq: 0,
+                store_index: None,
+            },
+            reason,
+        };
+        self.dead_letter(vec![d], now_ms);
+    }
+
     pub(super) fn dead_letter(&mut self, mut work: Vec<DeadLetter>, now_ms: u64) {
         let mut hops = 0;
         while !work.is_empty() && hops < DEAD_LETTER_HOPS_MAX {
@@ -42,10 +75,15 @@ impl VHost {
                 });
                 let msg = Arc::new(msg);
                 let mut elsewhere = Vec::new();
+                let mut replicated = Vec::new();
                 for qid in targets {
                     let Some(q) = self.queues.get_mut(&qid) else {
                         continue;
                     };
+                    if let Some(target) = super::publish::quorum_target(q) {
+                        replicated.push(target);
+                        continue;
+                    }
                     if !super::hosts(&self.local_node, q) {
                         let node = q.home_node.clone().expect("hosted elsewhere has a home");
                         elsewhere.push((node, q.name.clone()));
@@ -75,6 +113,12 @@ impl VHost {
                 }
                 if !elsewhere.is_empty() {
                     self.forward(elsewhere, &msg);
+                }
+                if !replicated.is_empty() {
+                    self.remote.push(RemoteEffect::Propose {
+                        queues: replicated,
+                        message: msg.clone(),
+                    });
                 }
             }
         }

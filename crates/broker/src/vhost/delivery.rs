@@ -130,6 +130,10 @@ impl VHost {
         for node in std::mem::take(&mut ch.remote_nodes) {
             self.remote.push(RemoteEffect::Close { node, channel: key });
         }
+        for log in std::mem::take(&mut ch.quorum_logs) {
+            self.remote
+                .push(RemoteEffect::QuorumChannelDown { log, channel: key });
+        }
         let mut touched: Vec<QueueId> = Vec::new();
         for (tag, qid) in consumers {
             self.remove_consumer(qid, key, &tag);

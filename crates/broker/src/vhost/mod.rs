@@ -22,7 +22,7 @@ use crate::outbox::Outbox;
 use crate::persistence::StoreOp;
 use crate::queue::{ChannelKey, ConnId, Consumer, Queue, QueuedMessage};
 use crate::queue_type::{QueueType, ReturnPosition};
-use crate::relay::{Delivery, Relay, RemoteEffect, SettleOp};
+use crate::relay::{Delivery, QuorumTarget, Relay, RemoteEffect, SettleOp};
 use crate::routing::{Destination, ExchangeId, ExchangeKind, QueueId, RoutingTable};
 use amq_protocol_types::{AMQPValue, FieldArray, FieldTable, LongString};
 use bytes::Bytes;
@@ -202,6 +202,7 @@ mod delivery;
 mod metadata;
 mod publish;
 mod remote;
+pub use remote::QuorumConsume;
 
 impl VHost {
     pub fn new(name: &str) -> Self {
@@ -846,6 +847,21 @@ impl VHost {
             }
         }
         self.free_queue_ids.push(id);
+        if q.is_replicated() {
+            // Its consumers on this node are known to their channels only.
+            for ch in self.channels.values_mut() {
+                let tags: Vec<Bytes> = ch
+                    .consumers
+                    .iter()
+                    .filter(|(_, qid)| **qid == id)
+                    .map(|(t, _)| t.clone())
+                    .collect();
+                for tag in tags {
+                    ch.consumers.remove(&tag);
+                    remote::notify_cancel(ch, &tag);
+                }
+            }
+        }
         for c in q.consumers.drain(..) {
             if let Some(ch) = self.channels.get_mut(&c.channel) {
                 ch.consumers.remove(&c.tag);
@@ -985,6 +1001,9 @@ fn check_arg_equivalence(
 
 /// Whether `q`'s messages live on the node named `local` (always, outside a cluster).
 fn hosts(local: &Option<Arc<str>>, q: &Queue) -> bool {
+    if q.is_replicated() {
+        return false;
+    }
     match (local, &q.home_node) {
         (Some(me), Some(home)) => me == home,
         _ => true,

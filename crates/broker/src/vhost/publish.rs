@@ -246,10 +246,17 @@ impl VHost {
         let mut outcome = PublishOutcome::default();
         let mut dead = Vec::new();
         let mut elsewhere: Vec<(Arc<str>, String)> = Vec::new();
+        let mut replicated = Vec::new();
         for &qid in targets {
             let Some(q) = self.queues.get_mut(&qid) else {
                 continue;
             };
+            if let Some(target) = quorum_target(q) {
+                // Its group applies its limits; a refusal there nacks the publisher.
+                outcome.routed = true;
+                replicated.push(target);
+                continue;
+            }
             if !super::hosts(&self.local_node, q) {
                 // Its node applies its limits; a refusal there nacks the publisher.
                 outcome.routed = true;
@@ -285,6 +292,12 @@ impl VHost {
         }
         if !elsewhere.is_empty() {
             self.forward(elsewhere, &msg);
+        }
+        if !replicated.is_empty() {
+            self.remote.push(RemoteEffect::Propose {
+                queues: replicated,
+                message: msg.clone(),
+            });
         }
         self.dead_letter(dead, now_ms);
         outcome
@@ -374,6 +387,18 @@ impl VHost {
         }
         drop_head_over_limit(q, dead);
     }
+}
+
+/// Where a message for a quorum queue of a cluster goes: its Raft group.
+pub(super) fn quorum_target(q: &Queue) -> Option<QuorumTarget> {
+    if !q.is_replicated() {
+        return None;
+    }
+    Some(QuorumTarget {
+        queue: q.name.clone(),
+        log: q.log_id?,
+        members: q.members.clone(),
+    })
 }
 
 /// Whether a headers table might carry CC/BCC, checked on the raw bytes before parsing it.

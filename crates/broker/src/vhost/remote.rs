@@ -30,7 +30,7 @@ impl VHost {
     /// The node hosting `queue`, when it exists and that is not this node.
     pub fn remote_home(&self, queue: &str) -> Option<Arc<str>> {
         let q = self.queues.get(self.queues_by_name.get(queue)?)?;
-        if hosts(&self.local_node, q) {
+        if hosts(&self.local_node, q) || q.is_replicated() {
             None
         } else {
             q.home_node.clone()
@@ -66,7 +66,34 @@ impl VHost {
                 continue;
             }
             // A deleted queue's deliveries are gone with it on its node.
-            let Some(node) = self.queues.get(&u.queue).and_then(|q| q.home_node.clone()) else {
+            let Some(q) = self.queues.get(&u.queue) else {
+                continue;
+            };
+            if q.is_replicated() {
+                let Some(log) = q.log_id else { continue };
+                let consumer_tag = u.consumer_tag.clone().unwrap_or_default();
+                let msg_id = u.home_tag - 1;
+                match self.remote.last_mut() {
+                    Some(RemoteEffect::QuorumSettle {
+                        log: l,
+                        channel,
+                        consumer_tag: t,
+                        op: o,
+                        msg_ids,
+                    }) if *l == log && *channel == key && *t == consumer_tag && *o == op => {
+                        msg_ids.push(msg_id)
+                    }
+                    _ => self.remote.push(RemoteEffect::QuorumSettle {
+                        log,
+                        channel: key,
+                        consumer_tag,
+                        op,
+                        msg_ids: vec![msg_id],
+                    }),
+                }
+                continue;
+            }
+            let Some(node) = q.home_node.clone() else {
                 continue;
             };
             match self.remote.last_mut() {
@@ -128,7 +155,14 @@ impl VHost {
     pub fn remote_consumer_home(&self, key: ChannelKey, tag: &str) -> Option<Arc<str>> {
         let qid = self.channels.get(&key)?.consumers.get(tag.as_bytes())?;
         let q = self.queues.get(qid)?;
-        (!hosts(&self.local_node, q)).then(|| q.home_node.clone())?
+        (!hosts(&self.local_node, q) && !q.is_replicated()).then(|| q.home_node.clone())?
+    }
+
+    /// The log id of a consumer's queue, when the consumer is one of a quorum queue.
+    pub fn quorum_consumer_log(&self, key: ChannelKey, tag: &str) -> Option<u64> {
+        let qid = self.channels.get(&key)?.consumers.get(tag.as_bytes())?;
+        let q = self.queues.get(qid)?;
+        q.is_replicated().then_some(q.log_id)?
     }
 
     /// Forgets a consumer of a remote queue (cancelled, or its consume refused).
@@ -215,6 +249,156 @@ impl VHost {
         }
     }
 
+    // ---- quorum queues (the client's node) ----------------------------------------------
+
+    /// A quorum queue's storage log id (its group is found from it), when `queue` is one of a
+    /// cluster.
+    pub fn quorum_log(&self, queue: &str) -> Option<u64> {
+        let q = self.queues.get(self.queues_by_name.get(queue)?)?;
+        q.is_replicated().then_some(q.log_id)?
+    }
+
+    /// Registers a consumer of a quorum queue in the client's channel, before its group is
+    /// asked (deliveries follow the checkout at once), after the checks RabbitMQ makes of the
+    /// consume itself (the group decides exclusivity). Returns the consumer tag (generated if
+    /// empty), the queue's log id, the consumer's priority and its prefetch.
+    pub fn consume_quorum(
+        &mut self,
+        key: ChannelKey,
+        queue: &str,
+        tag: &str,
+        arguments: &FieldTable,
+    ) -> Result<QuorumConsume> {
+        let ch = self.channels.get(&key).expect("consume on an open channel");
+        let (conn, prefetch, global_qos) = (ch.conn, ch.consumer_prefetch, ch.channel_prefetch > 0);
+        let vhost = self.name.clone();
+        let q = self.usable_queue(queue, conn)?;
+        let (qid, log) = (q.id, q.log_id);
+        let Some(log) = log.filter(|_| q.is_replicated()) else {
+            return Err(AmqpError::not_found(format!("no quorum queue '{queue}'")));
+        };
+        let priority = match arguments.inner().get("x-priority") {
+            None => 0,
+            Some(v) => args::integer(v).ok_or_else(|| {
+                AmqpError::precondition(format!(
+                    "invalid arg 'x-priority' for queue '{queue}' in vhost '{vhost}': \"expected integer, got {}\"",
+                    args::type_name(v)
+                ))
+            })? as i32,
+        };
+        if global_qos {
+            return Err(AmqpError::not_implemented(format!(
+                "queue '{queue}' in vhost '{vhost}' does not support global qos"
+            )));
+        }
+        let ch = self.channels.get_mut(&key).expect("checked above");
+        let tag = super::delivery::new_consumer_tag(ch, tag)?;
+        ch.consumers.insert(Bytes::from(tag.clone()), qid);
+        note_quorum_log(ch, log);
+        Ok(QuorumConsume {
+            tag,
+            log,
+            priority,
+            prefetch,
+        })
+    }
+
+    /// A client channel's number and outbox, for replies written in order with deliveries.
+    pub fn channel_outbox(&self, key: ChannelKey) -> Option<(u16, Arc<Outbox>)> {
+        let ch = self.channels.get(&key)?;
+        Some((ch.number, ch.outbox.clone()))
+    }
+
+    /// Notes that the channel holds (or may hold) basic.get messages of a quorum queue.
+    pub fn note_quorum_get(&mut self, key: ChannelKey, log: u64) {
+        if let Some(ch) = self.channels.get_mut(&key) {
+            note_quorum_log(ch, log);
+        }
+    }
+
+    /// Whether a channel's consumer of a quorum queue is there to take a delivery.
+    pub fn has_quorum_consumer(&self, key: ChannelKey, tag: &[u8]) -> bool {
+        self.channels
+            .get(&key)
+            .is_some_and(|ch| ch.consumers.contains_key(tag))
+    }
+
+    /// Writes a delivery of a quorum queue, read from this node's copy of its log, to a
+    /// consumer (or, with an empty `consumer_tag`, as basic.get-ok) and gives it a tag of the
+    /// client's channel; acks of that tag name `msg_id` to the group. False when the channel or
+    /// consumer is gone: the caller returns the message to the queue.
+    #[allow(clippy::too_many_arguments)]
+    pub fn accept_quorum_delivery(
+        &mut self,
+        key: ChannelKey,
+        queue: &str,
+        consumer_tag: &[u8],
+        msg_id: u64,
+        message: MessageRef,
+        redelivered: bool,
+        delivery_count: u32,
+        no_ack: bool,
+        message_count: u32,
+    ) -> bool {
+        let Some(&qid) = self.queues_by_name.get(queue) else {
+            return false;
+        };
+        let is_get = consumer_tag.is_empty();
+        match self.channels.get(&key) {
+            Some(ch) if is_get || ch.consumers.get(consumer_tag) == Some(&qid) => {}
+            _ => return false,
+        }
+        let m = QueuedMessage {
+            msg: message.clone(),
+            redelivered,
+            delivery_count,
+            expires_at_ms: None,
+            seq: 0,
+            store_index: None,
+        };
+        let properties = super::delivery::delivery_properties(&m, QueueType::Quorum);
+        let d = Delivery {
+            channel: key,
+            consumer_tag: Bytes::copy_from_slice(consumer_tag),
+            tag: msg_id + 1,
+            redelivered,
+            no_ack,
+            message_count,
+            message,
+            properties,
+        };
+        let node: Arc<str> = Arc::from("");
+        self.accept_delivery(&node, d, is_get.then_some(queue));
+        true
+    }
+
+    /// A quorum queue dropped a consumer of this node (the group found its node down): the
+    /// client is told with basic.cancel, and what it held went back to the queue there.
+    pub fn quorum_consumer_dropped(&mut self, key: ChannelKey, queue: &str, consumer_tag: &[u8]) {
+        let Some(&qid) = self.queues_by_name.get(queue) else {
+            return;
+        };
+        let Some(ch) = self.channels.get_mut(&key) else {
+            return;
+        };
+        if ch.consumers.get(consumer_tag) != Some(&qid) {
+            return;
+        }
+        ch.consumers.remove(consumer_tag);
+        notify_cancel(ch, consumer_tag);
+        let mut dropped = 0u32;
+        ch.unacked.retain(|u| {
+            let gone = u.home_tag != 0
+                && !u.settled
+                && u.queue == qid
+                && u.consumer_tag.as_deref() == Some(consumer_tag);
+            dropped += gone as u32;
+            !gone
+        });
+        ch.unacked_live -= dropped;
+        ch.consumer_unacked -= dropped;
+    }
+
     /// The queue's node cancelled a consumer (its queue was deleted): the client is told with
     /// basic.cancel, as for a local queue.
     pub fn remote_consumer_cancelled(&mut self, channel: ChannelKey, consumer_tag: &[u8]) {
@@ -234,6 +418,8 @@ impl VHost {
             .queues
             .values()
             .filter(|q| q.home_node.as_deref() == Some(node) && !hosts(&self.local_node, q))
+            // A quorum queue carries on on its other members.
+            .filter(|q| !q.is_replicated())
             .map(|q| q.id)
             .collect();
         if lost.is_empty() {
@@ -418,8 +604,23 @@ impl VHost {
     }
 }
 
+fn note_quorum_log(ch: &mut ChannelState, log: u64) {
+    if !ch.quorum_logs.contains(&log) {
+        ch.quorum_logs.push(log);
+    }
+}
+
 /// basic.cancel to a client whose consumer the broker ended.
-fn notify_cancel(ch: &ChannelState, consumer_tag: &[u8]) {
+/// A consume of a quorum queue, registered in its channel: what its checkout carries.
+#[derive(Debug, Clone)]
+pub struct QuorumConsume {
+    pub tag: String,
+    pub log: u64,
+    pub priority: i32,
+    pub prefetch: u32,
+}
+
+pub(super) fn notify_cancel(ch: &ChannelState, consumer_tag: &[u8]) {
     let cancel = Method::Other(AMQPClass::Basic(basic::AMQPMethod::Cancel(basic::Cancel {
         consumer_tag: String::from_utf8_lossy(consumer_tag).as_ref().into(),
         nowait: true,
