@@ -47,6 +47,7 @@ pub mod placement;
 pub mod queue_stats;
 mod quorum_channel;
 pub mod quorum_client;
+pub mod quorum_peers;
 pub mod quorum_replica;
 pub mod registry;
 pub mod remote;

@@ -36,6 +36,10 @@ pub fn hosted_here(shared: &Shared, vhost: Option<&str>) -> Vec<QueueCounts> {
             if q.node.as_deref().is_some_and(|n| n != me) {
                 continue;
             }
+            if let Some(c) = replica_counts(shared, &name, &q) {
+                out.push(c);
+                continue;
+            }
             out.push(QueueCounts {
                 vhost: name.clone(),
                 name: q.name,
@@ -60,11 +64,17 @@ pub fn hosted_here(shared: &Shared, vhost: Option<&str>) -> Vec<QueueCounts> {
 pub async fn queue_views(shared: &Shared, vhost: Option<&str>) -> Vec<QueueView> {
     let me = shared.node_name().to_string();
     let mut views = Vec::new();
+    // Quorum queues whose figures this node's replica has: nothing to ask their first member.
+    let mut known = std::collections::HashSet::new();
     for (name, v) in shared.broker.vhosts() {
         if vhost.is_some_and(|o| o != name) {
             continue;
         }
-        for info in v.lock().expect("vhost lock").queue_infos() {
+        for mut info in v.lock().expect("vhost lock").queue_infos() {
+            if let Some(c) = replica_counts(shared, &name, &info) {
+                set_counts(&mut info, &c);
+                known.insert((name.clone(), info.name.clone()));
+            }
             views.push(QueueView {
                 vhost: name.clone(),
                 info,
@@ -78,6 +88,7 @@ pub async fn queue_views(shared: &Shared, vhost: Option<&str>) -> Vec<QueueView>
     let homes: Vec<String> = {
         let mut homes: Vec<String> = views
             .iter()
+            .filter(|q| !known.contains(&(q.vhost.clone(), q.info.name.clone())))
             .filter_map(|q| q.info.node.as_deref())
             .filter(|n| *n != me)
             .map(str::to_string)
@@ -123,6 +134,9 @@ pub async fn queue_views(shared: &Shared, vhost: Option<&str>) -> Vec<QueueView>
         answers.insert(node, counts);
     }
     for view in &mut views {
+        if known.contains(&(view.vhost.clone(), view.info.name.clone())) {
+            continue;
+        }
         let Some(node) = view.info.node.as_deref() else {
             continue;
         };
@@ -133,18 +147,7 @@ pub async fn queue_views(shared: &Shared, vhost: Option<&str>) -> Vec<QueueView>
             None => view.running = false,
             Some(counts) => {
                 if let Some(c) = counts.get(&(view.vhost.clone(), view.info.name.clone())) {
-                    view.info.messages_ready = c.messages_ready;
-                    view.info.messages_unacknowledged = c.messages_unacknowledged;
-                    view.info.message_bytes_ready = c.message_bytes_ready;
-                    view.info.messages_paged_out = c.messages_paged_out;
-                    view.info.consumers = c.consumers;
-                    let [publish, deliver_get, redeliver, ack] = c.message_stats;
-                    view.info.stats = warren_broker::queue::QueueStats {
-                        publish,
-                        deliver_get,
-                        redeliver,
-                        ack,
-                    };
+                    set_counts(&mut view.info, c);
                 }
             }
         }
@@ -153,6 +156,30 @@ pub async fn queue_views(shared: &Shared, vhost: Option<&str>) -> Vec<QueueView>
 }
 
 /// Runs the asks side by side, so a listing waits for the slowest node, not their sum.
+/// A quorum queue's figures from this node's replica, when it holds one.
+fn replica_counts(shared: &Shared, vhost: &str, q: &QueueInfo) -> Option<QueueCounts> {
+    if q.members.is_empty() {
+        return None;
+    }
+    let group = warren_cluster::replicas::group_id(q.log_id?);
+    Some(shared.quorum.replica(group)?.counts(vhost, &q.name))
+}
+
+fn set_counts(info: &mut QueueInfo, c: &QueueCounts) {
+    info.messages_ready = c.messages_ready;
+    info.messages_unacknowledged = c.messages_unacknowledged;
+    info.message_bytes_ready = c.message_bytes_ready;
+    info.messages_paged_out = c.messages_paged_out;
+    info.consumers = c.consumers;
+    let [publish, deliver_get, redeliver, ack] = c.message_stats;
+    info.stats = warren_broker::queue::QueueStats {
+        publish,
+        deliver_get,
+        redeliver,
+        ack,
+    };
+}
+
 async fn futures_join<F>(asks: impl Iterator<Item = F>) -> Vec<F::Output>
 where
     F: std::future::Future + Send + 'static,

@@ -55,11 +55,14 @@ impl Connection {
         };
         let command = quorum_client::checkout(&self.shared, key, &consume.tag, spec);
         let reply = (!c.nowait).then(|| {
-            Method::Other(AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(
-                basic::ConsumeOk {
-                    consumer_tag: consume.tag.as_str().into(),
-                },
-            )))
+            quorum_client::write_reply(
+                key,
+                Method::Other(AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(
+                    basic::ConsumeOk {
+                        consumer_tag: consume.tag.as_str().into(),
+                    },
+                ))),
+            )
         });
         let wait = Wait::Checkout {
             group,
@@ -89,7 +92,7 @@ impl Connection {
                 consumer_tag: tag.as_str().into(),
             },
         )));
-        let reply = (!c.nowait).then(|| cancel_ok.clone());
+        let reply = (!c.nowait).then(|| quorum_client::write_reply(key, cancel_ok.clone()));
         let wait = Wait::Cancel {
             group,
             channel: key,

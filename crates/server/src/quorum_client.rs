@@ -24,7 +24,8 @@ use warren_broker::queue::ChannelKey;
 use warren_broker::quorum::{
     Command, ConsumerId, EnqueueHeader, Op, PublisherId, MSG_IDS_PER_COMMAND_MAX,
 };
-use warren_broker::relay::{QuorumTarget, SettleOp};
+use warren_broker::relay::{Delivery, QuorumTarget, SettleOp};
+use warren_broker::vhost::VHost;
 use warren_cluster::groups::{Input, Proposed};
 use warren_cluster::replicas::group_id;
 use warren_protocol::method::Method;
@@ -53,11 +54,25 @@ pub enum Wait {
     },
 }
 
-/// What the replica does for a resolved waiter: the reply it writes to the channel (in order
-/// with the deliveries it writes), then the answer the channel task waits for.
+/// What the replica does for a resolved waiter: `on_applied` (the reply, written to the
+/// channel or sent to the client's node in order with the deliveries that follow), then the
+/// answer the channel task waits for.
 pub struct Waiter {
-    pub reply: Option<Method>,
+    pub on_applied: Option<OnApplied>,
     pub answer: oneshot::Sender<Result<(), AmqpError>>,
+}
+
+/// Runs in the replica under the vhost lock when the request's entry is applied; a stand-in's
+/// basic.get gets the message it took.
+pub type OnApplied = Box<dyn FnOnce(&VHost, Option<Delivery>) + Send>;
+
+/// A reply written to a channel of this node once the request is applied.
+pub fn write_reply(channel: ChannelKey, reply: Method) -> OnApplied {
+    Box::new(move |v: &VHost, _| {
+        if let Some((number, outbox)) = v.channel_outbox(channel) {
+            outbox.push(|b| reply.encode(number, b));
+        }
+    })
 }
 
 /// A replica's figures, kept by the replica as it applies, read by declare-ok, the management
@@ -76,6 +91,31 @@ pub struct ReplicaInfo {
     /// The (node, channel) of every consumer and basic.get holder, for the sweeps that end
     /// those of closed channels and dead nodes.
     pub holders: Mutex<Vec<(String, u64)>>,
+    /// `message_stats`: publish, deliver_get, redeliver, ack, as applied here.
+    pub stats: [AtomicU64; 4],
+}
+
+impl ReplicaInfo {
+    /// The queue's figures as the management API shows them. Every ready message counts as
+    /// paged out: the replica keeps no body in memory, only its log index.
+    pub fn counts(&self, vhost: &str, name: &str) -> warren_cluster::messaging::QueueCounts {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        warren_cluster::messaging::QueueCounts {
+            vhost: vhost.to_string(),
+            name: name.to_string(),
+            messages_ready: get(&self.ready),
+            messages_unacknowledged: get(&self.unacked),
+            message_bytes_ready: get(&self.ready_bytes),
+            messages_paged_out: get(&self.ready),
+            consumers: get(&self.consumers),
+            message_stats: [
+                get(&self.stats[0]),
+                get(&self.stats[1]),
+                get(&self.stats[2]),
+                get(&self.stats[3]),
+            ],
+        }
+    }
 }
 
 /// This node's quorum queue requests and replicas.
@@ -256,16 +296,17 @@ pub async fn request(
     shared: Arc<Shared>,
     group: u64,
     wait: Wait,
-    reply: Option<Method>,
+    on_applied: Option<OnApplied>,
     command: Command,
 ) -> Result<(), AmqpError> {
     let (tx, mut rx) = oneshot::channel();
-    shared
-        .quorum
-        .waiters
-        .lock()
-        .expect("waiters lock")
-        .insert(wait.clone(), Waiter { reply, answer: tx });
+    shared.quorum.waiters.lock().expect("waiters lock").insert(
+        wait.clone(),
+        Waiter {
+            on_applied,
+            answer: tx,
+        },
+    );
     let started = std::time::Instant::now();
     loop {
         propose(&shared, group, &command, None);

@@ -145,10 +145,8 @@ impl Replica {
             match p {
                 Pending::CheckoutOk(consumer) => {
                     if let Some(w) = shared.quorum.take_waiter(&self.wait_of(&consumer)) {
-                        if let (Some(reply), Some((number, outbox))) =
-                            (w.reply, v.channel_outbox(consumer.channel))
-                        {
-                            outbox.push(|b| reply.encode(number, b));
+                        if let Some(f) = w.on_applied {
+                            f(&v, None);
                         }
                         let _ = w.answer.send(Ok(()));
                     }
@@ -161,10 +159,8 @@ impl Replica {
                     };
                     if let Some(w) = shared.quorum.take_waiter(&wait) {
                         v.forget_remote_consumer(consumer.channel, &consumer.tag);
-                        if let (Some(reply), Some((number, outbox))) =
-                            (w.reply, v.channel_outbox(consumer.channel))
-                        {
-                            outbox.push(|b| reply.encode(number, b));
+                        if let Some(f) = w.on_applied {
+                            f(&v, None);
                         }
                         let _ = w.answer.send(Ok(()));
                     }
@@ -181,17 +177,19 @@ impl Replica {
                         let accepted = v
                             .has_quorum_consumer(consumer.channel, consumer.tag.as_bytes())
                             && match self.message(shared, index, &entry) {
-                                Some(m) => v.accept_quorum_delivery(
-                                    consumer.channel,
-                                    &self.name,
-                                    consumer.tag.as_bytes(),
-                                    msg_id,
-                                    m,
-                                    redelivered,
-                                    delivery_count,
-                                    settled,
-                                    0,
-                                ),
+                                Some(m) => v
+                                    .accept_quorum_delivery(
+                                        consumer.channel,
+                                        &self.name,
+                                        consumer.tag.as_bytes(),
+                                        msg_id,
+                                        m,
+                                        redelivered,
+                                        delivery_count,
+                                        settled,
+                                        0,
+                                    )
+                                    .is_ok(),
                                 None => false,
                             };
                         if !accepted && !settled {
@@ -208,27 +206,29 @@ impl Replica {
                         remaining,
                     } => {
                         let waiter = shared.quorum.take_waiter(&self.wait_of(&consumer));
-                        let accepted = waiter.is_some()
-                            && match self.message(shared, index, &entry) {
-                                Some(m) => v.accept_quorum_delivery(
-                                    consumer.channel,
-                                    &self.name,
-                                    b"",
-                                    msg_id,
-                                    m,
-                                    redelivered,
-                                    delivery_count,
-                                    settled,
-                                    remaining.min(u32::MAX as u64) as u32,
-                                ),
-                                None => false,
-                            };
-                        if accepted {
+                        let accepted = match (&waiter, self.message(shared, index, &entry)) {
+                            (Some(_), Some(m)) => v.accept_quorum_delivery(
+                                consumer.channel,
+                                &self.name,
+                                b"",
+                                msg_id,
+                                m,
+                                redelivered,
+                                delivery_count,
+                                settled,
+                                remaining.min(u32::MAX as u64) as u32,
+                            ),
+                            _ => Err(()),
+                        };
+                        if accepted.is_ok() {
                             v.note_quorum_get(consumer.channel, self.group - 1);
                         } else if !settled {
                             returns.push((consumer, msg_id));
                         }
                         if let Some(w) = waiter {
+                            if let Some(f) = w.on_applied {
+                                f(&v, accepted.ok().flatten());
+                            }
                             let _ = w.answer.send(Ok(()));
                         }
                     }
@@ -239,6 +239,9 @@ impl Replica {
                                     basic::AMQPMethod::GetEmpty(basic::GetEmpty {}),
                                 ));
                                 outbox.push(|b| m.encode(number, b));
+                            }
+                            if let Some(f) = w.on_applied {
+                                f(&v, None);
                             }
                             let _ = w.answer.send(Ok(()));
                         }
@@ -353,7 +356,23 @@ impl Machine for Replica {
             }
             _ => (None, None, None),
         };
+        let stats = &self.info.stats;
+        match &command.op {
+            Op::Enqueue { .. } => {
+                stats[0].fetch_add(1, Ordering::Relaxed);
+            }
+            Op::Settle { msg_ids, .. } => {
+                stats[3].fetch_add(msg_ids.len() as u64, Ordering::Relaxed);
+            }
+            _ => {}
+        }
         let effects = self.queue.apply(index, command);
+        for e in &effects {
+            if let Effect::Deliver { redelivered, .. } | Effect::Got { redelivered, .. } = e {
+                stats[1].fetch_add(1, Ordering::Relaxed);
+                stats[2].fetch_add(*redelivered as u64, Ordering::Relaxed);
+            }
+        }
         if let Some(c) = checkout {
             let refused = effects
                 .iter()

@@ -271,13 +271,18 @@ impl Peers {
                 refused,
             }) = t.pending.front()
             {
+                let refused_there = shared.durability.any_refused(waits);
                 if !*refused
+                    && !refused_there
                     && !shared.durability.has_failed()
                     && !shared.durability.all_durable(waits)
                 {
                     break;
                 }
-                let refused = *refused || shared.durability.has_failed();
+                if refused_there {
+                    shared.durability.forget_refusal(waits);
+                }
+                let refused = *refused || refused_there || shared.durability.has_failed();
                 match answers.last_mut() {
                     Some((e, upto, rejected)) if e == epoch => {
                         *upto = *seq;
@@ -334,8 +339,12 @@ impl Peers {
             }
             v.page_out();
             if v.has_remote() {
+                // Quorum queues among them: confirmed once their groups applied it.
                 let effects = v.take_remote();
-                let _ = carry_out(shared, &vhost, effects);
+                let forwarder = Some(crate::quorum_peers::forward_channel(from));
+                let carried = carry_out_for(shared, &vhost, effects, forwarder);
+                waits.extend(carried.waits);
+                refused |= carried.failed;
             }
         }
         self.taken
@@ -411,6 +420,23 @@ impl Peers {
         let mut v = MetaGuard {
             vhost: shared_vhost.lock().expect("vhost lock"),
             shared,
+        };
+        let request = match self.shared.upgrade() {
+            Some(arc) => {
+                match crate::quorum_peers::answer(
+                    &arc,
+                    &mut v,
+                    from,
+                    id,
+                    node.clone(),
+                    relay,
+                    request,
+                ) {
+                    Some(request) => request,
+                    None => return,
+                }
+            }
+            None => request,
         };
         let mut kick = None;
         let result: Result<Response, AmqpError> = match request {

@@ -80,7 +80,7 @@ impl VHost {
                     let Some(q) = self.queues.get_mut(&qid) else {
                         continue;
                     };
-                    if let Some(target) = super::publish::quorum_target(q) {
+                    if let Some(target) = super::publish::quorum_target(&self.local_node, q) {
                         replicated.push(target);
                         continue;
                     }

@@ -847,7 +847,7 @@ impl VHost {
             }
         }
         self.free_queue_ids.push(id);
-        if q.is_replicated() {
+        if member_here(&self.local_node, &q) {
             // Its consumers on this node are known to their channels only.
             for ch in self.channels.values_mut() {
                 let tags: Vec<Bytes> = ch
@@ -997,6 +997,13 @@ fn check_arg_equivalence(
         render(new),
         render(cur)
     )))
+}
+
+/// Whether `q` is a quorum queue with a member on the node named `local`: this node's replica
+/// takes its publishes, consumers and acks to its group. A node that is not a member reaches
+/// it as a classic queue hosted by its first member (its home).
+fn member_here(local: &Option<Arc<str>>, q: &Queue) -> bool {
+    q.is_replicated() && local.as_ref().is_some_and(|me| q.members.contains(me))
 }
 
 /// Whether `q`'s messages live on the node named `local` (always, outside a cluster).

@@ -251,7 +251,7 @@ impl VHost {
             let Some(q) = self.queues.get_mut(&qid) else {
                 continue;
             };
-            if let Some(target) = quorum_target(q) {
+            if let Some(target) = quorum_target(&self.local_node, q) {
                 // Its group applies its limits; a refusal there nacks the publisher.
                 outcome.routed = true;
                 replicated.push(target);
@@ -389,9 +389,10 @@ impl VHost {
     }
 }
 
-/// Where a message for a quorum queue of a cluster goes: its Raft group.
-pub(super) fn quorum_target(q: &Queue) -> Option<QuorumTarget> {
-    if !q.is_replicated() {
+/// Where a message for a quorum queue of a cluster goes: its Raft group, through this node's
+/// member (a node that is not one forwards it to the queue's home, a member).
+pub(super) fn quorum_target(local: &Option<Arc<str>>, q: &Queue) -> Option<QuorumTarget> {
+    if !super::member_here(local, q) {
         return None;
     }
     Some(QuorumTarget {

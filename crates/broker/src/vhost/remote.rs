@@ -30,7 +30,7 @@ impl VHost {
     /// The node hosting `queue`, when it exists and that is not this node.
     pub fn remote_home(&self, queue: &str) -> Option<Arc<str>> {
         let q = self.queues.get(self.queues_by_name.get(queue)?)?;
-        if hosts(&self.local_node, q) || q.is_replicated() {
+        if hosts(&self.local_node, q) || member_here(&self.local_node, q) {
             None
         } else {
             q.home_node.clone()
@@ -69,7 +69,7 @@ impl VHost {
             let Some(q) = self.queues.get(&u.queue) else {
                 continue;
             };
-            if q.is_replicated() {
+            if member_here(&self.local_node, q) {
                 let Some(log) = q.log_id else { continue };
                 let consumer_tag = u.consumer_tag.clone().unwrap_or_default();
                 let msg_id = u.home_tag - 1;
@@ -155,14 +155,15 @@ impl VHost {
     pub fn remote_consumer_home(&self, key: ChannelKey, tag: &str) -> Option<Arc<str>> {
         let qid = self.channels.get(&key)?.consumers.get(tag.as_bytes())?;
         let q = self.queues.get(qid)?;
-        (!hosts(&self.local_node, q) && !q.is_replicated()).then(|| q.home_node.clone())?
+        (!hosts(&self.local_node, q) && !member_here(&self.local_node, q))
+            .then(|| q.home_node.clone())?
     }
 
     /// The log id of a consumer's queue, when the consumer is one of a quorum queue.
     pub fn quorum_consumer_log(&self, key: ChannelKey, tag: &str) -> Option<u64> {
         let qid = self.channels.get(&key)?.consumers.get(tag.as_bytes())?;
         let q = self.queues.get(qid)?;
-        q.is_replicated().then_some(q.log_id)?
+        member_here(&self.local_node, q).then_some(q.log_id)?
     }
 
     /// Forgets a consumer of a remote queue (cancelled, or its consume refused).
@@ -252,10 +253,10 @@ impl VHost {
     // ---- quorum queues (the client's node) ----------------------------------------------
 
     /// A quorum queue's storage log id (its group is found from it), when `queue` is one of a
-    /// cluster.
+    /// cluster with a member on this node.
     pub fn quorum_log(&self, queue: &str) -> Option<u64> {
         let q = self.queues.get(self.queues_by_name.get(queue)?)?;
-        q.is_replicated().then_some(q.log_id)?
+        member_here(&self.local_node, q).then_some(q.log_id)?
     }
 
     /// Registers a consumer of a quorum queue in the client's channel, before its group is
@@ -271,10 +272,10 @@ impl VHost {
     ) -> Result<QuorumConsume> {
         let ch = self.channels.get(&key).expect("consume on an open channel");
         let (conn, prefetch, global_qos) = (ch.conn, ch.consumer_prefetch, ch.channel_prefetch > 0);
-        let vhost = self.name.clone();
+        let (vhost, local) = (self.name.clone(), self.local_node.clone());
         let q = self.usable_queue(queue, conn)?;
         let (qid, log) = (q.id, q.log_id);
-        let Some(log) = log.filter(|_| q.is_replicated()) else {
+        let Some(log) = log.filter(|_| member_here(&local, q)) else {
             return Err(AmqpError::not_found(format!("no quorum queue '{queue}'")));
         };
         let priority = match arguments.inner().get("x-priority") {
@@ -325,8 +326,10 @@ impl VHost {
 
     /// Writes a delivery of a quorum queue, read from this node's copy of its log, to a
     /// consumer (or, with an empty `consumer_tag`, as basic.get-ok) and gives it a tag of the
-    /// client's channel; acks of that tag name `msg_id` to the group. False when the channel or
-    /// consumer is gone: the caller returns the message to the queue.
+    /// channel; acks of that tag name `msg_id` to the group. A stand-in (its client is on a
+    /// node that is not a member) relays a consumer's delivery, and returns a basic.get's for
+    /// the request's answer. `Err` when the channel or consumer is gone: the caller returns
+    /// the message to the queue.
     #[allow(clippy::too_many_arguments)]
     pub fn accept_quorum_delivery(
         &mut self,
@@ -339,15 +342,17 @@ impl VHost {
         delivery_count: u32,
         no_ack: bool,
         message_count: u32,
-    ) -> bool {
+    ) -> std::result::Result<Option<Delivery>, ()> {
         let Some(&qid) = self.queues_by_name.get(queue) else {
-            return false;
+            return Err(());
         };
         let is_get = consumer_tag.is_empty();
-        match self.channels.get(&key) {
-            Some(ch) if is_get || ch.consumers.get(consumer_tag) == Some(&qid) => {}
-            _ => return false,
-        }
+        let stand_in = match self.channels.get(&key) {
+            Some(ch) if is_get || ch.consumers.get(consumer_tag) == Some(&qid) => {
+                ch.relay.is_some()
+            }
+            _ => return Err(()),
+        };
         let m = QueuedMessage {
             msg: message.clone(),
             redelivered,
@@ -357,7 +362,7 @@ impl VHost {
             store_index: None,
         };
         let properties = super::delivery::delivery_properties(&m, QueueType::Quorum);
-        let d = Delivery {
+        let mut d = Delivery {
             channel: key,
             consumer_tag: Bytes::copy_from_slice(consumer_tag),
             tag: msg_id + 1,
@@ -367,9 +372,31 @@ impl VHost {
             message,
             properties,
         };
-        let node: Arc<str> = Arc::from("");
-        self.accept_delivery(&node, d, is_get.then_some(queue));
-        true
+        if !stand_in {
+            let node: Arc<str> = Arc::from("");
+            self.accept_delivery(&node, d, is_get.then_some(queue));
+            return Ok(None);
+        }
+        let ch = self.channels.get_mut(&key).expect("checked above");
+        let tag = ch.next_delivery_tag();
+        if !no_ack {
+            ch.record(Unacked {
+                tag,
+                queue: qid,
+                consumer_tag: (!is_get).then(|| d.consumer_tag.clone()),
+                message: m,
+                settled: false,
+                home_tag: msg_id + 1,
+            });
+        }
+        d.tag = tag;
+        if is_get {
+            return Ok(Some(d));
+        }
+        if let Some(relay) = &ch.relay {
+            relay.deliver(d);
+        }
+        Ok(None)
     }
 
     /// A quorum queue dropped a consumer of this node (the group found its node down): the
@@ -419,7 +446,7 @@ impl VHost {
             .values()
             .filter(|q| q.home_node.as_deref() == Some(node) && !hosts(&self.local_node, q))
             // A quorum queue carries on on its other members.
-            .filter(|q| !q.is_replicated())
+            .filter(|q| !member_here(&self.local_node, q))
             .map(|q| q.id)
             .collect();
         if lost.is_empty() {
@@ -494,11 +521,9 @@ impl VHost {
         for name in queues {
             match self.queues_by_name.get(name.as_str()) {
                 Some(&qid) => {
-                    if self
-                        .queues
-                        .get(&qid)
-                        .is_some_and(|q| hosts(&self.local_node, q))
-                    {
+                    if self.queues.get(&qid).is_some_and(|q| {
+                        hosts(&self.local_node, q) || member_here(&self.local_node, q)
+                    }) {
                         targets.push(qid);
                     }
                 }
