@@ -22,6 +22,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use warren_broker::args::QueueConfig;
 use warren_broker::quorum::{Command, ConsumerId, Effect, Op, QuorumConfig, QuorumQueue};
+use warren_broker::vhost::Accepted;
 use warren_cluster::groups::Machine;
 use warren_cluster::replicas::QueueReplica;
 use warren_protocol::amqp::{basic, AMQPClass};
@@ -189,7 +190,7 @@ impl Replica {
                                         settled,
                                         0,
                                     )
-                                    .is_ok(),
+                                    .is_some(),
                                 None => false,
                             };
                         if !accepted && !settled {
@@ -218,16 +219,20 @@ impl Replica {
                                 settled,
                                 remaining.min(u32::MAX as u64) as u32,
                             ),
-                            _ => Err(()),
+                            _ => None,
                         };
-                        if accepted.is_ok() {
+                        if accepted.is_some() {
                             v.note_quorum_get(consumer.channel, self.group - 1);
                         } else if !settled {
                             returns.push((consumer, msg_id));
                         }
                         if let Some(w) = waiter {
                             if let Some(f) = w.on_applied {
-                                f(&v, accepted.ok().flatten());
+                                let got = match accepted {
+                                    Some(Accepted::StandInGet(d)) => Some(d),
+                                    _ => None,
+                                };
+                                f(&v, got);
                             }
                             let _ = w.answer.send(Ok(()));
                         }

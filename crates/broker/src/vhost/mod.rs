@@ -202,7 +202,7 @@ mod delivery;
 mod metadata;
 mod publish;
 mod remote;
-pub use remote::QuorumConsume;
+pub use remote::{Accepted, QuorumConsume};
 
 impl VHost {
     pub fn new(name: &str) -> Self {

@@ -328,7 +328,7 @@ impl VHost {
     /// consumer (or, with an empty `consumer_tag`, as basic.get-ok) and gives it a tag of the
     /// channel; acks of that tag name `msg_id` to the group. A stand-in (its client is on a
     /// node that is not a member) relays a consumer's delivery, and returns a basic.get's for
-    /// the request's answer. `Err` when the channel or consumer is gone: the caller returns
+    /// the request's answer. `None` when the channel or consumer is gone: the caller returns
     /// the message to the queue.
     #[allow(clippy::too_many_arguments)]
     pub fn accept_quorum_delivery(
@@ -342,16 +342,14 @@ impl VHost {
         delivery_count: u32,
         no_ack: bool,
         message_count: u32,
-    ) -> std::result::Result<Option<Delivery>, ()> {
-        let Some(&qid) = self.queues_by_name.get(queue) else {
-            return Err(());
-        };
+    ) -> Option<Accepted> {
+        let &qid = self.queues_by_name.get(queue)?;
         let is_get = consumer_tag.is_empty();
         let stand_in = match self.channels.get(&key) {
             Some(ch) if is_get || ch.consumers.get(consumer_tag) == Some(&qid) => {
                 ch.relay.is_some()
             }
-            _ => return Err(()),
+            _ => return None,
         };
         let m = QueuedMessage {
             msg: message.clone(),
@@ -375,7 +373,7 @@ impl VHost {
         if !stand_in {
             let node: Arc<str> = Arc::from("");
             self.accept_delivery(&node, d, is_get.then_some(queue));
-            return Ok(None);
+            return Some(Accepted::Written);
         }
         let ch = self.channels.get_mut(&key).expect("checked above");
         let tag = ch.next_delivery_tag();
@@ -391,12 +389,12 @@ impl VHost {
         }
         d.tag = tag;
         if is_get {
-            return Ok(Some(d));
+            return Some(Accepted::StandInGet(d));
         }
         if let Some(relay) = &ch.relay {
             relay.deliver(d);
         }
-        Ok(None)
+        Some(Accepted::Written)
     }
 
     /// A quorum queue dropped a consumer of this node (the group found its node down): the
@@ -636,6 +634,15 @@ fn note_quorum_log(ch: &mut ChannelState, log: u64) {
 }
 
 /// basic.cancel to a client whose consumer the broker ended.
+/// What became of a quorum queue's delivery handed to a channel.
+#[derive(Debug, Clone)]
+pub enum Accepted {
+    /// Written to the client, or relayed to its node.
+    Written,
+    /// A stand-in's basic.get: the message, for the request's answer.
+    StandInGet(Delivery),
+}
+
 /// A consume of a quorum queue, registered in its channel: what its checkout carries.
 #[derive(Debug, Clone)]
 pub struct QuorumConsume {
