@@ -13,7 +13,7 @@ use warren_broker::error::AmqpError;
 use warren_broker::quorum::ConsumerSpec;
 use warren_broker::relay::{Delivery, Relay};
 use warren_broker::vhost::VHost;
-use warren_cluster::messaging::{Data, Got, Messaging, Request, Response};
+use warren_cluster::messaging::{Data, Messaging, Request, Response};
 use warren_cluster::replicas::group_id;
 
 /// The pseudo channel a peer's forwarded publishes are confirmed on (channel keys are
@@ -138,16 +138,7 @@ pub fn answer(
                 reply(
                     &m,
                     Ok(Response::Got {
-                        got: d.map(|d| Got {
-                            tag: d.tag,
-                            redelivered: d.redelivered,
-                            no_ack: d.no_ack,
-                            message_count: d.message_count,
-                            exchange: d.message.exchange.to_vec(),
-                            routing_key: d.message.routing_key.to_vec(),
-                            properties: d.properties.to_vec(),
-                            body: d.message.body.to_vec(),
-                        }),
+                        got: d.as_ref().map(crate::remote::got_for_client),
                     }),
                 )
             });

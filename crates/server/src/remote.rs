@@ -212,6 +212,20 @@ pub async fn declared_there(cluster: &Arc<Cluster>, peer: u64, declare: Request)
     }
 }
 
+/// A stand-in's basic.get message, as its client's node is answered.
+pub fn got_for_client(d: &Delivery) -> Got {
+    Got {
+        tag: d.tag,
+        redelivered: d.redelivered,
+        no_ack: d.no_ack,
+        message_count: d.message_count,
+        exchange: d.message.exchange.to_vec(),
+        routing_key: d.message.routing_key.to_vec(),
+        properties: d.properties.to_vec(),
+        body: d.message.body.to_vec(),
+    }
+}
+
 /// A forwarded publish taken from a peer, not answered yet.
 struct Forward {
     epoch: u64,
@@ -480,16 +494,7 @@ impl Peers {
                 v.open_stand_in(channel, conn, number, &user, node.clone(), relay());
                 v.basic_get(channel, &queue, no_ack, now).map(|r| match r {
                     GetResult::Relayed(d) => Response::Got {
-                        got: Some(Got {
-                            tag: d.tag,
-                            redelivered: d.redelivered,
-                            no_ack: d.no_ack,
-                            message_count: d.message_count,
-                            exchange: d.message.exchange.to_vec(),
-                            routing_key: d.message.routing_key.to_vec(),
-                            properties: d.properties.to_vec(),
-                            body: d.message.body.to_vec(),
-                        }),
+                        got: Some(got_for_client(&d)),
                     },
                     _ => Response::Got { got: None },
                 })
