@@ -290,9 +290,12 @@ pub fn validate_definition(
             continue;
         };
         let ok = match check {
-            Check::IntAtLeast(min) => {
-                value.as_i64().is_some_and(|i| i >= *min) || value.as_u64().is_some()
-            }
+            Check::IntAtLeast(min) => match (value.as_i64(), value.as_u64()) {
+                (Some(i), _) => i >= *min,
+                // Beyond i64 but an integer still: as large a limit as anyone means.
+                (None, Some(_)) => true,
+                _ => false,
+            },
             Check::Text => value.is_string(),
             Check::OneOf(allowed) => value.as_str().is_some_and(|s| allowed.contains(&s)),
             Check::Age => value.as_str().is_some_and(valid_max_age),
