@@ -7,8 +7,9 @@
 //! SHA-256 hash (`rabbit_password_hashing_sha256`, the same bytes RabbitMQ stores), queues and
 //! exchanges come durable or not, the default exchange and the `amq.*` ones are left out but
 //! bindings from `amq.*` exchanges stay, exclusive queues and their bindings are left out (they
-//! mean nothing without the connection that owns them). The per-vhost form drops `vhost` from
-//! each entry and every node-wide section, as RabbitMQ's does.
+//! mean nothing without the connection that owns them). The per-vhost form drops every
+//! node-wide section and `vhost` from each queue, exchange and binding (policies and operator
+//! policies keep theirs), as RabbitMQ's does.
 //!
 //! Unlike RabbitMQ, every list is sorted (users, vhosts, permissions by name; queues, exchanges
 //! and bindings by vhost, then their names, keys and arguments), so two nodes with the same
@@ -184,22 +185,19 @@ fn document(s: &Shared, scope: Scope<'_>) -> Value {
                     "pattern": pattern, "definition": definition,
                     "priority": priority, "apply-to": apply_to,
                 });
+                // Unlike queues, these keep their `vhost` in a per-vhost document too, as
+                // RabbitMQ 3.10.8's do.
                 match kind {
                     // As RabbitMQ: operator policies are runtime parameters of their own
                     // component, listed under `parameters`.
-                    PolicyKind::Operator => parameters.push(entry(
-                        vhost,
-                        object(json!({
-                            "value": value, "component": "operator_policy", "name": name,
-                        })),
-                    )),
-                    PolicyKind::Policy => policies.push(entry(
-                        vhost,
-                        object(json!({
-                            "name": name, "pattern": pattern, "apply-to": apply_to,
-                            "definition": definition, "priority": priority,
-                        })),
-                    )),
+                    PolicyKind::Operator => parameters.push(json!({
+                        "value": value, "vhost": vhost, "component": "operator_policy",
+                        "name": name,
+                    })),
+                    PolicyKind::Policy => policies.push(json!({
+                        "vhost": vhost, "name": name, "pattern": pattern, "apply-to": apply_to,
+                        "definition": definition, "priority": priority,
+                    })),
                 }
             }
             Command::ExchangeDeclare {

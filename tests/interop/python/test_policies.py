@@ -310,6 +310,15 @@ def test_ctl_sets_lists_and_clears_policies(broker, api, name):
     assert api.get(f"/api/operator-policies/%2F/{q(name)}").status == 404
 
 
+def answers(api, path):
+    """The JSON `path` answers with, or None while the API is not listening yet (warren opens
+    its AMQP port first)."""
+    try:
+        return api.get(path).json
+    except OSError:
+        return None
+
+
 @pytest.mark.restart
 def test_policies_survive_a_restart(broker, api, name):
     path = f"/api/policies/%2F/{q(name)}"
@@ -320,6 +329,7 @@ def test_policies_survive_a_restart(broker, api, name):
     assert api.put(op, {"pattern": anchored(name), "definition": {"expires": 60000}}).status == 201
     try:
         broker.restart()
+        wait_for(lambda: answers(api, path), what="the management API after the restart")
         assert api.get(path).json["definition"] == {"max-length": 2}
         assert api.get(op).json["definition"] == {"expires": 60000}
         c = broker.connect()
