@@ -400,7 +400,15 @@ impl Policies {
         self.user.is_empty() && self.operator.is_empty()
     }
 
-    /// The policies of a kind, highest priority first (as `rabbitmqctl list_policies`).
+    /// The policies of a kind, lowest priority first (as RabbitMQ's `/api/policies` and
+    /// `rabbitmqctl list_policies` list them), then by name.
+    pub fn listed(&self, kind: PolicyKind) -> Vec<&Policy> {
+        let mut v: Vec<&Policy> = self.of(kind).values().collect();
+        v.sort_by(|a, b| a.priority_f64().total_cmp(&b.priority_f64()));
+        v
+    }
+
+    /// The policies of a kind, highest priority first, then by name: the order of matching.
     pub fn list(&self, kind: PolicyKind) -> Vec<&Policy> {
         let mut v: Vec<&Policy> = self.of(kind).values().collect();
         v.sort_by(|a, b| b.priority_f64().total_cmp(&a.priority_f64()));

@@ -342,3 +342,23 @@ def test_policies_survive_a_restart(broker, api, name):
     finally:
         api.delete(path)
         api.delete(op)
+
+
+def test_policies_are_listed_lowest_priority_first_and_go_with_their_vhost(api, name):
+    vhost = q(name)
+    assert api.put(f"/api/vhosts/{vhost}").status == 201
+    try:
+        for policy, priority in (("b", 5), ("a", 1), ("c", 3)):
+            assert api.put(f"/api/policies/{vhost}/{policy}",
+                           {"pattern": "^x", "definition": {"max-length": 1},
+                            "priority": priority}).status == 201
+        listed = api.get(f"/api/policies/{vhost}").json
+        assert [(p["name"], p["priority"], p["vhost"]) for p in listed] == [
+            ("a", 1, name), ("c", 3, name), ("b", 5, name)]
+    finally:
+        assert api.delete(f"/api/vhosts/{vhost}").status == 204
+    assert api.put(f"/api/vhosts/{vhost}").status == 201
+    try:
+        assert api.get(f"/api/policies/{vhost}").json == [], "deleted with their vhost"
+    finally:
+        api.delete(f"/api/vhosts/{vhost}")

@@ -50,7 +50,7 @@ fn policy_caller(
 }
 
 /// The policies of `kind` in the vhosts the caller sees (`only`: one of them), in vhost order
-/// then by priority.
+/// then lowest priority first, as RabbitMQ lists them.
 fn list_json(
     s: &Shared,
     caller: &auth::Caller,
@@ -67,7 +67,7 @@ fn list_json(
         let v = v.lock().expect("vhost lock");
         out.extend(
             v.policies()
-                .list(kind)
+                .listed(kind)
                 .into_iter()
                 .map(|p| policy_json(&name, p)),
         );
