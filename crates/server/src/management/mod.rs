@@ -176,13 +176,23 @@ pub fn router(shared: Arc<Shared>) -> Router {
             "/api/consumers/{vhost}",
             get(connections::list_vhost_consumers),
         )
+        // A definitions document may exceed axum's 2 MB default: 10,000 queues with their
+        // bindings take a few MB.
         .route(
             "/api/definitions",
-            get(crate::definitions::get_all).post(crate::definitions::post_all),
+            get(crate::definitions::get_all)
+                .post(crate::definitions::post_all)
+                .layer(axum::extract::DefaultBodyLimit::max(
+                    crate::definitions_import::DOCUMENT_BYTES_MAX,
+                )),
         )
         .route(
             "/api/definitions/{vhost}",
-            get(crate::definitions::get_vhost).post(crate::definitions::post_vhost),
+            get(crate::definitions::get_vhost)
+                .post(crate::definitions::post_vhost)
+                .layer(axum::extract::DefaultBodyLimit::max(
+                    crate::definitions_import::DOCUMENT_BYTES_MAX,
+                )),
         )
         .route("/api/policies", get(policies::list_all))
         .route("/api/policies/{vhost}", get(policies::list_vhost))

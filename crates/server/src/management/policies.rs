@@ -116,7 +116,10 @@ async fn get_one(
 fn invalid(kind: PolicyKind, why: &str) -> Response {
     let reason = format!("Validation failed\n\n{why}\n");
     let reason = match kind {
-        PolicyKind::Policy => reason.replace('<', "&lt;").replace('>', "&gt;"),
+        PolicyKind::Policy => reason
+            .replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;"),
         PolicyKind::Operator => reason,
     };
     error(StatusCode::BAD_REQUEST, &reason)
