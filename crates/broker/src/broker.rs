@@ -271,6 +271,38 @@ impl Broker {
                         .map_err(amqp)?;
                 }
             }
+            MetaRecord::SetPolicy {
+                vhost: v,
+                name,
+                kind,
+                pattern,
+                apply_to,
+                priority,
+                definition,
+            } => {
+                let policy = crate::policy::Policy::new(
+                    kind,
+                    &name,
+                    &serde_json::Value::String(pattern),
+                    &apply_to,
+                    &serde_json::Value::Number(priority),
+                    &serde_json::Value::Object(definition),
+                )?;
+                vhost(&v)?
+                    .lock()
+                    .expect("vhost lock")
+                    .set_policy(kind, policy, now);
+            }
+            MetaRecord::ClearPolicy {
+                vhost: v,
+                name,
+                kind,
+            } => {
+                vhost(&v)?
+                    .lock()
+                    .expect("vhost lock")
+                    .clear_policy(kind, &name, now);
+            }
         }
         Ok(())
     }

@@ -1,5 +1,5 @@
 //! Metadata records: every change to durable topology (vhosts, users, permissions, durable
-//! exchanges, queues and bindings) as a record that the server appends to its metadata
+//! exchanges, queues and bindings, policies) as a record that the server appends to its metadata
 //! journal, and the replay of those records into a fresh broker at start.
 //!
 //! Records are JSON (control-plane volume, and readable when an operator needs to look);
@@ -7,6 +7,7 @@
 //! checks after a restart see exactly what was declared. Password hashes use RabbitMQ's
 //! definitions format (base64 of salt ++ SHA-256(salt ++ password)).
 
+use crate::policy::PolicyKind;
 use amq_protocol_types::FieldTable;
 use serde::{Deserialize, Serialize};
 
@@ -78,6 +79,22 @@ pub enum MetaRecord {
         to_queue: bool,
         key: String,
         arguments: FieldTable,
+    },
+    /// A policy or operator policy set (created or replaced) in a vhost, as validated by
+    /// [`crate::policy::Policy::new`]; replay validates it again.
+    SetPolicy {
+        vhost: String,
+        name: String,
+        kind: PolicyKind,
+        pattern: String,
+        apply_to: String,
+        priority: serde_json::Number,
+        definition: serde_json::Map<String, serde_json::Value>,
+    },
+    ClearPolicy {
+        vhost: String,
+        name: String,
+        kind: PolicyKind,
     },
 }
 

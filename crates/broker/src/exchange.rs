@@ -12,7 +12,11 @@ pub struct Exchange {
     pub auto_delete: bool,
     pub internal: bool,
     pub arguments: FieldTable,
+    /// Its alternate exchange's name: the `alternate-exchange` argument, else its policy's.
     pub alternate: Option<String>,
+    /// The policy and operator policy that apply to it.
+    pub policy: Option<String>,
+    pub operator_policy: Option<String>,
 }
 
 pub fn kind_from_name(name: &str) -> Option<ExchangeKind> {

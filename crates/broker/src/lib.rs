@@ -14,6 +14,8 @@
 //!   rabbit_fifo): log entries in, deliveries, confirms and dead letters out, alike on
 //!   every member of the queue's Raft group.
 //! - [`args`]: queue arguments validated as RabbitMQ validates them.
+//! - [`policy`]: policies and operator policies: validation, matching, and the effective
+//!   queue configuration they give with the declare's arguments.
 //! - [`command`]: topology changes as values, executed alike on every node of a cluster.
 //! - [`definitions`]: durable-topology changes as records for the metadata journal, and replay.
 //! - [`exchange`], [`message`], [`users`], [`error`].
@@ -34,6 +36,7 @@ pub mod exchange;
 pub mod message;
 pub mod outbox;
 pub mod persistence;
+pub mod policy;
 pub mod queue;
 pub mod queue_type;
 pub mod quorum;

@@ -81,6 +81,10 @@ pub struct Queue {
     /// Waiting in the vhost's list for [`crate::backlog::Backlog::page_out`].
     pub page_out_due: bool,
     pub stats: QueueStats,
+    /// The policy and operator policy that apply to it (their names); `config` is its
+    /// arguments merged with them.
+    pub policy: Option<String>,
+    pub operator_policy: Option<String>,
 }
 
 /// A prefix release goes out once this many entries have been settled in a row (or the log
@@ -204,6 +208,8 @@ impl Queue {
             released: ReleaseTracker::default(),
             page_out_due: false,
             stats: QueueStats::default(),
+            policy: None,
+            operator_policy: None,
         }
     }
 

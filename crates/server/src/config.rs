@@ -81,6 +81,9 @@ pub struct ServerConfig {
     /// Which node hosts a queue declared without `x-queue-leader-locator`: RabbitMQ's
     /// `queue_leader_locator`.
     pub queue_leader_locator: QueueLocator,
+    /// A definitions file (RabbitMQ's JSON format) imported at boot, before clients are
+    /// served: RabbitMQ's `load_definitions`. Importing is idempotent, so it may stay set.
+    pub load_definitions: Option<PathBuf>,
     /// Test-only fault injection (see [`crate::fault_injection`]): set from the hidden
     /// `--fault-injection` flag only, never from a config file.
     #[serde(skip)]
@@ -123,6 +126,7 @@ impl Default for ServerConfig {
             wal_dir: None,
             segment_dir: None,
             meta_dir: None,
+            load_definitions: None,
             wal_file_bytes_max: warren_store::config::WAL_FILE_BYTES_DEFAULT,
             adopt_live_percent_min: warren_store::config::ADOPT_LIVE_PERCENT_MIN,
             wal_commit_window_us: warren_store::config::COMMIT_WINDOW_US_DEFAULT,

@@ -1,4 +1,5 @@
-//! `GET /api/definitions` and `GET /api/definitions/{vhost}`: the whole topology in RabbitMQ's
+//! `GET /api/definitions` and `GET /api/definitions/{vhost}`: the whole topology, policies and
+//! operator policies (as `parameters` of component `operator_policy`) included, in RabbitMQ's
 //! definitions format, so backups and tools written for RabbitMQ's management plugin read it, and
 //! so that the nodes of a cluster can be compared entity by entity (the partition tests do).
 //!
@@ -6,8 +7,9 @@
 //! SHA-256 hash (`rabbit_password_hashing_sha256`, the same bytes RabbitMQ stores), queues and
 //! exchanges come durable or not, the default exchange and the `amq.*` ones are left out but
 //! bindings from `amq.*` exchanges stay, exclusive queues and their bindings are left out (they
-//! mean nothing without the connection that owns them). The per-vhost form drops `vhost` from
-//! each entry and every node-wide section, as RabbitMQ's does.
+//! mean nothing without the connection that owns them). The per-vhost form drops every
+//! node-wide section and `vhost` from each queue, exchange and binding (policies and operator
+//! policies keep theirs), as RabbitMQ's does.
 //!
 //! Unlike RabbitMQ, every list is sorted (users, vhosts, permissions by name; queues, exchanges
 //! and bindings by vhost, then their names, keys and arguments), so two nodes with the same
@@ -18,6 +20,7 @@
 
 use crate::management::{authorize, table_json};
 use crate::Shared;
+use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -27,6 +30,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use warren_broker::command::Command;
 use warren_broker::definitions::MetaRecord;
+use warren_broker::policy::PolicyKind;
 
 /// The RabbitMQ release whose definitions format this is (`rabbit_version` in the document).
 const RABBIT_VERSION: &str = "3.10.8";
@@ -65,6 +69,45 @@ pub async fn get_vhost(
     Json(document(&s, Scope::Vhost(&vhost))).into_response()
 }
 
+/// `POST /api/definitions`: imports a whole document (see [`crate::definitions_import`]); 204,
+/// or 400 with the reason as RabbitMQ answers.
+pub async fn post_all(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    post(s, headers, None, body).await
+}
+
+/// `POST /api/definitions/{vhost}`: imports one vhost's queues, exchanges, bindings and
+/// policies into `vhost`.
+pub async fn post_vhost(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Path(vhost): Path<String>,
+    body: Bytes,
+) -> Response {
+    post(s, headers, Some(vhost), body).await
+}
+
+async fn post(s: Arc<Shared>, headers: HeaderMap, vhost: Option<String>, body: Bytes) -> Response {
+    let caller = match crate::management::auth_admin(&s, &headers) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    if body.len() > crate::definitions_import::DOCUMENT_BYTES_MAX {
+        return bad_request("definitions document too large");
+    }
+    let Ok(doc) = serde_json::from_slice::<Value>(&body) else {
+        return bad_request("failed_to_parse_json");
+    };
+    match crate::definitions_import::import(&s, &doc, vhost.as_deref(), &caller).await {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(why) => bad_request(&why),
+    }
+}
+
+fn bad_request(reason: &str) -> Response {
+    let body = json!({ "error": "bad_request", "reason": reason });
+    (StatusCode::BAD_REQUEST, Json(body)).into_response()
+}
+
 fn document(s: &Shared, scope: Scope<'_>) -> Value {
     let commands = s.broker.export_commands();
     let in_scope = |vhost: &str| match scope {
@@ -93,6 +136,7 @@ fn document(s: &Shared, scope: Scope<'_>) -> Value {
 
     let (mut users, mut vhosts, mut permissions) = (Vec::new(), Vec::new(), Vec::new());
     let (mut queues, mut exchanges, mut bindings) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut policies, mut parameters) = (Vec::new(), Vec::new());
     for command in &commands {
         match command {
             Command::Meta {
@@ -125,6 +169,37 @@ fn document(s: &Shared, scope: Scope<'_>) -> Value {
                 "user": user, "vhost": vhost,
                 "configure": configure, "write": write, "read": read,
             })),
+            Command::Meta {
+                record:
+                    MetaRecord::SetPolicy {
+                        vhost,
+                        name,
+                        kind,
+                        pattern,
+                        apply_to,
+                        priority,
+                        definition,
+                    },
+            } if in_scope(vhost) => {
+                let value = json!({
+                    "pattern": pattern, "definition": definition,
+                    "priority": priority, "apply-to": apply_to,
+                });
+                // Unlike queues, these keep their `vhost` in a per-vhost document too, as
+                // RabbitMQ 3.10.8's do.
+                match kind {
+                    // As RabbitMQ: operator policies are runtime parameters of their own
+                    // component, listed under `parameters`.
+                    PolicyKind::Operator => parameters.push(json!({
+                        "value": value, "vhost": vhost, "component": "operator_policy",
+                        "name": name,
+                    })),
+                    PolicyKind::Policy => policies.push(json!({
+                        "vhost": vhost, "name": name, "pattern": pattern, "apply-to": apply_to,
+                        "definition": definition, "priority": priority,
+                    })),
+                }
+            }
             Command::ExchangeDeclare {
                 vhost,
                 name,
@@ -183,6 +258,8 @@ fn document(s: &Shared, scope: Scope<'_>) -> Value {
         }
     }
     sort_by_fields(&mut users, &["name"]);
+    sort_by_fields(&mut policies, &["vhost", "name"]);
+    sort_by_fields(&mut parameters, &["vhost", "component", "name"]);
     sort_by_fields(&mut vhosts, &["name"]);
     sort_by_fields(&mut permissions, &["user", "vhost"]);
     sort_by_fields(&mut queues, &["vhost", "name"]);
@@ -211,8 +288,8 @@ fn document(s: &Shared, scope: Scope<'_>) -> Value {
         doc.insert("topic_permissions".into(), json!([]));
         doc.insert("global_parameters".into(), json!([]));
     }
-    doc.insert("parameters".into(), json!([]));
-    doc.insert("policies".into(), json!([]));
+    doc.insert("parameters".into(), Value::Array(parameters));
+    doc.insert("policies".into(), Value::Array(policies));
     doc.insert("queues".into(), Value::Array(queues));
     doc.insert("exchanges".into(), Value::Array(exchanges));
     doc.insert("bindings".into(), Value::Array(bindings));

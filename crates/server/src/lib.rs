@@ -12,7 +12,8 @@
 //! - [`management`]: the HTTP management API and Prometheus metrics; [`registry`]: the open
 //!   connections it lists and closes; [`cluster_admin`]: its
 //!   cluster membership routes (join, forget); [`definitions`]: its `GET /api/definitions`,
-//!   the whole topology in RabbitMQ's export format.
+//!   the whole topology in RabbitMQ's export format; [`definitions_import`]: `POST` of one,
+//!   and `--load-definitions` at boot.
 //! - [`tls`]: AMQP over TLS, the management API over HTTPS, certificate logins and reloads.
 //! - [`fault_injection`]: test-only HTTP switches that make the next fsync fail.
 //! - [`metadata`]: durable topology: the journal it is written to and replayed from.
@@ -37,6 +38,7 @@ pub mod config;
 mod confirms;
 pub mod connection;
 pub mod definitions;
+pub mod definitions_import;
 pub mod durability;
 pub mod fault_injection;
 mod handshake;
@@ -232,6 +234,10 @@ pub async fn serve(
             failing.storage_failed(&why);
         }
     });
+    if let Some(path) = shared.config.load_definitions.clone() {
+        // Before the first client is accepted, as RabbitMQ's load_definitions.
+        definitions_import::load_at_boot(&shared, &path).await;
+    }
     let ticking = shared.clone();
     tokio::spawn(async move {
         let mut t = tokio::time::interval(TICK_INTERVAL);

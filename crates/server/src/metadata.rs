@@ -70,6 +70,9 @@ pub fn tick(shared: &Shared) {
             shared,
         };
         v.tick(now);
+        // Queues a policy change left over their length limits (in a cluster, the change was
+        // applied by the metadata group's thread, which carries out no storage work).
+        v.enforce_limits(now);
         // Remote consumers held off while their node's link was congested.
         v.resume_stand_ins(now);
     }

@@ -105,9 +105,63 @@ enum CtlCommand {
     SetDiskFreeLimit {
         bytes: u64,
     },
+    /// Set policy NAME in the vhost given by -p: queues and exchanges whose names match the
+    /// regular expression PATTERN get the keys of DEFINITION (a JSON object).
+    SetPolicy {
+        #[command(flatten)]
+        policy: PolicyArgs,
+    },
+    ClearPolicy {
+        #[arg(short = 'p', long = "vhost", default_value = "/")]
+        vhost: String,
+        name: String,
+    },
+    ListPolicies {
+        #[arg(short = 'p', long = "vhost", default_value = "/")]
+        vhost: String,
+    },
+    /// Set operator policy NAME: limits (max-length, message-ttl, expires, ...) that cap what
+    /// users' policies and queue arguments ask for.
+    SetOperatorPolicy {
+        #[command(flatten)]
+        policy: PolicyArgs,
+    },
+    ClearOperatorPolicy {
+        #[arg(short = 'p', long = "vhost", default_value = "/")]
+        vhost: String,
+        name: String,
+    },
+    ListOperatorPolicies {
+        #[arg(short = 'p', long = "vhost", default_value = "/")]
+        vhost: String,
+    },
+    /// Write the node's definitions (RabbitMQ's JSON) to FILE, `-` for standard output.
+    ExportDefinitions {
+        file: String,
+    },
+    /// Import a definitions file (RabbitMQ's JSON; `-` for standard input).
+    ImportDefinitions {
+        file: String,
+    },
     /// Read the TLS certificate, key and CA files again (as SIGHUP does): new connections get
     /// them, open ones keep theirs; if a file is bad the old ones stay and this fails naming it.
     ReloadCertificates,
+}
+
+/// rabbitmqctl set_policy's arguments, shared by set_operator_policy.
+#[derive(Args, Debug)]
+struct PolicyArgs {
+    #[arg(short = 'p', long = "vhost", default_value = "/")]
+    vhost: String,
+    /// Of the policies matching a name, the one with the highest priority applies.
+    #[arg(long, default_value_t = 0)]
+    priority: i64,
+    /// queues, exchanges, all, classic_queues or quorum_queues.
+    #[arg(long = "apply-to", default_value = "all")]
+    apply_to: String,
+    name: String,
+    pattern: String,
+    definition: String,
 }
 
 struct Endpoint {
@@ -547,6 +601,60 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
                 Some(&json!({ "bytes": bytes })),
             )?)?;
         }
+        CtlCommand::SetPolicy { policy } => set_policy(&ep, "policies", "policy", policy)?,
+        CtlCommand::SetOperatorPolicy { policy } => {
+            set_policy(&ep, "operator-policies", "operator policy", policy)?
+        }
+        CtlCommand::ClearPolicy { vhost, name } => {
+            println!("Clearing policy \"{name}\" on vhost \"{vhost}\" ...");
+            expect_ok(request(
+                &ep,
+                "DELETE",
+                &format!("/api/policies/{}/{}", seg(&vhost), seg(&name)),
+                None,
+            )?)?;
+        }
+        CtlCommand::ClearOperatorPolicy { vhost, name } => {
+            println!("Clearing operator policy \"{name}\" on vhost \"{vhost}\" ...");
+            expect_ok(request(
+                &ep,
+                "DELETE",
+                &format!("/api/operator-policies/{}/{}", seg(&vhost), seg(&name)),
+                None,
+            )?)?;
+        }
+        CtlCommand::ListPolicies { vhost } => list_policies(&ep, "policies", &vhost)?,
+        CtlCommand::ListOperatorPolicies { vhost } => {
+            list_policies(&ep, "operator-policies", &vhost)?
+        }
+        CtlCommand::ExportDefinitions { file } => {
+            let body = expect_ok(request(&ep, "GET", "/api/definitions", None)?)?;
+            let doc: Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+            let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
+            if file == "-" {
+                println!("{text}");
+            } else {
+                std::fs::write(&file, text + "\n")
+                    .map_err(|e| format!("cannot write {file}: {e}"))?;
+                println!("Exported definitions for localhost to \"{file}\"");
+            }
+        }
+        CtlCommand::ImportDefinitions { file } => {
+            let text = if file == "-" {
+                let mut t = String::new();
+                std::io::stdin()
+                    .read_to_string(&mut t)
+                    .map_err(|e| format!("cannot read standard input: {e}"))?;
+                t
+            } else {
+                std::fs::read_to_string(&file).map_err(|e| format!("cannot read {file}: {e}"))?
+            };
+            let doc: Value = serde_json::from_str(&text)
+                .map_err(|e| format!("{file} is not a JSON document: {e}"))?;
+            println!("Importing definitions in JSON from a file at \"{file}\" ...");
+            expect_ok(request(&ep, "POST", "/api/definitions", Some(&doc))?)?;
+            println!("Successfully started definition import. This process is asynchronous and can take some time.");
+        }
         CtlCommand::ReloadCertificates => {
             expect_ok(request(
                 &ep,
@@ -615,6 +723,58 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
             expect_ok((code, body))?;
             println!("Node reported no local alarms");
         }
+    }
+    Ok(())
+}
+
+/// set_policy and set_operator_policy: `path` is the API's collection, `what` the word
+/// rabbitmqctl prints.
+fn set_policy(ep: &Endpoint, path: &str, what: &str, p: PolicyArgs) -> Result<(), String> {
+    let definition: Value = serde_json::from_str(&p.definition)
+        .map_err(|e| format!("Could not parse JSON document: {e}"))?;
+    println!(
+        "Setting {what} \"{}\" for pattern \"{}\" to \"{}\" with priority \"{}\" for vhost \"{}\" ...",
+        p.name, p.pattern, p.definition, p.priority, p.vhost
+    );
+    expect_ok(request(
+        ep,
+        "PUT",
+        &format!(
+            "/api/{path}/{}/{}",
+            encode_segment(&p.vhost),
+            encode_segment(&p.name)
+        ),
+        Some(&json!({
+            "pattern": p.pattern,
+            "definition": definition,
+            "priority": p.priority,
+            "apply-to": p.apply_to,
+        })),
+    )?)?;
+    Ok(())
+}
+
+/// list_policies and list_operator_policies, in rabbitmqctl's columns.
+fn list_policies(ep: &Endpoint, path: &str, vhost: &str) -> Result<(), String> {
+    let v: Value = serde_json::from_str(&expect_ok(request(
+        ep,
+        "GET",
+        &format!("/api/{path}/{}", encode_segment(vhost)),
+        None,
+    )?)?)
+    .unwrap_or_default();
+    println!("Listing policies for vhost \"{vhost}\" ...");
+    println!("vhost\tname\tpattern\tapply-to\tdefinition\tpriority");
+    for p in v.as_array().into_iter().flatten() {
+        println!(
+            "{}\t{}\t{}\t{}\t{}\t{}",
+            p["vhost"].as_str().unwrap_or_default(),
+            p["name"].as_str().unwrap_or_default(),
+            p["pattern"].as_str().unwrap_or_default(),
+            p["apply-to"].as_str().unwrap_or_default(),
+            p["definition"],
+            p["priority"]
+        );
     }
     Ok(())
 }

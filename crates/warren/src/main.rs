@@ -38,7 +38,8 @@ struct ServerArgs {
     /// TOML file with server settings (keys: listen, data_dir, wal_dir, segment_dir, meta_dir,
     /// wal_file_bytes_max, adopt_live_percent_min, wal_commit_window_us, heartbeat_s, channel_max,
     /// frame_max_bytes, message_bytes_max, memory_high_watermark_bytes, disk_free_limit_bytes,
-    /// message_memory_bytes, management_listen, auth_mechanisms, handshake_timeout_ms, and a
+    /// message_memory_bytes, management_listen, auth_mechanisms, handshake_timeout_ms,
+    /// load_definitions, and a
     /// [tls] table: listen, cert, key, ca, verify_peer, fail_if_no_peer_cert, versions,
     /// cert_login_from, management_listen, management_cert, management_key; see docs/tls.md).
     #[arg(long, env = "WARREN_CONFIG")]
@@ -102,6 +103,10 @@ struct ServerArgs {
     /// Metadata (durable exchanges, queues, bindings, users, vhosts) [default: DATA_DIR/meta].
     #[arg(long, env = "WARREN_META_DIR")]
     meta_dir: Option<PathBuf>,
+    /// A definitions file (RabbitMQ's JSON: users, vhosts, permissions, policies, queues,
+    /// exchanges, bindings) imported at boot, before clients are served; idempotent.
+    #[arg(long, env = "WARREN_LOAD_DEFINITIONS")]
+    load_definitions: Option<PathBuf>,
     /// Size at which the WAL rolls over to a new file, 4096 to 1073741824 [default: 268435456].
     #[arg(long, env = "WARREN_WAL_FILE_BYTES_MAX")]
     wal_file_bytes_max: Option<u64>,
@@ -242,6 +247,9 @@ impl ServerArgs {
         }
         if let Some(v) = &self.meta_dir {
             c.meta_dir = Some(v.clone());
+        }
+        if let Some(v) = &self.load_definitions {
+            c.load_definitions = Some(v.clone());
         }
         if let Some(v) = self.wal_file_bytes_max {
             c.wal_file_bytes_max = v;

@@ -97,6 +97,7 @@ impl VHost {
     /// The records that rebuild this vhost's durable topology (for journal compaction).
     pub fn export_meta(&self, out: &mut Vec<MetaRecord>) {
         let vhost = &self.name;
+        out.extend(self.policy_records());
         let standard = |n: &str| STANDARD_EXCHANGES.iter().any(|(s, _, _)| *s == n);
         for x in self
             .exchanges
@@ -189,6 +190,11 @@ impl VHost {
     /// applying the log did.
     pub fn export_commands(&self, out: &mut Vec<Command>) {
         let vhost = &self.name;
+        out.extend(
+            self.policy_records()
+                .into_iter()
+                .map(|record| Command::Meta { record }),
+        );
         let standard = |n: &str| STANDARD_EXCHANGES.iter().any(|(s, _, _)| *s == n);
         let mut exchanges: Vec<_> = self
             .exchanges
@@ -400,6 +406,10 @@ impl VHost {
                 stats: q.stats,
                 members: q.members.clone(),
                 log_id: q.log_id,
+                policy: q.policy.clone(),
+                operator_policy: q.operator_policy.clone(),
+                effective_policy_definition: self
+                    .effective_definition(q.policy.as_deref(), q.operator_policy.as_deref()),
             })
             .collect();
         v.sort_by(|a, b| a.name.cmp(&b.name));
@@ -417,6 +427,7 @@ impl VHost {
                 auto_delete: x.auto_delete,
                 internal: x.internal,
                 arguments: x.arguments.clone(),
+                policy: x.policy.clone(),
             })
             .collect();
         v.push(ExchangeInfo {
@@ -426,6 +437,7 @@ impl VHost {
             auto_delete: false,
             internal: false,
             arguments: FieldTable::default(),
+            policy: None,
         });
         v.sort_by(|a, b| a.name.cmp(&b.name));
         v

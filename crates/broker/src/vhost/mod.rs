@@ -90,6 +90,10 @@ pub struct QueueInfo {
     pub members: Vec<std::sync::Arc<str>>,
     /// The queue's storage log (durable queues).
     pub log_id: Option<u64>,
+    /// The policy and operator policy that apply to it, and their merged definition.
+    pub policy: Option<String>,
+    pub operator_policy: Option<String>,
+    pub effective_policy_definition: serde_json::Map<String, serde_json::Value>,
 }
 
 #[derive(Debug, Clone)]
@@ -100,6 +104,8 @@ pub struct ExchangeInfo {
     pub auto_delete: bool,
     pub internal: bool,
     pub arguments: FieldTable,
+    /// The policy that applies to it, if any.
+    pub policy: Option<String>,
 }
 
 /// A channel as the management API lists it (`/api/channels`).
@@ -187,6 +193,10 @@ pub struct VHost {
     remote: Vec<RemoteEffect>,
     /// Open stand-ins for channels of clients on other nodes.
     stand_ins: usize,
+    /// The vhost's policies and operator policies (see `policies`).
+    policies: crate::policy::Policies,
+    /// Queues a policy change may have left over a length limit, to trim.
+    limits_due: Vec<QueueId>,
 }
 
 /// A message leaving a queue for its dead-letter exchange.
@@ -200,6 +210,7 @@ struct DeadLetter {
 mod dead_letter;
 mod delivery;
 mod metadata;
+mod policies;
 mod publish;
 mod remote;
 pub use remote::{Accepted, QuorumConsume};
@@ -231,6 +242,8 @@ impl VHost {
             self_deleted: Vec::new(),
             remote: Vec::new(),
             stand_ins: 0,
+            policies: crate::policy::Policies::default(),
+            limits_due: Vec::new(),
         };
         for (n, kind, internal) in STANDARD_EXCHANGES {
             v.create_exchange(n, *kind, true, false, *internal, FieldTable::default());
@@ -253,10 +266,7 @@ impl VHost {
             self.next_exchange += 1;
             ExchangeId(self.next_exchange - 1)
         });
-        let alternate = arguments
-            .inner()
-            .get("alternate-exchange")
-            .and_then(args::string);
+        let (alternate, policy, operator_policy) = self.exchange_policy(name, &arguments);
         self.routes
             .declare_exchange(id, kind)
             .expect("exchange ids are allocated once");
@@ -271,6 +281,8 @@ impl VHost {
                 internal,
                 arguments,
                 alternate,
+                policy,
+                operator_policy,
             },
         );
         self.exchanges_by_name.insert(name.to_string(), id);
@@ -646,6 +658,7 @@ impl VHost {
             self.next_queue += 1;
             QueueId(self.next_queue - 1)
         });
+        let (config, policy, operator_policy) = self.queue_policy(&name, &config, &arguments);
         let owner = exclusive.then_some(conn);
         let mut q = Queue::new(
             id,
@@ -657,6 +670,7 @@ impl VHost {
             config,
             now_ms,
         );
+        (q.policy, q.operator_policy) = (policy, operator_policy);
         if q.durable {
             // A random log id: unique with overwhelming odds, and never reused after a delete.
             q.log_id = Some(log_id.unwrap_or_else(|| rand::random::<u64>() | 1));

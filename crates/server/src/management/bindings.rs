@@ -253,7 +253,7 @@ pub struct BindBody {
 }
 
 /// The AMQP method binding (or unbinding) `source` to `destination`.
-fn bind_method(
+pub(crate) fn bind_method(
     bind: bool,
     to_queue: bool,
     source: &str,

@@ -32,7 +32,7 @@ pub fn from_path(name: &str) -> &str {
 }
 
 pub fn exchange_json(vhost: &str, x: &ExchangeInfo) -> Value {
-    json!({
+    let mut out = json!({
         "name": x.name,
         "vhost": vhost,
         "type": x.kind,
@@ -40,7 +40,12 @@ pub fn exchange_json(vhost: &str, x: &ExchangeInfo) -> Value {
         "auto_delete": x.auto_delete,
         "internal": x.internal,
         "arguments": table_json(&x.arguments),
-    })
+    });
+    // RabbitMQ shows `policy` only on exchanges that have one.
+    if let Some(p) = &x.policy {
+        out["policy"] = json!(p);
+    }
+    out
 }
 
 fn exchanges_json(s: &Shared, only: impl Fn(&str) -> bool) -> Vec<Value> {

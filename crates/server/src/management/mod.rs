@@ -10,7 +10,8 @@
 //!   cluster it is replicated and reaches queues on other nodes exactly as AMQP does.
 //! - [`overview`] (`/api/overview`, `/api/nodes`, `/api/warren/cluster`), [`health`] (the
 //!   health checks, `/api/aliveness-test`), [`vhosts`], [`users`] (users, permissions,
-//!   `/api/whoami`), [`queues`], [`exchanges`], [`bindings`], [`connections`] (connections,
+//!   `/api/whoami`), [`policies`] (policies and operator policies), [`queues`], [`exchanges`],
+//!   [`bindings`], [`connections`] (connections,
 //!   channels, consumers), [`settings`] (alarm limits, certificate reloads), [`metrics`];
 //!   [`stats`]: `message_stats` counts and rates.
 //!
@@ -28,20 +29,26 @@
 #![allow(clippy::result_large_err)]
 
 mod auth;
-mod bindings;
+pub(crate) mod bindings;
 mod connections;
 mod exchanges;
 mod health;
 mod metrics;
 mod overview;
+pub(crate) mod policies;
 mod queues;
-mod session;
+pub(crate) mod session;
 mod settings;
 pub mod stats;
 mod users;
 mod vhosts;
 
 pub(crate) use auth::authorize;
+
+/// The calling administrator's name, or the answer refusing the caller.
+pub(crate) fn auth_admin(s: &Shared, headers: &axum::http::HeaderMap) -> Result<String, Response> {
+    auth::admin(s, headers).map(|c| c.user)
+}
 
 use crate::Shared;
 use amq_protocol_types::{AMQPValue, FieldArray, FieldTable, LongString};
@@ -169,10 +176,42 @@ pub fn router(shared: Arc<Shared>) -> Router {
             "/api/consumers/{vhost}",
             get(connections::list_vhost_consumers),
         )
-        .route("/api/definitions", get(crate::definitions::get_all))
+        // A definitions document may exceed axum's 2 MB default: 10,000 queues with their
+        // bindings take a few MB.
+        .route(
+            "/api/definitions",
+            get(crate::definitions::get_all)
+                .post(crate::definitions::post_all)
+                .layer(axum::extract::DefaultBodyLimit::max(
+                    crate::definitions_import::DOCUMENT_BYTES_MAX,
+                )),
+        )
         .route(
             "/api/definitions/{vhost}",
-            get(crate::definitions::get_vhost),
+            get(crate::definitions::get_vhost)
+                .post(crate::definitions::post_vhost)
+                .layer(axum::extract::DefaultBodyLimit::max(
+                    crate::definitions_import::DOCUMENT_BYTES_MAX,
+                )),
+        )
+        .route("/api/policies", get(policies::list_all))
+        .route("/api/policies/{vhost}", get(policies::list_vhost))
+        .route(
+            "/api/policies/{vhost}/{name}",
+            get(policies::get_policy)
+                .put(policies::put_policy)
+                .delete(policies::delete_policy),
+        )
+        .route("/api/operator-policies", get(policies::list_all_operator))
+        .route(
+            "/api/operator-policies/{vhost}",
+            get(policies::list_vhost_operator),
+        )
+        .route(
+            "/api/operator-policies/{vhost}/{name}",
+            get(policies::get_operator)
+                .put(policies::put_operator)
+                .delete(policies::delete_operator),
         )
         .route(
             "/api/warren/vm-memory-high-watermark",

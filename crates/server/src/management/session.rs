@@ -84,7 +84,6 @@ impl Session {
     /// when the vhost is gone or the user has none (RabbitMQ refuses its direct connection:
     /// "Access refused.").
     pub fn open(s: &Arc<Shared>, user: &str, vhost_name: &str) -> Option<Session> {
-        let vhost = s.broker.vhost(vhost_name)?;
         let permissions = s
             .broker
             .users
@@ -92,6 +91,18 @@ impl Session {
             .expect("users lock")
             .permissions(user, vhost_name)
             .cloned()?;
+        Session::open_with(s, user, vhost_name, permissions)
+    }
+
+    /// [`Session::open`] with the given permissions rather than the user's: a definitions
+    /// import by an administrator declares in vhosts it has no grant in, as RabbitMQ's does.
+    pub fn open_with(
+        s: &Arc<Shared>,
+        user: &str,
+        vhost_name: &str,
+        permissions: warren_broker::users::Permissions,
+    ) -> Option<Session> {
+        let vhost = s.broker.vhost(vhost_name)?;
         let outbox = Arc::new(Outbox::new(
             s.config.frame_max_bytes,
             // Nobody writes this outbox to a socket: the session reads it after each method.
