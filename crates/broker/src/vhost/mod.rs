@@ -187,6 +187,8 @@ pub struct VHost {
     remote: Vec<RemoteEffect>,
     /// Open stand-ins for channels of clients on other nodes.
     stand_ins: usize,
+    /// The vhost's limits (`max-connections`, `max-queues`); see [`crate::limits`].
+    limits: crate::limits::LimitMap,
 }
 
 /// A message leaving a queue for its dead-letter exchange.
@@ -230,6 +232,7 @@ impl VHost {
             self_deleted: Vec::new(),
             remote: Vec::new(),
             stand_ins: 0,
+            limits: Default::default(),
         };
         for (n, kind, internal) in STANDARD_EXCHANGES {
             v.create_exchange(n, *kind, true, false, *internal, FieldTable::default());
@@ -640,6 +643,13 @@ impl VHost {
         }
         if durable {
             self.durable_change_allowed()?;
+        }
+        // Counted here, where a replicated declare is applied, so that every node refuses it
+        // alike: each holds every queue of the vhost, whichever node hosts it.
+        let max_queues = crate::limits::effective(&self.limits, crate::limits::MAX_QUEUES);
+        if crate::limits::reached(max_queues, self.queues.len()) {
+            let limit = max_queues.unwrap_or_default();
+            return Err(crate::limits::queues_refused(&name, &self.name, limit));
         }
         let id = self.free_queue_ids.pop().unwrap_or_else(|| {
             self.next_queue += 1;
