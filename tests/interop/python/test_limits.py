@@ -242,3 +242,28 @@ def test_limits_and_topic_permissions_survive_a_restart(broker, vhost, user):
     expect_channel_error(403, topic_refused("b", user, vhost),
                          ch.basic_publish, "amq.topic", "b", b"x")
     c.close()
+
+
+def failed_logins(broker):
+    from helpers import management
+    for line in management(broker, "/metrics").splitlines():
+        if line.startswith("warren_auth_attempts_failed_total "):
+            return int(line.split()[1])
+    raise AssertionError("no warren_auth_attempts_failed_total in /metrics")
+
+
+def test_failed_logins_are_logged_with_the_peer_address_and_counted(broker, vhost, user):
+    if broker.is_rabbitmq or not broker.log_path:
+        pytest.skip("reads warren's log and metrics")
+    before = failed_logins(broker)
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+        connect(broker, vhost, user, "wrong-password")
+    assert failed_logins(broker) == before + 1
+    with open(broker.log_path, errors="replace") as log:
+        lines = [x for x in log if "login refused" in x and user in x]
+    assert lines, "no log line for the refused login"
+    assert "peer=127.0.0.1:" in lines[-1] and "invalid credentials" in lines[-1], lines[-1]
+    # A connection refused by a limit is no failed login.
+    broker.ctl("set_user_limits", user, '{"max-connections": 0}')
+    refused_at_open(broker, vhost, user, PASSWORD)
+    assert failed_logins(broker) == before + 1
