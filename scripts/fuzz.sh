@@ -49,6 +49,11 @@ for t in "${targets[@]}"; do
     failed=1
     tail -40 "$log" >&2
   fi
+  # With -jobs=1 libFuzzer writes the run's own output to fuzz-0.log in the working directory.
+  if [ -f fuzz-0.log ]; then
+    cat fuzz-0.log >>"$log"
+    rm -f fuzz-0.log
+  fi
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
   cov=$(grep -Eo 'cov: [0-9]+ ft: [0-9]+' "$log" | tail -1)
   summary+=("$(printf '%-16s %-8s %12s execs  %s' "$t" "$verdict" "${execs:-?}" "${cov:-?}")")

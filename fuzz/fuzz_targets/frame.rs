@@ -21,7 +21,10 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut buf = BytesMut::from(data);
     while let Ok(Some(f)) = frame::decode(&mut buf, frame_max) {
-        assert!(f.payload.len() + 8 <= frame_max as usize, "frame over frame_max");
+        assert!(
+            f.payload.len() + 8 <= frame_max as usize,
+            "frame over frame_max"
+        );
         match f.kind {
             FRAME_METHOD => {
                 let _ = Method::decode(f.payload);

@@ -63,7 +63,9 @@ fn template() -> &'static Path {
         store.append(5, &entries(61, 30, 2)).expect("append");
         store.roll_wal();
         store.wait_idle().expect("settled");
-        store.append(1, &entries(61, 20, 1)).expect("append to the live WAL");
+        store
+            .append(1, &entries(61, 20, 1))
+            .expect("append to the live WAL");
         store.sync().expect("sync");
         drop(store);
         root
