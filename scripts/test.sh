@@ -2,7 +2,9 @@
 # Runs every test of the project on a fresh machine: installs what the tests need first.
 #
 #   1. formatting and lints (cargo fmt, clippy -D warnings)
-#   2. the Rust tests of every crate (codec, routing, vhost state machines, store, perf)
+#   2. the Rust tests of every crate (codec, routing, vhost state machines, store, perf), then
+#      each coverage-guided fuzz target briefly (FUZZ_CI_SECONDS each, default 10; 0 skips; skipped
+#      by itself where no nightly toolchain can be had): docs/fuzzing.md
 #   3. the interoperability suite: real clients (pika, amqp091-go) against the warren binary,
 #      then again against node 2 of a local 3-node cluster
 #
@@ -14,6 +16,9 @@ cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
+if [ "${FUZZ_CI_SECONDS:-10}" -gt 0 ]; then
+  ./scripts/fuzz.sh "${FUZZ_CI_SECONDS:-10}"
+fi
 ./scripts/perf-tests.sh
 
 ./scripts/interop.sh --broker warren ${INTEROP_PYTEST_ARGS:-}

@@ -123,7 +123,13 @@ impl Broker {
         paging.as_ref().map(|p| p.budget.clone())
     }
 
+    /// Deletes a vhost with its limits (kept in it) and its topic permissions.
     pub fn delete_vhost(&self, name: &str) -> bool {
+        self.users
+            .write()
+            .expect("users lock")
+            .topic_permissions
+            .forget_vhost(name);
         self.vhosts
             .write()
             .expect("vhosts lock")
@@ -222,8 +228,14 @@ impl Broker {
             } => {
                 let v = vhost(&v)?;
                 let mut v = v.lock().expect("vhost lock");
-                v.queue_declare(0, &name, false, true, false, auto_delete, arguments, now)
-                    .map_err(amqp)?;
+                // Replay restores a queue that was accepted once: a max-queues lowered since
+                // (or recorded before it, after compaction) must not drop it.
+                let limits = v.limits().clone();
+                v.set_limits(Default::default());
+                let declared =
+                    v.queue_declare(0, &name, false, true, false, auto_delete, arguments, now);
+                v.set_limits(limits);
+                declared.map_err(amqp)?;
                 if log_id != 0 {
                     v.set_queue_log(&name, log_id);
                 }
@@ -303,6 +315,39 @@ impl Broker {
                     .expect("vhost lock")
                     .clear_policy(kind, &name, now);
             }
+            MetaRecord::SetVhostLimits { vhost: v, limits } => {
+                vhost(&v)?.lock().expect("vhost lock").set_limits(limits);
+            }
+            MetaRecord::SetUserLimits { user, limits } => {
+                self.users
+                    .write()
+                    .expect("users lock")
+                    .set_limits(&user, limits);
+            }
+            MetaRecord::SetTopicPermissions {
+                user,
+                vhost,
+                exchange,
+                write,
+                read,
+            } => {
+                self.users
+                    .write()
+                    .expect("users lock")
+                    .topic_permissions
+                    .set(&user, &vhost, &exchange, &write, &read)?;
+            }
+            MetaRecord::ClearTopicPermissions {
+                user,
+                vhost,
+                exchange,
+            } => {
+                self.users
+                    .write()
+                    .expect("users lock")
+                    .topic_permissions
+                    .clear(&user, &vhost, exchange.as_deref());
+            }
         }
         Ok(())
     }
@@ -345,6 +390,38 @@ impl Broker {
         }
         for (_, v) in &vhosts {
             v.lock().expect("vhost lock").export_meta(&mut out);
+        }
+        out.extend(self.export_access());
+        out
+    }
+
+    /// The records of every limit and topic permission: last in an export, after the queues a
+    /// `max-queues` counts, so that replaying the export declares them all first.
+    pub fn export_access(&self) -> Vec<MetaRecord> {
+        let mut out = Vec::new();
+        let mut vhosts = self.vhosts();
+        vhosts.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, v) in &vhosts {
+            let limits = v.lock().expect("vhost lock").limits().clone();
+            if !limits.is_empty() {
+                out.push(MetaRecord::SetVhostLimits {
+                    vhost: name.clone(),
+                    limits,
+                });
+            }
+        }
+        let users = self.users.read().expect("users lock");
+        for (user, limits) in users.all_limits() {
+            out.push(MetaRecord::SetUserLimits { user, limits });
+        }
+        for (user, vhost, p) in users.topic_permissions.all() {
+            out.push(MetaRecord::SetTopicPermissions {
+                user,
+                vhost,
+                exchange: p.exchange.clone(),
+                write: p.write.clone(),
+                read: p.read.clone(),
+            });
         }
         out
     }

@@ -258,7 +258,8 @@ impl Broker {
 
 impl Broker {
     /// The commands that rebuild the whole topology (users, vhosts, permissions, and every
-    /// exchange, queue and binding, durable or not): a replicated snapshot.
+    /// exchange, queue and binding, durable or not, then limits and topic permissions): a
+    /// replicated snapshot.
     pub fn export_commands(&self) -> Vec<Command> {
         let mut out: Vec<Command> = Vec::new();
         let mut vhosts = self.vhosts();
@@ -277,6 +278,12 @@ impl Broker {
         for (_, v) in &vhosts {
             v.lock().expect("vhost lock").export_commands(&mut out);
         }
+        // Limits after the queues they count (see `Broker::export_access`).
+        out.extend(
+            self.export_access()
+                .into_iter()
+                .map(|record| Command::Meta { record }),
+        );
         out
     }
 

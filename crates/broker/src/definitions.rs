@@ -1,12 +1,14 @@
 //! Metadata records: every change to durable topology (vhosts, users, permissions, durable
 //! exchanges, queues and bindings, policies) as a record that the server appends to its metadata
-//! journal, and the replay of those records into a fresh broker at start.
+//! journal, and the replay of those records into a fresh broker at start. Limits and topic
+//! permissions are records too, so they are durable and, in a cluster, replicated with the rest.
 //!
 //! Records are JSON (control-plane volume, and readable when an operator needs to look);
 //! arguments keep their AMQP types through amq-protocol-types' serde support, so equivalence
 //! checks after a restart see exactly what was declared. Password hashes use RabbitMQ's
 //! definitions format (base64 of salt ++ SHA-256(salt ++ password)).
 
+use crate::limits::LimitMap;
 use crate::policy::PolicyKind;
 use amq_protocol_types::FieldTable;
 use serde::{Deserialize, Serialize};
@@ -95,6 +97,31 @@ pub enum MetaRecord {
         vhost: String,
         name: String,
         kind: PolicyKind,
+    },
+    /// A vhost's whole set of limits (RabbitMQ keeps them as one runtime parameter, and
+    /// `set_vhost_limits` replaces them all); empty clears them.
+    SetVhostLimits {
+        vhost: String,
+        limits: LimitMap,
+    },
+    /// A user's whole set of limits; empty clears them.
+    SetUserLimits {
+        user: String,
+        limits: LimitMap,
+    },
+    SetTopicPermissions {
+        user: String,
+        vhost: String,
+        exchange: String,
+        write: String,
+        read: String,
+    },
+    /// The user's topic permission on `exchange` in `vhost`, or on every exchange there.
+    ClearTopicPermissions {
+        user: String,
+        vhost: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exchange: Option<String>,
     },
 }
 

@@ -19,6 +19,8 @@
 //! - [`command`]: topology changes as values, executed alike on every node of a cluster.
 //! - [`definitions`]: durable-topology changes as records for the metadata journal, and replay.
 //! - [`exchange`], [`message`], [`users`], [`error`].
+//! - [`limits`]: vhost and user limits (connections, queues, channels) and their refusals;
+//!   [`topic_permissions`]: per-exchange regular expressions over routing and binding keys.
 //! - [`persistence`]: the storage work a command asks for (appends, releases), as effects.
 //! - [`relay`]: messages that cross nodes in a cluster as values: forwarded publishes,
 //!   deliveries to consumers connected elsewhere, their acks.
@@ -33,6 +35,7 @@ pub mod command;
 pub mod definitions;
 pub mod error;
 pub mod exchange;
+pub mod limits;
 pub mod message;
 pub mod outbox;
 pub mod persistence;
@@ -42,5 +45,6 @@ pub mod queue_type;
 pub mod quorum;
 pub mod relay;
 pub mod routing;
+pub mod topic_permissions;
 pub mod users;
 pub mod vhost;

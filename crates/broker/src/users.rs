@@ -1,9 +1,13 @@
-//! Users, their passwords and their permissions per vhost, as RabbitMQ models them.
+//! Users, their passwords and their permissions per vhost, as RabbitMQ models them; with
+//! their topic permissions ([`crate::topic_permissions`]) and limits ([`crate::limits`]), which
+//! go when the user goes.
 //!
 //! Passwords are stored as RabbitMQ stores them (salted SHA-256), so definitions can move
 //! between the two brokers later. Permission patterns are regular expressions over resource
 //! names; `.*` (the common case) is checked without running a regex.
 
+use crate::limits::LimitMap;
+use crate::topic_permissions::TopicPermissions;
 use regex::Regex;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -69,6 +73,9 @@ pub enum Access {
 pub struct Users {
     users: HashMap<String, User>,
     permissions: HashMap<(String, String), Permissions>,
+    pub topic_permissions: TopicPermissions,
+    /// Each user's limits (`max-connections`, `max-channels`); users without any are absent.
+    limits: HashMap<String, LimitMap>,
 }
 
 fn hash(salt: &[u8; 4], password: &str) -> [u8; 32] {
@@ -119,6 +126,8 @@ impl Users {
 
     pub fn delete_user(&mut self, name: &str) -> bool {
         self.permissions.retain(|(u, _), _| u != name);
+        self.topic_permissions.forget_user(name);
+        self.limits.remove(name);
         self.users.remove(name).is_some()
     }
 
@@ -207,6 +216,36 @@ impl Users {
 
     pub fn permissions(&self, user: &str, vhost: &str) -> Option<&Permissions> {
         self.permissions.get(&(user.to_string(), vhost.to_string()))
+    }
+
+    /// A user's limits; empty when none is set.
+    pub fn limits(&self, user: &str) -> LimitMap {
+        self.limits.get(user).cloned().unwrap_or_default()
+    }
+
+    /// Replaces a user's limits (none when `limits` is empty).
+    pub fn set_limits(&mut self, user: &str, limits: LimitMap) {
+        if limits.is_empty() {
+            self.limits.remove(user);
+        } else {
+            self.limits.insert(user.to_string(), limits);
+        }
+    }
+
+    /// Every user with limits, by name.
+    pub fn all_limits(&self) -> Vec<(String, LimitMap)> {
+        let mut out: Vec<_> = self
+            .limits
+            .iter()
+            .map(|(u, l)| (u.clone(), l.clone()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// The limit `name` of `user` when it limits anything (set and not negative).
+    pub fn limit(&self, user: &str, name: &str) -> Option<u64> {
+        crate::limits::effective(self.limits.get(user)?, name)
     }
 
     pub fn can_access_vhost(&self, user: &str, vhost: &str) -> bool {

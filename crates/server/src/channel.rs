@@ -196,6 +196,8 @@ impl Connection {
                 let exchange = std::str::from_utf8(&p.exchange).unwrap_or_default();
                 self.check(Access::Write, "exchange", exchange)
                     .map_err(fail)?;
+                self.check_topic(Access::Write, exchange, &p.routing_key)
+                    .map_err(fail)?;
                 let ch = self.channels.get_mut(&number).expect("open channel");
                 ch.pending = Some(Pending {
                     publish: p,
@@ -624,6 +626,7 @@ impl Connection {
             E::Bind(b) => {
                 self.check(Access::Write, "exchange", b.destination.as_str())?;
                 self.check(Access::Read, "exchange", b.source.as_str())?;
+                self.check_topic(Access::Read, b.source.as_str(), b.routing_key.as_str())?;
                 if self.shared.cluster.is_some() {
                     let command = Command::ExchangeBind {
                         vhost: self.vhost_name.clone(),
@@ -654,6 +657,7 @@ impl Connection {
             E::Unbind(b) => {
                 self.check(Access::Write, "exchange", b.destination.as_str())?;
                 self.check(Access::Read, "exchange", b.source.as_str())?;
+                self.check_topic(Access::Read, b.source.as_str(), b.routing_key.as_str())?;
                 if self.shared.cluster.is_some() {
                     let command = Command::ExchangeUnbind {
                         vhost: self.vhost_name.clone(),
@@ -797,6 +801,7 @@ impl Connection {
                 }
                 self.check(Access::Write, "queue", &q)?;
                 self.check(Access::Read, "exchange", b.exchange.as_str())?;
+                self.check_topic(Access::Read, b.exchange.as_str(), b.routing_key.as_str())?;
                 if self.shared.cluster.is_some() {
                     let command = Command::QueueBind {
                         vhost: self.vhost_name.clone(),
@@ -829,6 +834,7 @@ impl Connection {
                 }
                 self.check(Access::Write, "queue", &q)?;
                 self.check(Access::Read, "exchange", b.exchange.as_str())?;
+                self.check_topic(Access::Read, b.exchange.as_str(), b.routing_key.as_str())?;
                 if self.shared.cluster.is_some() {
                     let command = Command::QueueUnbind {
                         vhost: self.vhost_name.clone(),

@@ -173,6 +173,8 @@ pub async fn serve_stream<R, W>(
         }
     };
     let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+    // Counted against the vhost's and user's max-connections until this function returns.
+    let _admission = conn.admission;
     heartbeat.store(conn.heartbeat_s as u32, Ordering::Relaxed);
     let local = if tls.is_some() {
         shared.config.tls.listen
@@ -784,6 +786,8 @@ impl Connection {
                         format!("number of channels opened ({}) has reached the negotiated channel_max ({})", self.channels.len(), self.channel_max),
                     ));
                 }
+                crate::access::admit_channel(&self.shared, &self.user)
+                    .map_err(|e| Fault::Connection(e, 0, 0))?;
                 let key = self.shared.next_channel.fetch_add(1, Ordering::Relaxed);
                 self.meta_vhost().channel_open(
                     key,

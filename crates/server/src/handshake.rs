@@ -30,6 +30,8 @@ pub(crate) struct Negotiated {
     /// What the client said of itself, for the management API.
     pub(crate) client_properties: FieldTable,
     pub(crate) mechanism: String,
+    /// Counts the connection against its vhost's and user's `max-connections` while held.
+    pub(crate) admission: crate::registry::Admission,
 }
 
 /// The RabbitMQ release warren answers as (the reference of the differential interop suite).
@@ -358,6 +360,9 @@ pub(crate) async fn handshake<R: AsyncRead + Unpin>(
             40,
         )));
     };
+    // As RabbitMQ: the connection limits are checked before the user's access to the vhost.
+    let admission = crate::access::admit_connection(shared, &vhost, &vhost_name, &user)
+        .map_err(|e| Some((e, 10, 40)))?;
     let permissions = shared
         .broker
         .users
@@ -390,5 +395,6 @@ pub(crate) async fn handshake<R: AsyncRead + Unpin>(
         caps,
         client_properties: start_ok.client_properties,
         mechanism,
+        admission,
     })
 }

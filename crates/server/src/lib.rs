@@ -4,7 +4,8 @@
 //! - [`config`]: what a node is told at start.
 //! - [`connection`]: one client: frame loop, content assembly, closing; `handshake`: its
 //!   opening, up to connection.open-ok.
-//! - [`channel`]: what each method on an open channel does (permissions, reply codes).
+//! - [`channel`]: what each method on an open channel does (permissions, reply codes);
+//!   [`access`]: where it and the handshake enforce limits and topic permissions.
 //! - [`writer`]: drains a connection's outbox into its socket, sends heartbeats.
 //! - [`alarms`]: memory, disk and storage-failure alarms that block publishers; [`memory`]:
 //!   memory readings.
@@ -31,6 +32,7 @@
 //! A frame flows: socket -> `connection` (decode) -> `channel` (command) -> the broker's vhost
 //! (route, enqueue, dispatch) -> consumer connection's outbox -> its `writer` -> socket.
 
+pub mod access;
 pub mod alarms;
 pub mod channel;
 pub mod cluster_admin;

@@ -5,12 +5,17 @@
 //! A connection registers once its handshake is over and leaves when it ends; the registry is
 //! touched at those two moments only, never per frame, so the data path pays nothing for it.
 //! Byte and frame counters are not kept (RabbitMQ's `recv_oct`, `send_oct` show as 0).
+//!
+//! It also counts connections per vhost and per user for their `max-connections` limits: a
+//! connection is admitted at connection.open and counted until its [`Admission`] drops.
 
 use amq_protocol_types::FieldTable;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
+use warren_broker::error::AmqpError;
+use warren_broker::limits;
 use warren_broker::queue::ConnId;
 
 /// What the management API shows of one connection; fixed once it is open.
@@ -109,9 +114,71 @@ impl Entry {
 #[derive(Default)]
 pub struct Registry {
     open: Mutex<BTreeMap<ConnId, Arc<Entry>>>,
+    counts: Arc<Mutex<Counts>>,
+}
+
+/// This node's connections counted per vhost and per user, for their `max-connections`.
+#[derive(Default)]
+struct Counts {
+    by_vhost: HashMap<String, usize>,
+    by_user: HashMap<String, usize>,
+}
+
+/// A connection counted against its vhost's and user's limits until it is dropped (when the
+/// connection ends, however it ends).
+pub struct Admission {
+    counts: Arc<Mutex<Counts>>,
+    vhost: String,
+    user: String,
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        let mut c = self.counts.lock().expect("counts lock");
+        let down = |m: &mut HashMap<String, usize>, k: &str| {
+            if let Some(n) = m.get_mut(k) {
+                *n -= 1;
+                if *n == 0 {
+                    m.remove(k);
+                }
+            }
+        };
+        down(&mut c.by_vhost, &self.vhost);
+        down(&mut c.by_user, &self.user);
+    }
 }
 
 impl Registry {
+    /// Counts a connection to `vhost` by `user`, unless that would go past `vhost_max` or
+    /// `user_max` (the vhost's checked first, as RabbitMQ does); checked and counted under one
+    /// lock, so connections opening at once cannot pass a limit together.
+    pub fn admit(
+        &self,
+        vhost: &str,
+        user: &str,
+        vhost_max: Option<u64>,
+        user_max: Option<u64>,
+    ) -> Result<Admission, AmqpError> {
+        let mut c = self.counts.lock().expect("counts lock");
+        let in_vhost = c.by_vhost.get(vhost).copied().unwrap_or(0);
+        if limits::reached(vhost_max, in_vhost) {
+            let limit = vhost_max.unwrap_or_default();
+            return Err(limits::vhost_connections_refused(vhost, user, limit));
+        }
+        let of_user = c.by_user.get(user).copied().unwrap_or(0);
+        if limits::reached(user_max, of_user) {
+            let limit = user_max.unwrap_or_default();
+            return Err(limits::user_connections_refused(user, limit));
+        }
+        *c.by_vhost.entry(vhost.to_string()).or_default() += 1;
+        *c.by_user.entry(user.to_string()).or_default() += 1;
+        Ok(Admission {
+            counts: self.counts.clone(),
+            vhost: vhost.to_string(),
+            user: user.to_string(),
+        })
+    }
+
     pub fn insert(&self, entry: Arc<Entry>) {
         self.open
             .lock()
@@ -144,5 +211,29 @@ impl Registry {
             .values()
             .find(|e| e.name == name)
             .cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admission_counts_per_vhost_and_user_until_dropped() {
+        let r = Registry::default();
+        let a = r.admit("/", "bob", Some(2), Some(1)).unwrap();
+        let e = r.admit("/", "bob", Some(2), Some(1)).err().unwrap();
+        assert_eq!(e, limits::user_connections_refused("bob", 1));
+        let b = r.admit("/", "alice", Some(2), None).unwrap();
+        let e = r.admit("/", "carol", Some(2), None).err().unwrap();
+        assert_eq!(e, limits::vhost_connections_refused("/", "carol", 2));
+        assert!(r.admit("other", "carol", Some(2), None).is_ok());
+        drop(a);
+        drop(b);
+        let _again = r
+            .admit("/", "bob", Some(2), Some(1))
+            .expect("counted down on drop");
+        let e = r.admit("/", "x", Some(0), None).err().unwrap();
+        assert_eq!(e, limits::vhost_connections_refused("/", "x", 0));
     }
 }

@@ -1,6 +1,8 @@
 //! `warren ctl`: rabbitmqctl's everyday commands, with its argument order, spoken to a node
 //! over its HTTP management API.
 
+mod access;
+
 use base64::Engine;
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
@@ -146,6 +148,9 @@ enum CtlCommand {
     /// Read the TLS certificate, key and CA files again (as SIGHUP does): new connections get
     /// them, open ones keep theirs; if a file is bad the old ones stay and this fails naming it.
     ReloadCertificates,
+    /// Vhost and user limits, topic permissions.
+    #[command(flatten)]
+    Access(access::AccessCommand),
 }
 
 /// rabbitmqctl set_policy's arguments, shared by set_operator_policy.
@@ -390,6 +395,7 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
     let ep = parse_uri(&args.uri, args.cacert.as_deref())?;
     let seg = encode_segment;
     match args.command {
+        CtlCommand::Access(command) => access::run(&ep, command)?,
         CtlCommand::AddUser { user, password } => {
             let (code, body) = request(&ep, "GET", "/api/users", None)?;
             let existing: Value =

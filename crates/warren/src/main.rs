@@ -379,6 +379,8 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
             tracing_subscriber::EnvFilter::try_new(&args.log).unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal: a log file is grepped for `peer=...`.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let config = match args.resolve() {
         Ok(c) => c,

@@ -558,4 +558,32 @@ impl VHost {
     pub fn total_ready_bytes(&self) -> usize {
         self.queues.values().map(|q| q.backlog.bytes()).sum()
     }
+
+    // ---- limits and access -----------------------------------------------------------------
+
+    /// The vhost's limits (`max-connections`, `max-queues`).
+    pub fn limits(&self) -> &crate::limits::LimitMap {
+        &self.limits
+    }
+
+    /// Replaces the vhost's limits; queues already over a lowered `max-queues` stay.
+    pub fn set_limits(&mut self, limits: crate::limits::LimitMap) {
+        self.limits = limits;
+    }
+
+    /// The channels `user` has open here (this node's clients; stand-ins left out): what
+    /// `max-channels` counts.
+    pub fn channel_count_of(&self, user: &str) -> usize {
+        self.channels
+            .values()
+            .filter(|ch| ch.relay.is_none() && ch.user == user)
+            .count()
+    }
+
+    /// Whether `name` is a topic exchange: only those have topic permissions.
+    pub fn is_topic_exchange(&self, name: &str) -> bool {
+        self.exchanges_by_name
+            .get(name)
+            .is_some_and(|id| self.exchanges[id].kind == ExchangeKind::Topic)
+    }
 }

@@ -197,6 +197,8 @@ pub struct VHost {
     policies: crate::policy::Policies,
     /// Queues a policy change may have left over a length limit, to trim.
     limits_due: Vec<QueueId>,
+    /// The vhost's limits (`max-connections`, `max-queues`); see [`crate::limits`].
+    limits: crate::limits::LimitMap,
 }
 
 /// A message leaving a queue for its dead-letter exchange.
@@ -244,6 +246,7 @@ impl VHost {
             stand_ins: 0,
             policies: crate::policy::Policies::default(),
             limits_due: Vec::new(),
+            limits: Default::default(),
         };
         for (n, kind, internal) in STANDARD_EXCHANGES {
             v.create_exchange(n, *kind, true, false, *internal, FieldTable::default());
@@ -653,6 +656,13 @@ impl VHost {
         }
         if durable {
             self.durable_change_allowed()?;
+        }
+        // Counted here, where a replicated declare is applied, so that every node refuses it
+        // alike: each holds every queue of the vhost, whichever node hosts it.
+        let max_queues = crate::limits::effective(&self.limits, crate::limits::MAX_QUEUES);
+        if crate::limits::reached(max_queues, self.queues.len()) {
+            let limit = max_queues.unwrap_or_default();
+            return Err(crate::limits::queues_refused(&name, &self.name, limit));
         }
         let id = self.free_queue_ids.pop().unwrap_or_else(|| {
             self.next_queue += 1;

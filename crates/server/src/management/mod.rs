@@ -10,8 +10,8 @@
 //!   cluster it is replicated and reaches queues on other nodes exactly as AMQP does.
 //! - [`overview`] (`/api/overview`, `/api/nodes`, `/api/warren/cluster`), [`health`] (the
 //!   health checks, `/api/aliveness-test`), [`vhosts`], [`users`] (users, permissions,
-//!   `/api/whoami`), [`policies`] (policies and operator policies), [`queues`], [`exchanges`],
-//!   [`bindings`], [`connections`] (connections,
+//!   `/api/whoami`), [`policies`] (policies and operator policies), [`access`] (vhost and user
+//!   limits, topic permissions), [`queues`], [`exchanges`], [`bindings`], [`connections`] (connections,
 //!   channels, consumers), [`settings`] (alarm limits, certificate reloads), [`metrics`];
 //!   [`stats`]: `message_stats` counts and rates.
 //!
@@ -28,6 +28,7 @@
 // plane and errors are rare, so boxing would only add noise.
 #![allow(clippy::result_large_err)]
 
+mod access;
 mod auth;
 pub(crate) mod bindings;
 mod connections;
@@ -112,6 +113,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
                 .put(users::put_permissions)
                 .delete(users::delete_permissions),
         )
+        .merge(access_routes())
         .route("/api/queues", get(queues::list_all))
         .route("/api/queues/{vhost}", get(queues::list_vhost))
         .route(
@@ -231,6 +233,41 @@ pub fn router(shared: Arc<Shared>) -> Router {
         router = router.merge(crate::fault_injection::routes());
     }
     router.with_state(shared)
+}
+
+/// Limits and topic permissions: kept apart from the main table, which other work edits.
+fn access_routes() -> Router<Arc<Shared>> {
+    Router::new()
+        .route("/api/vhost-limits", get(access::list_vhost_limits))
+        .route("/api/vhost-limits/{vhost}", get(access::get_vhost_limits))
+        .route(
+            "/api/vhost-limits/{vhost}/{name}",
+            put(access::put_vhost_limit).delete(access::delete_vhost_limit),
+        )
+        .route("/api/user-limits", get(access::list_user_limits))
+        .route("/api/user-limits/{user}", get(access::get_user_limits))
+        .route(
+            "/api/user-limits/{user}/{name}",
+            put(access::put_user_limit).delete(access::delete_user_limit),
+        )
+        .route(
+            "/api/topic-permissions",
+            get(access::list_topic_permissions),
+        )
+        .route(
+            "/api/topic-permissions/{vhost}/{user}",
+            get(access::get_topic_permissions)
+                .put(access::put_topic_permissions)
+                .delete(access::delete_topic_permissions),
+        )
+        .route(
+            "/api/users/{user}/topic-permissions",
+            get(access::user_topic_permissions),
+        )
+        .route(
+            "/api/vhosts/{vhost}/topic-permissions",
+            get(access::vhost_topic_permissions),
+        )
 }
 
 /// A single node's name, as RabbitMQ's default `rabbit@<host>` shape.

@@ -19,7 +19,7 @@ fn user_json(users: &Users, name: &str) -> Value {
         "password_hash": users.password_hash(name).unwrap_or_default(),
         "hashing_algorithm": HASHING_ALGORITHM,
         "tags": users.tags(name),
-        "limits": {},
+        "limits": users.limits(name),
     })
 }
 
