@@ -4,6 +4,7 @@
 
 use crate::connection::{Connection, Fault};
 use crate::replicated::Reply;
+use crate::transactions::TxOp;
 use amq_protocol_types::ShortString;
 use bytes::{Bytes, BytesMut};
 use warren_broker::command::Command;
@@ -11,7 +12,7 @@ use warren_broker::error::AmqpError;
 use warren_broker::message::{parse_expiration, Message};
 use warren_broker::users::Access;
 use warren_cluster::messaging::{Request, Response};
-use warren_protocol::amqp::{access, basic, channel, confirm, exchange, queue, tx, AMQPClass};
+use warren_protocol::amqp::{access, basic, channel, confirm, exchange, queue, AMQPClass};
 use warren_protocol::constants::*;
 use warren_protocol::content::{encode_header, ContentHeader, Properties};
 use warren_protocol::frame::encode_body;
@@ -26,25 +27,6 @@ pub struct Pending {
     pub single: Option<Bytes>,
     /// A body frame went past the declared size: the content never completes.
     pub overflowed: bool,
-}
-
-/// Work a transaction holds back until tx.commit.
-pub enum TxOp {
-    Publish {
-        exchange: String,
-        message: Box<Message>,
-        props: Box<Properties>,
-        mandatory: bool,
-    },
-    Ack {
-        tag: u64,
-        multiple: bool,
-    },
-    Nack {
-        tag: u64,
-        multiple: bool,
-        requeue: bool,
-    },
 }
 
 pub struct Channel {
@@ -130,7 +112,7 @@ fn strip_names(class: &mut AMQPClass) {
     }
 }
 
-fn ctl(conn: &Connection, number: u16, class: AMQPClass) {
+pub(crate) fn ctl(conn: &Connection, number: u16, class: AMQPClass) {
     let m = Method::Other(class);
     conn.outbox.push(|b| m.encode(number, b));
 }
@@ -245,54 +227,6 @@ impl Connection {
         }
     }
 
-    fn settle(&mut self, number: u16, op: TxOp, now: u64) -> Result<(), AmqpError> {
-        let ch = self.channels.get_mut(&number).expect("open channel");
-        if let Some(tx) = ch.tx.as_ref() {
-            // RabbitMQ closes the channel at once on an unknown or already settled tag.
-            let single = match op {
-                TxOp::Ack {
-                    tag,
-                    multiple: false,
-                }
-                | TxOp::Nack {
-                    tag,
-                    multiple: false,
-                    ..
-                } => Some(tag),
-                _ => None,
-            };
-            if let Some(tag) = single {
-                let settled_in_tx = tx.iter().any(|o| match *o {
-                    TxOp::Ack { tag: t, multiple }
-                    | TxOp::Nack {
-                        tag: t, multiple, ..
-                    } => t == tag || (multiple && (t == 0 || t >= tag)),
-                    TxOp::Publish { .. } => false,
-                });
-                let key = ch.key;
-                if settled_in_tx || !self.vhost.lock().expect("vhost lock").has_unacked(key, tag) {
-                    return Err(AmqpError::precondition(format!(
-                        "unknown delivery tag {tag}"
-                    )));
-                }
-            }
-            let ch = self.channels.get_mut(&number).expect("open channel");
-            ch.tx.as_mut().expect("transactional").push(op);
-            return Ok(());
-        }
-        let key = ch.key;
-        let mut v = self.meta_vhost();
-        match op {
-            TxOp::Ack { tag, multiple } => v.basic_ack(key, tag, multiple, now),
-            TxOp::Nack {
-                tag,
-                multiple,
-                requeue,
-            } => v.basic_nack(key, tag, multiple, requeue, now),
-            TxOp::Publish { .. } => unreachable!("settle takes acks only"),
-        }
-    }
-
     /// A publish whose content is complete: validate, route, confirm.
     pub fn publish(
         &mut self,
@@ -356,7 +290,7 @@ impl Connection {
             .map_err(fail)
     }
 
-    fn route_one(
+    pub(crate) fn route_one(
         &mut self,
         number: u16,
         exchange: &str,
@@ -1090,70 +1024,6 @@ impl Connection {
                     ids.0,
                     ids.1,
                 ))
-            }
-        }
-        Ok(())
-    }
-
-    fn tx_method(&mut self, number: u16, m: tx::AMQPMethod) -> Result<(), AmqpError> {
-        use tx::AMQPMethod as T;
-        let ch = self.channels.get_mut(&number).expect("open channel");
-        match m {
-            T::Select(_) => {
-                if ch.confirm {
-                    return Err(AmqpError::precondition(
-                        "cannot switch from confirm to tx mode",
-                    ));
-                }
-                if ch.tx.is_none() {
-                    ch.tx = Some(Vec::new());
-                }
-                ctl(self, number, AMQPClass::Tx(T::SelectOk(tx::SelectOk {})));
-            }
-            T::Commit(_) => {
-                let Some(ops) = ch.tx.replace(Vec::new()) else {
-                    return Err(AmqpError::precondition("channel is not transactional"));
-                };
-                ch.tx = None;
-                let result = self.apply_tx(number, ops);
-                if let Some(ch) = self.channels.get_mut(&number) {
-                    ch.tx = Some(Vec::new());
-                }
-                result?;
-                // commit-ok promises the committed publishes and acks are durable, as in RabbitMQ;
-                // once the engine has stopped it cannot, and 541 says so (a hard error: the
-                // node needs a restart before it can promise anything again).
-                self.sync_store()
-                    .map_err(|e| AmqpError::new(INTERNAL_ERROR, format!("cannot commit: {e}")))?;
-                ctl(self, number, AMQPClass::Tx(T::CommitOk(tx::CommitOk {})));
-            }
-            T::Rollback(_) => {
-                let Some(ops) = ch.tx.as_mut() else {
-                    return Err(AmqpError::precondition("channel is not transactional"));
-                };
-                ops.clear();
-                ctl(
-                    self,
-                    number,
-                    AMQPClass::Tx(T::RollbackOk(tx::RollbackOk {})),
-                );
-            }
-            _ => return Err(AmqpError::command_invalid("unimplemented method")),
-        }
-        Ok(())
-    }
-
-    fn apply_tx(&mut self, number: u16, ops: Vec<TxOp>) -> Result<(), AmqpError> {
-        let now = self.shared.broker.now_ms();
-        for op in ops {
-            match op {
-                TxOp::Publish {
-                    exchange,
-                    message,
-                    props,
-                    mandatory,
-                } => self.route_one(number, &exchange, *message, &props, mandatory)?,
-                other => self.settle(number, other, now)?,
             }
         }
         Ok(())

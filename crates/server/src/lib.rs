@@ -5,7 +5,8 @@
 //! - [`connection`]: one client: frame loop, content assembly, closing; `handshake`: its
 //!   opening, up to connection.open-ok.
 //! - [`channel`]: what each method on an open channel does (permissions, reply codes);
-//!   [`access`]: where it and the handshake enforce limits and topic permissions.
+//!   [`access`]: where it and the handshake enforce limits and topic permissions;
+//!   [`transactions`]: acks, nacks and rejects, and the tx class that holds them back.
 //! - [`writer`]: drains a connection's outbox into its socket, sends heartbeats.
 //! - [`alarms`]: memory, disk and storage-failure alarms that block publishers; [`memory`]:
 //!   memory readings.
@@ -58,6 +59,7 @@ pub mod remote;
 mod remote_queue;
 pub mod replicated;
 pub mod tls;
+pub mod transactions;
 pub mod writer;
 
 use config::ServerConfig;

@@ -24,7 +24,7 @@ use warren_broker::queue::ChannelKey;
 use warren_broker::quorum::{
     Command, ConsumerId, EnqueueHeader, Op, PublisherId, MSG_IDS_PER_COMMAND_MAX,
 };
-use warren_broker::relay::{Delivery, QuorumTarget, SettleOp};
+use warren_broker::relay::{Delivery, QuorumTarget, RemoteEffect, SettleOp};
 use warren_broker::vhost::VHost;
 use warren_cluster::groups::{Input, Proposed};
 use warren_cluster::replicas::group_id;
@@ -51,6 +51,14 @@ pub enum Wait {
     Get {
         group: u64,
         channel: ChannelKey,
+    },
+    /// A transaction's settlement (`Settle`, `Return` or `Discard`), named by its consumer and
+    /// the first message id it settles.
+    Settle {
+        group: u64,
+        channel: ChannelKey,
+        tag: String,
+        first: u64,
     },
 }
 
@@ -259,25 +267,88 @@ pub fn settle(
     settle: SettleOp,
     msg_ids: Vec<u64>,
 ) {
-    let consumer = ConsumerId::new(
-        me(shared),
-        channel,
-        String::from_utf8_lossy(consumer_tag).into_owned(),
-    );
-    for ids in msg_ids.chunks(MSG_IDS_PER_COMMAND_MAX) {
-        let msg_ids = ids.to_vec();
-        let consumer = consumer.clone();
-        let command = op(match settle {
-            SettleOp::Ack => Op::Settle { consumer, msg_ids },
-            SettleOp::Requeue => Op::Return {
-                consumer,
-                msg_ids,
-                rejected: true,
-            },
-            SettleOp::Discard => Op::Discard { consumer, msg_ids },
-        });
-        propose(shared, group_id(log), &command, None);
+    for (wait, command) in settle_commands(shared, log, channel, consumer_tag, settle, msg_ids) {
+        if let Wait::Settle { group, .. } = wait {
+            propose(shared, group, &command, None);
+        }
     }
+}
+
+/// The commands settling `msg_ids` (at most [`MSG_IDS_PER_COMMAND_MAX`] each), with the
+/// [`Wait`] that names each.
+fn settle_commands(
+    shared: &Shared,
+    log: u64,
+    channel: ChannelKey,
+    consumer_tag: &Bytes,
+    settle: SettleOp,
+    msg_ids: Vec<u64>,
+) -> Vec<(Wait, Command)> {
+    let tag = String::from_utf8_lossy(consumer_tag).into_owned();
+    let consumer = ConsumerId::new(me(shared), channel, tag.clone());
+    let group = group_id(log);
+    msg_ids
+        .chunks(MSG_IDS_PER_COMMAND_MAX)
+        .map(|ids| {
+            let wait = Wait::Settle {
+                group,
+                channel,
+                tag: tag.clone(),
+                first: ids[0],
+            };
+            let (consumer, msg_ids) = (consumer.clone(), ids.to_vec());
+            let command = op(match settle {
+                SettleOp::Ack => Op::Settle { consumer, msg_ids },
+                SettleOp::Requeue => Op::Return {
+                    consumer,
+                    msg_ids,
+                    rejected: true,
+                },
+                SettleOp::Discard => Op::Discard { consumer, msg_ids },
+            });
+            (wait, command)
+        })
+        .collect()
+}
+
+/// A transaction's settlements of quorum queue deliveries (`RemoteEffect::QuorumSettle`s),
+/// proposed and waited for until this node's replica applied each: tx.commit-ok promises the
+/// acks are done, so a message acked in a committed transaction is never delivered again.
+/// Settlements are idempotent (ids no longer held are ignored), so each is proposed again
+/// while it does not come back, as [`request`] does.
+pub async fn settle_applied(
+    shared: Arc<Shared>,
+    settles: Vec<RemoteEffect>,
+) -> Result<(), AmqpError> {
+    let mut requests = Vec::new();
+    for effect in settles {
+        let RemoteEffect::QuorumSettle {
+            log,
+            channel,
+            consumer_tag,
+            op,
+            msg_ids,
+        } = effect
+        else {
+            continue;
+        };
+        for (wait, command) in settle_commands(&shared, log, channel, &consumer_tag, op, msg_ids) {
+            let Wait::Settle { group, .. } = wait else {
+                continue;
+            };
+            requests.push(tokio::spawn(request(
+                shared.clone(),
+                group,
+                wait,
+                None,
+                command,
+            )));
+        }
+    }
+    for r in requests {
+        r.await.map_err(|_| unavailable())??;
+    }
+    Ok(())
 }
 
 /// A channel closed: its consumers of the queue go, what they held returns.

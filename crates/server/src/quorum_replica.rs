@@ -54,6 +54,8 @@ enum Pending {
     CheckoutOk(ConsumerId),
     /// This node's cancel was applied.
     CancelOk(ConsumerId),
+    /// A settlement by one of this node's consumers was applied (a transaction may wait).
+    Settled(Wait),
 }
 
 impl Replica {
@@ -166,6 +168,11 @@ impl Replica {
                         let _ = w.answer.send(Ok(()));
                     }
                 }
+                Pending::Settled(wait) => {
+                    if let Some(w) = shared.quorum.take_waiter(&wait) {
+                        let _ = w.answer.send(Ok(()));
+                    }
+                }
                 Pending::Effect { effect, entry } => match effect {
                     Effect::Deliver {
                         consumer,
@@ -175,6 +182,10 @@ impl Replica {
                         delivery_count,
                         settled,
                     } => {
+                        // Taken back by a later entry of the round (see `QuorumQueue::holds`).
+                        if !settled && !self.queue.holds(&consumer, msg_id) {
+                            continue;
+                        }
                         let accepted = v
                             .has_quorum_consumer(consumer.channel, consumer.tag.as_bytes())
                             && match self.message(shared, index, &entry) {
@@ -207,8 +218,10 @@ impl Replica {
                         remaining,
                     } => {
                         let waiter = shared.quorum.take_waiter(&self.wait_of(&consumer));
+                        let channel = consumer.channel;
+                        let held = settled || self.queue.holds(&consumer, msg_id);
                         let accepted = match (&waiter, self.message(shared, index, &entry)) {
-                            (Some(_), Some(m)) => v.accept_quorum_delivery(
+                            (Some(_), Some(m)) if held => v.accept_quorum_delivery(
                                 consumer.channel,
                                 &self.name,
                                 b"",
@@ -223,27 +236,29 @@ impl Replica {
                         };
                         if accepted.is_some() {
                             v.note_quorum_get(consumer.channel, self.group - 1);
-                        } else if !settled {
+                        } else if held && !settled {
                             returns.push((consumer, msg_id));
                         }
                         if let Some(w) = waiter {
-                            if let Some(f) = w.on_applied {
-                                let got = match accepted {
-                                    Some(Accepted::StandInGet(d)) => Some(d),
-                                    _ => None,
-                                };
-                                f(&v, got);
+                            match w.on_applied {
+                                Some(f) => {
+                                    let got = match accepted {
+                                        Some(Accepted::StandInGet(d)) => Some(d),
+                                        _ => None,
+                                    };
+                                    f(&v, got);
+                                }
+                                // The client's channel is here and waits for an answer.
+                                None if accepted.is_none() => get_empty(&v, channel),
+                                None => {}
                             }
                             let _ = w.answer.send(Ok(()));
                         }
                     }
                     Effect::GetEmpty { consumer } => {
                         if let Some(w) = shared.quorum.take_waiter(&self.wait_of(&consumer)) {
-                            if let Some((number, outbox)) = v.channel_outbox(consumer.channel) {
-                                let m = Method::Other(AMQPClass::Basic(
-                                    basic::AMQPMethod::GetEmpty(basic::GetEmpty {}),
-                                ));
-                                outbox.push(|b| m.encode(number, b));
+                            if w.on_applied.is_none() {
+                                get_empty(&v, consumer.channel);
                             }
                             if let Some(f) = w.on_applied {
                                 f(&v, None);
@@ -361,6 +376,23 @@ impl Machine for Replica {
             }
             _ => (None, None, None),
         };
+        let settled = match &command.op {
+            Op::Settle { consumer, msg_ids }
+            | Op::Return {
+                consumer, msg_ids, ..
+            }
+            | Op::Discard { consumer, msg_ids }
+                if self.is_mine(&consumer.node) && !msg_ids.is_empty() =>
+            {
+                Some(Wait::Settle {
+                    group: self.group,
+                    channel: consumer.channel,
+                    tag: consumer.tag.clone(),
+                    first: msg_ids[0],
+                })
+            }
+            _ => None,
+        };
         let stats = &self.info.stats;
         match &command.op {
             Op::Enqueue { .. } => {
@@ -403,6 +435,9 @@ impl Machine for Replica {
         }
         if let Some(c) = cancel {
             self.pending.push(Pending::CancelOk(c));
+        }
+        if let Some(wait) = settled {
+            self.pending.push(Pending::Settled(wait));
         }
     }
 
@@ -471,6 +506,16 @@ impl Replica {
             Effect::DeadLetter { .. } | Effect::Purged { .. } => true,
             Effect::Dropped { .. } => false,
         }
+    }
+}
+
+/// basic.get-empty to a channel of this node.
+fn get_empty(v: &warren_broker::vhost::VHost, channel: u64) {
+    if let Some((number, outbox)) = v.channel_outbox(channel) {
+        let m = Method::Other(AMQPClass::Basic(basic::AMQPMethod::GetEmpty(
+            basic::GetEmpty {},
+        )));
+        outbox.push(|b| m.encode(number, b));
     }
 }
 

@@ -194,3 +194,27 @@ def test_unacked_quorum_messages_return_when_the_channel_closes(conn, name):
     m, props, body = get(ch, name)
     assert body == b"held" and m.redelivered and props.headers["x-delivery-count"] == 1
     ch.queue_delete(name)
+
+
+def test_acks_committed_in_a_transaction_are_settled_and_rolled_back_ones_are_not(conn, name):
+    ch = conn.channel()
+    declare(ch, name)
+    for i in range(4):
+        ch.basic_publish("", name, str(i).encode())
+    wait_message_count(ch, name, 4)
+    c2 = conn.channel()
+    c2.tx_select()
+    held = [get(c2, name, auto_ack=False) for _ in range(4)]
+    c2.basic_ack(held[0][0].delivery_tag)
+    c2.basic_nack(held[1][0].delivery_tag, requeue=False)
+    c2.tx_commit()
+    c2.basic_ack(held[2][0].delivery_tag)
+    c2.tx_rollback()
+    c2.basic_ack(held[3][0].delivery_tag)
+    c2.tx_commit()
+    c2.close()
+    # 0 and 3 acked, 1 discarded, 2's ack rolled back: only 2 returns when the channel closes
+    m, _, body = get(ch, name)
+    assert body == b"2" and m.redelivered
+    assert ch.queue_declare(name, passive=True).method.message_count == 0
+    ch.queue_delete(name)

@@ -1,7 +1,7 @@
 //! What the server and the management API read of a queue's state, without changing it.
 //! Every member answers alike, so a node can answer from its own copy.
 
-use super::command::ConsumerId;
+use super::command::{ConsumerId, MsgId};
 use super::config::QuorumConfig;
 use super::consumer::{Consumer, Status};
 use super::messages::Msg;
@@ -69,6 +69,16 @@ impl QuorumQueue {
 
     pub fn consumer(&self, id: &ConsumerId) -> Option<&Consumer> {
         self.consumers.get(id)
+    }
+
+    /// Whether `consumer` still holds `msg_id` unsettled. A member that applies a delivery
+    /// late (it was stopped, or behind) and a later entry in the same round that took the
+    /// message back (the node was declared down, the channel closed) must not hand it to the
+    /// client: another consumer has it by now, and the client could not settle it.
+    pub fn holds(&self, consumer: &ConsumerId, msg_id: MsgId) -> bool {
+        self.consumers
+            .get(consumer)
+            .is_some_and(|c| c.checked_out.contains_key(&msg_id))
     }
 
     /// The consumer receiving messages on a single-active-consumer queue.

@@ -27,6 +27,16 @@ impl VHost {
         !self.remote.is_empty()
     }
 
+    /// The settlements of quorum queue deliveries among the work for other nodes, taken out
+    /// (the rest stays, in order): a transaction's commit waits for them to be applied.
+    pub fn take_quorum_settles(&mut self) -> Vec<RemoteEffect> {
+        let (settles, rest) = std::mem::take(&mut self.remote)
+            .into_iter()
+            .partition(|e| matches!(e, RemoteEffect::QuorumSettle { .. }));
+        self.remote = rest;
+        settles
+    }
+
     /// The node hosting `queue`, when it exists and that is not this node.
     pub fn remote_home(&self, queue: &str) -> Option<Arc<str>> {
         let q = self.queues.get(self.queues_by_name.get(queue)?)?;

@@ -1,0 +1,178 @@
+//! AMQP transactions (tx.select, tx.commit, tx.rollback) and the settlement of deliveries
+//! (basic.ack, basic.nack, basic.reject), which a transactional channel holds back until
+//! commit.
+//!
+//! tx.commit-ok promises that the committed publishes and acks are done and durable, as in
+//! RabbitMQ: the engine is synced first, and the settlements of quorum queue deliveries are
+//! applied by this node's replicas before commit-ok goes out, so a message acked in a committed
+//! transaction is never delivered again.
+
+use crate::channel::ctl;
+use crate::connection::Connection;
+use warren_broker::error::AmqpError;
+use warren_broker::message::Message;
+use warren_broker::queue::ChannelKey;
+use warren_broker::relay::RemoteEffect;
+use warren_protocol::amqp::{tx, AMQPClass};
+use warren_protocol::constants::INTERNAL_ERROR;
+use warren_protocol::content::Properties;
+
+/// Work a transaction holds back until tx.commit.
+pub enum TxOp {
+    Publish {
+        exchange: String,
+        message: Box<Message>,
+        props: Box<Properties>,
+        mandatory: bool,
+    },
+    Ack {
+        tag: u64,
+        multiple: bool,
+    },
+    Nack {
+        tag: u64,
+        multiple: bool,
+        requeue: bool,
+    },
+}
+
+impl Connection {
+    pub(crate) fn settle(&mut self, number: u16, op: TxOp, now: u64) -> Result<(), AmqpError> {
+        let ch = self.channels.get_mut(&number).expect("open channel");
+        if let Some(tx) = ch.tx.as_ref() {
+            // RabbitMQ closes the channel at once on an unknown or already settled tag.
+            let single = match op {
+                TxOp::Ack {
+                    tag,
+                    multiple: false,
+                }
+                | TxOp::Nack {
+                    tag,
+                    multiple: false,
+                    ..
+                } => Some(tag),
+                _ => None,
+            };
+            if let Some(tag) = single {
+                let settled_in_tx = tx.iter().any(|o| match *o {
+                    TxOp::Ack { tag: t, multiple }
+                    | TxOp::Nack {
+                        tag: t, multiple, ..
+                    } => t == tag || (multiple && (t == 0 || t >= tag)),
+                    TxOp::Publish { .. } => false,
+                });
+                let key = ch.key;
+                if settled_in_tx || !self.vhost.lock().expect("vhost lock").has_unacked(key, tag) {
+                    return Err(AmqpError::precondition(format!(
+                        "unknown delivery tag {tag}"
+                    )));
+                }
+            }
+            let ch = self.channels.get_mut(&number).expect("open channel");
+            ch.tx.as_mut().expect("transactional").push(op);
+            return Ok(());
+        }
+        let key = ch.key;
+        self.settle_now(key, op, now, None)
+    }
+
+    /// Settles at once; `quorum` takes the quorum queue settlements instead of proposing them
+    /// unawaited (a transaction's commit waits for them).
+    fn settle_now(
+        &mut self,
+        key: ChannelKey,
+        op: TxOp,
+        now: u64,
+        quorum: Option<&mut Vec<RemoteEffect>>,
+    ) -> Result<(), AmqpError> {
+        let mut v = self.meta_vhost();
+        let result = match op {
+            TxOp::Ack { tag, multiple } => v.basic_ack(key, tag, multiple, now),
+            TxOp::Nack {
+                tag,
+                multiple,
+                requeue,
+            } => v.basic_nack(key, tag, multiple, requeue, now),
+            TxOp::Publish { .. } => unreachable!("settle takes acks only"),
+        };
+        if let Some(quorum) = quorum {
+            quorum.extend(v.vhost.take_quorum_settles());
+        }
+        result
+    }
+
+    pub(crate) fn tx_method(&mut self, number: u16, m: tx::AMQPMethod) -> Result<(), AmqpError> {
+        use tx::AMQPMethod as T;
+        let ch = self.channels.get_mut(&number).expect("open channel");
+        match m {
+            T::Select(_) => {
+                if ch.confirm {
+                    return Err(AmqpError::precondition(
+                        "cannot switch from confirm to tx mode",
+                    ));
+                }
+                if ch.tx.is_none() {
+                    ch.tx = Some(Vec::new());
+                }
+                ctl(self, number, AMQPClass::Tx(T::SelectOk(tx::SelectOk {})));
+            }
+            T::Commit(_) => {
+                let Some(ops) = ch.tx.replace(Vec::new()) else {
+                    return Err(AmqpError::precondition("channel is not transactional"));
+                };
+                ch.tx = None;
+                let mut quorum_settles = Vec::new();
+                let result = self.apply_tx(number, ops, &mut quorum_settles);
+                if let Some(ch) = self.channels.get_mut(&number) {
+                    ch.tx = Some(Vec::new());
+                }
+                result?;
+                // commit-ok promises the committed publishes and acks are durable, as in RabbitMQ;
+                // once the engine has stopped it cannot, and 541 says so (a hard error: the
+                // node needs a restart before it can promise anything again).
+                self.sync_store()
+                    .map_err(|e| AmqpError::new(INTERNAL_ERROR, format!("cannot commit: {e}")))?;
+                if quorum_settles.is_empty() {
+                    ctl(self, number, AMQPClass::Tx(T::CommitOk(tx::CommitOk {})));
+                } else {
+                    self.commit_quorum_settles(number, quorum_settles);
+                }
+            }
+            T::Rollback(_) => {
+                let Some(ops) = ch.tx.as_mut() else {
+                    return Err(AmqpError::precondition("channel is not transactional"));
+                };
+                ops.clear();
+                ctl(
+                    self,
+                    number,
+                    AMQPClass::Tx(T::RollbackOk(tx::RollbackOk {})),
+                );
+            }
+            _ => return Err(AmqpError::command_invalid("unimplemented method")),
+        }
+        Ok(())
+    }
+
+    fn apply_tx(
+        &mut self,
+        number: u16,
+        ops: Vec<TxOp>,
+        quorum_settles: &mut Vec<RemoteEffect>,
+    ) -> Result<(), AmqpError> {
+        let now = self.shared.broker.now_ms();
+        let key = self.channels.get(&number).expect("open channel").key;
+        for op in ops {
+            match op {
+                TxOp::Publish {
+                    exchange,
+                    message,
+                    props,
+                    mandatory,
+                } => self.route_one(number, &exchange, *message, &props, mandatory)?,
+                other => self.settle_now(key, other, now, Some(quorum_settles))?,
+            }
+        }
+        Ok(())
+    }
+}
