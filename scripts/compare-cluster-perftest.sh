@@ -7,6 +7,8 @@
 #
 #   scripts/compare-cluster-perftest.sh [SECONDS] [PerfTest flags...]
 #   default workload: -x 1 -y 1 -s 1024 -c 1000 -q 1000 -f persistent (confirms, acks, 1 KB)
+#   QUEUE_ARGS='{"x-queue-type": "quorum"}' scripts/compare-cluster-perftest.sh   (quorum queues:
+#   declared on node 1, which leads them with both brokers' client-local placement)
 #
 # Prints one line per broker and placement: rates, consumer latency percentiles, and the CPU
 # seconds of all three nodes together per message; then warren/RabbitMQ ratios. Needs a free
@@ -18,6 +20,7 @@ FLAGS=("$@"); [ ${#FLAGS[@]} -gt 0 ] || FLAGS=(-x 1 -y 1 -s 1024 -c 1000 -q 1000
 RMQ=../shared/rabbitmq/rabbitmq.sh
 TICKS=$(getconf CLK_TCK)
 PY=.venv/bin/python
+QUEUE_ARGS=${QUEUE_ARGS:-"{}"}
 [ -x "$PY" ] || ./scripts/interop-setup.sh >/dev/null
 export RMQ_STATE=/tmp/warren-rabbitmq-cluster RMQ_PORT=5700 RMQ_DIST_PORT=25700
 export WARREN_CLUSTER_DIR
@@ -34,14 +37,14 @@ WARREN_BIN=./target/release/warren ./scripts/cluster.sh start 3 >/dev/null
 "$RMQ" start 3 >/dev/null
 
 declare_on_node1() {  # port queue
-  "$PY" - "$1" "$2" <<'PY'
-import sys, time, pika
-port, queue = int(sys.argv[1]), sys.argv[2]
+  "$PY" - "$1" "$2" "$QUEUE_ARGS" <<'PY'
+import json, sys, time, pika
+port, queue, args = int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
 deadline = time.monotonic() + 60
 while True:
     try:
         conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
-        conn.channel().queue_declare(queue, durable=True)
+        conn.channel().queue_declare(queue, durable=True, arguments=args)
         conn.close()
         break
     except Exception:

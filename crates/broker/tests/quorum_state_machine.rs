@@ -850,3 +850,47 @@ fn a_single_active_consumer_on_a_downed_node_hands_over_what_it_held() {
     );
     assert_eq!(log.q.active_consumer(), Some(&b));
 }
+
+#[test]
+fn a_publish_proposed_again_is_applied_once_and_a_skipped_number_is_not_waited_for() {
+    let mut log = Log::new(config());
+    let enqueue = |seq: u64, channel: u64| Op::Enqueue {
+        publisher: Some(PublisherId::new("n2", channel)),
+        seq,
+        header: EnqueueHeader::default(),
+        payload: Bytes::from_static(b"body"),
+    };
+    let confirmed = |effects: &[Effect]| -> Vec<u64> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Confirm { seq, .. } => Some(*seq),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(confirmed(&log.apply(enqueue(1, 5))), vec![1]);
+    // 2 was lost with a leader; 3 is applied all the same, and 1 and 3 sent again are not.
+    assert_eq!(confirmed(&log.apply(enqueue(3, 5))), vec![3]);
+    assert!(log.apply(enqueue(1, 5)).is_empty());
+    assert!(log.apply(enqueue(3, 5)).is_empty());
+    assert!(
+        log.apply(enqueue(2, 5)).is_empty(),
+        "behind 3: never applied"
+    );
+    // Another channel numbers its own publishes.
+    assert_eq!(confirmed(&log.apply(enqueue(1, 6))), vec![1]);
+    assert_eq!(log.q.ready_count(), 3);
+    // Publishers outlive a node going down (it may only be cut off) ...
+    log.apply(Op::NodeDown { node: "n2".into() });
+    assert!(log.apply(enqueue(3, 5)).is_empty());
+    // ... and go with their channel: a new channel of that key would start afresh.
+    let restored = QuorumQueue::restore(&log.q.snapshot()).unwrap();
+    assert_eq!(restored, log.q, "the numbering survives a snapshot");
+    log.apply(Op::ChannelDown {
+        node: "n2".into(),
+        channel: 5,
+    });
+    assert_eq!(confirmed(&log.apply(enqueue(1, 5))), vec![1]);
+    assert_eq!(log.q.ready_count(), 4);
+}

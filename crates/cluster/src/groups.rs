@@ -15,7 +15,7 @@
 
 use crate::inputs::take_inputs;
 use crate::raft_log::RaftLog;
-use raft::eraftpb::{EntryType, Message, Snapshot};
+use raft::eraftpb::{EntryType, Message, MessageType, Snapshot};
 use raft::{RawNode, StateRole};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -42,8 +42,12 @@ pub trait Machine: Send {
         u64::MAX
     }
     /// The entries of a round are applied: effects gathered while applying them can go out
-    /// together (one lock, one wake-up for many confirms and deliveries).
-    fn flush(&mut self) {}
+    /// together (one lock, one wake-up for many confirms and deliveries). `caught_up` is false
+    /// while this member applies entries behind what a leader told it is committed (it was
+    /// cut off, paused or restarted): effects of old entries may be undone by later ones it
+    /// has yet to apply (a delivery to a consumer a later entry found gone), so it may hold
+    /// them back until it has applied those too.
+    fn flush(&mut self, _caught_up: bool) {}
 }
 
 /// How long a proposal to a group without a known leader waits for one (an election, a
@@ -202,6 +206,9 @@ struct Group {
     asleep: bool,
     quiet_ticks: usize,
     applied: u64,
+    /// The highest commit index a leader's append named: at least what it had committed.
+    /// Applied below it, this member is catching up.
+    commit_hint: u64,
     snapshot_index: u64,
     leader_seen: (u64, u64),
     /// Proposals made while the group knew no leader, proposed once it knows one.
@@ -312,6 +319,9 @@ impl Runner {
                         g.wake();
                     }
                     for m in messages {
+                        if m.get_msg_type() == MessageType::MsgAppend {
+                            g.commit_hint = g.commit_hint.max(m.commit);
+                        }
                         let _ = g.raw.step(m);
                     }
                 }
@@ -377,6 +387,7 @@ impl Runner {
                 quiet_ticks: 0,
                 applied: snapshot_index,
                 snapshot_index,
+                commit_hint: 0,
                 leader_seen: (0, 0),
                 waiting: Vec::new(),
             },
@@ -448,7 +459,7 @@ impl Runner {
             send(&self.send, id, light.take_messages(), &mut g.raw);
             apply(g, light.take_committed_entries());
             g.raw.advance_apply();
-            g.machine.flush();
+            g.machine.flush(g.applied >= g.commit_hint);
             let leader = (g.raw.raft.leader_id, g.raw.raft.term);
             if leader != g.leader_seen {
                 g.leader_seen = leader;

@@ -570,6 +570,9 @@ impl Connection {
         let key = ch.key;
         let now = self.shared.broker.now_ms();
         self.meta_vhost().channel_close(key, now);
+        // Its confirm streams to quorum queues: nothing waits on them any more.
+        let groups = self.shared.durability.forget_quorum_channel(key);
+        crate::quorum_client::publisher_closed(&self.shared, key, &groups);
     }
 
     fn handle_frame(&mut self, f: Frame) -> Result<(), Fault> {

@@ -161,17 +161,25 @@ impl Durability {
         self.generation.send_modify(|g| *g += 1);
     }
 
-    /// A channel closed: its streams' pseudo logs go.
-    pub fn forget_quorum_channel(&self, channel: u64) {
+    /// A channel closed: its streams' pseudo logs go. Returns the groups it published to.
+    pub fn forget_quorum_channel(&self, channel: u64) -> Vec<u64> {
+        let groups: Vec<u64>;
         let logs: Vec<u64> = {
             let mut r = self.remote.lock().expect("remote lock");
-            let mut logs = Vec::new();
-            r.quorum.retain(|(c, _), s| {
-                if *c == channel {
-                    logs.push(s.log);
-                }
-                *c != channel
-            });
+            let keys: Vec<(u64, u64)> = r
+                .quorum
+                .range((channel, 0)..=(channel, u64::MAX))
+                .map(|(k, _)| *k)
+                .collect();
+            groups = keys.iter().map(|(_, g)| *g).collect();
+            if keys.is_empty() {
+                return groups;
+            }
+            let logs: Vec<u64> = keys
+                .iter()
+                .filter_map(|k| r.quorum.remove(k))
+                .map(|s| s.log)
+                .collect();
             let gone: std::collections::HashSet<u64> = logs.iter().copied().collect();
             r.rejected.retain(|(log, _)| !gone.contains(log));
             logs
@@ -182,6 +190,7 @@ impl Durability {
                 map.remove(&log);
             }
         }
+        groups
     }
 
     /// Whether any of `waits` was refused (rejected by a peer, or its epoch ended first).
@@ -244,8 +253,9 @@ struct Remote {
     rejected: std::collections::HashSet<(u64, u64)>,
     /// Pseudo logs whose epoch ended.
     failed: std::collections::HashSet<u64>,
-    /// Publishes to quorum queues, per (channel, group).
-    quorum: HashMap<(u64, u64), Stream>,
+    /// Publishes to quorum queues, per (channel, group): ordered so that a closing channel
+    /// finds its own streams without walking every channel's.
+    quorum: std::collections::BTreeMap<(u64, u64), Stream>,
 }
 
 /// A channel's publishes to one quorum queue group.

@@ -132,7 +132,26 @@ pub struct QuorumQueues {
     waiters: Mutex<HashMap<Wait, Waiter>>,
     purges: Mutex<HashMap<u64, VecDeque<oneshot::Sender<u32>>>>,
     replicas: Mutex<HashMap<u64, Arc<ReplicaInfo>>>,
+    unconfirmed: Arc<Mutex<Unconfirmed>>,
 }
+
+/// Publishes of this node's confirming channels that their group has not applied yet, per
+/// (channel, group) in sequence order: proposed again when the group's leader changes (the old
+/// one may have dropped them) or when they stall, as rabbit_fifo_client resends its pending
+/// commands. The group applies each sequence number once (its enqueuers), so a publish
+/// proposed twice is enqueued and confirmed once; the publisher sees a pause, not a nack.
+type Unconfirmed = std::collections::BTreeMap<(ChannelKey, u64), VecDeque<Unapplied>>;
+
+struct Unapplied {
+    seq: u64,
+    command: Command,
+    /// When it was first proposed, and last.
+    first: std::time::Instant,
+    last: std::time::Instant,
+}
+
+/// A publish not applied this long is proposed again.
+const RESEND_AFTER: Duration = Duration::from_secs(3);
 
 /// The clock commands carry: unix milliseconds, alike on every node (TTLs are compared
 /// against it on every member).
@@ -174,6 +193,11 @@ impl QuorumQueues {
     /// The waiter for `wait`, once (a repeated entry finds none).
     pub fn take_waiter(&self, wait: &Wait) -> Option<Waiter> {
         self.waiters.lock().expect("waiters lock").remove(wait)
+    }
+
+    /// The group applied (or refused) `channel`'s publishes up to `upto`.
+    pub fn publishes_applied(&self, channel: ChannelKey, group: u64, upto: u64) {
+        forget_unapplied(&self.unconfirmed, channel, group, upto);
     }
 
     pub fn take_purge_waiter(&self, group: u64) -> Option<oneshot::Sender<u32>> {
@@ -233,29 +257,152 @@ pub fn publish(
     let me = me(shared);
     for q in queues {
         let group = group_id(q.log);
-        let (id, seq, done) = match publisher {
-            Some(channel) => {
-                let (log, seq) = shared.durability.quorum_next(channel, group);
-                waits.push((log, seq));
-                let durability = shared.durability.clone();
-                let done: Proposed = Box::new(move |r: Result<(), String>| {
-                    if r.is_err() {
-                        durability.quorum_abandon(group, Some(channel), seq);
-                    }
-                });
-                (Some(PublisherId::new(me.clone(), channel)), seq, Some(done))
-            }
-            None => (None, 0, None),
+        let Some(channel) = publisher else {
+            let command = op(Op::Enqueue {
+                publisher: None,
+                seq: 0,
+                header,
+                payload: payload.clone(),
+            });
+            propose(shared, group, &command, None);
+            continue;
         };
+        let (log, seq) = shared.durability.quorum_next(channel, group);
+        waits.push((log, seq));
         let command = op(Op::Enqueue {
-            publisher: id,
+            publisher: Some(PublisherId::new(me.clone(), channel)),
             seq,
             header,
             payload: payload.clone(),
         });
-        propose(shared, group, &command, done);
+        let now = std::time::Instant::now();
+        shared
+            .quorum
+            .unconfirmed
+            .lock()
+            .expect("unconfirmed lock")
+            .entry((channel, group))
+            .or_default()
+            .push_back(Unapplied {
+                seq,
+                command: command.clone(),
+                first: now,
+                last: now,
+            });
+        propose(
+            shared,
+            group,
+            &command,
+            Some(refuse_on_error(shared, channel, group, seq)),
+        );
     }
     waits
+}
+
+/// A publish the group would not take (no leader in time, no replica here any more) is
+/// nacked.
+fn refuse_on_error(shared: &Shared, channel: ChannelKey, group: u64, seq: u64) -> Proposed {
+    let durability = shared.durability.clone();
+    let unconfirmed = shared.quorum.unconfirmed.clone();
+    Box::new(move |r: Result<(), String>| {
+        if r.is_err() {
+            durability.quorum_abandon(group, Some(channel), seq);
+            forget_unapplied(&unconfirmed, channel, group, seq);
+        }
+    })
+}
+
+fn forget_unapplied(unconfirmed: &Mutex<Unconfirmed>, channel: ChannelKey, group: u64, upto: u64) {
+    let mut u = unconfirmed.lock().expect("unconfirmed lock");
+    if let Some(q) = u.get_mut(&(channel, group)) {
+        while q.front().is_some_and(|p| p.seq <= upto) {
+            q.pop_front();
+        }
+        if q.is_empty() {
+            u.remove(&(channel, group));
+        }
+    }
+}
+
+/// Proposes again what this node's channels published to `group` and did not see applied:
+/// its leader changed, and the old one may have dropped it.
+pub fn resend_unapplied(shared: &Shared, group: u64) {
+    let now = std::time::Instant::now();
+    let again: Vec<(ChannelKey, u64, Command)> = {
+        let mut u = shared.quorum.unconfirmed.lock().expect("unconfirmed lock");
+        u.iter_mut()
+            .filter(|((_, g), _)| *g == group)
+            .flat_map(|((channel, _), q)| {
+                q.iter_mut().map(move |p| {
+                    p.last = now;
+                    (*channel, p.seq, p.command.clone())
+                })
+            })
+            .collect()
+    };
+    for (channel, seq, command) in again {
+        propose(
+            shared,
+            group,
+            &command,
+            Some(refuse_on_error(shared, channel, group, seq)),
+        );
+    }
+}
+
+/// Publishes that stalled: proposed again after [`RESEND_AFTER`], nacked after
+/// [`GIVE_UP_AFTER`] (confirms may pause, never lie).
+fn resend_stalled(shared: &Shared) {
+    let now = std::time::Instant::now();
+    let mut again = Vec::new();
+    let mut refused = Vec::new();
+    {
+        let mut u = shared.quorum.unconfirmed.lock().expect("unconfirmed lock");
+        u.retain(|&(channel, group), q| {
+            let mut upto = 0;
+            while q.front().is_some_and(|p| now - p.first >= GIVE_UP_AFTER) {
+                upto = q.pop_front().expect("checked").seq;
+            }
+            if upto > 0 {
+                refused.push((channel, group, upto));
+            }
+            if q.front().is_some_and(|p| now - p.last >= RESEND_AFTER) {
+                for p in q.iter_mut() {
+                    p.last = now;
+                    again.push((channel, group, p.seq, p.command.clone()));
+                }
+            }
+            !q.is_empty()
+        });
+    }
+    for (channel, group, upto) in refused {
+        shared.durability.quorum_abandon(group, Some(channel), upto);
+    }
+    for (channel, group, seq, command) in again {
+        propose(
+            shared,
+            group,
+            &command,
+            Some(refuse_on_error(shared, channel, group, seq)),
+        );
+    }
+}
+
+/// A channel that published to quorum queues closed: nothing waits for its publishes any
+/// more, and its groups forget its numbering (`ChannelDown`).
+pub fn publisher_closed(shared: &Shared, channel: ChannelKey, groups: &[u64]) {
+    if groups.is_empty() {
+        return;
+    }
+    {
+        let mut u = shared.quorum.unconfirmed.lock().expect("unconfirmed lock");
+        for group in groups {
+            u.remove(&(channel, *group));
+        }
+    }
+    for group in groups {
+        channel_down_at(shared, *group, channel);
+    }
 }
 
 /// Proposes the settlement of deliveries of a quorum queue (acks, requeues, discards).
@@ -445,12 +592,13 @@ pub fn dequeue(shared: &Shared, channel: ChannelKey, no_ack: bool) -> Command {
     })
 }
 
-/// Tick, node-down and dead-channel sweeps, run every `SWEEP_INTERVAL`:
+/// Tick, node-down, dead-channel and stalled-publish sweeps, run every `SWEEP_INTERVAL`:
 /// - a leader proposes `Tick` when its queue's head expired;
 /// - a leader proposes `NodeDown` for consumers on a node the failure detector finds down
 ///   (what they held returns to the queue);
 /// - every member proposes `ChannelDown` for consumers of its node whose channel is gone
-///   (after a restart, or when a channel's own `ChannelDown` was lost with a leader).
+///   (after a restart, or when a channel's own `ChannelDown` was lost with a leader);
+/// - publishes not applied for a while are proposed again, or in the end nacked.
 pub async fn sweep(shared: Arc<Shared>) {
     let Some(cluster) = shared.cluster.clone() else {
         return;
@@ -465,6 +613,7 @@ pub async fn sweep(shared: Arc<Shared>) {
         if *shared.shutdown.borrow() {
             return;
         }
+        resend_stalled(&shared);
         let now = unix_now_ms();
         let mut next_suspects = Vec::new();
         for (group, info) in shared.quorum.replicas() {

@@ -28,6 +28,9 @@ use warren_cluster::replicas::QueueReplica;
 use warren_protocol::amqp::{basic, AMQPClass};
 use warren_protocol::method::Method;
 
+/// Effects a member catching up holds back at most (see [`Machine::flush`]).
+const PENDING_WHILE_BEHIND: usize = 16_384;
+
 pub struct Replica {
     queue: QuorumQueue,
     group: u64,
@@ -336,6 +339,9 @@ impl Replica {
         }
         for (channel, seqs) in confirms {
             shared.durability.quorum_applied(channel, self.group, &seqs);
+            if let Some(upto) = seqs.iter().map(|(seq, _)| *seq).max() {
+                shared.quorum.publishes_applied(channel, self.group, upto);
+            }
         }
         if !returns.is_empty() {
             let mut by_consumer: HashMap<ConsumerId, Vec<u64>> = HashMap::new();
@@ -441,9 +447,11 @@ impl Machine for Replica {
         }
     }
 
-    fn flush(&mut self) {
+    fn flush(&mut self, caught_up: bool) {
         self.update_info();
-        if self.pending.is_empty() {
+        // Catching up, deliveries of old entries wait for the entries that may take them
+        // back (see `QuorumQueue::holds`), within a bound on what waits in memory.
+        if self.pending.is_empty() || (!caught_up && self.pending.len() < PENDING_WHILE_BEHIND) {
             return;
         }
         match self.shared.upgrade() {
@@ -474,12 +482,12 @@ impl Machine for Replica {
         if leader != 0 || lost {
             self.leader = leader;
         }
-        // What this node proposed to the old leader and did not see applied may be lost:
-        // its publishers get a nack rather than waiting for a confirm that may never come.
-        // (Proposals made before the first leader wait for it in the group.)
+        // What this node proposed to the old leader and did not see applied may be lost: it
+        // is proposed again (applied once: the group knows its publishers' numbers). Proposals
+        // made before the first leader wait for it in the group.
         if lost {
             if let Some(shared) = self.shared.upgrade() {
-                shared.durability.quorum_abandon(self.group, None, 0);
+                quorum_client::resend_unapplied(&shared, self.group);
             }
         }
     }

@@ -16,7 +16,7 @@ use super::effects::{DeadLetterReason, Effect};
 use super::messages::{Msg, Ready};
 use crate::error::AmqpError;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QuorumQueue {
@@ -36,6 +36,12 @@ pub struct QuorumQueue {
     pub(super) last_enqueued: u64,
     /// When a consumer last came or went or a basic.get ran (x-expires).
     pub(super) last_active_ms: u64,
+    /// The last sequence number applied of each publishing channel, as rabbit_fifo's
+    /// enqueuers: a publish proposed again (its member resends what a leader change may have
+    /// dropped) is applied once. Gone with the channel (`ChannelDown`), not with its node: a
+    /// node cut off and back keeps its publishers' numbering.
+    #[serde(default, with = "super::snapshot::pairs")]
+    pub(super) enqueuers: BTreeMap<PublisherId, u64>,
 }
 
 impl QuorumQueue {
@@ -50,6 +56,7 @@ impl QuorumQueue {
             last_applied: 0,
             last_enqueued: 0,
             last_active_ms: created_ms,
+            enqueuers: BTreeMap::new(),
         }
     }
 
@@ -79,12 +86,16 @@ impl QuorumQueue {
             } => self.enqueue(index, now, publisher, seq, header, effects),
             Op::Checkout { consumer, spec } => self.checkout(now, consumer, spec, effects),
             Op::Cancel { consumer } => self.cancel(now, &consumer),
-            Op::ChannelDown { node, channel } => self.drop_consumers(
-                now,
-                |c| c.node == node && c.channel == channel,
-                false,
-                effects,
-            ),
+            Op::ChannelDown { node, channel } => {
+                self.enqueuers
+                    .remove(&PublisherId::new(node.as_str(), channel));
+                self.drop_consumers(
+                    now,
+                    |c| c.node == node && c.channel == channel,
+                    false,
+                    effects,
+                )
+            }
             Op::Settle { consumer, msg_ids } => self.settle(&consumer, msg_ids),
             Op::Return {
                 consumer,
@@ -128,6 +139,18 @@ impl QuorumQueue {
         header: EnqueueHeader,
         effects: &mut Vec<Effect>,
     ) {
+        if let Some(p) = &publisher {
+            // A repeat of a publish applied already: its confirm went out then. A number
+            // skipped (its proposal lost) is not waited for: the publisher's member nacks it
+            // when it sees a later one confirmed, so a publish is never applied twice.
+            match self.enqueuers.get_mut(p) {
+                Some(last) if seq <= *last => return,
+                Some(last) => *last = seq,
+                None => {
+                    self.enqueuers.insert(p.clone(), seq);
+                }
+            }
+        }
         if self.config.overflow == OverflowMode::RejectPublish && self.over_limit(header.size_bytes)
         {
             if let Some(publisher) = publisher {
