@@ -319,8 +319,13 @@ impl Runner {
                         g.wake();
                     }
                     for m in messages {
-                        if m.get_msg_type() == MessageType::MsgAppend {
-                            g.commit_hint = g.commit_hint.max(m.commit);
+                        match m.get_msg_type() {
+                            MessageType::MsgAppend => g.commit_hint = g.commit_hint.max(m.commit),
+                            MessageType::MsgSnapshot => {
+                                let index = m.get_snapshot().get_metadata().index;
+                                g.commit_hint = g.commit_hint.max(index);
+                            }
+                            _ => {}
                         }
                         let _ = g.raw.step(m);
                     }

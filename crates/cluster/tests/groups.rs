@@ -14,15 +14,21 @@ use warren_store::{Config, NoopListener, Store};
 /// Applied entries: (index, data).
 type Applied = Vec<(u64, Vec<u8>)>;
 
-/// A machine that records what it applies, shared with the test.
+/// A machine that records what it applies, shared with the test, and at each flush how many
+/// entries it had applied and whether it was caught up.
 #[derive(Clone, Default)]
 struct Recorder {
     applied: Arc<Mutex<Applied>>,
+    flushes: Arc<Mutex<Vec<(usize, bool)>>>,
 }
 
 impl Machine for Recorder {
     fn apply(&mut self, index: u64, data: bytes::Bytes) {
         self.applied.lock().unwrap().push((index, data.to_vec()));
+    }
+    fn flush(&mut self, caught_up: bool) {
+        let n = self.applied.lock().unwrap().len();
+        self.flushes.lock().unwrap().push((n, caught_up));
     }
     fn snapshot(&self) -> Vec<u8> {
         serde_json::to_vec(&*self.applied.lock().unwrap()).unwrap()
@@ -114,6 +120,10 @@ fn temp_dir(name: &str) -> PathBuf {
 }
 
 fn start_node(id: u64, dir: PathBuf, router: &Arc<Router>) -> Node {
+    start_node_timed(id, dir, router, timing())
+}
+
+fn start_node_timed(id: u64, dir: PathBuf, router: &Arc<Router>, timing: GroupsTiming) -> Node {
     let (store, _) = Store::open(Config::new(dir.join("store")), Arc::new(NoopListener)).unwrap();
     let store = Arc::new(store);
     let (r1, r2) = (router.clone(), router.clone());
@@ -123,7 +133,7 @@ fn start_node(id: u64, dir: PathBuf, router: &Arc<Router>) -> Node {
         &dir.join("groups"),
         Arc::new(move |to, group, messages: &[Message]| r1.route(id, to, group, messages)),
         Arc::new(move |peer| r2.up(peer)),
-        timing(),
+        timing,
     )
     .unwrap();
     let mut nodes = router.nodes.lock().unwrap();
@@ -375,4 +385,58 @@ fn one_sync_covers_the_writes_of_every_group_in_a_round() {
     // One round appends all 40 entries and waits for the WAL once; never once per group.
     assert!(syncs <= 2, "{syncs} syncs for 40 groups' entries");
     cleanup(vec![node]);
+}
+
+#[test]
+fn a_member_back_from_a_cut_is_not_caught_up_until_it_applied_what_was_committed_meanwhile() {
+    // No snapshots: the member catches up from appends (a snapshot holds no effects).
+    let router = Arc::new(Router::default());
+    let no_snapshots = GroupsTiming {
+        snapshot_entries: 1_000_000,
+        ..timing()
+    };
+    let nodes: Vec<Node> = (1..=3)
+        .map(|id| {
+            let dir = temp_dir(&format!("catch-up-n{id}"));
+            start_node_timed(id, dir, &router, no_snapshots.clone())
+        })
+        .collect();
+    let rec = open(&nodes, 11);
+    let l = leader(&nodes, 11);
+    let away = nodes.iter().find(|n| n.id != l).unwrap().id;
+    router.cut.lock().unwrap().insert(away);
+    // More than one append's worth (1 MiB): the catch-up takes several rounds.
+    let mut expected = Vec::new();
+    for i in 0..300u32 {
+        let mut data = vec![0u8; 8 * 1024];
+        data[..4].copy_from_slice(&i.to_be_bytes());
+        propose(&nodes[l as usize - 1], 11, &data);
+        expected.push(data);
+    }
+    let present: Vec<&Recorder> = nodes
+        .iter()
+        .zip(&rec)
+        .filter(|(n, _)| n.id != away)
+        .map(|(_, r)| r)
+        .collect();
+    wait_applied(&present, &expected);
+    let back = &rec[away as usize - 1];
+    let before = back.flushes.lock().unwrap().len();
+    router.cut.lock().unwrap().remove(&away);
+    wait_applied(&[back], &expected);
+    let flushes = back.flushes.lock().unwrap()[before..].to_vec();
+    assert!(
+        flushes.iter().any(|(_, caught_up)| !caught_up),
+        "the catch-up took more than one round: {flushes:?}"
+    );
+    // Rounds before the leader's first append (a heartbeat) know of nothing to catch up on;
+    // once it applies entries, it is caught up only with all of them.
+    for (applied, caught_up) in flushes {
+        assert!(
+            !caught_up || applied == 0 || applied == expected.len(),
+            "caught up at {applied} of {} entries",
+            expected.len()
+        );
+    }
+    cleanup(nodes);
 }

@@ -594,8 +594,8 @@ pub fn dequeue(shared: &Shared, channel: ChannelKey, no_ack: bool) -> Command {
 
 /// Tick, node-down, dead-channel and stalled-publish sweeps, run every `SWEEP_INTERVAL`:
 /// - a leader proposes `Tick` when its queue's head expired;
-/// - a leader proposes `NodeDown` for consumers on a node the failure detector finds down
-///   (what they held returns to the queue);
+/// - a leader proposes `NodeDown` for consumers on a node the failure detector has found down
+///   for [`NODE_DOWN_GRACE`] (what they held returns to the queue);
 /// - every member proposes `ChannelDown` for consumers of its node whose channel is gone
 ///   (after a restart, or when a channel's own `ChannelDown` was lost with a leader);
 /// - publishes not applied for a while are proposed again, or in the end nacked.
@@ -608,12 +608,16 @@ pub async fn sweep(shared: Arc<Shared>) {
     t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // A channel seen gone in one sweep and still gone in the next: not one being opened.
     let mut suspects: Vec<(u64, u64)> = Vec::new();
+    // Since when each node has been seen down, for NODE_DOWN_GRACE.
+    let mut down_since: HashMap<String, std::time::Instant> = HashMap::new();
     loop {
         t.tick().await;
         if *shared.shutdown.borrow() {
             return;
         }
         resend_stalled(&shared);
+        let seen = std::time::Instant::now();
+        down_since.retain(|node, _| cluster.is_node_running(node) != Some(true));
         let now = unix_now_ms();
         let mut next_suspects = Vec::new();
         for (group, info) in shared.quorum.replicas() {
@@ -649,6 +653,7 @@ pub async fn sweep(shared: Arc<Shared>) {
                 } else if leader
                     && cluster.is_node_running(node) != Some(true)
                     && !down_nodes.contains(&node.as_str())
+                    && seen - *down_since.entry(node.clone()).or_insert(seen) >= NODE_DOWN_GRACE
                 {
                     down_nodes.push(node);
                 }
@@ -673,3 +678,10 @@ fn channel_down_at(shared: &Shared, group: u64, channel: ChannelKey) {
 }
 
 const SWEEP_INTERVAL: Duration = Duration::from_millis(500);
+
+/// How long a node is seen down before its consumers' messages go back to the queue. A node
+/// paused or cut off for less keeps them, as RabbitMQ's keep theirs through net_ticktime:
+/// deliveries it made just before (still in its buffers) or applies late when it catches up
+/// are then not also made to another consumer. A group's leader fails over sooner (Raft's
+/// election timeout): only consumers wait this long.
+const NODE_DOWN_GRACE: Duration = Duration::from_secs(5);

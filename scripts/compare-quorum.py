@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""Quorum queues side by side (issue 11's Proof): a local 3-node warren cluster
+(scripts/cluster.sh, AMQP 5672-5674) and RabbitMQ 3.10's 3-node cluster
+(../shared/rabbitmq/rabbitmq.sh start 3, AMQP 5700-5702), same machine, same client (the official
+PerfTest), same workloads, one run:
+
+  leader     1 queue, 1 producer and 1 consumer on the leader's node
+  follower   the same with the clients on a node that does not lead the queue
+  w2         the leader case on a queue of group size 1 (no replication): W3/W2 is the cost of it
+  4q         4 queues led by different nodes, a producer and a consumer each, spread over nodes
+  40q        40 queues, 40 producers at 10 msg/s, 40 consumers spread over the nodes: latency
+  failover   a probe publishing with confirms through a surviving node while the queue's
+             leader's node is killed -9 (under load): the longest wait for a confirm, and
+             whether every confirmed message is still there
+
+Each rate case is 1 KB persistent messages with confirms (-c 1000) and acks (-q 1000), queues with
+x-quorum-initial-group-size=3 (except w2). Prints one line per broker and case (rates, latency
+percentiles, CPU of the three nodes per message), then warren/RabbitMQ ratios, and writes them
+as JSON (--json).
+
+  scripts/compare-quorum.py [--seconds 20] [--cases leader,follower,...] [--json FILE]
+"""
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pika
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RMQ = os.path.join(ROOT, "..", "shared", "rabbitmq", "rabbitmq.sh")
+TICKS = os.sysconf("SC_CLK_TCK")
+RATE_FLAGS = ["-s", "1024", "-c", "1000", "-q", "1000", "-f", "persistent"]
+ALL_CASES = ["leader", "follower", "w2", "4q", "40q", "failover"]
+
+
+def log(msg):
+    print(f"[compare-quorum] {msg}", file=sys.stderr, flush=True)
+
+
+class Broker:
+    def __init__(self, name, first_port, env, pid_files, start, stop):
+        self.name = name
+        self.ports = [first_port + i for i in range(3)]
+        self.env = env
+        self.pid_files = pid_files
+        self._start, self._stop = start, stop
+
+    def uri(self, node):
+        return f"amqp://guest:guest@127.0.0.1:{self.ports[node - 1]}"
+
+    def pids(self):
+        out = []
+        for f in self.pid_files:
+            try:
+                out.append(int(open(f).read().strip()))
+            except (OSError, ValueError):
+                pass
+        return out
+
+    def cpu_ticks(self):
+        total = 0
+        for pid in self.pids():
+            try:
+                fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])
+            except OSError:
+                pass
+        return total
+
+    def start(self):
+        subprocess.run(self._start, env=self.env, cwd=ROOT, check=True,
+                       stdout=subprocess.DEVNULL)
+
+    def stop(self):
+        subprocess.run(self._stop, env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+
+
+def connect(port, deadline_s=60):
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            return pika.BlockingConnection(pika.ConnectionParameters(
+                "127.0.0.1", port, heartbeat=0, blocked_connection_timeout=None))
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def declare(port, queue, group_size=3):
+    """Declares through the node at `port`: with both brokers' client-local placement, its
+    node leads the queue."""
+    conn = connect(port)
+    ch = conn.channel()
+    ch.queue_delete(queue)
+    ch.queue_declare(queue, durable=True, arguments={
+        "x-queue-type": "quorum", "x-quorum-initial-group-size": group_size})
+    conn.close()
+
+
+def perftest(broker, uris, seconds, args):
+    cmd = [RMQ, "perftest", "-H", ",".join(uris), "-z", str(seconds), "-p"] + args
+    t0 = broker.cpu_ticks()
+    out = subprocess.run(cmd, env=broker.env, cwd=ROOT, capture_output=True, text=True).stdout
+    cpu_s = (broker.cpu_ticks() - t0) / TICKS
+    sent = re.search(r"sending rate avg: (\d+) msg/s", out)
+    recv = re.search(r"receiving rate avg: (\d+) msg/s", out)
+    lat = re.search(r"consumer latency min/median/75th/95th/99th ([\d/]+) ", out)
+    if not sent:
+        log(f"{broker.name}: PerfTest printed no summary:\n{out[-2000:]}")
+        return None
+    sent, recv = int(sent.group(1)), int(recv.group(1)) if recv else 0
+    result = {"sent": sent, "received": recv,
+              "cpu_us_per_msg": cpu_s * 1e6 / max(1, sent * seconds)}
+    if lat:
+        p = [int(x) for x in lat.group(1).split("/")]
+        result.update(lat_p50_us=p[1], lat_p95_us=p[3], lat_p99_us=p[4])
+    return result
+
+
+def case_rate(broker, seconds, case):
+    if case in ("leader", "follower", "w2"):
+        queue = f"cq-{case}"
+        declare(broker.ports[0], queue, 1 if case == "w2" else 3)
+        node = 2 if case == "follower" else 1
+        return perftest(broker, [broker.uri(node)], seconds,
+                        ["-u", queue, "-x", "1", "-y", "1"] + RATE_FLAGS)
+    if case == "4q":
+        for i in range(1, 5):
+            declare(broker.ports[(i - 1) % 3], f"cq-4q-{i}")
+        uris = [broker.uri(n) for n in (1, 2, 3)]
+        return perftest(broker, uris, seconds,
+                        ["--queue-pattern", "cq-4q-%d", "--queue-pattern-from", "1",
+                         "--queue-pattern-to", "4", "-x", "4", "-y", "4"] + RATE_FLAGS)
+    if case == "40q":
+        for i in range(1, 41):
+            declare(broker.ports[(i - 1) % 3], f"cq-40q-{i}")
+        uris = [broker.uri(n) for n in (1, 2, 3)]
+        return perftest(broker, uris, seconds,
+                        ["--queue-pattern", "cq-40q-%d", "--queue-pattern-from", "1",
+                         "--queue-pattern-to", "40", "-x", "40", "-y", "40", "-r", "10"]
+                        + RATE_FLAGS)
+    raise ValueError(case)
+
+
+def case_failover(broker, seconds):
+    """Kills the leader's node (node 1) -9 a third into the run while PerfTest loads a queue
+    it leads and a probe publishes to another one with confirms, both through node 2."""
+    declare(broker.ports[0], "cq-fo-load")
+    declare(broker.ports[0], "cq-fo-probe")
+    load = subprocess.Popen(
+        [RMQ, "perftest", "-H", broker.uri(2), "-z", str(seconds), "-p", "-u", "cq-fo-load",
+         "-x", "1", "-y", "1", "-r", "2000"] + RATE_FLAGS,
+        env=broker.env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    conn = connect(broker.ports[1])
+    ch = conn.channel()
+    ch.confirm_delivery()
+    confirmed, nacked, waits = [], 0, []
+    started = time.monotonic()
+    killed_at = None
+    seq = 0
+    while time.monotonic() - started < seconds:
+        if killed_at is None and time.monotonic() - started > seconds / 3:
+            pid = broker.pids()[0]
+            os.kill(pid, signal.SIGKILL)
+            killed_at = time.monotonic()
+        seq += 1
+        t = time.monotonic()
+        try:
+            ch.basic_publish("", "cq-fo-probe", str(seq).encode(),
+                             pika.BasicProperties(delivery_mode=2), mandatory=False)
+            confirmed.append(seq)
+        except pika.exceptions.NackError:
+            nacked += 1
+        waits.append((t, time.monotonic() - t))
+    conn.close()
+    load.wait()
+    after = [w for t, w in waits if killed_at and t >= killed_at - 1]
+    # Nothing confirmed lost: drain the probe queue through a surviving node.
+    conn = connect(broker.ports[2])
+    ch = conn.channel()
+    seen = set()
+    while True:
+        m, _, body = ch.basic_get("cq-fo-probe", auto_ack=True)
+        if m is None:
+            break
+        seen.add(int(body))
+    conn.close()
+    lost = len(set(confirmed) - seen)
+    return {"longest_confirm_wait_s": round(max(after, default=0), 3),
+            "probe_confirmed": len(confirmed), "probe_nacked": nacked, "lost": lost}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seconds", type=int, default=20)
+    p.add_argument("--cases", default=",".join(ALL_CASES))
+    p.add_argument("--json")
+    args = p.parse_args()
+    cases = [c for c in args.cases.split(",") if c]
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "warren"], cwd=ROOT, check=True)
+    wdir = tempfile.mkdtemp(prefix="warren-compare-quorum.")
+    wenv = dict(os.environ, WARREN_CLUSTER_DIR=wdir,
+                WARREN_BIN=os.path.join(ROOT, "target", "release", "warren"))
+    rstate = "/tmp/warren-rabbitmq-quorum"
+    renv = dict(os.environ, RMQ_STATE=rstate, RMQ_PORT="5700", RMQ_DIST_PORT="25700")
+    brokers = [
+        Broker("warren", 5672, wenv, [f"{wdir}/n{i}.pid" for i in (1, 2, 3)],
+               ["scripts/cluster.sh", "start", "3"], ["scripts/cluster.sh", "stop"]),
+        Broker("rabbitmq", 5700, renv, [f"{rstate}/rabbit{i}.pid" for i in (1, 2, 3)],
+               [RMQ, "start", "3"], [RMQ, "stop"]),
+    ]
+    results = {}
+    try:
+        for b in brokers:
+            b.start()
+        log(f"load before: {open('/proc/loadavg').read().split()[:3]}")
+        for case in cases:
+            for b in brokers:
+                if case == "failover":
+                    continue
+                r = case_rate(b, args.seconds, case)
+                results.setdefault(case, {})[b.name] = r
+                print(f"{case:9} {b.name:9} {r}", flush=True)
+        if "failover" in cases:
+            for b in brokers:
+                r = case_failover(b, args.seconds)
+                results.setdefault("failover", {})[b.name] = r
+                print(f"failover  {b.name:9} {r}", flush=True)
+    finally:
+        for b in brokers:
+            b.stop()
+    print()
+    for case, r in results.items():
+        w, q = r.get("warren"), r.get("rabbitmq")
+        if not w or not q or "sent" not in w:
+            continue
+        line = (f"{case:9} warren/RabbitMQ rate {w['sent'] / max(1, q['sent']):.2f}x, "
+                f"CPU per message {w['cpu_us_per_msg'] / max(1e-9, q['cpu_us_per_msg']):.3f}x")
+        if "lat_p99_us" in w and "lat_p99_us" in q:
+            line += f", p99 {w['lat_p99_us']} us vs {q['lat_p99_us']} us"
+        print(line)
+    for name in ("warren", "rabbitmq"):
+        lead = results.get("leader", {}).get(name)
+        for other in ("follower", "w2"):
+            o = results.get(other, {}).get(name)
+            if lead and o:
+                print(f"{name:9} {other}/leader rate {o['sent'] / max(1, lead['sent']):.2f}x")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
