@@ -464,6 +464,7 @@ impl Runner {
             send(&self.send, id, light.take_messages(), &mut g.raw);
             apply(g, light.take_committed_entries());
             g.raw.advance_apply();
+            g.raw.store().applied_to(g.applied);
             g.machine.flush(g.applied >= g.commit_hint);
             let leader = (g.raw.raft.leader_id, g.raw.raft.term);
             if leader != g.leader_seen {

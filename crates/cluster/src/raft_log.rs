@@ -21,7 +21,15 @@ pub struct RaftLog {
     /// The membership as of the snapshot, or the founding voters without one: where raft-rs
     /// starts; later membership changes come back from the log as it is replayed.
     conf_state: ConfState,
+    /// Entries appended and not applied yet, in index order: raft-rs reads them back to apply
+    /// them (and to send them to a follower once persisted), and kept here they are neither
+    /// read from the store nor parsed again (TiKV's entry cache). Emptied as they are
+    /// applied, so an idle group holds none; bounded for a member that applies late.
+    cache: Mutex<std::collections::VecDeque<Entry>>,
 }
+
+/// Most entries a group's cache holds (a member far behind reads the rest from the store).
+const CACHE_ENTRIES_MAX: usize = 4096;
 
 fn storage_error(e: impl std::fmt::Display) -> raft::Error {
     raft::Error::Store(StorageError::Other(e.to_string().into()))
@@ -54,6 +62,7 @@ impl RaftLog {
             snapshot_path,
             snapshot: Mutex::new(snapshot),
             conf_state,
+            cache: Mutex::new(std::collections::VecDeque::new()),
         })
     }
 
@@ -95,7 +104,46 @@ impl RaftLog {
                 .append_blocking(self.log_id, chunk)
                 .map_err(|e| e.to_string())?;
         }
+        let mut cache = self.cache.lock().expect("cache lock");
+        while cache.back().is_some_and(|e| e.index >= first.index) {
+            cache.pop_back();
+        }
+        if cache.back().is_some_and(|e| e.index + 1 != first.index) {
+            cache.clear();
+        }
+        cache.extend(entries.iter().cloned());
+        while cache.len() > CACHE_ENTRIES_MAX {
+            cache.pop_front();
+        }
         Ok(())
+    }
+
+    /// Entries up to `index` are applied: the cache lets them go.
+    pub fn applied_to(&self, index: u64) {
+        let mut cache = self.cache.lock().expect("cache lock");
+        while cache.front().is_some_and(|e| e.index <= index) {
+            cache.pop_front();
+        }
+    }
+
+    /// Entries `low..high` from the cache, if it holds them all (at most `max` bytes, at
+    /// least one entry, as raft-rs's storage contract has it).
+    fn cached(&self, low: u64, high: u64, max: u64) -> Option<Vec<Entry>> {
+        let cache = self.cache.lock().expect("cache lock");
+        let first = cache.front()?.index;
+        if low < first || high > cache.back()?.index + 1 {
+            return None;
+        }
+        let mut out = Vec::with_capacity((high - low) as usize);
+        let mut size = 0u64;
+        for e in cache.range((low - first) as usize..(high - first) as usize) {
+            size += u64::from(e.compute_size());
+            if !out.is_empty() && size > max {
+                break;
+            }
+            out.push(e.clone());
+        }
+        Some(out)
     }
 
     pub fn set_hard_state(&self, hs: &HardState) -> Result<(), String> {
@@ -131,6 +179,8 @@ impl RaftLog {
     /// Keeps `snapshot` as the latest (file first, atomically), then releases the log up to its
     /// index: entries behind a snapshot are never read again.
     pub fn save_snapshot(&self, snapshot: &Snapshot) -> Result<(), String> {
+        // A leader's snapshot may replace a log whose tail the cache still holds.
+        self.cache.lock().expect("cache lock").clear();
         self.save_snapshot_releasing(snapshot, snapshot.get_metadata().index)
     }
 
@@ -201,7 +251,11 @@ impl raft::Storage for RaftLog {
         if low <= snap_index {
             return Err(raft::Error::Store(StorageError::Compacted));
         }
-        let max = max_size.into().unwrap_or(u64::MAX).min(usize::MAX as u64) as usize;
+        let max_size = max_size.into().unwrap_or(u64::MAX);
+        if let Some(entries) = self.cached(low, high, max_size) {
+            return Ok(entries);
+        }
+        let max = max_size.min(usize::MAX as u64) as usize;
         let mut out = Vec::new();
         let mut from = low;
         let mut bytes = 0usize;

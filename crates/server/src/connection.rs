@@ -394,6 +394,7 @@ impl Connection {
                 }
             }
             self.flush_confirms();
+            crate::quorum_client::flush_settles(&self.shared);
             if self.closing {
                 wait_close_ok(rd, buf).await;
                 return;

@@ -133,6 +133,19 @@ pub struct QuorumQueues {
     purges: Mutex<HashMap<u64, VecDeque<oneshot::Sender<u32>>>>,
     replicas: Mutex<HashMap<u64, Arc<ReplicaInfo>>>,
     unconfirmed: Arc<Mutex<Unconfirmed>>,
+    /// Acks, nacks and rejects of quorum deliveries not proposed yet: a connection's read
+    /// batch of them becomes one entry per consumer (PerfTest acks every message; one entry
+    /// each would double the log). Proposed at the end of the read ([`flush_settles`]) or
+    /// before anything else this node proposes, so they keep their order with it.
+    settles: Mutex<Vec<PendingSettle>>,
+    has_settles: AtomicBool,
+}
+
+struct PendingSettle {
+    group: u64,
+    consumer: ConsumerId,
+    op: SettleOp,
+    msg_ids: Vec<u64>,
 }
 
 /// Publishes of this node's confirming channels that their group has not applied yet, per
@@ -223,6 +236,7 @@ pub fn propose(shared: &Shared, group: u64, command: &Command, done: Option<Prop
     let Some(cluster) = &shared.cluster else {
         return;
     };
+    flush_settles(shared);
     if shared.quorum.replica(group).is_none() {
         if let Some(done) = done {
             done(Err("this node holds no replica of the queue".into()));
@@ -405,7 +419,8 @@ pub fn publisher_closed(shared: &Shared, channel: ChannelKey, groups: &[u64]) {
     }
 }
 
-/// Proposes the settlement of deliveries of a quorum queue (acks, requeues, discards).
+/// Settles deliveries of a quorum queue (acks, requeues, discards): proposed with the rest
+/// of the connection's read ([`flush_settles`]).
 pub fn settle(
     shared: &Shared,
     log: u64,
@@ -414,11 +429,73 @@ pub fn settle(
     settle: SettleOp,
     msg_ids: Vec<u64>,
 ) {
-    for (wait, command) in settle_commands(shared, log, channel, consumer_tag, settle, msg_ids) {
-        if let Wait::Settle { group, .. } = wait {
-            propose(shared, group, &command, None);
+    let group = group_id(log);
+    let consumer = ConsumerId::new(
+        me(shared),
+        channel,
+        String::from_utf8_lossy(consumer_tag).into_owned(),
+    );
+    let mut pending = shared.quorum.settles.lock().expect("settles lock");
+    match pending
+        .iter_mut()
+        .rev()
+        .find(|p| p.group == group && p.consumer == consumer)
+    {
+        Some(p) if p.op == settle => p.msg_ids.extend(msg_ids),
+        // A different settlement of the same consumer goes after it, in order.
+        _ => pending.push(PendingSettle {
+            group,
+            consumer,
+            op: settle,
+            msg_ids,
+        }),
+    }
+    shared.quorum.has_settles.store(true, Ordering::Release);
+}
+
+/// Proposes the settlements gathered since the last call, one entry per consumer and kind
+/// (at most [`MSG_IDS_PER_COMMAND_MAX`] ids each).
+pub fn flush_settles(shared: &Shared) {
+    if !shared.quorum.has_settles.swap(false, Ordering::AcqRel) {
+        return;
+    }
+    let Some(cluster) = &shared.cluster else {
+        return;
+    };
+    let pending = std::mem::take(&mut *shared.quorum.settles.lock().expect("settles lock"));
+    for p in pending {
+        for ids in p.msg_ids.chunks(MSG_IDS_PER_COMMAND_MAX) {
+            let command = settle_command(p.consumer.clone(), p.op, ids.to_vec());
+            if shared.quorum.replica(p.group).is_some() {
+                cluster.queue_groups().send(Input::Propose {
+                    group: p.group,
+                    data: command.encode(),
+                    done: None,
+                });
+            }
         }
     }
+}
+
+/// Runs [`flush_settles`] when dropped.
+pub struct FlushSettlesOnDrop<'a>(pub &'a Shared);
+
+impl Drop for FlushSettlesOnDrop<'_> {
+    fn drop(&mut self) {
+        flush_settles(self.0);
+    }
+}
+
+fn settle_command(consumer: ConsumerId, settle: SettleOp, msg_ids: Vec<u64>) -> Command {
+    op(match settle {
+        SettleOp::Ack => Op::Settle { consumer, msg_ids },
+        SettleOp::Requeue => Op::Return {
+            consumer,
+            msg_ids,
+            rejected: true,
+        },
+        SettleOp::Discard => Op::Discard { consumer, msg_ids },
+    })
 }
 
 /// The commands settling `msg_ids` (at most [`MSG_IDS_PER_COMMAND_MAX`] each), with the
@@ -443,17 +520,7 @@ fn settle_commands(
                 tag: tag.clone(),
                 first: ids[0],
             };
-            let (consumer, msg_ids) = (consumer.clone(), ids.to_vec());
-            let command = op(match settle {
-                SettleOp::Ack => Op::Settle { consumer, msg_ids },
-                SettleOp::Requeue => Op::Return {
-                    consumer,
-                    msg_ids,
-                    rejected: true,
-                },
-                SettleOp::Discard => Op::Discard { consumer, msg_ids },
-            });
-            (wait, command)
+            (wait, settle_command(consumer.clone(), settle, ids.to_vec()))
         })
         .collect()
 }
@@ -615,6 +682,8 @@ pub async fn sweep(shared: Arc<Shared>) {
         if *shared.shutdown.borrow() {
             return;
         }
+        // A backstop: settlements are proposed where they are made.
+        flush_settles(&shared);
         resend_stalled(&shared);
         let seen = std::time::Instant::now();
         down_since.retain(|node, _| cluster.is_node_running(node) != Some(true));

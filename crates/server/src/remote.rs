@@ -617,6 +617,9 @@ impl Handler for Peers {
         let Some(shared) = self.shared.upgrade() else {
             return;
         };
+        // Settlements a peer's message led to (its clients' acks of a stand-in's deliveries)
+        // are proposed when it is handled: no connection read ends here to do it.
+        let _flush = crate::quorum_client::FlushSettlesOnDrop(&shared);
         let now = shared.broker.now_ms();
         match data {
             Data::Publish { .. } => self.forwarded(&shared, from, data),
