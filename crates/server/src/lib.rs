@@ -28,7 +28,8 @@
 //! - [`queue_stats`]: queue figures for the management API, asked of each queue's node.
 //! - [`quorum_client`]: a channel's requests to a quorum queue's Raft group (publish, consume,
 //!   settle, get, purge) and how their answers come back; [`quorum_replica`]: this node's
-//!   replica of a quorum queue under its group, carrying out the effects addressed here.
+//!   replica of a quorum queue under its group, carrying out the effects addressed here;
+//!   `quorum_bodies`: the bodies of its waiting messages it keeps in memory.
 //!
 //! A frame flows: socket -> `connection` (decode) -> `channel` (command) -> the broker's vhost
 //! (route, enqueue, dispatch) -> consumer connection's outbox -> its `writer` -> socket.
@@ -50,6 +51,7 @@ pub mod memory;
 pub mod metadata;
 pub mod placement;
 pub mod queue_stats;
+mod quorum_bodies;
 mod quorum_channel;
 pub mod quorum_client;
 pub mod quorum_peers;

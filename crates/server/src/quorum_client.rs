@@ -139,6 +139,8 @@ pub struct QuorumQueues {
     /// before anything else this node proposes, so they keep their order with it.
     settles: Mutex<Vec<PendingSettle>>,
     has_settles: AtomicBool,
+    /// What the replicas keep of waiting messages' bodies, in all.
+    pub body_budget: Arc<crate::quorum_bodies::BodyBudget>,
 }
 
 struct PendingSettle {

@@ -14,6 +14,7 @@
 //! A delivery for a consumer that is gone (its channel closed, it was cancelled, this node
 //! restarted) goes back to the queue (`Return`).
 
+use crate::quorum_bodies::Bodies;
 use crate::quorum_client::{self, ReplicaInfo, Wait};
 use crate::Shared;
 use bytes::Bytes;
@@ -30,6 +31,8 @@ use warren_protocol::method::Method;
 
 /// Effects a member catching up holds back at most (see [`Machine::flush`]).
 const PENDING_WHILE_BEHIND: usize = 16_384;
+/// An entry proposed longer ago than this when applied: the member is catching up.
+const LATE_ENTRY_MS: u64 = 1_000;
 
 pub struct Replica {
     queue: QuorumQueue,
@@ -43,6 +46,10 @@ pub struct Replica {
     leader: u64,
     /// Effects of this round's entries, carried out at its end.
     pending: Vec<Pending>,
+    /// Bodies of messages waiting in the queue (see `quorum_bodies`).
+    bodies: Bodies,
+    /// When the last applied entry was proposed (unix ms, the proposer's clock).
+    last_entry_ms: u64,
     /// Held weakly: the groups' thread must not keep the node's state alive at shutdown.
     shared: Weak<Shared>,
 }
@@ -82,11 +89,14 @@ impl Replica {
     }
 
     /// The message at `index` of this node's copy of the log.
-    fn read(&self, shared: &Shared, index: u64, entry: &Option<(u64, Bytes)>) -> Option<Bytes> {
+    fn read(&mut self, shared: &Shared, index: u64, entry: &Option<(u64, Bytes)>) -> Option<Bytes> {
         if let Some((i, payload)) = entry {
             if *i == index {
                 return Some(payload.clone());
             }
+        }
+        if let Some(body) = self.bodies.take(index) {
+            return Some(body);
         }
         let store = shared.store.as_ref()?;
         let data = warren_cluster::raft_log::read_entry_data(store, self.group, index)?;
@@ -97,7 +107,7 @@ impl Replica {
     }
 
     fn message(
-        &self,
+        &mut self,
         shared: &Shared,
         index: u64,
         entry: &Option<(u64, Bytes)>,
@@ -299,19 +309,20 @@ impl Replica {
                         reason,
                         delivery_count,
                     } => {
-                        if leader {
-                            if let Some(m) = self.message(shared, index, &entry) {
-                                v.dead_letter_quorum(
-                                    &self.name,
-                                    m,
-                                    reason.as_str(),
-                                    delivery_count,
-                                    now,
-                                );
-                            }
+                        if !leader {
+                            self.bodies.take(index);
+                        } else if let Some(m) = self.message(shared, index, &entry) {
+                            v.dead_letter_quorum(
+                                &self.name,
+                                m,
+                                reason.as_str(),
+                                delivery_count,
+                                now,
+                            );
                         }
                     }
                     Effect::Purged { count } => {
+                        self.bodies.clear();
                         if let Some(w) = shared.quorum.take_purge_waiter(self.group) {
                             let _ = w.send(count.min(u32::MAX as u64) as u32);
                         }
@@ -372,6 +383,7 @@ impl Machine for Replica {
                 return;
             }
         };
+        self.last_entry_ms = command.now_ms;
         let (entry, checkout, cancel) = match &command.op {
             Op::Enqueue { payload, .. } => (Some((index, payload.clone())), None, None),
             Op::Checkout { consumer, .. } if self.is_mine(&consumer.node) => {
@@ -426,6 +438,9 @@ impl Machine for Replica {
         }
         let has_entry = entry.is_some();
         for effect in effects {
+            if let Effect::Dropped { index: i, .. } = effect {
+                self.bodies.take(i);
+            }
             let entry = match &effect {
                 Effect::Deliver { index: i, .. } | Effect::Got { index: i, .. }
                     if has_entry && *i == index =>
@@ -445,13 +460,28 @@ impl Machine for Replica {
         if let Some(wait) = settled {
             self.pending.push(Pending::Settled(wait));
         }
+        if let Some((i, payload)) = &entry {
+            if self.queue.waits_undelivered(*i) {
+                self.bodies.keep(*i, payload);
+            }
+        }
     }
 
     fn flush(&mut self, caught_up: bool) {
         self.update_info();
-        // Catching up, deliveries of old entries wait for the entries that may take them
-        // back (see `QuorumQueue::holds`), within a bound on what waits in memory.
-        if self.pending.is_empty() || (!caught_up && self.pending.len() < PENDING_WHILE_BEHIND) {
+        // A body whose message left the queue some way not seen above goes too.
+        if self.bodies.len() as u64 > self.queue.ready_count() {
+            let queue = &self.queue;
+            self.bodies.retain(|i| queue.waits_undelivered(i));
+        }
+        // Catching up (behind the leader's commit, applying entries proposed a while ago: it
+        // was paused, cut off or down), deliveries of old entries wait for the entries that
+        // may take them back (see `QuorumQueue::holds`), within a bound on what waits in
+        // memory. A member merely a message behind under load carries out at once.
+        let catching_up = !caught_up
+            && quorum_client::unix_now_ms().saturating_sub(self.last_entry_ms) > LATE_ENTRY_MS;
+        if self.pending.is_empty() || (catching_up && self.pending.len() < PENDING_WHILE_BEHIND)
+        {
             return;
         }
         match self.shared.upgrade() {
@@ -465,6 +495,7 @@ impl Machine for Replica {
     }
 
     fn restore(&mut self, data: &[u8]) {
+        self.bodies.clear();
         match QuorumQueue::restore(data) {
             Ok(q) => self.queue = q,
             Err(e) => {
@@ -567,6 +598,13 @@ pub fn install(shared: &Arc<Shared>) {
             info,
             leader: 0,
             pending: Vec::new(),
+            bodies: Bodies::new(
+                shared
+                    .as_ref()
+                    .map(|s| s.quorum.body_budget.clone())
+                    .unwrap_or_default(),
+            ),
+            last_entry_ms: 0,
             shared: weak.clone(),
         })
     }));

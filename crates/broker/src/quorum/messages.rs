@@ -93,6 +93,13 @@ impl Ready {
         self.bytes
     }
 
+    /// Whether the message at `index` waits never delivered.
+    pub fn has_enqueued(&self, index: u64) -> bool {
+        self.enqueued
+            .binary_search_by_key(&index, |m| m.index)
+            .is_ok()
+    }
+
     /// The lowest index among never-delivered messages.
     pub fn first_enqueued_index(&self) -> Option<u64> {
         self.enqueued.front().map(|m| m.index)

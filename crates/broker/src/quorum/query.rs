@@ -71,6 +71,12 @@ impl QuorumQueue {
         self.consumers.get(id)
     }
 
+    /// Whether the message enqueued at `index` waits in the queue, never delivered yet (a
+    /// member may keep its body in memory until it is).
+    pub fn waits_undelivered(&self, index: u64) -> bool {
+        self.ready.has_enqueued(index)
+    }
+
     /// Whether `consumer` still holds `msg_id` unsettled. A member that applies a delivery
     /// late (it was stopped, or behind) and a later entry in the same round that took the
     /// message back (the node was declared down, the channel closed) must not hand it to the
