@@ -247,8 +247,7 @@ impl raft::Storage for RaftLog {
         max_size: impl Into<Option<u64>>,
         _context: GetEntriesContext,
     ) -> raft::Result<Vec<Entry>> {
-        let (snap_index, _) = self.snapshot_meta();
-        if low <= snap_index {
+        if low < raft::Storage::first_index(self)? {
             return Err(raft::Error::Store(StorageError::Compacted));
         }
         let max_size = max_size.into().unwrap_or(u64::MAX);
@@ -287,20 +286,28 @@ impl raft::Storage for RaftLog {
         if idx == snap_index {
             return Ok(snap_term);
         }
-        if idx < snap_index {
-            return Err(raft::Error::Store(StorageError::Compacted));
-        }
         if idx == 0 {
             return Ok(0);
         }
-        self.store
-            .term(self.log_id, idx)
-            .ok_or(raft::Error::Store(StorageError::Unavailable))
+        match self.store.term(self.log_id, idx) {
+            Some(term) => Ok(term),
+            None if idx < snap_index => Err(raft::Error::Store(StorageError::Compacted)),
+            None => Err(raft::Error::Store(StorageError::Unavailable)),
+        }
     }
 
+    /// The first entry the store still holds, which may be behind the snapshot: a quorum
+    /// queue's snapshot releases the log only up to its oldest live message, whose body is in
+    /// its entry. A follower behind the snapshot then catches up from those entries rather
+    /// than from the snapshot, whose live messages' bodies it would not have.
     fn first_index(&self) -> raft::Result<u64> {
         let (snap_index, _) = self.snapshot_meta();
-        Ok(snap_index + 1)
+        let stored = self
+            .store
+            .log_info(self.log_id)
+            .map(|i| i.first_index)
+            .filter(|first| (1..=snap_index).contains(first));
+        Ok(stored.unwrap_or(snap_index + 1))
     }
 
     fn last_index(&self) -> raft::Result<u64> {

@@ -20,6 +20,11 @@ type Applied = Vec<(u64, Vec<u8>)>;
 struct Recorder {
     applied: Arc<Mutex<Applied>>,
     flushes: Arc<Mutex<Vec<(usize, bool)>>>,
+    /// Snapshots restored from a leader.
+    restores: Arc<AtomicU64>,
+    /// Keeps every entry it applied live (as a queue whose messages are all waiting): its
+    /// snapshots release nothing.
+    keeps_all: bool,
 }
 
 impl Machine for Recorder {
@@ -34,7 +39,15 @@ impl Machine for Recorder {
         serde_json::to_vec(&*self.applied.lock().unwrap()).unwrap()
     }
     fn restore(&mut self, data: &[u8]) {
+        self.restores.fetch_add(1, Ordering::Relaxed);
         *self.applied.lock().unwrap() = serde_json::from_slice(data).unwrap();
+    }
+    fn live_from(&self) -> u64 {
+        if self.keeps_all {
+            1
+        } else {
+            u64::MAX
+        }
     }
 }
 
@@ -438,5 +451,74 @@ fn a_member_back_from_a_cut_is_not_caught_up_until_it_applied_what_was_committed
             expected.len()
         );
     }
+    cleanup(nodes);
+}
+
+#[test]
+fn a_follower_behind_the_leaders_snapshot_catches_up_from_the_entries_it_still_keeps() {
+    let (router, nodes) = cluster("behind-snapshot");
+    let rec: Vec<Recorder> = nodes
+        .iter()
+        .map(|n| {
+            let r = Recorder {
+                keeps_all: true,
+                ..Recorder::default()
+            };
+            n.groups.send(Input::Create {
+                group: 13,
+                voters: vec![1, 2, 3],
+                machine: Box::new(r.clone()),
+            });
+            r
+        })
+        .collect();
+    let l = leader(&nodes, 13);
+    let away = nodes.iter().find(|n| n.id != l).unwrap().id;
+    router.cut.lock().unwrap().insert(away);
+    // Well past the snapshot interval (50): the leader snapshots, but keeps the entries.
+    let expected: Vec<Vec<u8>> = (0..200u32).map(|i| i.to_be_bytes().to_vec()).collect();
+    for data in &expected {
+        propose(&nodes[l as usize - 1], 13, data);
+    }
+    let present: Vec<&Recorder> = nodes
+        .iter()
+        .zip(&rec)
+        .filter(|(n, _)| n.id != away)
+        .map(|(_, r)| r)
+        .collect();
+    wait_applied(&present, &expected);
+    router.cut.lock().unwrap().remove(&away);
+    let back = &rec[away as usize - 1];
+    wait_applied(&[back], &expected);
+    assert_eq!(
+        back.restores.load(Ordering::Relaxed),
+        0,
+        "caught up from entries, not from a snapshot (whose live entries it would lack)"
+    );
+    // The leader restarts from its snapshot and the entries after it, applied once each.
+    let mut nodes = nodes;
+    let victim = l as usize - 1;
+    nodes[victim].stop();
+    let dir = nodes[victim].dir.clone();
+    // The store closes with its last handle: swap in a scratch one.
+    drop(std::mem::replace(
+        &mut nodes[victim].store,
+        Arc::new(
+            Store::open(Config::new(temp_dir("scratch")), Arc::new(NoopListener))
+                .unwrap()
+                .0,
+        ),
+    ));
+    nodes[victim] = start_node(l, dir, &router);
+    let again = Recorder {
+        keeps_all: true,
+        ..Recorder::default()
+    };
+    nodes[l as usize - 1].groups.send(Input::Create {
+        group: 13,
+        voters: vec![1, 2, 3],
+        machine: Box::new(again.clone()),
+    });
+    wait_applied(&[&again], &expected);
     cleanup(nodes);
 }

@@ -480,8 +480,7 @@ impl Machine for Replica {
         // memory. A member merely a message behind under load carries out at once.
         let catching_up = !caught_up
             && quorum_client::unix_now_ms().saturating_sub(self.last_entry_ms) > LATE_ENTRY_MS;
-        if self.pending.is_empty() || (catching_up && self.pending.len() < PENDING_WHILE_BEHIND)
-        {
+        if self.pending.is_empty() || (catching_up && self.pending.len() < PENDING_WHILE_BEHIND) {
             return;
         }
         match self.shared.upgrade() {
