@@ -50,6 +50,8 @@ pub struct Replica {
     bodies: Bodies,
     /// When the last applied entry was proposed (unix ms, the proposer's clock).
     last_entry_ms: u64,
+    /// Deliveries whose body this member could not read.
+    unreadable: u64,
     /// Held weakly: the groups' thread must not keep the node's state alive at shutdown.
     shared: Weak<Shared>,
 }
@@ -117,7 +119,12 @@ impl Replica {
             .as_ref()
             .and_then(warren_broker::message::decode_stored);
         if decoded.is_none() {
-            tracing::error!(queue = %self.name, vhost = %self.vhost, index, "a quorum queue message cannot be read from the log");
+            // Logged at powers of two: a body this member lacks goes back to the queue and may
+            // come straight back to the same consumer.
+            self.unreadable += 1;
+            if self.unreadable.is_power_of_two() {
+                tracing::error!(queue = %self.name, vhost = %self.vhost, index, times = self.unreadable, "a quorum queue message cannot be read from this node's log");
+            }
         }
         decoded.map(|(m, _)| Arc::new(m))
     }
@@ -604,6 +611,7 @@ pub fn install(shared: &Arc<Shared>) {
                     .unwrap_or_default(),
             ),
             last_entry_ms: 0,
+            unreadable: 0,
             shared: weak.clone(),
         })
     }));
