@@ -11,7 +11,9 @@ them, and the tool must report them lost and exit non-zero.
 Verdicts are about message sets, never timings: the schedule runs until its fault count is
 reached (with a generous cap), and every wait polls to a deadline. Knobs:
 WARREN_JEPSEN_SEED (random by default, printed: replays the fault schedule),
-WARREN_JEPSEN_QUEUE_TYPE (classic, default, or quorum), WARREN_JEPSEN_FAULTS (default 22).
+WARREN_JEPSEN_QUEUE_TYPE (both classic and quorum by default, one schedule each; quorum queues
+are also held to --strict-acks: nothing delivered after its ack's tx.commit-ok),
+WARREN_JEPSEN_FAULTS (default 22).
 The long run (300+ faults, an hour) is scripts/queue-faults.sh.
 """
 
@@ -36,17 +38,20 @@ pytestmark = [
 ]
 
 SEED = int(os.environ.get("WARREN_JEPSEN_SEED", str(random.SystemRandom().randrange(1 << 31))))
-QUEUE_TYPE = os.environ.get("WARREN_JEPSEN_QUEUE_TYPE", "classic")
+QUEUE_TYPES = os.environ.get("WARREN_JEPSEN_QUEUE_TYPE", "classic,quorum").split(",")
+QUEUE_TYPE = QUEUE_TYPES[0]
 FAULTS = int(os.environ.get("WARREN_JEPSEN_FAULTS", "22"))
 
 
 @pytest.mark.timeout(900)
-def test_no_confirmed_message_is_lost_under_a_fault_schedule(capsys):
+@pytest.mark.parametrize("queue_type", QUEUE_TYPES)
+def test_no_confirmed_message_is_lost_under_a_fault_schedule(capsys, queue_type):
     # Short gaps and holds so that 20+ faults fit in about a minute; a slow machine only takes
     # longer (the schedule ends on its fault count, capped at --duration).
+    strict = ["--strict-acks"] if queue_type == "quorum" else []
     args = queue_jepsen.parser().parse_args([
-        "--seed", str(SEED), "--queue-type", QUEUE_TYPE, "--faults", str(FAULTS),
-        "--duration", "600", "--gap", "0.5", "1.5", "--hold", "0.5", "2.5"])
+        "--seed", str(SEED), "--queue-type", queue_type, "--faults", str(FAULTS),
+        "--duration", "600", "--gap", "0.5", "1.5", "--hold", "0.5", "2.5"] + strict)
     with capsys.disabled():
         print()
         result = queue_jepsen.run(args)
