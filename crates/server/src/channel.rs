@@ -317,13 +317,17 @@ impl Connection {
             if v.has_remote() {
                 // Bound for queues on other nodes: confirmed once they have it.
                 let effects = v.take_remote();
-                let confirming = self.channels[&number].confirm.then_some(key);
+                let confirming =
+                    (self.channels[&number].confirm || self.tx_waits.is_some()).then_some(key);
                 let carried = crate::remote::carry_out_for(
                     &self.shared,
                     &self.vhost_name,
                     effects,
                     confirming,
                 );
+                if let Some(tx) = &mut self.tx_waits {
+                    tx.extend(carried.waits.iter().copied());
+                }
                 match &mut stored {
                     Ok(waits) if !carried.failed => waits.extend(carried.waits),
                     _ => stored = Err(crate::metadata::NotStored),

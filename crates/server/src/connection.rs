@@ -77,6 +77,9 @@ pub struct Connection {
     /// A cluster peer with too much waiting for it, to which this connection forwarded
     /// publishes: reading waits until it drains.
     pub held_by_peer: Option<u64>,
+    /// While a transaction commits: what its publishes to queues on other nodes and to quorum
+    /// queues wait for (forwards answered, entries applied) before tx.commit-ok.
+    pub tx_waits: Option<Vec<(u64, u64)>>,
     /// This connection in the node's registry (`None` for the management API's own).
     pub registered: Option<Arc<crate::registry::Entry>>,
 }
@@ -213,6 +216,7 @@ pub async fn serve_stream<R, W>(
         finished: false,
         proposal: None,
         held_by_peer: None,
+        tx_waits: None,
         registered: Some(entry.clone()),
     };
     tracing::debug!(conn = id, %peer, user = %c.user, vhost = %c.vhost_name, "connection opened");
@@ -257,6 +261,7 @@ impl Connection {
             finished: false,
             proposal: None,
             held_by_peer: None,
+            tx_waits: None,
             registered: None,
         }
     }

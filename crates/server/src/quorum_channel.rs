@@ -12,9 +12,8 @@ use warren_broker::command::{Command, Outcome};
 use warren_broker::error::AmqpError;
 use warren_broker::queue::ChannelKey;
 use warren_broker::quorum::ConsumerSpec;
-use warren_broker::relay::RemoteEffect;
 use warren_cluster::replicas::group_id;
-use warren_protocol::amqp::{basic, queue, tx, AMQPClass};
+use warren_protocol::amqp::{basic, queue, AMQPClass};
 use warren_protocol::method::Method;
 
 impl Connection {
@@ -197,21 +196,9 @@ impl Connection {
         Ok(())
     }
 
-    /// tx.commit-ok once this node's replicas applied the transaction's settlements of quorum
-    /// queue deliveries (see [`quorum_client::settle_applied`]).
-    pub fn commit_quorum_settles(&mut self, number: u16, settles: Vec<RemoteEffect>) {
-        let (shared, outbox) = (self.shared.clone(), self.outbox.clone());
-        self.await_request(number, (90, 20), async move {
-            quorum_client::settle_applied(shared, settles).await?;
-            let m = Method::Other(AMQPClass::Tx(tx::AMQPMethod::CommitOk(tx::CommitOk {})));
-            outbox.push(|b| m.encode(number, b));
-            Ok(())
-        });
-    }
-
     /// Waits for `answer` before the channel's next method; its reply was written by whoever
     /// resolved it, an error closes the channel naming the method `ids`.
-    fn await_request(
+    pub(crate) fn await_request(
         &mut self,
         number: u16,
         ids: (u16, u16),

@@ -3,12 +3,14 @@
 //! commit.
 //!
 //! tx.commit-ok promises that the committed publishes and acks are done and durable, as in
-//! RabbitMQ: the engine is synced first, and the settlements of quorum queue deliveries are
-//! applied by this node's replicas before commit-ok goes out, so a message acked in a committed
-//! transaction is never delivered again.
+//! RabbitMQ: the engine is synced first; the settlements of quorum queue deliveries are applied
+//! by this node's replicas before commit-ok goes out, so a message acked in a committed
+//! transaction is never delivered again; and publishes to quorum queues and to queues on other
+//! nodes wait as a confirm would (applied by the group, taken by the queue's node).
 
 use crate::channel::ctl;
 use crate::connection::Connection;
+use crate::Shared;
 use warren_broker::error::AmqpError;
 use warren_broker::message::Message;
 use warren_broker::queue::ChannelKey;
@@ -16,6 +18,7 @@ use warren_broker::relay::RemoteEffect;
 use warren_protocol::amqp::{tx, AMQPClass};
 use warren_protocol::constants::INTERNAL_ERROR;
 use warren_protocol::content::Properties;
+use warren_protocol::method::Method;
 
 /// Work a transaction holds back until tx.commit.
 pub enum TxOp {
@@ -122,7 +125,9 @@ impl Connection {
                 };
                 ch.tx = None;
                 let mut quorum_settles = Vec::new();
+                self.tx_waits = Some(Vec::new());
                 let result = self.apply_tx(number, ops, &mut quorum_settles);
+                let waits = self.tx_waits.take().unwrap_or_default();
                 if let Some(ch) = self.channels.get_mut(&number) {
                     ch.tx = Some(Vec::new());
                 }
@@ -132,10 +137,10 @@ impl Connection {
                 // node needs a restart before it can promise anything again).
                 self.sync_store()
                     .map_err(|e| AmqpError::new(INTERNAL_ERROR, format!("cannot commit: {e}")))?;
-                if quorum_settles.is_empty() {
+                if quorum_settles.is_empty() && waits.is_empty() {
                     ctl(self, number, AMQPClass::Tx(T::CommitOk(tx::CommitOk {})));
                 } else {
-                    self.commit_quorum_settles(number, quorum_settles);
+                    self.commit_after(number, quorum_settles, waits);
                 }
             }
             T::Rollback(_) => {
@@ -174,5 +179,61 @@ impl Connection {
             }
         }
         Ok(())
+    }
+
+    /// tx.commit-ok once this node's replicas applied the transaction's settlements of quorum
+    /// queue deliveries (see [`crate::quorum_client::settle_applied`]) and its publishes to quorum
+    /// queues and to queues on other nodes are in them (`waits`, as a confirm waits).
+    fn commit_after(
+        &mut self,
+        number: u16,
+        settles: Vec<RemoteEffect>,
+        waits: Vec<(u64, u64)>,
+    ) {
+        let (shared, outbox) = (self.shared.clone(), self.outbox.clone());
+        self.await_request(number, (90, 20), async move {
+            wait_published(&shared, &waits).await?;
+            crate::quorum_client::settle_applied(shared, settles).await?;
+            let m = Method::Other(AMQPClass::Tx(tx::AMQPMethod::CommitOk(tx::CommitOk {})));
+            outbox.push(|b| m.encode(number, b));
+            Ok(())
+        });
+    }
+}
+
+/// Waits until every (pseudo log, index) in `waits` is durable where it went; an error when
+/// one was refused, or after a confirm's patience.
+async fn wait_published(shared: &Shared, waits: &[(u64, u64)]) -> Result<(), AmqpError> {
+    if waits.is_empty() {
+        return Ok(());
+    }
+    let durability = &shared.durability;
+    let mut changed = durability.subscribe();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if durability.any_refused(waits) || durability.has_failed() {
+            return Err(AmqpError::new(
+                INTERNAL_ERROR,
+                "cannot commit: a queue refused a published message",
+            ));
+        }
+        if durability.all_durable(waits) {
+            return Ok(());
+        }
+        match tokio::time::timeout_at(deadline, changed.changed()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => {
+                return Err(AmqpError::new(
+                    INTERNAL_ERROR,
+                    "cannot commit: shutting down",
+                ))
+            }
+            Err(_) => {
+                return Err(AmqpError::new(
+                    INTERNAL_ERROR,
+                    "cannot commit: a queue did not take a published message in time",
+                ))
+            }
+        }
     }
 }

@@ -218,3 +218,16 @@ def test_acks_committed_in_a_transaction_are_settled_and_rolled_back_ones_are_no
     assert body == b"2" and m.redelivered
     assert ch.queue_declare(name, passive=True).method.message_count == 0
     ch.queue_delete(name)
+
+
+def test_a_committed_publish_is_in_the_quorum_queue_when_commit_ok_arrives(conn, name):
+    ch = conn.channel()
+    declare(ch, name)
+    tx = conn.channel()
+    tx.tx_select()
+    for i in range(3):
+        tx.basic_publish("", name, str(i).encode())
+    tx.tx_commit()
+    # No waiting: commit-ok came after the group applied the publishes here.
+    assert [ch.basic_get(name, auto_ack=True)[2] for _ in range(3)] == [b"0", b"1", b"2"]
+    ch.queue_delete(name)
