@@ -2,6 +2,7 @@
 //! over its HTTP management API.
 
 mod access;
+mod queues;
 
 use base64::Engine;
 use clap::{Args, Subcommand};
@@ -151,6 +152,9 @@ enum CtlCommand {
     /// Vhost and user limits, topic permissions.
     #[command(flatten)]
     Access(access::AccessCommand),
+    /// rabbitmq-queues' quorum queue commands.
+    #[command(flatten)]
+    Queues(queues::QueuesCommand),
 }
 
 /// rabbitmqctl set_policy's arguments, shared by set_operator_policy.
@@ -396,6 +400,7 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
     let seg = encode_segment;
     match args.command {
         CtlCommand::Access(command) => access::run(&ep, command)?,
+        CtlCommand::Queues(command) => queues::run(&ep, command)?,
         CtlCommand::AddUser { user, password } => {
             let (code, body) = request(&ep, "GET", "/api/users", None)?;
             let existing: Value =

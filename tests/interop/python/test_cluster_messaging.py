@@ -161,6 +161,40 @@ def test_a_node_holding_half_of_a_quorum_queues_members_is_quorum_critical(clust
     assert body["queues"][0]["virtual_host"] == "/"
 
 
+def test_ctl_quorum_status_and_quorum_critical_name_members_and_roles(cluster):
+    import subprocess
+    from test_cluster import WARREN_BIN
+
+    def ctl(node, *args):
+        return subprocess.run([WARREN_BIN, "ctl", "--uri", f"http://127.0.0.1:{node.http}", *args],
+                              capture_output=True, text=True, timeout=30)
+
+    n1, n2, n3 = cluster.nodes
+    ch = n1.connection().channel()
+    ch.queue_declare("pair2", durable=True, arguments={"x-queue-type": "quorum",
+                                                      "x-quorum-initial-group-size": 2})
+    members = eventually(lambda: n1.api("/api/queues/%2F/pair2").get("members"), "members")
+    leader = eventually(lambda: n1.api("/api/queues/%2F/pair2").get("leader"), "a leader")
+    r = ctl(n1, "quorum_status", "pair2")
+    assert r.returncode == 0, r.stderr
+    rows = dict(line.split("\t") for line in r.stdout.splitlines()[2:])
+    assert set(rows) == set(members)
+    assert rows[leader] == "leader"
+    assert sorted(rows.values()) == ["follower", "leader"]
+    # A member of a two-member queue is critical; a node that holds none of it is not.
+    member = next(n for n in cluster.nodes if n.name in members)
+    other = next(n for n in cluster.nodes if n.name not in members)
+    r = ctl(member, "check_if_node_is_quorum_critical")
+    assert r.returncode != 0 and "queue 'pair2' in vhost '/'" in r.stderr, (r.stdout, r.stderr)
+    r = ctl(other, "check_if_node_is_quorum_critical")
+    assert r.returncode == 0, r.stderr
+    r = ctl(n1, "quorum_status", "no-such-queue")
+    assert r.returncode != 0 and "does not exist" in r.stderr
+    ch.queue_declare("plain", durable=True)
+    r = ctl(n1, "quorum_status", "plain")
+    assert r.returncode != 0 and "not a quorum queue" in r.stderr
+
+
 def test_get_nack_purge_and_a_conditional_delete_of_a_remote_queue(cluster):
     n1, n2, n3 = cluster.nodes
     c1 = n1.connection()
