@@ -105,12 +105,16 @@ def test_balanced_placement_spreads_queues_and_quorum_queues_name_their_members(
     for i in range(6):
         ch.queue_declare(f"spread-{i}", durable=True,
                          arguments={"x-queue-master-locator": "min-masters"})
-    homes = [q["node"] for q in n2.api("/api/queues") if q["name"].startswith("spread-")]
+    # n1 answered once it applied each declare; n2 applies them a moment later.
+    homes = eventually(lambda: (lambda h: h if len(h) == 6 else None)(
+        [q["node"] for q in n2.api("/api/queues") if q["name"].startswith("spread-")]),
+        "n2 knows the six queues")
     assert sorted(homes) == ["n1", "n1", "n2", "n2", "n3", "n3"], "the fewest-queues node each time"
     ch.queue_declare("qq3", durable=True, arguments={"x-queue-type": "quorum"})
     ch.queue_declare("qq2", durable=True, arguments={"x-queue-type": "quorum",
                                                     "x-quorum-initial-group-size": 2})
-    queues = {q["name"]: q for q in n2.api("/api/queues")}
+    queues = eventually(lambda: (lambda qs: qs if {"qq3", "qq2"} <= set(qs) else None)(
+        {q["name"]: q for q in n2.api("/api/queues")}), "n2 knows the quorum queues")
     assert sorted(queues["qq3"]["members"]) == ["n1", "n2", "n3"]
     assert len(queues["qq2"]["members"]) == 2
     for q in (queues["qq3"], queues["qq2"]):
