@@ -798,13 +798,10 @@ impl Connection {
                 crate::access::admit_channel(&self.shared, &self.user)
                     .map_err(|e| Fault::Connection(e, 0, 0))?;
                 let key = self.shared.next_channel.fetch_add(1, Ordering::Relaxed);
-                self.meta_vhost().channel_open(
-                    key,
-                    self.id,
-                    number,
-                    self.outbox.clone(),
-                    &self.user,
-                );
+                let mut vhost = self.meta_vhost();
+                vhost.channel_open(key, self.id, number, self.outbox.clone(), &self.user);
+                vhost.channel_cancel_notify(key, self.caps.consumer_cancel_notify);
+                drop(vhost);
                 self.channels.insert(number, Channel::new(key));
                 control(
                     &self.outbox,

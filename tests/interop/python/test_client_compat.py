@@ -3,6 +3,7 @@
 
 import amqp_raw
 import pika
+import pytest
 from helpers import expect_channel_error, get
 
 
@@ -91,3 +92,41 @@ def test_tx_ack_of_an_unknown_tag_closes_the_channel_at_once(ch, name):
     # Not held back until tx.commit: the next synchronous method finds the channel closed.
     expect_channel_error(406, "PRECONDITION_FAILED - unknown delivery tag 99",
                          ch.queue_declare, name, exclusive=True)
+
+
+def raw_client_properties(**capabilities):
+    props = dict(amqp_raw.DEFAULT_CLIENT_PROPERTIES)
+    props["capabilities"] = {**props["capabilities"], **capabilities}
+    return props
+
+
+@pytest.mark.parametrize("notify", [True, False], ids=["notify", "no_notify"])
+def test_queue_deletion_sends_basic_cancel_only_to_clients_with_consumer_cancel_notify(
+        ch, raw, name, notify):
+    c = raw().open(client_properties=raw_client_properties(consumer_cancel_notify=notify))
+    c.open_channel()
+    ch.queue_declare(name)
+    consume = amqp_raw.method_frame(1, amqp_raw.BASIC_CONSUME,
+                                    amqp_raw.basic_consume_args(name, tag="ctag", no_ack=True))
+    c.send(consume)
+    c.expect_method(amqp_raw.BASIC_CONSUME_OK)
+    ch.queue_delete(name)
+    if notify:
+        assert c.expect_method(amqp_raw.BASIC_CANCEL).args().shortstr() == "ctag"
+    else:
+        # A client that did not ask is told nothing: its consumer just gets no more messages.
+        try:
+            f = c.read_frame(timeout=1.0)
+        except TimeoutError:
+            pass
+        else:
+            raise AssertionError(f"a client without consumer_cancel_notify was sent {f}")
+    # Either way the consumer left the channel: its tag is free, and a new queue of the same
+    # name delivers to the new consumer only.
+    ch.queue_declare(name)
+    c.send(consume)
+    c.expect_method(amqp_raw.BASIC_CONSUME_OK)
+    ch.basic_publish("", name, b"to the new consumer")
+    assert c.expect_method(amqp_raw.BASIC_DELIVER).args().shortstr() == "ctag"
+    ch.queue_delete(name)
+
