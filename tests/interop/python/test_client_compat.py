@@ -1,7 +1,6 @@
 """The small behaviours of RabbitMQ 3.10 that client applications rely on without knowing it
 (issue 12): each test here passes on RabbitMQ and on warren."""
 
-import socket
 import struct
 import time
 
