@@ -297,6 +297,31 @@ def test_requeued_reject_is_not_dead_lettered(ch, name):
     _cleanup(ch, name)
 
 
+@pytest.mark.parametrize("settle", ["reject", "nack"])
+def test_requeued_reject_in_a_zero_ttl_queue_expires_the_message(conn, ch, name, settle):
+    # x-message-ttl=0: a message lives only the instant it is published, so a consumer that
+    # hands it back with requeue=true sees it expire (dead-lettered as expired), never again.
+    # (Measured on RabbitMQ 3.10: requeue_and_run drops it with Now >= Expiry.)
+    dlq = _dlx_setup(ch, name, **{"x-message-ttl": 0})
+    got = []
+    ch.basic_consume(name, lambda c, m, p, b: got.append((m, b)))
+    ch.basic_publish("", name, b"once")
+    wait_for(lambda: conn.process_data_events(time_limit=0.05) or got, what="delivery")
+    (m, _), = got
+    assert not m.redelivered
+    got.clear()
+    if settle == "reject":
+        ch.basic_reject(m.delivery_tag, requeue=True)
+    else:
+        ch.basic_nack(m.delivery_tag, requeue=True)
+    _, props, body = get(ch, dlq)
+    assert body == b"once"
+    assert [(d["reason"], d["queue"]) for d in props.headers["x-death"]] == [("expired", name)]
+    conn.process_data_events(time_limit=0.2)
+    assert got == []
+    _cleanup(ch, name)
+
+
 def test_expired_message_is_dead_lettered_with_reason_expired(ch, name):
     dlq = _dlx_setup(ch, name, **{"x-message-ttl": TTL_MS})
     ch.basic_publish("", name, b"old")
