@@ -57,6 +57,10 @@ pub struct ChannelState {
     /// The storage log ids of the quorum queues (in a cluster) this channel consumed or got
     /// from: their groups are told when it closes, so what it held goes back to the queue.
     pub quorum_logs: Vec<u64>,
+    /// Whether the client said consumer_cancel_notify in its capabilities: only then is it sent
+    /// basic.cancel when the broker ends one of its consumers (RabbitMQ's rule); otherwise the
+    /// consumer just stops getting messages.
+    pub cancel_notify: bool,
 }
 
 impl std::fmt::Debug for dyn Relay {
@@ -92,6 +96,7 @@ impl ChannelState {
             relayed_to: None,
             remote_nodes: Vec::new(),
             quorum_logs: Vec::new(),
+            cancel_notify: true,
         }
     }
 

@@ -32,6 +32,13 @@ use warren_protocol::PROTOCOL_HEADER;
 
 /// How long we wait for close-ok after sending connection.close.
 const CLOSE_OK_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a connection its client closed goes on reading (and discarding) what the client
+/// still sends before it closes the socket itself: RabbitMQ's CLOSING_TIMEOUT, or the
+/// heartbeat interval when that is shorter. Closing a socket with unread bytes in it makes the
+/// kernel send a reset, which a client still writing sees as an error instead of its close-ok.
+const CLOSED_LINGER_TIMEOUT: Duration = Duration::from_secs(30);
+/// What one read takes while lingering: the bytes are thrown away.
+const LINGER_READ_BYTES: usize = 16 * 1024;
 const READ_BUFFER_BYTES: usize = 128 * 1024;
 
 /// Why the frame loop stops processing a frame.
@@ -72,6 +79,10 @@ pub struct Connection {
     pub caps: ClientCaps,
     pub closing: bool,
     pub finished: bool,
+    /// The client closed the connection and was sent close-ok: the socket then lingers
+    /// (`linger_after_close`) rather than closing at once. (When the broker closes, RabbitMQ
+    /// discards frames until close-ok and then closes the socket at once; so does warren.)
+    pub closed_by_client: bool,
     /// A topology change proposed to the cluster: answered before the next frame is read.
     pub proposal: Option<crate::replicated::Proposal>,
     /// A cluster peer with too much waiting for it, to which this connection forwarded
@@ -214,6 +225,7 @@ pub async fn serve_stream<R, W>(
         caps: conn.caps,
         closing: false,
         finished: false,
+        closed_by_client: false,
         proposal: None,
         held_by_peer: None,
         tx_waits: None,
@@ -228,6 +240,15 @@ pub async fn serve_stream<R, W>(
     shared.connections_open.fetch_sub(1, Ordering::Relaxed);
     outbox.close();
     let _ = writer.await;
+    if c.closed_by_client {
+        let heartbeat = Duration::from_secs(c.heartbeat_s as u64);
+        let timeout = if heartbeat.is_zero() {
+            CLOSED_LINGER_TIMEOUT
+        } else {
+            heartbeat.min(CLOSED_LINGER_TIMEOUT)
+        };
+        linger_after_close(&mut rd, timeout, shared.shutdown.clone()).await;
+    }
     tracing::debug!(conn = id, "connection closed");
 }
 
@@ -259,6 +280,7 @@ impl Connection {
             caps: ClientCaps::default(),
             closing: false,
             finished: false,
+            closed_by_client: false,
             proposal: None,
             held_by_peer: None,
             tx_waits: None,
@@ -322,6 +344,33 @@ async fn wait_close_ok<R: AsyncRead + Unpin>(rd: &mut R, buf: &mut BytesMut) {
             match rd.read_buf(buf).await {
                 Ok(0) | Err(_) => return,
                 Ok(_) => {}
+            }
+        }
+    })
+    .await;
+}
+
+/// Once close-ok answered the client's connection.close, reads and discards whatever the
+/// client still sends until it closes its side, `timeout` passes or the node shuts down, as
+/// RabbitMQ's reader does in its closed state: the client reads close-ok, not a reset, however many frames it had
+/// in flight. The connection's state is already gone; only the socket waits.
+async fn linger_after_close<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    timeout: Duration,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    if *shutdown.borrow() {
+        return;
+    }
+    let mut discard = vec![0u8; LINGER_READ_BYTES];
+    let _ = tokio::time::timeout(timeout, async {
+        loop {
+            tokio::select! {
+                r = rd.read(&mut discard) => match r {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                },
+                _ = shutdown.changed() => return,
             }
         }
     })
@@ -761,6 +810,7 @@ impl Connection {
                     AMQPClass::Connection(M::CloseOk(connection::CloseOk {})),
                 );
                 self.finished = true;
+                self.closed_by_client = true;
                 Ok(())
             }
             M::CloseOk(_) => {
@@ -798,13 +848,10 @@ impl Connection {
                 crate::access::admit_channel(&self.shared, &self.user)
                     .map_err(|e| Fault::Connection(e, 0, 0))?;
                 let key = self.shared.next_channel.fetch_add(1, Ordering::Relaxed);
-                self.meta_vhost().channel_open(
-                    key,
-                    self.id,
-                    number,
-                    self.outbox.clone(),
-                    &self.user,
-                );
+                let mut vhost = self.meta_vhost();
+                vhost.channel_open(key, self.id, number, self.outbox.clone(), &self.user);
+                vhost.channel_cancel_notify(key, self.caps.consumer_cancel_notify);
+                drop(vhost);
                 self.channels.insert(number, Channel::new(key));
                 control(
                     &self.outbox,

@@ -1,8 +1,12 @@
 """The small behaviours of RabbitMQ 3.10 that client applications rely on without knowing it
 (issue 12): each test here passes on RabbitMQ and on warren."""
 
+import struct
+import time
+
 import amqp_raw
 import pika
+import pytest
 from helpers import expect_channel_error, get
 
 
@@ -91,3 +95,109 @@ def test_tx_ack_of_an_unknown_tag_closes_the_channel_at_once(ch, name):
     # Not held back until tx.commit: the next synchronous method finds the channel closed.
     expect_channel_error(406, "PRECONDITION_FAILED - unknown delivery tag 99",
                          ch.queue_declare, name, exclusive=True)
+
+
+def raw_client_properties(**capabilities):
+    props = dict(amqp_raw.DEFAULT_CLIENT_PROPERTIES)
+    props["capabilities"] = {**props["capabilities"], **capabilities}
+    return props
+
+
+@pytest.mark.parametrize("notify", [True, False], ids=["notify", "no_notify"])
+def test_queue_deletion_sends_basic_cancel_only_to_clients_with_consumer_cancel_notify(
+        ch, raw, name, notify):
+    c = raw().open(client_properties=raw_client_properties(consumer_cancel_notify=notify))
+    c.open_channel()
+    ch.queue_declare(name)
+    consume = amqp_raw.method_frame(1, amqp_raw.BASIC_CONSUME,
+                                    amqp_raw.basic_consume_args(name, tag="ctag", no_ack=True))
+    c.send(consume)
+    c.expect_method(amqp_raw.BASIC_CONSUME_OK)
+    ch.queue_delete(name)
+    if notify:
+        assert c.expect_method(amqp_raw.BASIC_CANCEL).args().shortstr() == "ctag"
+    else:
+        # A client that did not ask is told nothing: its consumer just gets no more messages.
+        try:
+            f = c.read_frame(timeout=1.0)
+        except TimeoutError:
+            pass
+        else:
+            raise AssertionError(f"a client without consumer_cancel_notify was sent {f}")
+    # Either way the consumer left the channel: its tag is free, and a new queue of the same
+    # name delivers to the new consumer only.
+    ch.queue_declare(name)
+    c.send(consume)
+    c.expect_method(amqp_raw.BASIC_CONSUME_OK)
+    ch.basic_publish("", name, b"to the new consumer")
+    assert c.expect_method(amqp_raw.BASIC_DELIVER).args().shortstr() == "ctag"
+    ch.queue_delete(name)
+
+
+# Enough bytes after the close that the broker cannot have read them all when it is done with
+# the connection: a socket closed with unread bytes sends a reset instead of a FIN.
+FLOOD_PUBLISHES = 40
+FLOOD_BODY_BYTES = 64 * 1024
+
+
+def publish_flood(queue):
+    body = b"x" * FLOOD_BODY_BYTES
+    one = (amqp_raw.method_frame(1, amqp_raw.BASIC_PUBLISH, amqp_raw.basic_publish_args("", queue))
+           + amqp_raw.header_frame(1, len(body)) + amqp_raw.body_frame(1, body))
+    return one * FLOOD_PUBLISHES
+
+
+def expect_no_reset_until_client_closes(c, queue):
+    """After close-ok the client, which has not caught up yet, goes on publishing for a while:
+    the broker may half-close (FIN) or keep its side open, but it must go on taking the bytes
+    (and dropping them) rather than reset the connection while the client is still there."""
+    one = (amqp_raw.method_frame(1, amqp_raw.BASIC_PUBLISH, amqp_raw.basic_publish_args("", queue))
+           + amqp_raw.header_frame(1, 1) + amqp_raw.body_frame(1, b"x"))
+    c.sock.setblocking(False)
+    for _ in range(10):
+        time.sleep(0.05)
+        try:
+            c.sock.sendall(one)
+            c.sock.recv(65536)
+        except BlockingIOError:
+            pass
+        except OSError as e:
+            raise AssertionError(f"the broker reset the connection after close-ok: {e!r}") from None
+
+
+def test_frames_after_connection_close_are_discarded_without_a_reset(ch, raw, name):
+    ch.queue_declare(name)
+    c = raw().open()
+    c.open_channel()
+    try:
+        c.send(amqp_raw.method_frame(0, amqp_raw.CONNECTION_CLOSE,
+                                     struct.pack(">H", 200) + amqp_raw.shortstr(b"bye")
+                                     + struct.pack(">HH", 0, 0))
+               + publish_flood(name))
+    except OSError as e:
+        raise AssertionError(f"the broker dropped the socket while the client wrote: {e!r}")
+    c.expect_method(amqp_raw.CONNECTION_CLOSE_OK)
+    expect_no_reset_until_client_closes(c, name)
+    c.close()
+    # What came after connection.close was not acted on.
+    assert ch.queue_declare(name, passive=True).method.message_count == 0
+    ch.queue_delete(name)
+
+
+def test_frames_in_flight_when_the_broker_closes_are_discarded_until_close_ok(ch, raw, name):
+    # The other direction, as RabbitMQ does it: after its connection.close the broker reads and
+    # drops what the client still sends until close-ok, then closes the socket at once.
+    ch.queue_declare(name)
+    c = raw().open()
+    # A method on a channel that was never opened is a connection error.
+    c.send(amqp_raw.method_frame(1, amqp_raw.QUEUE_DECLARE,
+                                 amqp_raw.queue_declare_args(name, passive=True)))
+    f = c.read_frame()
+    assert f.method == amqp_raw.CONNECTION_CLOSE and f.close_reason()[0] == 504, f
+    try:
+        c.send(publish_flood(name) + amqp_raw.method_frame(0, amqp_raw.CONNECTION_CLOSE_OK))
+    except OSError as e:
+        raise AssertionError(f"the broker dropped the socket before close-ok: {e!r}")
+    assert c.wait_closed(timeout=5.0), "the broker kept the socket open after close-ok"
+    assert ch.queue_declare(name, passive=True).method.message_count == 0
+    ch.queue_delete(name)

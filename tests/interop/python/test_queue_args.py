@@ -297,6 +297,31 @@ def test_requeued_reject_is_not_dead_lettered(ch, name):
     _cleanup(ch, name)
 
 
+@pytest.mark.parametrize("settle", ["reject", "nack"])
+def test_requeued_reject_in_a_zero_ttl_queue_expires_the_message(conn, ch, name, settle):
+    # x-message-ttl=0: a message lives only the instant it is published, so a consumer that
+    # hands it back with requeue=true sees it expire (dead-lettered as expired), never again.
+    # (Measured on RabbitMQ 3.10: requeue_and_run drops it with Now >= Expiry.)
+    dlq = _dlx_setup(ch, name, **{"x-message-ttl": 0})
+    got = []
+    ch.basic_consume(name, lambda c, m, p, b: got.append((m, b)))
+    ch.basic_publish("", name, b"once")
+    wait_for(lambda: conn.process_data_events(time_limit=0.05) or got, what="delivery")
+    (m, _), = got
+    assert not m.redelivered
+    got.clear()
+    if settle == "reject":
+        ch.basic_reject(m.delivery_tag, requeue=True)
+    else:
+        ch.basic_nack(m.delivery_tag, requeue=True)
+    _, props, body = get(ch, dlq)
+    assert body == b"once"
+    assert [(d["reason"], d["queue"]) for d in props.headers["x-death"]] == [("expired", name)]
+    conn.process_data_events(time_limit=0.2)
+    assert got == []
+    _cleanup(ch, name)
+
+
 def test_expired_message_is_dead_lettered_with_reason_expired(ch, name):
     dlq = _dlx_setup(ch, name, **{"x-message-ttl": TTL_MS})
     ch.basic_publish("", name, b"old")
@@ -459,6 +484,27 @@ def test_x_death_count_grows_when_dead_lettered_again_for_the_same_reason(ch, na
         assert (deaths[0]["count"], deaths[0]["reason"], deaths[0]["queue"]) == (expected, "rejected", name)
         ch.basic_reject(m.delivery_tag, requeue=True)
     ch.queue_delete(name)
+
+
+def test_x_death_entries_a_publisher_repeated_are_merged_by_queue_and_reason(ch, name):
+    # RabbitMQ 3.10-3.12 keep the first entry of each (queue, reason), a count on it (the number
+    # of entries it stood for when it had none), and count the new death on that entry, which
+    # goes first; the other kept entries follow in reverse order (measured on 3.10).
+    dlq = _dlx_setup(ch, name)
+    def death(queue, reason, count=None):
+        d = {"queue": queue, "reason": reason, "exchange": "", "routing-keys": [queue]}
+        if count is not None:
+            d["count"] = count
+        return d
+    sent = [death(name, "rejected", 3), death("elsewhere", "expired", 1),
+            death(name, "rejected", 5), death("c", "maxlen"), death("c", "maxlen")]
+    ch.basic_publish("", name, b"m", pika.BasicProperties(headers={"x-death": sent}))
+    m, _, _ = get(ch, name, auto_ack=False)
+    ch.basic_reject(m.delivery_tag, requeue=False)
+    _, props, _ = get(ch, dlq)
+    got = [(d["queue"], d["reason"], d.get("count")) for d in props.headers["x-death"]]
+    assert got == [(name, "rejected", 4), ("c", "maxlen", 2), ("elsewhere", "expired", 1)]
+    _cleanup(ch, name)
 
 
 def test_expired_messages_in_a_dead_letter_cycle_are_dropped(ch, name):

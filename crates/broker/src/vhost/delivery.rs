@@ -101,6 +101,14 @@ impl VHost {
         );
     }
 
+    /// Whether the channel's client is sent basic.cancel when the broker ends one of its
+    /// consumers (its connection's consumer_cancel_notify capability; on by default).
+    pub fn channel_cancel_notify(&mut self, key: ChannelKey, on: bool) {
+        if let Some(ch) = self.channels.get_mut(&key) {
+            ch.cancel_notify = on;
+        }
+    }
+
     /// Whether the channel holds delivery `tag` unsettled: a transaction checks its acks against
     /// this when they arrive, as RabbitMQ does, not at tx.commit.
     pub fn has_unacked(&self, key: ChannelKey, tag: u64) -> bool {

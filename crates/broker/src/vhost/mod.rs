@@ -893,13 +893,7 @@ impl VHost {
                     relay.cancelled(ch.key, &c.tag);
                     continue;
                 }
-                let cancel =
-                    Method::Other(AMQPClass::Basic(basic::AMQPMethod::Cancel(basic::Cancel {
-                        consumer_tag: String::from_utf8_lossy(&c.tag).as_ref().into(),
-                        nowait: true,
-                    })));
-                let number = ch.number;
-                ch.outbox.push(|buf| cancel.encode(number, buf));
+                remote::notify_cancel(ch, &c.tag);
             }
         }
         self.delete_orphaned_auto_delete(orphaned);

@@ -375,17 +375,47 @@ impl VHost {
         let Some(q) = self.queues.get_mut(&qid) else {
             return;
         };
+        let mut delivered_at_once = false;
         if ttl_ms == Some(0) {
-            if let Some(m) = q.backlog.pop_back_if(seq) {
-                dead.push(DeadLetter {
+            match q.backlog.pop_back_if(seq) {
+                Some(m) => dead.push(DeadLetter {
                     queue: q.name.clone(),
                     config: q.config.clone(),
                     message: m,
                     reason: "expired",
-                });
+                }),
+                None => delivered_at_once = true,
             }
         }
         drop_head_over_limit(q, dead);
+        if delivered_at_once {
+            self.expire_on_return(qid, seq, now_ms);
+        }
+    }
+
+    /// A message with a TTL of 0 lives only the instant it is published: handed to a consumer
+    /// then, it is past its TTL from the next instant on, so a requeue (reject, nack, recover,
+    /// channel close) expires it rather than delivering it again, as RabbitMQ's
+    /// `Now >= Expiry` does after requeue_and_run. Its expiry as enqueued is the publish
+    /// millisecond, which would keep it alive for the rest of that millisecond: the delivery
+    /// is found in its consumer's channel (the last it recorded) and moved a millisecond back.
+    fn expire_on_return(&mut self, qid: QueueId, seq: u64, now_ms: u64) {
+        let Some(q) = self.queues.get(&qid) else {
+            return;
+        };
+        for c in &q.consumers {
+            let Some(ch) = self.channels.get_mut(&c.channel) else {
+                continue;
+            };
+            if let Some(u) = ch
+                .unacked
+                .back_mut()
+                .filter(|u| u.queue == qid && u.message.seq == seq)
+            {
+                u.message.expires_at_ms = Some(now_ms.saturating_sub(1));
+                return;
+            }
+        }
     }
 }
 

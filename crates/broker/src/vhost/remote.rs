@@ -643,7 +643,6 @@ fn note_quorum_log(ch: &mut ChannelState, log: u64) {
     }
 }
 
-/// basic.cancel to a client whose consumer the broker ended.
 /// What became of a quorum queue's delivery handed to a channel.
 #[derive(Debug, Clone)]
 pub enum Accepted {
@@ -662,7 +661,12 @@ pub struct QuorumConsume {
     pub prefetch: u32,
 }
 
+/// basic.cancel to a client whose consumer the broker ended, if it asked for them
+/// (consumer_cancel_notify).
 pub(super) fn notify_cancel(ch: &ChannelState, consumer_tag: &[u8]) {
+    if !ch.cancel_notify {
+        return;
+    }
     let cancel = Method::Other(AMQPClass::Basic(basic::AMQPMethod::Cancel(basic::Cancel {
         consumer_tag: String::from_utf8_lossy(consumer_tag).as_ref().into(),
         nowait: true,
