@@ -486,27 +486,6 @@ def test_x_death_count_grows_when_dead_lettered_again_for_the_same_reason(ch, na
     ch.queue_delete(name)
 
 
-def test_x_death_entries_a_publisher_repeated_are_merged_by_queue_and_reason(ch, name):
-    # RabbitMQ 3.10-3.12 keep the first entry of each (queue, reason), a count on it (the number
-    # of entries it stood for when it had none), and count the new death on that entry, which
-    # goes first; the other kept entries follow in reverse order (measured on 3.10).
-    dlq = _dlx_setup(ch, name)
-    def death(queue, reason, count=None):
-        d = {"queue": queue, "reason": reason, "exchange": "", "routing-keys": [queue]}
-        if count is not None:
-            d["count"] = count
-        return d
-    sent = [death(name, "rejected", 3), death("elsewhere", "expired", 1),
-            death(name, "rejected", 5), death("c", "maxlen"), death("c", "maxlen")]
-    ch.basic_publish("", name, b"m", pika.BasicProperties(headers={"x-death": sent}))
-    m, _, _ = get(ch, name, auto_ack=False)
-    ch.basic_reject(m.delivery_tag, requeue=False)
-    _, props, _ = get(ch, dlq)
-    got = [(d["queue"], d["reason"], d.get("count")) for d in props.headers["x-death"]]
-    assert got == [(name, "rejected", 4), ("c", "maxlen", 2), ("elsewhere", "expired", 1)]
-    _cleanup(ch, name)
-
-
 def test_expired_messages_in_a_dead_letter_cycle_are_dropped(ch, name):
     # an automatic (expiry) cycle without any rejection is broken by dropping the message
     ch.queue_declare(name, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": name,

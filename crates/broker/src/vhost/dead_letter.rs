@@ -140,7 +140,7 @@ pub(super) fn dead_lettered_message(
         routing_keys.extend(cc.as_slice().iter().cloned());
     }
     let mut deaths: Vec<AMQPValue> = match table.inner().get("x-death") {
-        Some(AMQPValue::FieldArray(a)) => group_by_queue_and_reason(a.as_slice()),
+        Some(AMQPValue::FieldArray(a)) => a.as_slice().to_vec(),
         _ => Vec::new(),
     };
     let same = |t: &FieldTable| {
@@ -237,49 +237,6 @@ pub(super) fn dead_lettered_message(
         },
     };
     (msg, p)
-}
-
-/// x-death entries a publisher set (or an older broker left) may repeat a (queue, reason):
-/// RabbitMQ 3.10-3.12 (rabbit_dead_letter:group_by_queue_and_reason) keeps the first entry of
-/// each pair and drops the others; a kept entry without a count gets the number of entries it
-/// stood for; the kept entries come out in the reverse of their order (its fold's accumulator,
-/// measured on 3.10). A lone entry is left as it is. Entries that are not tables are kept.
-/// (docs/dead-lettering.md)
-fn group_by_queue_and_reason(deaths: &[AMQPValue]) -> Vec<AMQPValue> {
-    let key = |v: &AMQPValue| match v {
-        AMQPValue::FieldTable(t) => {
-            let field = |k: &str| t.inner().get(k).and_then(args::string);
-            Some((field("queue"), field("reason")))
-        }
-        _ => None,
-    };
-    let tables = deaths.iter().filter(|v| key(v).is_some()).count();
-    if tables <= 1 {
-        return deaths.to_vec();
-    }
-    let mut seen = Vec::new();
-    let mut grouped = Vec::with_capacity(deaths.len());
-    for v in deaths {
-        let (Some(k), AMQPValue::FieldTable(t)) = (key(v), v) else {
-            grouped.push(v.clone());
-            continue;
-        };
-        if seen.contains(&k) {
-            continue;
-        }
-        let n = deaths
-            .iter()
-            .filter(|w| key(w).as_ref() == Some(&k))
-            .count();
-        let mut t = t.clone();
-        if !t.inner().contains_key("count") {
-            t.insert("count".into(), AMQPValue::LongLongInt(n as i64));
-        }
-        grouped.push(AMQPValue::FieldTable(t));
-        seen.push(k);
-    }
-    grouped.reverse();
-    grouped
 }
 
 /// RabbitMQ drops a dead letter that would return to a queue it already died in, unless a
