@@ -503,10 +503,16 @@ impl Runner {
 }
 
 /// Proposes `data`, or keeps it until the group knows a leader (raft-rs drops a proposal
-/// made without one).
+/// made without one). Behind proposals that wait already, so that a publisher's messages
+/// reach the log in the order it sent them even when the leader becomes known between two.
 fn propose(g: &mut Group, data: Vec<u8>, done: Option<Proposed>) {
     if g.raw.raft.leader_id == raft::INVALID_ID {
         g.waiting.push((Instant::now(), data, done));
+        return;
+    }
+    if !g.waiting.is_empty() {
+        g.waiting.push((Instant::now(), data, done));
+        propose_waiting(g);
         return;
     }
     let result = g.raw.propose(vec![], data).map_err(|e| e.to_string());

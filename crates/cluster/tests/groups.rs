@@ -522,3 +522,39 @@ fn a_follower_behind_the_leaders_snapshot_catches_up_from_the_entries_it_still_k
     wait_applied(&[&again], &expected);
     cleanup(nodes);
 }
+
+#[test]
+fn proposals_made_while_a_new_group_elects_its_first_leader_keep_their_order() {
+    let (_router, nodes) = cluster("first-leader");
+    // Proposed in a stream from the group's creation until it has a leader, through each
+    // node in turn: the member learns of the leader between two proposals, while earlier ones
+    // still wait for one.
+    let mut expected = Vec::new();
+    let mut rec = Vec::new();
+    for (group, via) in (0..9u64).map(|k| (21 + 2 * k, k as usize % 3)) {
+        let r = open(&nodes, group);
+        let mut sent = Vec::new();
+        let start = Instant::now();
+        let mut i = 0u32;
+        while nodes
+            .iter()
+            .all(|n| n.groups.view(group).is_none_or(|v| !v.is_leader))
+            || start.elapsed() < Duration::from_millis(50)
+        {
+            propose(&nodes[via], group, &i.to_be_bytes());
+            sent.push(i.to_be_bytes().to_vec());
+            i += 1;
+            std::thread::sleep(Duration::from_micros(50));
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "no leader elected"
+            );
+        }
+        rec.push(r);
+        expected.push(sent);
+    }
+    for (r, sent) in rec.iter().zip(&expected) {
+        wait_applied(&r.iter().collect::<Vec<_>>(), sent);
+    }
+    cleanup(nodes);
+}
