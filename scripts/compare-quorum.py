@@ -19,6 +19,7 @@ percentiles, CPU of the three nodes per message), then warren/RabbitMQ ratios, a
 as JSON (--json).
 
   scripts/compare-quorum.py [--seconds 20] [--cases leader,follower,...] [--json FILE]
+                            [--brokers warren,rabbitmq] [--warren-args "--wal-commit-window-us 500"]
 """
 
 import argparse
@@ -204,12 +205,16 @@ def main():
     p.add_argument("--seconds", type=int, default=20)
     p.add_argument("--cases", default=",".join(ALL_CASES))
     p.add_argument("--json")
+    p.add_argument("--brokers", default="warren,rabbitmq",
+                   help="which of the two to measure (one alone: no ratios)")
+    p.add_argument("--warren-args", default="", help="extra arguments for every warren node")
     args = p.parse_args()
     cases = [c for c in args.cases.split(",") if c]
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "warren"], cwd=ROOT, check=True)
     wdir = tempfile.mkdtemp(prefix="warren-compare-quorum.")
     wenv = dict(os.environ, WARREN_CLUSTER_DIR=wdir,
-                WARREN_BIN=os.path.join(ROOT, "target", "release", "warren"))
+                WARREN_BIN=os.path.join(ROOT, "target", "release", "warren"),
+                WARREN_EXTRA_ARGS=args.warren_args)
     rstate = "/tmp/warren-rabbitmq-quorum"
     renv = dict(os.environ, RMQ_STATE=rstate, RMQ_PORT="5700", RMQ_DIST_PORT="25700")
     brokers = [
@@ -218,25 +223,21 @@ def main():
         Broker("rabbitmq", 5700, renv, [f"{rstate}/rabbit{i}.pid" for i in (1, 2, 3)],
                [RMQ, "start", "3"], [RMQ, "stop"]),
     ]
+    wanted = args.brokers.split(",")
+    brokers = [b for b in brokers if b.name in wanted]
     results = {}
-    try:
-        for b in brokers:
+    # One broker at a time: an idle Erlang VM's schedulers spin, and on a small machine the
+    # other cluster's mere presence moved latency percentiles by tens of milliseconds.
+    for b in brokers:
+        try:
             b.start()
-        log(f"load before: {open('/proc/loadavg').read().split()[:3]}")
-        for case in cases:
-            for b in brokers:
-                if case == "failover":
-                    continue
-                r = case_rate(b, args.seconds, case)
+            log(f"{b.name}: load before: {open('/proc/loadavg').read().split()[:3]}")
+            for case in cases:
+                r = case_failover(b, args.seconds) if case == "failover" \
+                    else case_rate(b, args.seconds, case)
                 results.setdefault(case, {})[b.name] = r
                 print(f"{case:9} {b.name:9} {r}", flush=True)
-        if "failover" in cases:
-            for b in brokers:
-                r = case_failover(b, args.seconds)
-                results.setdefault("failover", {})[b.name] = r
-                print(f"failover  {b.name:9} {r}", flush=True)
-    finally:
-        for b in brokers:
+        finally:
             b.stop()
     print()
     for case, r in results.items():

@@ -4,6 +4,13 @@
 //! sync covers them all; each group's messages leave in the transport's next write to that peer
 //! (one write carries every group's). Committed entries go to the group's [`Machine`].
 //!
+//! The loop never waits for the disk (TiKV's async I/O, raft-rs's `advance_append_async`): a
+//! round's writes are handed to the syncer thread, and the loop goes on stepping what peers
+//! send while the WAL syncs. What raft-rs says may leave only once the writes are durable (a
+//! follower's answers, votes) waits in [`Unsynced`] until the syncer reports the sync done
+//! ([`Input::Synced`]). Otherwise an append arriving during another group's sync waited for it
+//! whole, at every hop of a publish: under load, the latency of several syncs in a row.
+//!
 //! Idle groups hibernate (TiKV's hibernate regions, Ra's quiet clusters): a group that has had
 //! nothing to do for a few heartbeats stops ticking, so 10,000 idle queues cost no timers and
 //! send no heartbeats. A leader sleeps once its followers have everything; a follower once it
@@ -17,7 +24,7 @@ use crate::inputs::take_inputs;
 use crate::raft_log::RaftLog;
 use raft::eraftpb::{EntryType, Message, MessageType, Snapshot};
 use raft::{RawNode, StateRole};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
@@ -113,7 +120,20 @@ pub enum Input {
     },
     /// The failure detector found a node down: its groups here wake.
     PeerDown(u64),
+    /// The syncer's report: the WAL is synced through a round (sent by the loop's own thread,
+    /// not constructible elsewhere).
+    Synced(Synced),
     Stop,
+}
+
+/// Rounds synced up to `round`, or the sync failed.
+pub struct Synced(Result<u64, String>);
+
+/// What a round must not let out before its writes are durable: per group, the number of its
+/// ready (for `on_persist_ready`) and the messages raft-rs held back until then.
+struct Unsynced {
+    round: u64,
+    readies: Vec<(u64, u64, Vec<Message>)>,
 }
 
 /// One group as others on this node see it.
@@ -148,8 +168,11 @@ impl QueueGroups {
         let (tx, rx) = std::sync::mpsc::channel();
         let views = Arc::new(Mutex::new(HashMap::new()));
         let syncs = Arc::new(AtomicU64::new(0));
+        let syncer = start_syncer(store.clone(), tx.clone(), syncs.clone())?;
         let runner = Runner {
-            syncs: syncs.clone(),
+            syncer,
+            unsynced: VecDeque::new(),
+            next_round: 1,
             me,
             store,
             dir: dir.to_path_buf(),
@@ -233,7 +256,11 @@ fn is_heartbeat(m: &Message) -> bool {
 }
 
 struct Runner {
-    syncs: Arc<AtomicU64>,
+    /// Asks the syncer to make the WAL durable through a round.
+    syncer: Sender<u64>,
+    /// Rounds whose writes are not known durable yet, oldest first.
+    unsynced: VecDeque<Unsynced>,
+    next_round: u64,
     me: u64,
     store: Arc<Store>,
     dir: PathBuf,
@@ -252,7 +279,14 @@ impl Runner {
         let mut next_tick = Instant::now() + self.timing.tick;
         loop {
             let wait = next_tick.saturating_duration_since(Instant::now());
-            let stop = |i: &Input| matches!(i, Input::Stop);
+            let stop = |i: &Input| match i {
+                Input::Stop => true,
+                Input::Synced(Synced(Err(e))) => {
+                    tracing::error!(error = %e, "queue groups stopped: their logs cannot be synced");
+                    true
+                }
+                _ => false,
+            };
             if !take_inputs(&inputs, wait, stop, |i| self.handle(i)) {
                 return;
             }
@@ -331,6 +365,9 @@ impl Runner {
                     }
                 }
             }
+            Input::Synced(Synced(Ok(round))) => self.synced(round),
+            // Stopped in `run`, which checks for it before handing inputs here.
+            Input::Synced(Synced(Err(_))) => {}
             Input::PeerDown(peer) => {
                 for (id, g) in self.groups.iter_mut() {
                     if g.voters.contains(&peer) {
@@ -424,7 +461,7 @@ impl Runner {
         if ready.is_empty() {
             return Ok(());
         }
-        let mut readies = Vec::with_capacity(ready.len());
+        let mut held = Vec::new();
         let mut wrote = false;
         for id in ready {
             let g = self.groups.get_mut(&id).expect("listed above");
@@ -440,6 +477,8 @@ impl Runner {
                 g.applied = snapshot.get_metadata().index;
                 g.snapshot_index = g.applied;
             }
+            // Committed entries are durable here already: raft-rs hands out only those this
+            // member has persisted.
             apply(g, rd.take_committed_entries());
             // A changed commit index alone need not be durable now (raft-rs: must_sync).
             wrote |= rd.must_sync();
@@ -447,23 +486,9 @@ impl Runner {
             if let Some(hs) = rd.hs() {
                 g.raw.store().set_hard_state(hs)?;
             }
-            readies.push((id, rd));
-        }
-        // One sync for every group's writes of this round.
-        if wrote {
-            self.store.sync().map_err(|e| e.to_string())?;
-            self.syncs.fetch_add(1, Ordering::Relaxed);
-        }
-        for (id, mut rd) in readies {
-            let g = self.groups.get_mut(&id).expect("listed above");
-            send(&self.send, id, rd.take_persisted_messages(), &mut g.raw);
-            let mut light = g.raw.advance(rd);
-            if let Some(commit) = light.commit_index() {
-                g.raw.store().set_commit(commit)?;
-            }
-            send(&self.send, id, light.take_messages(), &mut g.raw);
-            apply(g, light.take_committed_entries());
-            g.raw.advance_apply();
+            held.push((id, rd.number(), rd.take_persisted_messages()));
+            g.raw.advance_append_async(rd);
+            g.raw.advance_apply_to(g.applied);
             g.raw.store().applied_to(g.applied);
             g.machine.flush(g.applied >= g.commit_hint);
             let leader = (g.raw.raft.leader_id, g.raw.raft.term);
@@ -474,7 +499,46 @@ impl Runner {
             }
             maybe_snapshot(g, self.timing.snapshot_entries)?;
         }
+        if wrote {
+            // One sync for every group's writes of this round (and of any round before it
+            // whose sync has not begun).
+            let round = self.next_round;
+            self.next_round += 1;
+            self.unsynced.push_back(Unsynced {
+                round,
+                readies: held,
+            });
+            self.syncer
+                .send(round)
+                .map_err(|_| "the syncer thread is gone".to_string())?;
+        } else if let Some(last) = self.unsynced.back_mut() {
+            // Nothing of its own to sync, but raft-rs's order holds: after what is in flight.
+            last.readies.extend(held);
+        } else {
+            for (id, number, messages) in held {
+                self.persisted(id, number, messages);
+            }
+        }
         Ok(())
+    }
+
+    /// The WAL is durable through `round`: what those rounds held back goes out.
+    fn synced(&mut self, round: u64) {
+        while self.unsynced.front().is_some_and(|u| u.round <= round) {
+            let done = self.unsynced.pop_front().expect("checked");
+            for (id, number, messages) in done.readies {
+                self.persisted(id, number, messages);
+            }
+        }
+    }
+
+    fn persisted(&mut self, id: u64, number: u64, messages: Vec<Message>) {
+        let Some(g) = self.groups.get_mut(&id) else {
+            return;
+        };
+        g.raw.on_persist_ready(number);
+        send(&self.send, id, messages, &mut g.raw);
+        self.touched.insert(id);
     }
 
     fn publish_views(&mut self) {
@@ -565,6 +629,33 @@ fn may_sleep(g: &Group, is_up: &IsUp) -> bool {
         }
         StateRole::Candidate | StateRole::PreCandidate => false,
     }
+}
+
+/// The thread that waits for the WAL on the loop's behalf: for each request it syncs once for
+/// every round asked for so far, then reports the newest one done.
+fn start_syncer(
+    store: Arc<Store>,
+    inputs: Sender<Input>,
+    syncs: Arc<AtomicU64>,
+) -> Result<Sender<u64>, String> {
+    let (tx, rx) = std::sync::mpsc::channel::<u64>();
+    std::thread::Builder::new()
+        .name("queue-groups-sync".into())
+        .spawn(move || {
+            while let Ok(mut round) = rx.recv() {
+                while let Ok(later) = rx.try_recv() {
+                    round = later;
+                }
+                let result = store.sync().map(|()| round).map_err(|e| e.to_string());
+                syncs.fetch_add(1, Ordering::Relaxed);
+                let failed = result.is_err();
+                if inputs.send(Input::Synced(Synced(result))).is_err() || failed {
+                    return;
+                }
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(tx)
 }
 
 fn send(send: &SendRaft, group: u64, messages: Vec<Message>, raw: &mut RawNode<RaftLog>) {
