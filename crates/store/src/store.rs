@@ -168,6 +168,9 @@ pub(crate) struct State {
     pub next_generation: u64,
     pub pending: Vec<Op>,
     pub pending_bytes: usize,
+    /// Whether `pending` holds a record somebody may wait for. Without one, the writer lets
+    /// the records wait for the next batch (or [`LAZY_WRITE_AFTER`]) rather than sync for them.
+    pub urgent: bool,
     /// Submission number of the next record.
     pub next_seq: u64,
     /// Every record up to this submission number is durable.
@@ -210,6 +213,7 @@ impl State {
             next_generation: 1,
             pending: Vec::new(),
             pending_bytes: 0,
+            urgent: false,
             next_seq: 1,
             synced_seq: 0,
             fifo: VecDeque::new(),
@@ -284,6 +288,19 @@ impl State {
     }
 
     fn push_op(&mut self, kind: RecordKind, log_id: u64, index: u64, term: u64, payload: Bytes) {
+        self.urgent = true;
+        self.push_lazy_op(kind, log_id, index, term, payload);
+    }
+
+    /// [`Self::push_op`] for a record nobody waits for: it goes with the next batch.
+    fn push_lazy_op(
+        &mut self,
+        kind: RecordKind,
+        log_id: u64,
+        index: u64,
+        term: u64,
+        payload: Bytes,
+    ) {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.pending_bytes += payload.len();
@@ -670,15 +687,19 @@ impl Store {
         if log.hard_state == hard_state {
             return Ok(());
         }
+        // Only the commit index moved: Raft learns it again from the leader after a crash, so
+        // it need not cost a sync of its own (half of a replicated queue's records).
+        let commit_only = log.hard_state.term == hard_state.term
+            && log.hard_state.vote == hard_state.vote
+            && log.hard_state != HardState::default();
         log.hard_state = hard_state;
         let vote = Bytes::copy_from_slice(&hard_state.vote.to_le_bytes());
-        st.push_op(
-            RecordKind::HardState,
-            log_id,
-            hard_state.commit,
-            hard_state.term,
-            vote,
-        );
+        let (kind, commit, term) = (RecordKind::HardState, hard_state.commit, hard_state.term);
+        if commit_only {
+            st.push_lazy_op(kind, log_id, commit, term, vote);
+        } else {
+            st.push_op(kind, log_id, commit, term, vote);
+        }
         drop(guard);
         self.shared.writer_cv.notify_one();
         Ok(())
@@ -899,6 +920,10 @@ impl Store {
     pub fn sync(&self) -> Result<()> {
         let mut st = self.shared.lock();
         let target = st.next_seq - 1;
+        if st.synced_seq < target && !st.urgent {
+            st.urgent = true;
+            self.shared.writer_cv.notify_one();
+        }
         loop {
             if let Some(why) = &st.poisoned {
                 return Err(Error::Poisoned(why.clone()));

@@ -127,8 +127,23 @@ fn write_batches(shared: &Arc<Shared>, mut wal: WalFile) {
     loop {
         {
             let mut st = shared.lock();
-            while st.pending.is_empty() && !st.roll_requested && !st.shutdown {
-                st = shared.writer_cv.wait(st).unwrap_or_else(|e| e.into_inner());
+            let mut lazy_deadline = None;
+            while !(st.urgent && !st.pending.is_empty()) && !st.roll_requested && !st.shutdown {
+                if st.pending.is_empty() {
+                    st = shared.writer_cv.wait(st).unwrap_or_else(|e| e.into_inner());
+                    continue;
+                }
+                let deadline =
+                    *lazy_deadline.get_or_insert_with(|| Instant::now() + LAZY_WRITE_AFTER);
+                let now = Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                st = shared
+                    .writer_cv
+                    .wait_timeout(st, deadline - now)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
             }
             // A test holding the writer clears the switch without a wake-up: poll for it.
             while shared.config.faults.writer_held() && !st.shutdown {
@@ -149,6 +164,8 @@ fn write_batches(shared: &Arc<Shared>, mut wal: WalFile) {
             }
             last_sync_started = Instant::now();
             take_batch(&mut st.pending, &mut batch);
+            // What is left (beyond one batch's limits) is written next, whatever it is.
+            st.urgent = !st.pending.is_empty();
             st.pending_bytes -= batch.iter().map(|op| op.payload.len()).sum::<usize>();
             st.wake_room_waiters();
         }
@@ -288,6 +305,10 @@ fn write_batches(shared: &Arc<Shared>, mut wal: WalFile) {
 fn streaming(records: usize, payload_bytes: usize) -> bool {
     records >= STREAM_RECORDS_MIN && payload_bytes < STREAM_BATCH_BYTES
 }
+
+/// The longest a record nobody waits for (a Raft commit index) stays unwritten when no other
+/// record comes to carry it: bounds what a crash can take back of them.
+pub(crate) const LAZY_WRITE_AFTER: Duration = Duration::from_millis(200);
 
 /// Records that must have piled up during a sync for the next one to wait for more.
 const STREAM_RECORDS_MIN: usize = 4;

@@ -75,3 +75,66 @@ fn deleting_a_log_forgets_its_hard_state() {
     let (store, _) = open(&config);
     assert_eq!(store.hard_state(7), None);
 }
+
+#[test]
+fn a_commit_index_alone_waits_for_the_next_sync_instead_of_costing_one_and_is_durable_after_it() {
+    let dir = TempDir::new("hs-lazy-commit");
+    let config = config(&dir);
+    let last = HardState {
+        commit: A.commit + 20,
+        ..A
+    };
+    {
+        let (store, _) = open(&config);
+        store.set_hard_state(7, A).unwrap();
+        store.sync().unwrap();
+        let before = store.stats().wal_syncs;
+        let started = std::time::Instant::now();
+        for k in 1..=20 {
+            store
+                .set_hard_state(
+                    7,
+                    HardState {
+                        commit: A.commit + k,
+                        ..A
+                    },
+                )
+                .unwrap();
+            // Apart, so that each would find the writer idle and get a sync of its own.
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        store.sync().unwrap();
+        // One sync carries them all, plus one per lazy deadline (200 ms) the loop outlasted.
+        let syncs = store.stats().wal_syncs - before;
+        let deadlines = started.elapsed().as_millis() as u64 / 200;
+        assert!(
+            syncs <= 1 + deadlines,
+            "{syncs} syncs for 20 commit indexes in {:?}",
+            started.elapsed()
+        );
+    }
+    let (store, _) = open(&config);
+    assert_eq!(store.hard_state(7), Some(last));
+}
+
+#[test]
+fn a_new_term_or_vote_is_written_without_waiting_for_a_sync_call() {
+    let dir = TempDir::new("hs-urgent-vote");
+    let config = config(&dir);
+    let (store, _) = open(&config);
+    store.set_hard_state(7, A).unwrap();
+    store.sync().unwrap();
+    let before = store.stats().wal_syncs;
+    let voted = HardState {
+        term: A.term + 1,
+        vote: 2,
+        ..A
+    };
+    store.set_hard_state(7, voted).unwrap();
+    // Nobody calls sync: the writer syncs a vote by itself, as it does an append.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while store.stats().wal_syncs == before {
+        assert!(std::time::Instant::now() < deadline, "the vote was never synced");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
