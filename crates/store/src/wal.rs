@@ -128,7 +128,10 @@ fn write_batches(shared: &Arc<Shared>, mut wal: WalFile) {
         {
             let mut st = shared.lock();
             let mut lazy_deadline = None;
-            while !(st.urgent && !st.pending.is_empty()) && !st.roll_requested && !st.shutdown {
+            let write_now = |st: &crate::store::State| {
+                (st.urgent && !st.pending.is_empty()) || st.roll_requested || st.shutdown
+            };
+            while !write_now(&st) {
                 if st.pending.is_empty() {
                     st = shared.writer_cv.wait(st).unwrap_or_else(|e| e.into_inner());
                     continue;

@@ -134,7 +134,10 @@ fn a_new_term_or_vote_is_written_without_waiting_for_a_sync_call() {
     // Nobody calls sync: the writer syncs a vote by itself, as it does an append.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while store.stats().wal_syncs == before {
-        assert!(std::time::Instant::now() < deadline, "the vote was never synced");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the vote was never synced"
+        );
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
