@@ -213,7 +213,8 @@ def main():
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "warren"], cwd=ROOT, check=True)
     wdir = tempfile.mkdtemp(prefix="warren-compare-quorum.")
     wenv = dict(os.environ, WARREN_CLUSTER_DIR=wdir,
-                WARREN_BIN=os.path.join(ROOT, "target", "release", "warren"),
+                WARREN_BIN=os.environ.get("WARREN_BIN",
+                                          os.path.join(ROOT, "target", "release", "warren")),
                 WARREN_EXTRA_ARGS=args.warren_args)
     rstate = "/tmp/warren-rabbitmq-quorum"
     renv = dict(os.environ, RMQ_STATE=rstate, RMQ_PORT="5700", RMQ_DIST_PORT="25700")

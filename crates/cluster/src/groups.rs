@@ -394,7 +394,8 @@ impl Runner {
             return Ok(());
         }
         let fresh = self.store.hard_state(group).is_none() && self.store.log_info(group).is_none();
-        let log = RaftLog::open(self.store.clone(), group, &self.group_dir(group), &voters)?;
+        let log = RaftLog::open(self.store.clone(), group, &self.group_dir(group), &voters)?
+            .carrying_entries();
         let snapshot = log.latest_snapshot();
         let snapshot_index = snapshot.get_metadata().index;
         if snapshot_index > 0 {
@@ -472,8 +473,8 @@ impl Runner {
             send(&self.send, id, rd.take_messages(), &mut g.raw);
             if !rd.snapshot().is_empty() {
                 let snapshot = rd.snapshot().clone();
-                g.machine.restore(&snapshot.data);
-                g.raw.mut_store().save_snapshot(&snapshot)?;
+                let machine = g.raw.mut_store().install_snapshot(&snapshot)?;
+                g.machine.restore(&machine);
                 g.applied = snapshot.get_metadata().index;
                 g.snapshot_index = g.applied;
             }
@@ -488,7 +489,7 @@ impl Runner {
             }
             held.push((id, rd.number(), rd.take_persisted_messages()));
             g.raw.advance_append_async(rd);
-            g.raw.advance_apply_to(g.applied);
+            advance_apply(g);
             g.raw.store().applied_to(g.applied);
             g.machine.flush(g.applied >= g.commit_hint);
             let leader = (g.raw.raft.leader_id, g.raw.raft.term);
@@ -537,6 +538,7 @@ impl Runner {
             return;
         };
         g.raw.on_persist_ready(number);
+        advance_apply(g);
         send(&self.send, id, messages, &mut g.raw);
         self.touched.insert(id);
     }
@@ -684,6 +686,16 @@ fn apply(g: &mut Group, entries: Vec<raft::eraftpb::Entry>) {
             // Membership changes of queue groups (add_member, shrink) are not built yet.
             EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {}
         }
+    }
+}
+
+/// Tells raft-rs what the machine applied, as far as it allows: an installed snapshot counts
+/// only once it is durable.
+fn advance_apply(g: &mut Group) {
+    let log = &g.raw.raft.raft_log;
+    let applied = g.applied.min(log.persisted).min(log.committed);
+    if applied > log.applied {
+        g.raw.advance_apply_to(applied);
     }
 }
 

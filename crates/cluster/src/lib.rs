@@ -43,6 +43,7 @@ pub mod metadata;
 pub mod metrics;
 pub mod raft_log;
 pub mod replicas;
+pub mod snapshot_transfer;
 pub mod transport;
 
 use frame::NodeInfo;

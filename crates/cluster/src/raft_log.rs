@@ -26,6 +26,9 @@ pub struct RaftLog {
     /// read from the store nor parsed again (TiKV's entry cache). Emptied as they are
     /// applied, so an idle group holds none; bounded for a member that applies late.
     cache: Mutex<std::collections::VecDeque<Entry>>,
+    /// Whether a snapshot sent to a follower carries the entries kept below it (a quorum
+    /// queue's: see [`crate::snapshot_transfer`]).
+    carries_entries: bool,
 }
 
 /// Most entries a group's cache holds (a member far behind reads the rest from the store).
@@ -63,7 +66,15 @@ impl RaftLog {
             snapshot: Mutex::new(snapshot),
             conf_state,
             cache: Mutex::new(std::collections::VecDeque::new()),
+            carries_entries: false,
         })
+    }
+
+    /// Snapshots sent from this log carry the entries it keeps below them, and snapshots
+    /// installed in it bring theirs.
+    pub fn carrying_entries(mut self) -> RaftLog {
+        self.carries_entries = true;
+        self
     }
 
     pub fn snapshot_meta(&self) -> (u64, u64) {
@@ -174,6 +185,114 @@ impl RaftLog {
     /// Waits until everything written so far is durable.
     pub fn sync(&self) -> Result<(), String> {
         self.store.sync().map_err(|e| e.to_string())
+    }
+
+    /// Installs a snapshot a leader sent; returns the state machine's part to restore. The
+    /// entries it carries replace this log below its index: the log then starts where the
+    /// leader's does, with the bodies of the messages the snapshot names.
+    pub fn install_snapshot(&self, snapshot: &Snapshot) -> Result<Vec<u8>, String> {
+        let carried = crate::snapshot_transfer::Carried::decode(&snapshot.data)?;
+        let entries = carried.parsed()?;
+        let meta = snapshot.get_metadata();
+        let (Some(first), Some(last)) = (entries.first(), entries.last()) else {
+            let mut plain = snapshot.clone();
+            plain.data = carried.machine.clone().into();
+            self.save_snapshot(&plain)?;
+            return Ok(carried.machine);
+        };
+        if last.0 != meta.index {
+            return Err(format!(
+                "a snapshot at {} carries entries up to {}",
+                meta.index, last.0
+            ));
+        }
+        self.cache.lock().expect("cache lock").clear();
+        let err = |e: warren_store::Error| e.to_string();
+        // Whatever this member had, it is replaced: some of it may conflict.
+        if let Some(info) = self.store.log_info(self.log_id) {
+            if info.last_index >= info.first_index {
+                self.store
+                    .truncate(self.log_id, info.first_index)
+                    .map_err(err)?;
+            }
+        }
+        let mut descriptor = Vec::with_capacity(16);
+        descriptor.extend_from_slice(&meta.index.to_le_bytes());
+        descriptor.extend_from_slice(&meta.term.to_le_bytes());
+        self.store
+            .release_prefix(
+                self.log_id,
+                first.0 - 1,
+                carried.prev_term,
+                descriptor.into(),
+            )
+            .map_err(err)?;
+        let stored: Vec<warren_store::Entry> = entries
+            .into_iter()
+            .map(|(index, term, payload)| warren_store::Entry {
+                index,
+                term,
+                payload,
+            })
+            .collect();
+        for chunk in stored.chunks(warren_store::config::APPEND_ENTRIES_MAX) {
+            self.store
+                .append_blocking(self.log_id, chunk)
+                .map_err(err)?;
+        }
+        let mut plain = snapshot.clone();
+        plain.data = carried.machine.clone().into();
+        // The file only: the log below the snapshot is the entries just written.
+        self.save_snapshot_releasing(&plain, 0)?;
+        Ok(carried.machine)
+    }
+
+    /// The latest snapshot as a follower is sent it: with the entries kept below it.
+    fn snapshot_to_send(&self) -> raft::Result<Snapshot> {
+        let mut snapshot = self.latest_snapshot();
+        let index = snapshot.get_metadata().index;
+        let first = raft::Storage::first_index(self)?;
+        if !self.carries_entries || first > index {
+            return Ok(snapshot);
+        }
+        let prev_term = raft::Storage::term(self, first - 1)?;
+        let mut entries = Vec::new();
+        let mut bytes = 0;
+        let mut from = first;
+        while from <= index {
+            let got = self
+                .store
+                .read_range(self.log_id, from, index + 1, 8 << 20)
+                .map_err(storage_error)?;
+            if got.is_empty() {
+                return Err(raft::Error::Store(StorageError::Unavailable));
+            }
+            for e in got {
+                if e.index != from {
+                    return Err(storage_error(format!("log gap at {from}")));
+                }
+                bytes += e.payload.len() + 4;
+                entries.push(e.payload);
+                from += 1;
+            }
+            if bytes > crate::snapshot_transfer::CARRIED_BYTES_MAX {
+                tracing::warn!(
+                    group = self.log_id,
+                    bytes,
+                    "a follower's snapshot would carry too many live messages: it waits"
+                );
+                return Err(raft::Error::Store(
+                    StorageError::SnapshotTemporarilyUnavailable,
+                ));
+            }
+        }
+        let carried = crate::snapshot_transfer::Carried {
+            machine: snapshot.data.to_vec(),
+            prev_term,
+            entries,
+        };
+        snapshot.data = carried.encode().into();
+        Ok(snapshot)
     }
 
     /// Keeps `snapshot` as the latest (file first, atomically), then releases the log up to its
@@ -321,7 +440,7 @@ impl raft::Storage for RaftLog {
     }
 
     fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
-        Ok(self.latest_snapshot())
+        self.snapshot_to_send()
     }
 }
 

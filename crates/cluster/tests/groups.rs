@@ -25,6 +25,8 @@ struct Recorder {
     /// Keeps every entry it applied live (as a queue whose messages are all waiting): its
     /// snapshots release nothing.
     keeps_all: bool,
+    /// Keeps this many of the last entries it applied live (a queue with a short backlog).
+    keeps_recent: u64,
 }
 
 impl Machine for Recorder {
@@ -43,8 +45,11 @@ impl Machine for Recorder {
         *self.applied.lock().unwrap() = serde_json::from_slice(data).unwrap();
     }
     fn live_from(&self) -> u64 {
+        let last = self.applied.lock().unwrap().last().map_or(0, |(i, _)| *i);
         if self.keeps_all {
             1
+        } else if self.keeps_recent > 0 {
+            last.saturating_sub(self.keeps_recent - 1).max(1)
         } else {
             u64::MAX
         }
@@ -555,6 +560,66 @@ fn proposals_made_while_a_new_group_elects_its_first_leader_keep_their_order() {
     }
     for (r, sent) in rec.iter().zip(&expected) {
         wait_applied(&r.iter().collect::<Vec<_>>(), sent);
+    }
+    cleanup(nodes);
+}
+
+#[test]
+fn a_follower_behind_every_entry_the_leader_kept_gets_them_with_the_snapshot() {
+    let (router, nodes) = cluster("carried");
+    let rec: Vec<Recorder> = nodes
+        .iter()
+        .map(|n| {
+            let r = Recorder {
+                keeps_recent: 30,
+                ..Recorder::default()
+            };
+            n.groups.send(Input::Create {
+                group: 15,
+                voters: vec![1, 2, 3],
+                machine: Box::new(r.clone()),
+            });
+            r
+        })
+        .collect();
+    let l = leader(&nodes, 15);
+    let away = nodes.iter().find(|n| n.id != l).unwrap().id;
+    router.cut.lock().unwrap().insert(away);
+    // Snapshots every 50 entries release all but the last 30: the follower, cut off from the
+    // start, is behind every entry the leader keeps.
+    let expected: Vec<Vec<u8>> = (0..200u32).map(|i| i.to_be_bytes().to_vec()).collect();
+    for data in &expected {
+        propose(&nodes[l as usize - 1], 15, data);
+    }
+    let present: Vec<&Recorder> = nodes
+        .iter()
+        .zip(&rec)
+        .filter(|(n, _)| n.id != away)
+        .map(|(_, r)| r)
+        .collect();
+    wait_applied(&present, &expected);
+    eventually("the leader's snapshot released a prefix", || {
+        let info = nodes[l as usize - 1].store.log_info(15)?;
+        (info.first_index > 1).then_some(())
+    });
+    router.cut.lock().unwrap().remove(&away);
+    let back = &rec[away as usize - 1];
+    wait_applied(&[back], &expected);
+    assert!(
+        back.restores.load(Ordering::Relaxed) >= 1,
+        "caught up from a snapshot"
+    );
+    // The live entries below the snapshot (a queue's waiting messages' bodies) are readable
+    // on the follower as on the leader.
+    let store = &nodes[away as usize - 1].store;
+    let applied = back.applied.lock().unwrap().clone();
+    let recent = &applied[applied.len() - 30..];
+    for (index, data) in recent {
+        assert_eq!(
+            warren_cluster::raft_log::read_entry_data(store, 15, *index).as_deref(),
+            Some(data.as_slice()),
+            "entry {index} on the follower"
+        );
     }
     cleanup(nodes);
 }
