@@ -160,6 +160,8 @@ pub(crate) struct Op {
     pub index: u64,
     pub term: u64,
     pub payload: Bytes,
+    /// Nobody waits for it (see [`State::lazy_pending`]).
+    pub lazy: bool,
 }
 
 /// Everything behind the engine's lock.
@@ -168,9 +170,12 @@ pub(crate) struct State {
     pub next_generation: u64,
     pub pending: Vec<Op>,
     pub pending_bytes: usize,
-    /// Whether `pending` holds a record somebody may wait for. Without one, the writer lets
-    /// the records wait for the next batch (or [`LAZY_WRITE_AFTER`]) rather than sync for them.
-    pub urgent: bool,
+    /// How many of `pending` nobody waits for (a Raft commit index): while they are all there
+    /// is, the writer lets them wait for the next batch (or [`crate::wal::LAZY_WRITE_AFTER`])
+    /// rather than sync for them.
+    pub lazy_pending: usize,
+    /// A [`Store::sync`] caller waits: lazy records are written now too.
+    pub sync_wanted: bool,
     /// Submission number of the next record.
     pub next_seq: u64,
     /// Every record up to this submission number is durable.
@@ -213,7 +218,8 @@ impl State {
             next_generation: 1,
             pending: Vec::new(),
             pending_bytes: 0,
-            urgent: false,
+            lazy_pending: 0,
+            sync_wanted: false,
             next_seq: 1,
             synced_seq: 0,
             fifo: VecDeque::new(),
@@ -288,8 +294,7 @@ impl State {
     }
 
     fn push_op(&mut self, kind: RecordKind, log_id: u64, index: u64, term: u64, payload: Bytes) {
-        self.urgent = true;
-        self.push_lazy_op(kind, log_id, index, term, payload);
+        self.push(kind, log_id, index, term, payload, false);
     }
 
     /// [`Self::push_op`] for a record nobody waits for: it goes with the next batch.
@@ -301,6 +306,19 @@ impl State {
         term: u64,
         payload: Bytes,
     ) {
+        self.lazy_pending += 1;
+        self.push(kind, log_id, index, term, payload, true);
+    }
+
+    fn push(
+        &mut self,
+        kind: RecordKind,
+        log_id: u64,
+        index: u64,
+        term: u64,
+        payload: Bytes,
+        lazy: bool,
+    ) {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.pending_bytes += payload.len();
@@ -311,6 +329,7 @@ impl State {
             index,
             term,
             payload,
+            lazy,
         });
     }
 
@@ -544,6 +563,7 @@ impl Store {
                 index: e.index,
                 term: e.term,
                 payload: e.payload.clone(),
+                lazy: false,
             });
         }
         st.cache_bytes += bytes;
@@ -920,8 +940,8 @@ impl Store {
     pub fn sync(&self) -> Result<()> {
         let mut st = self.shared.lock();
         let target = st.next_seq - 1;
-        if st.synced_seq < target && !st.urgent {
-            st.urgent = true;
+        if st.synced_seq < target && !st.sync_wanted {
+            st.sync_wanted = true;
             self.shared.writer_cv.notify_one();
         }
         loop {
@@ -1055,3 +1075,53 @@ const _: fn() = || {
     fn shared_between_threads<T: Send + Sync>() {}
     shared_between_threads::<Store>();
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    struct Quiet;
+    impl DurabilityListener for Quiet {
+        fn on_durable(&self, _log_id: u64, _durable_index: u64) {}
+    }
+
+    #[test]
+    fn only_records_nobody_waits_for_let_the_writer_wait() {
+        let dir = std::env::temp_dir().join(format!("warren-store-lazy-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let config = Config::new(&dir);
+        let faults = config.faults.clone();
+        let (store, _) = Store::open(config, Arc::new(Quiet)).unwrap();
+        let hs = |commit| HardState {
+            term: 2,
+            vote: 1,
+            commit,
+        };
+        store.set_hard_state(7, hs(1)).unwrap();
+        store.sync().unwrap();
+        // Held, the writer takes nothing: what is pending stays for the checks below.
+        faults.hold_writer.store(true, Ordering::Relaxed);
+        store.set_hard_state(7, hs(2)).unwrap();
+        assert!(
+            !crate::wal::must_write(&store.shared.lock()),
+            "a commit index alone"
+        );
+        let entry = Entry {
+            index: 1,
+            term: 2,
+            payload: Bytes::from_static(b"m"),
+        };
+        store.append(7, &[entry]).unwrap();
+        assert!(crate::wal::must_write(&store.shared.lock()), "an append");
+        faults.hold_writer.store(false, Ordering::Relaxed);
+        store.sync().unwrap();
+        faults.hold_writer.store(true, Ordering::Relaxed);
+        store.set_hard_state(7, hs(3)).unwrap();
+        store.shared.lock().sync_wanted = true;
+        assert!(crate::wal::must_write(&store.shared.lock()), "a sync waits");
+        faults.hold_writer.store(false, Ordering::Relaxed);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

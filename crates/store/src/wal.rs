@@ -128,10 +128,7 @@ fn write_batches(shared: &Arc<Shared>, mut wal: WalFile) {
         {
             let mut st = shared.lock();
             let mut lazy_deadline = None;
-            let write_now = |st: &crate::store::State| {
-                (st.urgent && !st.pending.is_empty()) || st.roll_requested || st.shutdown
-            };
-            while !write_now(&st) {
+            while !must_write(&st) {
                 if st.pending.is_empty() {
                     st = shared.writer_cv.wait(st).unwrap_or_else(|e| e.into_inner());
                     continue;
@@ -167,8 +164,9 @@ fn write_batches(shared: &Arc<Shared>, mut wal: WalFile) {
             }
             last_sync_started = Instant::now();
             take_batch(&mut st.pending, &mut batch);
-            // What is left (beyond one batch's limits) is written next, whatever it is.
-            st.urgent = !st.pending.is_empty();
+            st.lazy_pending = st.pending.iter().filter(|op| op.lazy).count();
+            // What a sync waits for may be left beyond one batch's limits.
+            st.sync_wanted &= !st.pending.is_empty();
             st.pending_bytes -= batch.iter().map(|op| op.payload.len()).sum::<usize>();
             st.wake_room_waiters();
         }
@@ -294,6 +292,15 @@ fn write_batches(shared: &Arc<Shared>, mut wal: WalFile) {
         shared.synced_cv.notify_all();
         shared.idle_cv.notify_all();
     }
+}
+
+/// Whether the writer writes now: a record somebody may wait for is pending (an append, a
+/// vote, a release), a sync is asked for, or the file is to roll or the engine to stop.
+pub(crate) fn must_write(st: &crate::store::State) -> bool {
+    st.pending.len() > st.lazy_pending
+        || (st.sync_wanted && !st.pending.is_empty())
+        || st.roll_requested
+        || st.shutdown
 }
 
 /// Moves the oldest pending records into `batch`, within the batch limits (at least one).
@@ -494,6 +501,7 @@ mod tests {
             index,
             term: 0,
             payload: Bytes::new(),
+            lazy: false,
         })
         .collect();
         let (mut from, mut runs) = (Vec::new(), IdMap::default());
@@ -511,6 +519,7 @@ mod tests {
             index: seq,
             term: 1,
             payload: Bytes::from(vec![0u8; len]),
+            lazy: false,
         };
         let mut pending: Vec<Op> = (1..=BATCH_ENTRIES_MAX as u64 + 5)
             .map(|s| op(s, 1))
