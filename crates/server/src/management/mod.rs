@@ -12,7 +12,8 @@
 //!   health checks, `/api/aliveness-test`), [`vhosts`], [`users`] (users, permissions,
 //!   `/api/whoami`), [`policies`] (policies and operator policies), [`access`] (vhost and user
 //!   limits, topic permissions), [`queues`], [`exchanges`], [`bindings`], [`connections`] (connections,
-//!   channels, consumers), [`settings`] (alarm limits, certificate reloads), [`metrics`];
+//!   channels, consumers), [`settings`] (alarm limits, certificate reloads), [`metrics`]
+//!   (RabbitMQ's Prometheus names, read from [`node_stats`]' snapshot);
 //!   [`stats`]: `message_stats` counts and rates.
 //!
 //! A request flows: axum route -> handler -> [`auth::caller`] (who, may they) -> read the
@@ -35,6 +36,7 @@ mod connections;
 mod exchanges;
 mod health;
 mod metrics;
+pub mod node_stats;
 mod overview;
 pub(crate) mod policies;
 mod queues;
@@ -227,7 +229,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
             "/api/warren/reload-certificates",
             post(settings::reload_certificates),
         )
-        .route("/metrics", get(metrics::metrics));
+        .route("/metrics", get(metrics::metrics))
+        .route("/metrics/per-object", get(metrics::metrics_per_object));
     router = router.merge(crate::cluster_admin::routes());
     if shared.config.fault_injection.is_some() {
         router = router.merge(crate::fault_injection::routes());
