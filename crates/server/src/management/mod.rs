@@ -13,7 +13,8 @@
 //!   `/api/whoami`), [`policies`] (policies and operator policies), [`access`] (vhost and user
 //!   limits, topic permissions), [`queues`], [`exchanges`], [`bindings`], [`connections`] (connections,
 //!   channels, consumers), [`settings`] (alarm limits, certificate reloads), [`metrics`]
-//!   (RabbitMQ's Prometheus names, read from [`node_stats`]' snapshot);
+//!   (RabbitMQ's Prometheus names, read from [`node_stats`]' snapshot); [`paging`]:
+//!   `?page=..&name=..` of listings;
 //!   [`stats`]: `message_stats` counts and rates.
 //!
 //! A request flows: axum route -> handler -> [`auth::caller`] (who, may they) -> read the
@@ -38,6 +39,7 @@ mod health;
 mod metrics;
 pub mod node_stats;
 mod overview;
+mod paging;
 pub(crate) mod policies;
 mod queues;
 pub(crate) mod session;

@@ -78,15 +78,35 @@ async fn queues_json(s: &Shared, vhost: Option<&str>, only: impl Fn(&str) -> boo
     views.iter().map(|v| queue_json(s, v)).collect()
 }
 
-pub async fn list_all(State(s): Api, headers: HeaderMap) -> Response {
+/// A listing, paged when the query asks (see [`super::paging`]).
+fn paged(items: Vec<Value>, params: &HashMap<String, String>) -> Response {
+    match super::paging::page(items, params) {
+        Ok(v) => Json(v).into_response(),
+        Err(r) => r,
+    }
+}
+
+pub async fn list_all(
+    State(s): Api,
+    headers: HeaderMap,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
     let caller = match auth::caller(&s, &headers) {
         Ok(c) => c,
         Err(r) => return r,
     };
-    Json(queues_json(&s, None, |v| caller.sees_vhost(&s, v)).await).into_response()
+    paged(
+        queues_json(&s, None, |v| caller.sees_vhost(&s, v)).await,
+        &params,
+    )
 }
 
-pub async fn list_vhost(State(s): Api, headers: HeaderMap, Path(vhost): Path<String>) -> Response {
+pub async fn list_vhost(
+    State(s): Api,
+    headers: HeaderMap,
+    Path(vhost): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
     let caller = match auth::caller(&s, &headers) {
         Ok(c) => c,
         Err(r) => return r,
@@ -94,7 +114,7 @@ pub async fn list_vhost(State(s): Api, headers: HeaderMap, Path(vhost): Path<Str
     if let Err(r) = auth::vhost(&s, &caller, &vhost) {
         return r;
     }
-    Json(queues_json(&s, Some(&vhost), |_| true).await).into_response()
+    paged(queues_json(&s, Some(&vhost), |_| true).await, &params)
 }
 
 /// 404 unless the queue a request names exists, once the caller may see its vhost.
