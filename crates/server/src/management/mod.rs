@@ -14,7 +14,7 @@
 //!   limits, topic permissions), [`queues`], [`exchanges`], [`bindings`], [`connections`] (connections,
 //!   channels, consumers), [`settings`] (alarm limits, certificate reloads), [`metrics`]
 //!   (RabbitMQ's Prometheus names, read from [`node_stats`]' snapshot); [`paging`]:
-//!   `?page=..&name=..` of listings;
+//!   `?page=..&name=..` of listings; [`ui`]: the web UI at `/`;
 //!   [`stats`]: `message_stats` counts and rates.
 //!
 //! A request flows: axum route -> handler -> [`auth::caller`] (who, may they) -> read the
@@ -45,6 +45,7 @@ mod queues;
 pub(crate) mod session;
 mod settings;
 pub mod stats;
+mod ui;
 mod users;
 mod vhosts;
 
@@ -233,7 +234,9 @@ pub fn router(shared: Arc<Shared>) -> Router {
         )
         .route("/metrics", get(metrics::metrics))
         .route("/metrics/per-object", get(metrics::metrics_per_object));
-    router = router.merge(crate::cluster_admin::routes());
+    router = router
+        .merge(crate::cluster_admin::routes())
+        .merge(ui::routes());
     if shared.config.fault_injection.is_some() {
         router = router.merge(crate::fault_injection::routes());
     }
