@@ -8,7 +8,7 @@
 
 use super::error;
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 
@@ -16,33 +16,45 @@ use std::collections::HashMap;
 pub const PAGE_SIZE_MAX: usize = 500;
 const PAGE_SIZE_DEFAULT: usize = 100;
 
-fn bad(reason: &str) -> Response {
-    error(StatusCode::BAD_REQUEST, reason)
+/// RabbitMQ's answer to a page, size or regex that is not one.
+fn invalid() -> Response {
+    error(StatusCode::BAD_REQUEST, "Pagination parameters are invalid")
 }
 
-/// The listing `items` as the query asks for it.
+fn with_word(word: &str, reason: String) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        axum::Json(json!({ "error": word, "reason": reason })),
+    )
+        .into_response()
+}
+
+/// The listing `items` as the query asks for it; errors in RabbitMQ's words.
 pub fn page(mut items: Vec<Value>, params: &HashMap<String, String>) -> Result<Value, Response> {
     let Some(page) = params.get("page") else {
         return Ok(Value::Array(items));
     };
-    let page: usize = page
-        .parse()
-        .ok()
-        .filter(|p| *p >= 1)
-        .ok_or_else(|| bad("page must be a positive integer"))?;
-    let page_size: usize = match params.get("page_size") {
-        None => PAGE_SIZE_DEFAULT,
-        Some(s) => s
-            .parse()
-            .ok()
-            .filter(|n| (1..=PAGE_SIZE_MAX).contains(n))
-            .ok_or_else(|| bad(&format!("page_size must be between 1 and {PAGE_SIZE_MAX}")))?,
+    let page: i64 = page.parse().map_err(|_| invalid())?;
+    let page_size: Option<i64> = match params.get("page_size") {
+        None => None,
+        Some(s) => Some(s.parse().map_err(|_| invalid())?),
     };
+    let size_ok = page_size.is_none_or(|n| (1..=PAGE_SIZE_MAX as i64).contains(&n));
+    if page < 1 || !size_ok {
+        let size = page_size.map_or("undefined".to_string(), |n| n.to_string());
+        return Err(with_word(
+            "invalid_pagination_parameters",
+            format!("Invalid pagination parameters: page number {page}, page size {size}"),
+        ));
+    }
+    let (page, page_size) = (
+        page as usize,
+        page_size.map_or(PAGE_SIZE_DEFAULT, |n| n as usize),
+    );
     let total_count = items.len();
     if let Some(name) = params.get("name").filter(|n| !n.is_empty()) {
         if params.get("use_regex").is_some_and(|v| v == "true") {
-            let re = regex::Regex::new(name)
-                .map_err(|e| bad(&format!("invalid regular expression: {e}")))?;
+            let re = regex::Regex::new(name).map_err(|_| invalid())?;
             items.retain(|i| i["name"].as_str().is_some_and(|n| re.is_match(n)));
         } else {
             let needle = name.to_lowercase();
@@ -60,9 +72,15 @@ pub fn page(mut items: Vec<Value>, params: &HashMap<String, String>) -> Result<V
         }
     }
     let filtered_count = items.len();
-    let page_count = filtered_count.div_ceil(page_size).max(1);
-    if page > page_count {
-        return Err(bad("page out of range"));
+    let page_count = filtered_count.div_ceil(page_size);
+    // As RabbitMQ: a page past the last is empty, one that starts past the end is refused.
+    if (page - 1).saturating_mul(page_size) > filtered_count {
+        return Err(with_word(
+            "page_out_of_range",
+            format!(
+                "Page out of range, page: {page} page size: {page_size}, len: {filtered_count}"
+            ),
+        ));
     }
     let items: Vec<Value> = items
         .into_iter()
@@ -151,6 +169,13 @@ mod tests {
     }
 
     #[test]
+    fn a_page_just_past_the_last_is_empty_as_in_rabbitmq() {
+        let got = page(queues(2), &params(&[("page", "3"), ("page_size", "1")])).unwrap();
+        assert_eq!(got["item_count"], 0);
+        assert_eq!(got["page_count"], 2);
+    }
+
+    #[test]
     fn sort_orders_by_a_field_and_reverses() {
         let p = params(&[
             ("page", "1"),
@@ -167,7 +192,8 @@ mod tests {
             params(&[("page", "0")]),
             params(&[("page", "x")]),
             params(&[("page", "1"), ("page_size", "100000")]),
-            params(&[("page", "9")]),
+            params(&[("page", "-1")]),
+            params(&[("page", "3"), ("page_size", "1"), ("name", "q00001")]),
             params(&[("page", "1"), ("name", "("), ("use_regex", "true")]),
         ] {
             let r = page(queues(10), &p).unwrap_err();
