@@ -121,10 +121,12 @@ async function main() {
   await page.locator("nav .who", { hasText: "guest" }).waitFor();
 
   log("overview: the perf client's traffic moves the rate chart");
-  await page.waitForFunction(() => {
+  // For the screenshot, a chart with some history (a dozen refreshes) rather than two points.
+  const points = SHOTS ? 12 : 2;
+  await page.waitForFunction((n) => {
     const last = JSON.parse(document.querySelector("#rates-chart")?.dataset.last || "{}");
-    return last.publish > 0 && Number(document.querySelector("#queued-chart")?.dataset.points) >= 2;
-  });
+    return last.publish > 0 && Number(document.querySelector("#queued-chart")?.dataset.points) >= n;
+  }, points);
   await shot(page, "overview");
 
   for (const [name, id] of [["connections", "#connections"], ["channels", "#channels"], ["exchanges", "#exchanges"]]) {
