@@ -11,7 +11,8 @@ import * as pages from "./pages.js";
 import * as admin from "./admin.js";
 import "./app.css";
 
-const REFRESH_MS = Number(new URLSearchParams(location.search).get("refresh")) || 5000;
+// At least 0.5 s: a mistyped ?refresh must not make the page hammer the node.
+const REFRESH_MS = Math.max(500, Number(new URLSearchParams(location.search).get("refresh")) || 5000);
 
 const ROUTES = [
   ["overview", "Overview", pages.overview],
