@@ -104,29 +104,57 @@ export function channels() {
   });
 }
 
-export function exchanges() {
-  return listing("Exchanges", async () => {
-    const items = await get("/api/exchanges");
-    return table(
-      [
-        ["Vhost", (x) => x.vhost],
-        ["Name", (x) => x.name || "(AMQP default)"],
-        ["Type", (x) => x.type],
-        ["Features", (x) => [x.durable ? "D" : "", x.auto_delete ? "AD" : "", x.internal ? "I" : ""].filter(Boolean).join(" ")],
-        ["Policy", (x) => x.policy || ""],
-      ],
-      items,
-      { id: "exchanges" },
+/** One page of a server-side paged listing (`/api/queues`, `/api/exchanges`), filtered by
+ * name (substring or regex) on the server; `id` names its elements (`#${id}s`,
+ * `#${id}-filter`, `#${id}-regex`, `#${id}-pager`). */
+function pagedListing(title, id, path, noun, columns) {
+  let page = 1;
+  const again = () => { page = 1; view.refresh(); };
+  const filter = h(`input#${id}-filter`, { placeholder: "Filter by name", oninput: again });
+  const regex = h(`input#${id}-regex`, { type: "checkbox", onchange: again });
+  const pager = h(`div.pager#${id}-pager`);
+  const top = h("div", h("div.filter", filter, h("label", regex, " Regex")), pager);
+  const view = listing(title, async () => {
+    const q = new URLSearchParams({ page, page_size: PAGE_SIZE, name: filter.value, use_regex: regex.checked, sort: "name" });
+    const r = await get(`${path}?${q}`);
+    const pages = Math.max(1, r.page_count);
+    pager.replaceChildren(
+      h("button", { disabled: page <= 1, onclick: () => { page -= 1; view.refresh(); } }, "‹ Previous"),
+      ` Page ${r.page} of ${pages} — ${fmtCount(r.filtered_count)} of ${fmtCount(r.total_count)} ${noun} `,
+      h("button", { disabled: page >= pages, onclick: () => { page += 1; view.refresh(); } }, "Next ›"),
     );
-  });
+    return table(columns, r.items, { id: `${id}s` });
+  }, top);
+  return view;
 }
 
-/** The queue listing: one page of the server's, filtered by name (substring or regex). */
-export function queues({ go }) {
-  let page = 1;
-  const filter = h("input#queue-filter", { placeholder: "Filter by name", oninput: () => { page = 1; view.refresh(); } });
-  const regex = h("input#queue-regex", { type: "checkbox", onchange: () => { page = 1; view.refresh(); } });
-  const pager = h("div.pager#queue-pager");
+export function exchanges() {
+  return pagedListing("Exchanges", "exchange", "/api/exchanges", "exchanges", [
+    ["Vhost", (x) => x.vhost],
+    ["Name", (x) => x.name || "(AMQP default)"],
+    ["Type", (x) => x.type],
+    ["Features", (x) => [x.durable ? "D" : "", x.auto_delete ? "AD" : "", x.internal ? "I" : ""].filter(Boolean).join(" ")],
+    ["Policy", (x) => x.policy || ""],
+  ]);
+}
+
+/** The queue listing, one page of the server's, and a form to declare one. */
+export function queues() {
+  const link = (x) => h("a", { href: `#/queue/${seg(x.vhost)}/${seg(x.name)}` }, x.name);
+  const stats = (x, k) => fmtRate(((x.message_stats || {})[`${k}_details`] || {}).rate);
+  const view = pagedListing("Queues", "queue", "/api/queues", "queues", [
+    ["Vhost", (x) => x.vhost],
+    ["Name", link],
+    ["Type", (x) => x.type],
+    ["Policy", (x) => x.policy || ""],
+    ["State", (x) => x.state],
+    ["Ready", (x) => fmtCount(x.messages_ready)],
+    ["Unacked", (x) => fmtCount(x.messages_unacknowledged)],
+    ["Total", (x) => fmtCount(x.messages)],
+    ["Consumers", (x) => x.consumers],
+    ["In", (x) => stats(x, "publish")],
+    ["Out", (x) => stats(x, "deliver_get")],
+  ]);
   const declare = form(
     "declare-queue",
     [
@@ -147,37 +175,7 @@ export function queues({ go }) {
       return `Queue ${v.name} declared.`;
     },
   );
-  const top = h("div", h("div.filter", filter, h("label", regex, " Regex")), pager);
-  const view = listing("Queues", async () => {
-    const q = new URLSearchParams({ page, page_size: PAGE_SIZE, name: filter.value, use_regex: regex.checked, sort: "name" });
-    const r = await get(`/api/queues?${q}`);
-    pager.replaceChildren(
-      h("button", { disabled: page <= 1, onclick: () => { page -= 1; view.refresh(); } }, "‹ Previous"),
-      ` Page ${r.page} of ${r.page_count} — ${fmtCount(r.filtered_count)} of ${fmtCount(r.total_count)} queues `,
-      h("button", { disabled: page >= r.page_count, onclick: () => { page += 1; view.refresh(); } }, "Next ›"),
-    );
-    const link = (x) => h("a", { href: `#/queue/${seg(x.vhost)}/${seg(x.name)}` }, x.name);
-    const stats = (x, k) => fmtRate(((x.message_stats || {})[`${k}_details`] || {}).rate);
-    return table(
-      [
-        ["Vhost", (x) => x.vhost],
-        ["Name", link],
-        ["Type", (x) => x.type],
-        ["Policy", (x) => x.policy || ""],
-        ["State", (x) => x.state],
-        ["Ready", (x) => fmtCount(x.messages_ready)],
-        ["Unacked", (x) => fmtCount(x.messages_unacknowledged)],
-        ["Total", (x) => fmtCount(x.messages)],
-        ["Consumers", (x) => x.consumers],
-        ["In", (x) => stats(x, "publish")],
-        ["Out", (x) => stats(x, "deliver_get")],
-      ],
-      r.items,
-      { id: "queues" },
-    );
-  }, top);
   view.el.append(h("h3", "Add a queue"), declare);
-  void go;
   return view;
 }
 

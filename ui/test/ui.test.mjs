@@ -135,6 +135,10 @@ async function main() {
     if (name !== "exchanges") await page.locator(`${id} tbody td`, { hasText: "guest" }).first().waitFor();
     await shot(page, name);
   }
+  log("exchanges are filtered on the server too");
+  await page.fill("#exchange-filter", "amq.topic");
+  await page.locator("#exchange-pager", { hasText: "— 1 of" }).waitFor();
+  assert.equal(await page.locator("#exchanges tbody tr").count(), 1);
 
   log("declare a queue from the UI");
   await page.click('nav a[href="#/queues"]');

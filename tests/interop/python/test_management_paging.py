@@ -77,3 +77,11 @@ def test_parameters_that_are_not_a_page_get_rabbitmqs_400s(queues):
     # A page just past the last starts at the end: empty, not refused.
     status, body = page(api, page=2, page_size=7, name=prefix)
     assert status == 200 and body["items"] == [] and body["page_count"] == 1
+
+
+def test_exchanges_page_the_same_way(queues):
+    api, _ = queues
+    r = api.call("GET", "/api/exchanges/%2F?page=1&page_size=10&name=amq.TOPIC")
+    assert r.status == 200, r
+    assert [x["name"] for x in r.json["items"]] == ["amq.topic"]
+    assert r.json["filtered_count"] == 1 and r.json["total_count"] >= 7

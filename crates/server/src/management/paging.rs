@@ -29,6 +29,14 @@ fn with_word(word: &str, reason: String) -> Response {
         .into_response()
 }
 
+/// A listing's answer: paged when the query asks, else the whole array.
+pub fn paged(items: Vec<Value>, params: &HashMap<String, String>) -> Response {
+    match page(items, params) {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(r) => r,
+    }
+}
+
 /// The listing `items` as the query asks for it; errors in RabbitMQ's words.
 pub fn page(mut items: Vec<Value>, params: &HashMap<String, String>) -> Result<Value, Response> {
     let Some(page) = params.get("page") else {

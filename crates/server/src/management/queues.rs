@@ -78,14 +78,6 @@ async fn queues_json(s: &Shared, vhost: Option<&str>, only: impl Fn(&str) -> boo
     views.iter().map(|v| queue_json(s, v)).collect()
 }
 
-/// A listing, paged when the query asks (see [`super::paging`]).
-fn paged(items: Vec<Value>, params: &HashMap<String, String>) -> Response {
-    match super::paging::page(items, params) {
-        Ok(v) => Json(v).into_response(),
-        Err(r) => r,
-    }
-}
-
 pub async fn list_all(
     State(s): Api,
     headers: HeaderMap,
@@ -95,7 +87,7 @@ pub async fn list_all(
         Ok(c) => c,
         Err(r) => return r,
     };
-    paged(
+    super::paging::paged(
         queues_json(&s, None, |v| caller.sees_vhost(&s, v)).await,
         &params,
     )
@@ -114,7 +106,7 @@ pub async fn list_vhost(
     if let Err(r) = auth::vhost(&s, &caller, &vhost) {
         return r;
     }
-    paged(queues_json(&s, Some(&vhost), |_| true).await, &params)
+    super::paging::paged(queues_json(&s, Some(&vhost), |_| true).await, &params)
 }
 
 /// 404 unless the queue a request names exists, once the caller may see its vhost.
