@@ -606,19 +606,6 @@ impl Node {
             "Resident memory",
             r.rss_bytes,
         )?;
-        let paged = self.stats.queues.iter().map(|q| {
-            (
-                [("vhost", q.vhost.as_str()), ("queue", q.name.as_str())],
-                q.messages_paged_out,
-            )
-        });
-        family(
-            enc,
-            "warren_queue_messages_paged_out",
-            "Ready messages whose bodies are on disk only",
-            MetricType::Gauge,
-            paged,
-        )?;
         if let Some((used, limit)) = r.message_memory {
             gauge(
                 enc,
