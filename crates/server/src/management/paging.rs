@@ -31,16 +31,51 @@ fn with_word(word: &str, reason: String) -> Response {
 
 /// A listing's answer: paged when the query asks, else the whole array.
 pub fn paged(items: Vec<Value>, params: &HashMap<String, String>) -> Response {
-    match page(items, params) {
+    respond(page(items, params))
+}
+
+/// A listing's answer built lazily: `json` runs only for the items of the page when the sort
+/// is by name (the UI's) or absent, so a page of 10,000 queues builds 50 queues' JSON.
+pub fn paged_by<T>(
+    items: Vec<T>,
+    name: impl Fn(&T) -> &str,
+    json: impl Fn(&T) -> Value,
+    params: &HashMap<String, String>,
+) -> Response {
+    respond(page_of(items, name, json, params))
+}
+
+fn respond(v: Result<Value, Response>) -> Response {
+    match v {
         Ok(v) => axum::Json(v).into_response(),
         Err(r) => r,
     }
 }
 
 /// The listing `items` as the query asks for it; errors in RabbitMQ's words.
-pub fn page(mut items: Vec<Value>, params: &HashMap<String, String>) -> Result<Value, Response> {
-    let Some(page) = params.get("page") else {
+pub fn page(items: Vec<Value>, params: &HashMap<String, String>) -> Result<Value, Response> {
+    if !params.contains_key("page") {
         return Ok(Value::Array(items));
+    }
+    page_of(
+        items,
+        |i| i["name"].as_str().unwrap_or_default(),
+        Value::clone,
+        params,
+    )
+}
+
+/// What `?page=..` asks for.
+struct Ask {
+    page: usize,
+    page_size: usize,
+    sort: Option<String>,
+    reverse: bool,
+}
+
+fn ask(params: &HashMap<String, String>) -> Result<Option<Ask>, Response> {
+    let Some(page) = params.get("page") else {
+        return Ok(None);
     };
     let page: i64 = page.parse().map_err(|_| invalid())?;
     let page_size: Option<i64> = match params.get("page_size") {
@@ -55,33 +90,43 @@ pub fn page(mut items: Vec<Value>, params: &HashMap<String, String>) -> Result<V
             format!("Invalid pagination parameters: page number {page}, page size {size}"),
         ));
     }
-    let (page, page_size) = (
-        page as usize,
-        page_size.map_or(PAGE_SIZE_DEFAULT, |n| n as usize),
-    );
+    Ok(Some(Ask {
+        page: page as usize,
+        page_size: page_size.map_or(PAGE_SIZE_DEFAULT, |n| n as usize),
+        sort: params.get("sort").filter(|k| !k.is_empty()).cloned(),
+        reverse: params.get("sort_reverse").is_some_and(|v| v == "true"),
+    }))
+}
+
+/// `name` (a case-insensitive substring, or a regex with `use_regex=true`) as a predicate.
+fn name_filter(params: &HashMap<String, String>) -> Result<Box<dyn Fn(&str) -> bool>, Response> {
+    let Some(name) = params.get("name").filter(|n| !n.is_empty()) else {
+        return Ok(Box::new(|_| true));
+    };
+    if params.get("use_regex").is_some_and(|v| v == "true") {
+        let re = regex::Regex::new(name).map_err(|_| invalid())?;
+        Ok(Box::new(move |n| re.is_match(n)))
+    } else {
+        let needle = name.to_lowercase();
+        Ok(Box::new(move |n| n.to_lowercase().contains(&needle)))
+    }
+}
+
+fn page_of<T>(
+    mut items: Vec<T>,
+    name: impl Fn(&T) -> &str,
+    json: impl Fn(&T) -> Value,
+    params: &HashMap<String, String>,
+) -> Result<Value, Response> {
+    let Some(ask) = ask(params)? else {
+        return Ok(Value::Array(items.iter().map(json).collect()));
+    };
     let total_count = items.len();
-    if let Some(name) = params.get("name").filter(|n| !n.is_empty()) {
-        if params.get("use_regex").is_some_and(|v| v == "true") {
-            let re = regex::Regex::new(name).map_err(|_| invalid())?;
-            items.retain(|i| i["name"].as_str().is_some_and(|n| re.is_match(n)));
-        } else {
-            let needle = name.to_lowercase();
-            items.retain(|i| {
-                i["name"]
-                    .as_str()
-                    .is_some_and(|n| n.to_lowercase().contains(&needle))
-            });
-        }
-    }
-    if let Some(key) = params.get("sort").filter(|k| !k.is_empty()) {
-        items.sort_by(|a, b| compare(field(a, key), field(b, key)));
-        if params.get("sort_reverse").is_some_and(|v| v == "true") {
-            items.reverse();
-        }
-    }
+    let keep = name_filter(params)?;
+    items.retain(|i| keep(name(i)));
     let filtered_count = items.len();
-    let page_count = filtered_count.div_ceil(page_size);
     // As RabbitMQ: a page past the last is empty, one that starts past the end is refused.
+    let (page, page_size) = (ask.page, ask.page_size);
     if (page - 1).saturating_mul(page_size) > filtered_count {
         return Err(with_word(
             "page_out_of_range",
@@ -90,17 +135,32 @@ pub fn page(mut items: Vec<Value>, params: &HashMap<String, String>) -> Result<V
             ),
         ));
     }
-    let items: Vec<Value> = items
-        .into_iter()
-        .skip((page - 1) * page_size)
-        .take(page_size)
-        .collect();
+    let skip = (page - 1) * page_size;
+    let items: Vec<Value> = match ask.sort.as_deref() {
+        None | Some("name") => {
+            if ask.sort.is_some() {
+                items.sort_by(|a, b| name(a).cmp(name(b)));
+            }
+            if ask.reverse {
+                items.reverse();
+            }
+            items.iter().skip(skip).take(page_size).map(json).collect()
+        }
+        Some(key) => {
+            let mut all: Vec<Value> = items.iter().map(json).collect();
+            all.sort_by(|a, b| compare(field(a, key), field(b, key)));
+            if ask.reverse {
+                all.reverse();
+            }
+            all.into_iter().skip(skip).take(page_size).collect()
+        }
+    };
     Ok(json!({
         "item_count": items.len(),
         "items": items,
         "page": page,
         "page_size": page_size,
-        "page_count": page_count,
+        "page_count": filtered_count.div_ceil(page_size),
         "filtered_count": filtered_count,
         "total_count": total_count,
     }))
