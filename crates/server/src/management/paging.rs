@@ -98,10 +98,10 @@ fn ask(params: &HashMap<String, String>) -> Result<Option<Ask>, Response> {
     }))
 }
 
-/// `name` (a case-insensitive substring, or a regex with `use_regex=true`) as a predicate.
 /// Whether a name passes the query's `name`.
 type NameFilter = Box<dyn Fn(&str) -> bool>;
 
+/// `name` (a case-insensitive substring, or a regex with `use_regex=true`) as a predicate.
 fn name_filter(params: &HashMap<String, String>) -> Result<NameFilter, Response> {
     let Some(name) = params.get("name").filter(|n| !n.is_empty()) else {
         return Ok(Box::new(|_| true));
