@@ -12,7 +12,8 @@
 #   errors go through the remote path.
 # --broker rabbitmq: starts the real RabbitMQ 3.10 with ../shared/rabbitmq/rabbitmq.sh (port
 #   $RMQ_PORT, default 5680; RMQ_STATE/RMQ_DIST_PORT pass through to isolate an instance), with
-#   its management plugin on $RMQ_MGMT_PORT (default 15680; RMQ_PLUGINS= turns it off), and
+#   its management plugin on $RMQ_MGMT_PORT (default 15680) and its Prometheus plugin on
+#   $RMQ_PROM_PORT (default 15790; RMQ_PLUGINS= turns both off), and
 #   stops it afterwards unless INTEROP_KEEP_BROKER=1.
 # test_cluster_partitions.py (about 30 s) puts cluster nodes in network namespaces: it needs root
 #   and `ip netns` (iproute2), and is skipped with the reason where either is missing.
@@ -38,9 +39,11 @@ RMQ_SH=$ROOT/../shared/rabbitmq/rabbitmq.sh
 if [ "$BROKER" = rabbitmq ]; then
   export RABBITMQ_SH=$RMQ_SH
   export WARREN_TEST_URI=${WARREN_TEST_URI:-amqp://guest:guest@127.0.0.1:${RMQ_PORT:-5680}/%2F}
-  # The management API tests (test_management_api.py, test_definitions.py) run against its plugin.
-  export RMQ_PLUGINS=${RMQ_PLUGINS-rabbitmq_management}
+  # The management API tests (test_management_api.py, test_definitions.py) run against its plugin,
+  # test_prometheus.py against its Prometheus plugin.
+  export RMQ_PLUGINS=${RMQ_PLUGINS-rabbitmq_management rabbitmq_prometheus}
   export WARREN_TEST_MANAGEMENT_URI=${WARREN_TEST_MANAGEMENT_URI:-http://guest:guest@127.0.0.1:${RMQ_MGMT_PORT:-15680}}
+  export WARREN_TEST_PROMETHEUS_URI=${WARREN_TEST_PROMETHEUS_URI:-http://127.0.0.1:${RMQ_PROM_PORT:-15790}}
   "$RMQ_SH" start
   if [ "${INTEROP_KEEP_BROKER:-0}" != 1 ]; then
     trap '"$RMQ_SH" stop || true' EXIT

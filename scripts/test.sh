@@ -5,7 +5,8 @@
 #   2. the Rust tests of every crate (codec, routing, vhost state machines, store, perf), then
 #      each coverage-guided fuzz target briefly (FUZZ_CI_SECONDS each, default 10; 0 skips; skipped
 #      by itself where no nightly toolchain can be had): docs/fuzzing.md
-#   3. the interoperability suite: real clients (pika, amqp091-go) against the warren binary,
+#   3. the web UI in headless chromium (scripts/ui-test.sh: installs chromium with apt)
+#   4. the interoperability suite: real clients (pika, amqp091-go) against the warren binary,
 #      then again against node 2 of a local 3-node cluster
 #
 # The same interop suite runs against the real RabbitMQ 3.10 with
@@ -20,6 +21,8 @@ if [ "${FUZZ_CI_SECONDS:-10}" -gt 0 ]; then
   ./scripts/fuzz.sh "${FUZZ_CI_SECONDS:-10}"
 fi
 ./scripts/perf-tests.sh
+# The web UI: its committed build is current, and it works in headless chromium (about 20 s).
+./scripts/ui-test.sh
 
 ./scripts/interop.sh --broker warren ${INTEROP_PYTEST_ARGS:-}
 # The same suites against node 2 of a 3-node cluster whose queues are spread over its nodes.

@@ -48,6 +48,13 @@ pub struct QueueStats {
     pub redeliver: u64,
     /// Deliveries acknowledged.
     pub ack: u64,
+    /// Of `deliver_get`: deliveries to no-ack consumers, basic.get answers, and those of
+    /// them with no-ack; and basic.get finding the queue empty. RabbitMQ's Prometheus
+    /// metrics count these apart (`rabbitmq_channel_get_ack_total`, ...).
+    pub deliver_no_ack: u64,
+    pub get: u64,
+    pub get_no_ack: u64,
+    pub get_empty: u64,
 }
 
 #[derive(Debug)]

@@ -47,6 +47,9 @@ pub struct Channel {
     pub tx: Option<Vec<TxOp>>,
     /// The queue most recently declared on this channel: an empty queue name means it.
     pub last_queue: Option<String>,
+    /// Whether it has published: RabbitMQ's publishers are the channels that have
+    /// (`rabbitmq_global_publishers`), counted in [`crate::Counters::publishers`].
+    pub publisher: bool,
 }
 
 impl Channel {
@@ -63,6 +66,7 @@ impl Channel {
             pending_confirms: std::collections::VecDeque::new(),
             tx: None,
             last_queue: None,
+            publisher: false,
         }
     }
 }
@@ -348,6 +352,9 @@ impl Connection {
         }
         if !outcome.routed && !outcome.rejected {
             if let Some((routing_key, properties, body)) = returned {
+                counters
+                    .returned
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let frame_max = self.frame_max;
                 let ret = Method::Return(method::Return {
                     reply_code: NO_ROUTE,
@@ -363,6 +370,12 @@ impl Connection {
             }
         }
         let ch = self.channels.get_mut(&number).expect("open channel");
+        if !ch.publisher {
+            ch.publisher = true;
+            counters
+                .publishers
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         if ch.confirm {
             let seq = ch.next_publish_seq;
             ch.next_publish_seq += 1;

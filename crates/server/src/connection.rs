@@ -233,11 +233,19 @@ pub async fn serve_stream<R, W>(
     };
     tracing::debug!(conn = id, %peer, user = %c.user, vhost = %c.vhost_name, "connection opened");
     shared.connections_open.fetch_add(1, Ordering::Relaxed);
+    shared
+        .counters
+        .connections_opened
+        .fetch_add(1, Ordering::Relaxed);
     shared.connections.insert(entry);
     c.run(&mut rd, &mut buf).await;
     shared.connections.remove(id);
     c.cleanup();
     shared.connections_open.fetch_sub(1, Ordering::Relaxed);
+    shared
+        .counters
+        .connections_closed
+        .fetch_add(1, Ordering::Relaxed);
     outbox.close();
     let _ = writer.await;
     if c.closed_by_client {
@@ -622,6 +630,7 @@ impl Connection {
             return;
         }
         ch.registered = false;
+        self.shared.counters.channel_closed(ch.publisher);
         let key = ch.key;
         let now = self.shared.broker.now_ms();
         self.meta_vhost().channel_close(key, now);
@@ -853,6 +862,7 @@ impl Connection {
                 vhost.channel_cancel_notify(key, self.caps.consumer_cancel_notify);
                 drop(vhost);
                 self.channels.insert(number, Channel::new(key));
+                self.shared.counters.channel_opened();
                 control(
                     &self.outbox,
                     number,

@@ -89,6 +89,8 @@ pub struct Shared {
     pub connections: registry::Registry,
     /// Message rates for the management API, sampled when it is asked.
     pub rates: management::stats::Rates,
+    /// The snapshot of queues and channels `/metrics` reads, taken every 5 s.
+    pub node_stats: management::node_stats::Board,
     pub counters: Counters,
     /// Memory and disk alarms; `warren ctl set_vm_memory_high_watermark` / `set_disk_free_limit`
     /// change their limits.
@@ -128,6 +130,34 @@ pub struct Counters {
     pub auth_failures: AtomicU64,
     /// Connections closed because their handshake outlasted `handshake_timeout`.
     pub handshake_timeouts: AtomicU64,
+    /// Unroutable mandatory publishes sent back with basic.return (the rest of `unroutable`
+    /// were dropped).
+    pub returned: AtomicU64,
+    /// AMQP connections that completed their handshake, and those of them that ended.
+    pub connections_opened: AtomicU64,
+    pub connections_closed: AtomicU64,
+    /// Channels opened and closed (the management API's own included, as RabbitMQ counts its
+    /// direct connections').
+    pub channels_opened: AtomicU64,
+    pub channels_closed: AtomicU64,
+    /// Open channels that have published at least once: RabbitMQ's publishers.
+    pub publishers: AtomicU64,
+}
+
+impl Counters {
+    pub fn channel_opened(&self) {
+        self.channels_opened
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A channel's end; `publisher` when it had published (it then leaves the publishers).
+    pub fn channel_closed(&self, publisher: bool) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.channels_closed.fetch_add(1, Relaxed);
+        if publisher {
+            self.publishers.fetch_sub(1, Relaxed);
+        }
+    }
 }
 
 /// The node's AMQP listeners, bound, and the certificates the TLS one serves.
@@ -221,6 +251,7 @@ pub async fn serve(
         connections_open: AtomicUsize::new(0),
         connections: registry::Registry::default(),
         rates: management::stats::Rates::default(),
+        node_stats: management::node_stats::Board::default(),
         counters: Counters::default(),
         alarms,
         tls: listeners.tls.clone(),
@@ -244,6 +275,7 @@ pub async fn serve(
         // Before the first client is accepted, as RabbitMQ's load_definitions.
         definitions_import::load_at_boot(&shared, &path).await;
     }
+    management::node_stats::start(shared.clone());
     let ticking = shared.clone();
     tokio::spawn(async move {
         let mut t = tokio::time::interval(TICK_INTERVAL);

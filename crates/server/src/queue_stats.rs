@@ -157,7 +157,7 @@ pub async fn queue_views(shared: &Shared, vhost: Option<&str>) -> Vec<QueueView>
 
 /// Runs the asks side by side, so a listing waits for the slowest node, not their sum.
 /// A quorum queue's figures from this node's replica, when it holds one.
-fn replica_counts(shared: &Shared, vhost: &str, q: &QueueInfo) -> Option<QueueCounts> {
+pub(crate) fn replica_counts(shared: &Shared, vhost: &str, q: &QueueInfo) -> Option<QueueCounts> {
     if q.members.is_empty() {
         return None;
     }
@@ -165,7 +165,7 @@ fn replica_counts(shared: &Shared, vhost: &str, q: &QueueInfo) -> Option<QueueCo
     Some(shared.quorum.replica(group)?.counts(vhost, &q.name))
 }
 
-fn set_counts(info: &mut QueueInfo, c: &QueueCounts) {
+pub(crate) fn set_counts(info: &mut QueueInfo, c: &QueueCounts) {
     info.messages_ready = c.messages_ready;
     info.messages_unacknowledged = c.messages_unacknowledged;
     info.message_bytes_ready = c.message_bytes_ready;
@@ -177,6 +177,7 @@ fn set_counts(info: &mut QueueInfo, c: &QueueCounts) {
         deliver_get,
         redeliver,
         ack,
+        ..Default::default()
     };
 }
 

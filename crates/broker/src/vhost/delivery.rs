@@ -53,6 +53,7 @@ impl VHost {
                     .expect("consumer's channel exists");
                 let tag = ch.next_delivery_tag();
                 q.stats.deliver_get += 1;
+                q.stats.deliver_no_ack += u64::from(consumer.no_ack);
                 q.stats.redeliver += u64::from(m.redelivered);
                 deliver(
                     ch,
@@ -353,11 +354,14 @@ impl VHost {
             q.release_stored(index, store_ops);
         }
         let Some(m) = head else {
+            q.stats.get_empty += 1;
             return Ok(GetResult::Empty);
         };
         let ch = channels.get_mut(&key).expect("checked above");
         let tag = ch.next_delivery_tag();
         q.stats.deliver_get += 1;
+        q.stats.get += 1;
+        q.stats.get_no_ack += u64::from(no_ack);
         q.stats.redeliver += u64::from(m.redelivered);
         let remaining = q.backlog.len() as u32;
         let number = ch.number;

@@ -62,15 +62,24 @@ fn exchanges_json(s: &Shared, only: impl Fn(&str) -> bool) -> Vec<Value> {
     out
 }
 
-pub async fn list_all(State(s): Api, headers: HeaderMap) -> Response {
+pub async fn list_all(
+    State(s): Api,
+    headers: HeaderMap,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
     let caller = match auth::caller(&s, &headers) {
         Ok(c) => c,
         Err(r) => return r,
     };
-    Json(exchanges_json(&s, |v| caller.sees_vhost(&s, v))).into_response()
+    super::paging::paged(exchanges_json(&s, |v| caller.sees_vhost(&s, v)), &params)
 }
 
-pub async fn list_vhost(State(s): Api, headers: HeaderMap, Path(vhost): Path<String>) -> Response {
+pub async fn list_vhost(
+    State(s): Api,
+    headers: HeaderMap,
+    Path(vhost): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
     let caller = match auth::caller(&s, &headers) {
         Ok(c) => c,
         Err(r) => return r,
@@ -78,7 +87,7 @@ pub async fn list_vhost(State(s): Api, headers: HeaderMap, Path(vhost): Path<Str
     if let Err(r) = auth::vhost(&s, &caller, &vhost) {
         return r;
     }
-    Json(exchanges_json(&s, |v| v == vhost)).into_response()
+    super::paging::paged(exchanges_json(&s, |v| v == vhost), &params)
 }
 
 /// The exchange a request names, once the caller may see its vhost: 404 when it does not exist.

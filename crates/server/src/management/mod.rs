@@ -12,7 +12,9 @@
 //!   health checks, `/api/aliveness-test`), [`vhosts`], [`users`] (users, permissions,
 //!   `/api/whoami`), [`policies`] (policies and operator policies), [`access`] (vhost and user
 //!   limits, topic permissions), [`queues`], [`exchanges`], [`bindings`], [`connections`] (connections,
-//!   channels, consumers), [`settings`] (alarm limits, certificate reloads), [`metrics`];
+//!   channels, consumers), [`settings`] (alarm limits, certificate reloads), [`metrics`]
+//!   (RabbitMQ's Prometheus names, read from [`node_stats`]' snapshot); [`paging`]:
+//!   `?page=..&name=..` of listings; [`ui`]: the web UI at `/`;
 //!   [`stats`]: `message_stats` counts and rates.
 //!
 //! A request flows: axum route -> handler -> [`auth::caller`] (who, may they) -> read the
@@ -35,12 +37,15 @@ mod connections;
 mod exchanges;
 mod health;
 mod metrics;
+pub mod node_stats;
 mod overview;
+mod paging;
 pub(crate) mod policies;
 mod queues;
 pub(crate) mod session;
 mod settings;
 pub mod stats;
+mod ui;
 mod users;
 mod vhosts;
 
@@ -227,8 +232,11 @@ pub fn router(shared: Arc<Shared>) -> Router {
             "/api/warren/reload-certificates",
             post(settings::reload_certificates),
         )
-        .route("/metrics", get(metrics::metrics));
-    router = router.merge(crate::cluster_admin::routes());
+        .route("/metrics", get(metrics::metrics))
+        .route("/metrics/per-object", get(metrics::metrics_per_object));
+    router = router
+        .merge(crate::cluster_admin::routes())
+        .merge(ui::routes());
     if shared.config.fault_injection.is_some() {
         router = router.merge(crate::fault_injection::routes());
     }

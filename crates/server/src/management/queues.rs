@@ -70,23 +70,52 @@ pub fn queue_json(s: &Shared, view: &QueueView) -> Value {
 
 /// The queues of the vhosts `only` keeps (all of them when `vhost` is `None`, else that one),
 /// in vhost then name order.
-async fn queues_json(s: &Shared, vhost: Option<&str>, only: impl Fn(&str) -> bool) -> Vec<Value> {
+async fn queue_views(
+    s: &Shared,
+    vhost: Option<&str>,
+    only: impl Fn(&str) -> bool,
+) -> Vec<QueueView> {
     s.rates.refresh(s);
     let mut views = crate::queue_stats::queue_views(s, vhost).await;
     views.retain(|v| only(&v.vhost));
     views.sort_by(|a, b| (&a.vhost, &a.info.name).cmp(&(&b.vhost, &b.info.name)));
+    views
+}
+
+async fn queues_json(s: &Shared, vhost: Option<&str>, only: impl Fn(&str) -> bool) -> Vec<Value> {
+    let views = queue_views(s, vhost, only).await;
     views.iter().map(|v| queue_json(s, v)).collect()
 }
 
-pub async fn list_all(State(s): Api, headers: HeaderMap) -> Response {
+/// A listing of `views`, paged when asked: only the page's queues are turned into JSON.
+fn listing(s: &Shared, views: Vec<QueueView>, params: &HashMap<String, String>) -> Response {
+    super::paging::paged_by(
+        views,
+        |v| v.info.name.as_str(),
+        |v| queue_json(s, v),
+        params,
+    )
+}
+
+pub async fn list_all(
+    State(s): Api,
+    headers: HeaderMap,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
     let caller = match auth::caller(&s, &headers) {
         Ok(c) => c,
         Err(r) => return r,
     };
-    Json(queues_json(&s, None, |v| caller.sees_vhost(&s, v)).await).into_response()
+    let views = queue_views(&s, None, |v| caller.sees_vhost(&s, v)).await;
+    listing(&s, views, &params)
 }
 
-pub async fn list_vhost(State(s): Api, headers: HeaderMap, Path(vhost): Path<String>) -> Response {
+pub async fn list_vhost(
+    State(s): Api,
+    headers: HeaderMap,
+    Path(vhost): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
     let caller = match auth::caller(&s, &headers) {
         Ok(c) => c,
         Err(r) => return r,
@@ -94,7 +123,8 @@ pub async fn list_vhost(State(s): Api, headers: HeaderMap, Path(vhost): Path<Str
     if let Err(r) = auth::vhost(&s, &caller, &vhost) {
         return r;
     }
-    Json(queues_json(&s, Some(&vhost), |_| true).await).into_response()
+    let views = queue_views(&s, Some(&vhost), |_| true).await;
+    listing(&s, views, &params)
 }
 
 /// 404 unless the queue a request names exists, once the caller may see its vhost.

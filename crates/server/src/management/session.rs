@@ -123,6 +123,7 @@ impl Session {
         conn.meta_vhost()
             .channel_open(key, id, NUMBER, outbox.clone(), user);
         conn.channels.insert(NUMBER, Channel::new(key));
+        s.counters.channel_opened();
         Some(Session { conn, outbox })
     }
 

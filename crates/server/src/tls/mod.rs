@@ -30,7 +30,6 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{CertificateError, RootCertStore};
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -74,6 +73,14 @@ impl std::error::Error for TlsError {}
 pub struct TlsPeer {
     /// The end-entity certificate the client presented (already verified by rustls).
     pub certificate: Option<CertificateDer<'static>>,
+}
+
+/// Handshakes refused by reason, and certificate reloads, for `/metrics`.
+#[derive(Debug, Clone, Default)]
+pub struct TlsCounts {
+    pub failures: Vec<(&'static str, u64)>,
+    pub reloads: u64,
+    pub reload_failures: u64,
 }
 
 /// The two TLS listeners, each with a configuration of its own.
@@ -232,22 +239,16 @@ impl Tls {
     }
 
     /// The TLS lines of `/metrics`.
-    pub fn write_metrics(&self, out: &mut String) {
-        let _ = writeln!(out, "# TYPE warren_tls_handshake_failures_total counter");
-        for f in HandshakeFailure::ALL {
-            let _ = writeln!(
-                out,
-                "warren_tls_handshake_failures_total{{reason=\"{}\"}} {}",
-                f.label(),
-                self.failures[f.index()].load(Ordering::Relaxed)
-            );
+    /// The counters `/metrics` shows as `warren_tls_*`.
+    pub fn counts(&self) -> TlsCounts {
+        TlsCounts {
+            failures: HandshakeFailure::ALL
+                .iter()
+                .map(|f| (f.label(), self.failures[f.index()].load(Ordering::Relaxed)))
+                .collect(),
+            reloads: self.reloads.load(Ordering::Relaxed),
+            reload_failures: self.reload_failures.load(Ordering::Relaxed),
         }
-        let _ = writeln!(
-            out,
-            "# TYPE warren_tls_certificate_reloads_total counter\nwarren_tls_certificate_reloads_total {}\n# TYPE warren_tls_certificate_reload_failures_total counter\nwarren_tls_certificate_reload_failures_total {}",
-            self.reloads.load(Ordering::Relaxed),
-            self.reload_failures.load(Ordering::Relaxed)
-        );
     }
 }
 

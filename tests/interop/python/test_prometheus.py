@@ -1,0 +1,276 @@
+"""Prometheus metrics with the names, types and labels of RabbitMQ 3.10's rabbitmq_prometheus
+plugin, so that RabbitMQ's own Grafana dashboards ("RabbitMQ-Overview",
+"RabbitMQ-Quorum-Queues-Raft") render against warren unchanged. The text is read with the
+Prometheus client's own parser, as a scrape would read it.
+
+Runs against RabbitMQ too (`scripts/interop.sh --broker rabbitmq` starts it with the plugin;
+WARREN_TEST_PROMETHEUS_URI says where it listens): the expectations here are RabbitMQ's. Both
+brokers refresh queue figures every 5 s, so values are polled, not read once."""
+
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pika
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from helpers import wait_for
+from test_management_api import Api
+
+# Both brokers publish queue statistics every 5 s; this is a deadline, not a delay.
+STATS_WAIT_S = 20.0
+
+# Every series the two dashboards query, with its type and the labels they select or join on
+# (`* on(instance) group_left(rabbitmq_cluster, rabbitmq_node) rabbitmq_identity_info`).
+# Names are the families the parser reports (a counter's without `_total`).
+OVERVIEW = {
+    "rabbitmq_identity_info": ("unknown", {"rabbitmq_node", "rabbitmq_cluster"}),
+    "rabbitmq_build_info": ("unknown", {"rabbitmq_version", "erlang_version"}),
+    "rabbitmq_queue_messages_ready": ("gauge", set()),
+    "rabbitmq_queue_messages_unacked": ("gauge", set()),
+    "rabbitmq_queue_messages": ("gauge", set()),
+    "rabbitmq_queue_consumers": ("gauge", set()),
+    "rabbitmq_queue_messages_published": ("counter", set()),
+    "rabbitmq_connections": ("gauge", set()),
+    "rabbitmq_channels": ("gauge", set()),
+    "rabbitmq_consumers": ("gauge", set()),
+    "rabbitmq_queues": ("gauge", set()),
+    "rabbitmq_connections_opened": ("counter", set()),
+    "rabbitmq_connections_closed": ("counter", set()),
+    "rabbitmq_channels_opened": ("counter", set()),
+    "rabbitmq_channels_closed": ("counter", set()),
+    "rabbitmq_channel_consumers": ("gauge", set()),
+    "rabbitmq_channel_messages_published": ("counter", set()),
+    "rabbitmq_channel_messages_confirmed": ("counter", set()),
+    "rabbitmq_channel_messages_unroutable_dropped": ("counter", set()),
+    "rabbitmq_channel_messages_unroutable_returned": ("counter", set()),
+    "rabbitmq_channel_messages_delivered": ("counter", set()),
+    "rabbitmq_channel_messages_delivered_ack": ("counter", set()),
+    "rabbitmq_channel_messages_redelivered": ("counter", set()),
+    "rabbitmq_channel_messages_acked": ("counter", set()),
+    "rabbitmq_channel_get": ("counter", set()),
+    "rabbitmq_channel_get_ack": ("counter", set()),
+    "rabbitmq_channel_get_empty": ("counter", set()),
+    "rabbitmq_process_resident_memory_bytes": ("gauge", set()),
+    "rabbitmq_resident_memory_limit_bytes": ("gauge", set()),
+    "rabbitmq_disk_space_available_bytes": ("gauge", set()),
+    "rabbitmq_disk_space_available_limit_bytes": ("gauge", set()),
+    "rabbitmq_process_open_fds": ("gauge", set()),
+    "rabbitmq_process_max_fds": ("gauge", set()),
+    "rabbitmq_process_open_tcp_sockets": ("gauge", set()),
+    "rabbitmq_process_max_tcp_sockets": ("gauge", set()),
+    "rabbitmq_alarms_memory_used_watermark": ("unknown", set()),
+    "rabbitmq_alarms_free_disk_space_watermark": ("unknown", set()),
+    "rabbitmq_global_messages_received": ("counter", {"protocol"}),
+    "rabbitmq_global_messages_confirmed": ("counter", {"protocol"}),
+    "rabbitmq_global_messages_routed": ("counter", {"protocol"}),
+    "rabbitmq_global_messages_unroutable_dropped": ("counter", {"protocol"}),
+    "rabbitmq_global_messages_unroutable_returned": ("counter", {"protocol"}),
+    "rabbitmq_global_messages_delivered": ("counter", {"protocol", "queue_type"}),
+    "rabbitmq_global_messages_delivered_consume_manual_ack": ("counter", {"protocol", "queue_type"}),
+    "rabbitmq_global_messages_delivered_consume_auto_ack": ("counter", {"protocol", "queue_type"}),
+    "rabbitmq_global_messages_delivered_get_manual_ack": ("counter", {"protocol", "queue_type"}),
+    "rabbitmq_global_messages_delivered_get_auto_ack": ("counter", {"protocol", "queue_type"}),
+    "rabbitmq_global_messages_get_empty": ("counter", {"protocol", "queue_type"}),
+    "rabbitmq_global_messages_redelivered": ("counter", {"protocol", "queue_type"}),
+    "rabbitmq_global_messages_acknowledged": ("counter", {"protocol", "queue_type"}),
+    "rabbitmq_global_publishers": ("gauge", {"protocol"}),
+    "rabbitmq_global_consumers": ("gauge", {"protocol"}),
+}
+# The Raft dashboard's series that warren's groups report (term and applied index), per queue.
+RAFT = {
+    "rabbitmq_raft_term": ("counter", {"vhost", "queue"}),
+    "rabbitmq_raft_log_last_applied_index": ("gauge", {"vhost", "queue"}),
+}
+QUEUE_TYPES = {"rabbit_classic_queue", "rabbit_quorum_queue", "rabbit_stream_queue"}
+
+
+def metrics_base(broker):
+    """Where the broker serves /metrics: RabbitMQ's plugin has a port of its own."""
+    if broker.is_rabbitmq:
+        return os.environ.get("WARREN_TEST_PROMETHEUS_URI", "http://127.0.0.1:15790")
+    uri = urllib.parse.urlparse(broker.management_uri)
+    return f"http://{uri.hostname}:{uri.port}"
+
+
+def read_metrics(base, path="/metrics"):
+    """{family name: (type, [(sample name, labels, value)])}"""
+    with urllib.request.urlopen(base + path, timeout=10) as r:
+        assert r.headers["content-type"].startswith("text/plain"), r.headers["content-type"]
+        text = r.read().decode()
+    return {
+        f.name: (f.type, [(s.name, s.labels, s.value) for s in f.samples])
+        for f in text_string_to_metric_families(text)
+    }
+
+
+def host_base(broker, queue):
+    """The metrics of the node hosting `queue`: a queue's figures are its node's alone, as in
+    RabbitMQ, and in a warren cluster the queue may live on another node than the client's."""
+    if broker.is_rabbitmq or not os.environ.get("WARREN_TEST_CLUSTER"):
+        return metrics_base(broker)
+    api = Api(broker)
+    node = api.get(f"/api/queues/%2F/{urllib.parse.quote(queue, safe='')}").json["node"]
+    members = api.get("/api/warren/cluster").json["members"]
+    return "http://" + next(m["management"] for m in members if m["name"] == node)
+
+
+@pytest.fixture
+def scrape(broker):
+    base = metrics_base(broker)
+    try:
+        read_metrics(base)
+    except (urllib.error.URLError, OSError) as e:
+        pytest.skip(f"no Prometheus metrics at {base}: {e}")
+    return lambda path="/metrics", base=base: read_metrics(base, path)
+
+
+def value(families, name, **labels):
+    """The sum of the samples of `name` whose labels include `labels` (0 when none)."""
+    _, samples = families.get(name, (None, []))
+    return sum(v for _, l, v in samples if all(l.get(k) == w for k, w in labels.items()))
+
+
+def check(families, expected):
+    for name, (kind, labels) in expected.items():
+        assert name in families, f"{name} missing"
+        got_kind, samples = families[name]
+        assert got_kind == kind, f"{name} is a {got_kind}, RabbitMQ's is a {kind}"
+        assert samples, f"{name} has no samples"
+        for sample_name, sample_labels, _ in samples:
+            suffix = "_total" if kind == "counter" else ""
+            assert sample_name == name + suffix, sample_name
+            assert labels <= set(sample_labels), f"{name} has labels {sample_labels}"
+
+
+def test_the_overview_dashboards_series_have_rabbitmqs_names_types_and_labels(scrape):
+    families = scrape()
+    check(families, OVERVIEW)
+    for name in ("rabbitmq_global_messages_delivered", "rabbitmq_global_messages_acknowledged"):
+        assert {s[1]["queue_type"] for s in families[name][1]} == QUEUE_TYPES
+    identity = families["rabbitmq_identity_info"][1]
+    assert len(identity) == 1 and identity[0][2] == 1
+    assert identity[0][1]["rabbitmq_node"] and identity[0][1]["rabbitmq_cluster"]
+    assert value(families, "rabbitmq_process_resident_memory_bytes") > 0
+    assert value(families, "rabbitmq_process_max_fds") >= value(families, "rabbitmq_process_open_fds") > 0
+
+
+def test_per_object_queue_series_measure_each_queue(broker, scrape, name):
+    conn = broker.connect()
+    ch = conn.channel()
+    ch.queue_declare(name)
+    ch.confirm_delivery()
+    for i in range(3):
+        ch.basic_publish("", name, f"m{i}".encode())
+    # One message taken and held unacknowledged by a consumer of prefetch 1.
+    ch.basic_qos(prefetch_count=1)
+    held = []
+    ch.basic_consume(name, lambda c, m, p, b: held.append(m), auto_ack=False)
+    wait_for(lambda: conn.process_data_events(time_limit=0.05) or held, what="a delivery")
+    host = host_base(broker, name)
+    try:
+        def settled():
+            f = scrape("/metrics/per-object", host)
+            got = {k: value(f, k, vhost="/", queue=name) for k in (
+                "rabbitmq_queue_messages_ready", "rabbitmq_queue_messages_unacked",
+                "rabbitmq_queue_messages", "rabbitmq_queue_consumers")}
+            return got if got == {"rabbitmq_queue_messages_ready": 2,
+                                  "rabbitmq_queue_messages_unacked": 1,
+                                  "rabbitmq_queue_messages": 3,
+                                  "rabbitmq_queue_consumers": 1} else None
+
+        wait_for(settled, timeout=STATS_WAIT_S, interval=0.5, what=f"{name}'s figures in /metrics/per-object")
+        families = scrape("/metrics/per-object", host)
+        for metric in ("rabbitmq_queue_messages_ready", "rabbitmq_queue_consumers"):
+            assert families[metric][0] == "gauge"
+            assert any(l == {"vhost": "/", "queue": name} for _, l, _ in families[metric][1])
+    finally:
+        conn.close()
+    # The channel's consumer is gone once its connection is.
+    wait_for(lambda: value(scrape("/metrics/per-object", host), "rabbitmq_queue_consumers",
+                           queue=name) == 0,
+             timeout=STATS_WAIT_S, interval=0.5, what="the consumer to leave the metrics")
+    ch2 = broker.connect().channel()
+    ch2.queue_delete(name)
+    ch2.connection.close()
+
+
+def test_global_counters_count_what_clients_did(broker, scrape, name):
+    """Publishes count where the client is connected, deliveries where the queue lives."""
+    classic = {"queue_type": "rabbit_classic_queue"}
+    before = scrape()
+    conn = broker.connect()
+    ch = conn.channel()
+    ch.queue_declare(name)
+    host = host_base(broker, name)
+    before_host = scrape("/metrics", host)
+
+    def grown(after, metric, by, **labels):
+        old = before_host if "queue_type" in labels else before
+        return value(after, metric, **labels) - value(old, metric, **labels) >= by
+
+    ch.confirm_delivery()
+    for i in range(4):
+        ch.basic_publish("", name, b"x")
+    # Two gets with manual ack, acknowledged; one get with auto ack; one consumer delivery
+    # acknowledged; one get on the empty queue.
+    for _ in range(2):
+        method, _, _ = ch.basic_get(name, auto_ack=False)
+        ch.basic_ack(method.delivery_tag)
+    assert ch.basic_get(name, auto_ack=True)[0] is not None
+    got = []
+    tag = ch.basic_consume(name, lambda c, m, p, b: (got.append(m), c.basic_ack(m.delivery_tag)))
+    wait_for(lambda: conn.process_data_events(time_limit=0.05) or got, what="a delivery")
+    ch.basic_cancel(tag)
+    assert ch.basic_get(name, auto_ack=True)[0] is None
+    publishers = value(scrape(), "rabbitmq_global_publishers")
+    conn.close()
+
+    def counted():
+        after, at_host = scrape(), scrape("/metrics", host)
+        return all([
+            grown(after, "rabbitmq_global_messages_received", 4),
+            grown(after, "rabbitmq_global_messages_confirmed", 4),
+            grown(after, "rabbitmq_global_messages_routed", 4),
+            grown(after, "rabbitmq_channel_messages_published", 4),
+            grown(at_host, "rabbitmq_global_messages_delivered", 4, **classic),
+            grown(at_host, "rabbitmq_global_messages_delivered_get_manual_ack", 2, **classic),
+            grown(at_host, "rabbitmq_global_messages_delivered_get_auto_ack", 1, **classic),
+            grown(at_host, "rabbitmq_global_messages_delivered_consume_manual_ack", 1, **classic),
+            grown(at_host, "rabbitmq_global_messages_get_empty", 1, **classic),
+            grown(at_host, "rabbitmq_global_messages_acknowledged", 3, **classic),
+            grown(after, "rabbitmq_connections_opened", 1),
+            grown(after, "rabbitmq_channels_opened", 1),
+        ]) and after
+
+    after = wait_for(counted, timeout=STATS_WAIT_S, interval=0.5, what="the counters to grow")
+    assert publishers >= 1
+    for metric in ("rabbitmq_global_messages_received", "rabbitmq_global_messages_delivered"):
+        assert after[metric][0] == "counter"
+    ch2 = broker.connect().channel()
+    ch2.queue_delete(name)
+    ch2.connection.close()
+
+
+def test_quorum_queues_raft_series_follow_the_group(broker, scrape, name):
+    if not broker.is_rabbitmq and not os.environ.get("WARREN_TEST_CLUSTER"):
+        pytest.skip("warren's quorum queues have Raft groups only in a cluster")
+    conn = broker.connect()
+    ch = conn.channel()
+    ch.queue_declare(name, durable=True, arguments={"x-queue-type": "quorum"})
+    ch.confirm_delivery()
+    for _ in range(3):
+        ch.basic_publish("", name, b"x", pika.BasicProperties(delivery_mode=2))
+
+    def reported():
+        f = scrape("/metrics/per-object")
+        return (value(f, "rabbitmq_raft_term", queue=name) >= 1
+                and value(f, "rabbitmq_raft_log_last_applied_index", queue=name) >= 1) and f
+
+    families = wait_for(reported, timeout=STATS_WAIT_S, interval=0.5,
+                        what=f"{name}'s Raft group in /metrics/per-object")
+    check(families, RAFT)
+    ch.queue_delete(name)
+    conn.close()
