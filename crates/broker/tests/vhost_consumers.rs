@@ -590,6 +590,25 @@ fn basic_recover_redelivers_every_unacked_message() {
 }
 
 #[test]
+fn basic_recover_keeping_leaves_the_kept_tags_outstanding() {
+    // A transactional channel's recover: what its open transaction acked stays unacked (for
+    // the commit to settle) and is not delivered again; the rest is redelivered.
+    let mut h = Harness::new();
+    let ch = delivered(&mut h, 4);
+    let now = h.now_ms;
+    h.vh.basic_recover_keeping(ch, |tag| tag == 1 || tag == 3, now);
+    let got = h.deliveries(ch);
+    assert_eq!(bodies(&got), ["m2", "m4"]);
+    assert_eq!(tags(&got), [5, 6]);
+    assert_eq!(h.unacked("q"), 4);
+    h.ack(ch, 3, false).unwrap();
+    h.ack(ch, 1, false).unwrap();
+    assert_eq!(h.unacked("q"), 2);
+    let err = h.ack(ch, 2, false).unwrap_err();
+    assert_eq!(err.text, "PRECONDITION_FAILED - unknown delivery tag 2");
+}
+
+#[test]
 fn basic_get_on_an_empty_queue_is_get_empty_and_counts_remaining() {
     let mut h = Harness::new();
     h.declare("q");

@@ -7,7 +7,7 @@ import time
 import amqp_raw
 import pika
 import pytest
-from helpers import expect_channel_error, get
+from helpers import expect_channel_error, get, message_count, wait_message_count
 
 
 def test_cr_and_lf_are_stripped_from_exchange_and_queue_names(conn, ch, raw, name):
@@ -95,6 +95,46 @@ def test_tx_ack_of_an_unknown_tag_closes_the_channel_at_once(ch, name):
     # Not held back until tx.commit: the next synchronous method finds the channel closed.
     expect_channel_error(406, "PRECONDITION_FAILED - unknown delivery tag 99",
                          ch.queue_declare, name, exclusive=True)
+
+
+def _gets(ch, queue):
+    """basic.get (auto-ack) until get-empty: [(body, redelivered)]."""
+    got = []
+    while True:
+        m, _, body = ch.basic_get(queue, auto_ack=True)
+        if m is None:
+            return got
+        got.append((body, m.redelivered))
+
+
+def test_recover_leaves_what_an_open_transaction_acked_until_commit_or_rollback(conn, ch, name):
+    # RabbitMQ takes an acked delivery out of the channel's unacked ones at the ack, the
+    # transaction holding it: basic.recover does not deliver it again and tx.commit settles it.
+    # tx.rollback gives it back to the channel, and a recover then requeues it too.
+    other = conn.channel()
+    other.queue_declare(name)
+    for body in (b"m1", b"m2", b"m3"):
+        other.basic_publish("", name, body)
+    wait_message_count(other, name, 3)
+    ch.tx_select()
+    tags = [get(ch, name, auto_ack=False)[0].delivery_tag for _ in range(3)]
+    ch.basic_ack(tags[0])
+    ch.basic_recover(requeue=True)
+    wait_message_count(other, name, 2)
+    assert _gets(other, name) == [(b"m2", True), (b"m3", True)]
+    ch.tx_commit()
+    assert message_count(other, name) == 0
+
+    for body in (b"r1", b"r2"):
+        other.basic_publish("", name, body)
+    wait_message_count(other, name, 2)
+    tags = [get(ch, name, auto_ack=False)[0].delivery_tag for _ in range(2)]
+    ch.basic_ack(tags[0])
+    ch.tx_rollback()
+    ch.basic_recover(requeue=True)
+    wait_message_count(other, name, 2)
+    assert _gets(other, name) == [(b"r1", True), (b"r2", True)]
+    other.queue_delete(name)
 
 
 def raw_client_properties(**capabilities):

@@ -510,10 +510,21 @@ impl VHost {
 
     /// basic.recover: RabbitMQ requeues every unacked message whatever `requeue` says.
     pub fn basic_recover(&mut self, key: ChannelKey, now_ms: u64) {
+        self.basic_recover_keeping(key, |_| false, now_ms)
+    }
+
+    /// basic.recover on a transactional channel: the deliveries its open transaction settled
+    /// (`in_tx`) stay unacked until commit or rollback instead of being redelivered.
+    pub fn basic_recover_keeping(
+        &mut self,
+        key: ChannelKey,
+        in_tx: impl Fn(u64) -> bool,
+        now_ms: u64,
+    ) {
         let Some(ch) = self.channels.get_mut(&key) else {
             return;
         };
-        let mut unacked = ch.drain_unacked();
+        let mut unacked = ch.drain_unacked_except(in_tx);
         if unacked.iter().any(|u| u.home_tag != 0) {
             unacked = self.settle_remote(key, unacked, SettleOp::Requeue);
         }
