@@ -61,6 +61,9 @@ pub struct ChannelState {
     /// basic.cancel when the broker ends one of its consumers (RabbitMQ's rule); otherwise the
     /// consumer just stops getting messages.
     pub cancel_notify: bool,
+    /// The queue whose consumer on this channel got the last delivery: under a channel-wide
+    /// prefetch, freed credit goes to the channel's other queues first (round robin).
+    pub last_served: Option<QueueId>,
 }
 
 impl std::fmt::Debug for dyn Relay {
@@ -97,6 +100,7 @@ impl ChannelState {
             remote_nodes: Vec::new(),
             quorum_logs: Vec::new(),
             cancel_notify: true,
+            last_served: None,
         }
     }
 

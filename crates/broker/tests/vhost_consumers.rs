@@ -829,3 +829,69 @@ fn a_per_consumer_qos_lifts_an_earlier_channel_limit() {
         "2 per consumer, no channel limit left"
     );
 }
+
+#[test]
+fn a_channel_limit_used_up_by_ack_consumers_holds_back_its_no_ack_consumers() {
+    // RabbitMQ's limiter refuses every send at the limit, no-ack ones included, and counts
+    // only the deliveries that need an ack (measured on 3.10.8).
+    let mut h = Harness::new();
+    h.declare("acked");
+    h.declare("free");
+    let ch = h.open(1);
+    h.qos(ch, 1, true);
+    h.consume(ch, "acked", "a", false);
+    h.consume(ch, "free", "n", true);
+    publish_n(&mut h, "acked", 2);
+    publish_n(&mut h, "free", 2);
+    let got = h.deliveries(ch);
+    assert_eq!(bodies(&got), ["m1"], "the no-ack consumer waits too");
+    h.ack(ch, got[0].delivery_tag, false).unwrap();
+    let got = h.deliveries(ch);
+    // The freed credit goes round the queues: the no-ack consumer's message does not use it,
+    // the ack-mode one's then does, and the second no-ack message waits again.
+    let from: Vec<_> = got
+        .iter()
+        .map(|d| (d.consumer_tag.clone().unwrap(), d.body_str().to_string()))
+        .collect();
+    assert_eq!(from, [("n".into(), "m1".into()), ("a".into(), "m2".into())]);
+    assert_eq!(h.ready("free"), 1);
+}
+
+#[test]
+fn a_channel_limit_serves_the_channels_queues_in_turn() {
+    // Freed credit goes to the queue after the one served last, so a consumer set on several
+    // queues gets from each in turn instead of draining one first (RabbitMQ's limiter resumes
+    // its blocked queues from a random point for the same fairness).
+    let mut h = Harness::new();
+    for q in ["a", "b", "c"] {
+        h.declare(q);
+        for i in 1..=3 {
+            h.publish("", q, &format!("{q}{i}"));
+        }
+    }
+    let ch = h.open(1);
+    h.qos(ch, 1, true);
+    for q in ["a", "b", "c"] {
+        h.consume(ch, q, q, false);
+    }
+    let mut order = Vec::new();
+    for _ in 0..9 {
+        let got = h.deliveries(ch);
+        assert_eq!(got.len(), 1, "one at a time under the limit");
+        order.push(got[0].body_str().to_string());
+        h.ack(ch, got[0].delivery_tag, false).unwrap();
+    }
+    assert_eq!(
+        order,
+        ["a1", "b1", "c1", "a2", "b2", "c2", "a3", "b3", "c3"]
+    );
+    // With more credit freed at once (a raised limit), it is shared one message at a time.
+    for q in ["a", "b", "c"] {
+        h.publish("", q, &format!("{q}4"));
+        h.publish("", q, &format!("{q}5"));
+    }
+    let first = h.deliveries(ch);
+    assert_eq!(bodies(&first), ["a4"]);
+    h.qos(ch, 4, true);
+    assert_eq!(bodies(&h.deliveries(ch)), ["b4", "c4", "a5"]);
+}
