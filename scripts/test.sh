@@ -5,8 +5,8 @@
 #   2. the Rust tests of every crate (codec, routing, vhost state machines, store, perf), then
 #      each coverage-guided fuzz target briefly (FUZZ_CI_SECONDS each, default 10; 0 skips; skipped
 #      by itself where no nightly toolchain can be had): docs/fuzzing.md
-#   3. the interoperability suite: real clients (pika, amqp091-go) against the warren binary,
-#      then again against node 2 of a local 3-node cluster
+#   3. the interoperability suite: real clients (pika, amqp091-go, amqplib, the Java client)
+#      against the warren binary, then again against node 2 of a local 3-node cluster
 #
 # The same interop suite runs against the real RabbitMQ 3.10 with
 #   scripts/interop.sh --broker rabbitmq
