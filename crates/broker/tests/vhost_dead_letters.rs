@@ -35,6 +35,17 @@ fn field(t: &FieldTable, key: &str) -> AMQPValue {
         .unwrap_or_else(|| panic!("x-death entry has no {key}: {t:?}"))
 }
 
+/// Arguments of a queue that dead-letters to queue `key` through the default exchange, with a
+/// message TTL when given.
+fn dead_letters_to(key: &str, ttl: Option<i64>) -> FieldTable {
+    let mut pairs = vec![
+        ("x-dead-letter-exchange", long_str("")),
+        ("x-dead-letter-routing-key", long_str(key)),
+    ];
+    pairs.extend(ttl.map(|t| ("x-message-ttl", int(t))));
+    table(&pairs)
+}
+
 fn quorum(h: &mut Harness, name: &str, extra: &[(&str, AMQPValue)]) {
     let mut pairs = vec![("x-queue-type", long_str("quorum"))];
     pairs.extend(extra.iter().cloned());
@@ -504,17 +515,9 @@ fn x_death_keeps_each_queue_and_reason_where_its_latest_death_puts_it() {
     // a (rejected) -> b (expired) -> c (expired) -> b: the newest death first, each entry moved
     // to the front when it counts again, never reordered otherwise; is_cycle relies on it.
     let mut h = Harness::new();
-    let to = |key: &str, ttl: Option<i64>| {
-        let mut pairs = vec![
-            ("x-dead-letter-exchange", long_str("")),
-            ("x-dead-letter-routing-key", long_str(key)),
-        ];
-        pairs.extend(ttl.map(|t| ("x-message-ttl", int(t))));
-        table(&pairs)
-    };
-    h.declare_args("a", to("b", None)).unwrap();
-    h.declare_args("b", to("c", Some(10))).unwrap();
-    h.declare_args("c", to("b", None)).unwrap();
+    h.declare_args("a", dead_letters_to("b", None)).unwrap();
+    h.declare_args("b", dead_letters_to("c", Some(10))).unwrap();
+    h.declare_args("c", dead_letters_to("b", None)).unwrap();
     h.publish("", "a", "m");
     let ch = h.open(1);
     let d = h.get(ch, "a", false).unwrap();
@@ -816,19 +819,9 @@ fn an_old_rejection_does_not_excuse_a_later_expiry_cycle() {
     // RabbitMQ's is_cycle only looks at the deaths since the message last died in the target
     // queue: a rejection before that does not break an automatic expired loop.
     let mut h = Harness::new();
-    let dl_to = |key: &str, ttl: Option<i64>| {
-        let mut pairs = vec![
-            ("x-dead-letter-exchange", long_str("")),
-            ("x-dead-letter-routing-key", long_str(key)),
-        ];
-        if let Some(t) = ttl {
-            pairs.push(("x-message-ttl", int(t)));
-        }
-        table(&pairs)
-    };
-    h.declare_args("a", dl_to("b", None)).unwrap();
-    h.declare_args("b", dl_to("c", Some(10))).unwrap();
-    h.declare_args("c", dl_to("b", Some(10))).unwrap();
+    h.declare_args("a", dead_letters_to("b", None)).unwrap();
+    h.declare_args("b", dead_letters_to("c", Some(10))).unwrap();
+    h.declare_args("c", dead_letters_to("b", Some(10))).unwrap();
     h.publish("", "a", "m");
     let ch = h.open(1);
     h.get(ch, "a", false).unwrap();

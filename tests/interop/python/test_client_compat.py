@@ -7,7 +7,7 @@ import time
 import amqp_raw
 import pika
 import pytest
-from helpers import expect_channel_error, get, message_count, wait_message_count
+from helpers import expect_channel_error, get, get_all, message_count, wait_message_count
 
 
 def test_cr_and_lf_are_stripped_from_exchange_and_queue_names(conn, ch, raw, name):
@@ -98,13 +98,7 @@ def test_tx_ack_of_an_unknown_tag_closes_the_channel_at_once(ch, name):
 
 
 def _gets(ch, queue):
-    """basic.get (auto-ack) until get-empty: [(body, redelivered)]."""
-    got = []
-    while True:
-        m, _, body = ch.basic_get(queue, auto_ack=True)
-        if m is None:
-            return got
-        got.append((body, m.redelivered))
+    return [(body, m.redelivered) for m, body in get_all(ch, queue)]
 
 
 def test_recover_leaves_what_an_open_transaction_acked_until_commit_or_rollback(conn, ch, name):
