@@ -99,7 +99,7 @@ client_suites() {
   echo "[interop] node suite (amqplib) against $BROKER" >&2
   (cd tests/interop/node && node --test --test-concurrency=1 --test-timeout=60000) || status=1
   echo "[interop] java suite (amqp-client) against $BROKER" >&2
-  (cd tests/interop/java && mvn -q -B test) || status=1
+  (cd tests/interop/java && mvn -B -ntp test) || status=1
 }
 if [ -n "${WARREN_TEST_URI:-}" ]; then
   client_suites
