@@ -2,11 +2,15 @@
 # Installs what the interoperability suite needs (idempotent; safe to run before every run):
 #   .venv/            Python venv with the pinned pika + pytest (tests/interop/python/requirements.txt)
 #   Go module cache   github.com/rabbitmq/amqp091-go as pinned by tests/interop/go/go.sum
+#   tests/interop/node/node_modules   amqplib as pinned by its package-lock.json (npm ci)
+#   ~/.m2             the Java client (com.rabbitmq:amqp-client) and JUnit as tests/interop/java/pom.xml
+#                     pins them, and the Maven plugins that build and run it
 #   .tools/bin/rabbitmqadmin   rabbitmqadmin v2 (the crate of that name, version pinned below), built
 #                     from crates.io with --locked once (about 10 minutes on 1 core; its target dir
 #                     is target/rabbitmqadmin); test_management_api.py drives it.
 #                     INTEROP_SKIP_RABBITMQADMIN=1 skips the build (that test is then skipped).
-# Go and Python 3.11 are preinstalled on our machines; nothing here needs root.
+# Go, Python 3.11, Node (npm) and Java 17 (Maven) are preinstalled on our machines; nothing here
+# needs root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +32,16 @@ fi
 
 echo "[interop-setup] fetching Go modules" >&2
 (cd tests/interop/go && go mod download)
+STAMP_NODE=tests/interop/node/node_modules/.interop-lock
+if ! cmp -s tests/interop/node/package-lock.json "$STAMP_NODE" 2>/dev/null; then
+  echo "[interop-setup] installing amqplib (npm ci)" >&2
+  (cd tests/interop/node && npm ci --no-audit --no-fund --loglevel=error)
+  cp tests/interop/node/package-lock.json "$STAMP_NODE"
+fi
+echo "[interop-setup] fetching the Java client suite's dependencies (Maven)" >&2
+# Compiles the suite, which resolves the client, JUnit and the plugins; surefire's JUnit
+# provider is fetched by its first run.
+(cd tests/interop/java && mvn -q -B test-compile)
 RABBITMQADMIN_VERSION=2.35.0
 if [ "${INTEROP_SKIP_RABBITMQADMIN:-0}" != 1 ] \
     && ! .tools/bin/rabbitmqadmin --version 2>/dev/null | grep -q " $RABBITMQADMIN_VERSION\$"; then

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the interoperability suite (pika then amqp091-go) against a broker.
+# Runs the interoperability suite (pika, amqp091-go, then Node's amqplib and the Java client)
+# against a broker.
 #
 #   scripts/interop.sh [--broker warren|warren-cluster|rabbitmq] [pytest args...]
 #
@@ -94,4 +95,29 @@ echo "[interop] python suite (pika) against $BROKER" >&2
 (cd tests/interop/python && "$ROOT/.venv/bin/python" -m pytest -q "$@") || status=1
 echo "[interop] go suite (amqp091-go) against $BROKER" >&2
 (cd tests/interop/go && go test -count=1 -timeout 300s ./...) || status=1
+
+# The Node (amqplib) and Java client suites talk to WARREN_TEST_URI. Against a single warren,
+# which the pika and Go suites start themselves, they get a node of their own, stopped after.
+client_suites() {
+  echo "[interop] node suite (amqplib) against $BROKER" >&2
+  (cd tests/interop/node && node --test --test-concurrency=1 --test-timeout=60000) || status=1
+  echo "[interop] java suite (amqp-client) against $BROKER" >&2
+  (cd tests/interop/java && mvn -B -ntp test) || status=1
+}
+if [ -n "${WARREN_TEST_URI:-}" ]; then
+  client_suites
+else
+  CLIENTS_DIR=$(mktemp -d -t warren-interop-clients.XXXXXX)
+  port=$("$ROOT/.venv/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  "$WARREN_BIN" server --listen "127.0.0.1:$port" --data-dir "$CLIENTS_DIR/data" \
+    --management-listen none >"$CLIENTS_DIR/warren.log" 2>&1 &
+  CLIENTS_PID=$!
+  trap 'kill -TERM "$CLIENTS_PID" 2>/dev/null || true; wait "$CLIENTS_PID" 2>/dev/null || true; rm -rf "$CLIENTS_DIR"' EXIT
+  for _ in $(seq 300); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+    sleep 0.1
+  done
+  export WARREN_TEST_URI="amqp://guest:guest@127.0.0.1:$port/%2F"
+  client_suites
+fi
 exit $status

@@ -6,8 +6,8 @@
 #      each coverage-guided fuzz target briefly (FUZZ_CI_SECONDS each, default 10; 0 skips; skipped
 #      by itself where no nightly toolchain can be had): docs/fuzzing.md
 #   3. the web UI in headless chromium (scripts/ui-test.sh: installs chromium with apt)
-#   4. the interoperability suite: real clients (pika, amqp091-go) against the warren binary,
-#      then again against node 2 of a local 3-node cluster
+#   4. the interoperability suite: real clients (pika, amqp091-go, amqplib, the Java client)
+#      against the warren binary, then again against node 2 of a local 3-node cluster
 #
 # The same interop suite runs against the real RabbitMQ 3.10 with
 #   scripts/interop.sh --broker rabbitmq

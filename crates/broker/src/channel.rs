@@ -61,6 +61,9 @@ pub struct ChannelState {
     /// basic.cancel when the broker ends one of its consumers (RabbitMQ's rule); otherwise the
     /// consumer just stops getting messages.
     pub cancel_notify: bool,
+    /// The queue whose consumer on this channel got the last delivery: under a channel-wide
+    /// prefetch, freed credit goes to the channel's other queues first (round robin).
+    pub last_served: Option<QueueId>,
 }
 
 impl std::fmt::Debug for dyn Relay {
@@ -97,6 +100,7 @@ impl ChannelState {
             remote_nodes: Vec::new(),
             quorum_logs: Vec::new(),
             cancel_notify: true,
+            last_served: None,
         }
     }
 
@@ -181,8 +185,27 @@ impl ChannelState {
 
     /// Everything outstanding, for requeueing when the channel closes or recovers.
     pub fn drain_unacked(&mut self) -> Vec<Unacked> {
-        self.unacked_live = 0;
-        self.consumer_unacked = 0;
-        self.unacked.drain(..).filter(|u| !u.settled).collect()
+        self.drain_unacked_except(|_| false)
+    }
+
+    /// Everything outstanding but the tags `keep` names, which stay outstanding: basic.recover
+    /// on a transactional channel leaves the deliveries its open transaction acked or nacked
+    /// (RabbitMQ takes them out of the channel's unacked messages at the ack, not at commit).
+    pub fn drain_unacked_except(&mut self, keep: impl Fn(u64) -> bool) -> Vec<Unacked> {
+        let mut out = Vec::new();
+        let mut kept = std::collections::VecDeque::new();
+        // Settled placeholders only kept the deque sorted around a hole: a subsequence of it
+        // is sorted too, so they go.
+        for u in self.unacked.drain(..).filter(|u| !u.settled) {
+            if keep(u.tag) {
+                kept.push_back(u);
+            } else {
+                out.push(u);
+            }
+        }
+        self.unacked_live = kept.len() as u32;
+        self.consumer_unacked = kept.iter().filter(|u| u.consumer_tag.is_some()).count() as u32;
+        self.unacked = kept;
+        out
     }
 }

@@ -590,6 +590,25 @@ fn basic_recover_redelivers_every_unacked_message() {
 }
 
 #[test]
+fn basic_recover_keeping_leaves_the_kept_tags_outstanding() {
+    // A transactional channel's recover: what its open transaction acked stays unacked (for
+    // the commit to settle) and is not delivered again; the rest is redelivered.
+    let mut h = Harness::new();
+    let ch = delivered(&mut h, 4);
+    let now = h.now_ms;
+    h.vh.basic_recover_keeping(ch, |tag| tag == 1 || tag == 3, now);
+    let got = h.deliveries(ch);
+    assert_eq!(bodies(&got), ["m2", "m4"]);
+    assert_eq!(tags(&got), [5, 6]);
+    assert_eq!(h.unacked("q"), 4);
+    h.ack(ch, 3, false).unwrap();
+    h.ack(ch, 1, false).unwrap();
+    assert_eq!(h.unacked("q"), 2);
+    let err = h.ack(ch, 2, false).unwrap_err();
+    assert_eq!(err.text, "PRECONDITION_FAILED - unknown delivery tag 2");
+}
+
+#[test]
 fn basic_get_on_an_empty_queue_is_get_empty_and_counts_remaining() {
     let mut h = Harness::new();
     h.declare("q");
@@ -809,4 +828,70 @@ fn a_per_consumer_qos_lifts_an_earlier_channel_limit() {
         4,
         "2 per consumer, no channel limit left"
     );
+}
+
+#[test]
+fn a_channel_limit_used_up_by_ack_consumers_holds_back_its_no_ack_consumers() {
+    // RabbitMQ's limiter refuses every send at the limit, no-ack ones included, and counts
+    // only the deliveries that need an ack (measured on 3.10.8).
+    let mut h = Harness::new();
+    h.declare("acked");
+    h.declare("free");
+    let ch = h.open(1);
+    h.qos(ch, 1, true);
+    h.consume(ch, "acked", "a", false);
+    h.consume(ch, "free", "n", true);
+    publish_n(&mut h, "acked", 2);
+    publish_n(&mut h, "free", 2);
+    let got = h.deliveries(ch);
+    assert_eq!(bodies(&got), ["m1"], "the no-ack consumer waits too");
+    h.ack(ch, got[0].delivery_tag, false).unwrap();
+    let got = h.deliveries(ch);
+    // The freed credit goes round the queues: the no-ack consumer's message does not use it,
+    // the ack-mode one's then does, and the second no-ack message waits again.
+    let from: Vec<_> = got
+        .iter()
+        .map(|d| (d.consumer_tag.clone().unwrap(), d.body_str().to_string()))
+        .collect();
+    assert_eq!(from, [("n".into(), "m1".into()), ("a".into(), "m2".into())]);
+    assert_eq!(h.ready("free"), 1);
+}
+
+#[test]
+fn a_channel_limit_serves_the_channels_queues_in_turn() {
+    // Freed credit goes to the queue after the one served last, so a consumer set on several
+    // queues gets from each in turn instead of draining one first (RabbitMQ's limiter resumes
+    // its blocked queues from a random point for the same fairness).
+    let mut h = Harness::new();
+    for q in ["a", "b", "c"] {
+        h.declare(q);
+        for i in 1..=3 {
+            h.publish("", q, &format!("{q}{i}"));
+        }
+    }
+    let ch = h.open(1);
+    h.qos(ch, 1, true);
+    for q in ["a", "b", "c"] {
+        h.consume(ch, q, q, false);
+    }
+    let mut order = Vec::new();
+    for _ in 0..9 {
+        let got = h.deliveries(ch);
+        assert_eq!(got.len(), 1, "one at a time under the limit");
+        order.push(got[0].body_str().to_string());
+        h.ack(ch, got[0].delivery_tag, false).unwrap();
+    }
+    assert_eq!(
+        order,
+        ["a1", "b1", "c1", "a2", "b2", "c2", "a3", "b3", "c3"]
+    );
+    // With more credit freed at once (a raised limit), it is shared one message at a time.
+    for q in ["a", "b", "c"] {
+        h.publish("", q, &format!("{q}4"));
+        h.publish("", q, &format!("{q}5"));
+    }
+    let first = h.deliveries(ch);
+    assert_eq!(bodies(&first), ["a4"]);
+    h.qos(ch, 4, true);
+    assert_eq!(bodies(&h.deliveries(ch)), ["b4", "c4", "a5"]);
 }

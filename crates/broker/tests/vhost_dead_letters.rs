@@ -35,6 +35,17 @@ fn field(t: &FieldTable, key: &str) -> AMQPValue {
         .unwrap_or_else(|| panic!("x-death entry has no {key}: {t:?}"))
 }
 
+/// Arguments of a queue that dead-letters to queue `key` through the default exchange, with a
+/// message TTL when given.
+fn dead_letters_to(key: &str, ttl: Option<i64>) -> FieldTable {
+    let mut pairs = vec![
+        ("x-dead-letter-exchange", long_str("")),
+        ("x-dead-letter-routing-key", long_str(key)),
+    ];
+    pairs.extend(ttl.map(|t| ("x-message-ttl", int(t))));
+    table(&pairs)
+}
+
 fn quorum(h: &mut Harness, name: &str, extra: &[(&str, AMQPValue)]) {
     let mut pairs = vec![("x-queue-type", long_str("quorum"))];
     pairs.extend(extra.iter().cloned());
@@ -449,6 +460,93 @@ fn x_death_counts_repeated_deaths_in_the_same_queue_for_the_same_reason() {
     }
 }
 
+/// One x-death entry as a publisher (or an older broker) might have set it.
+fn death(queue: &str, reason: &str, count: Option<i64>) -> AMQPValue {
+    let mut pairs = vec![("queue", long_str(queue)), ("reason", long_str(reason))];
+    if let Some(c) = count {
+        pairs.push(("count", int(c)));
+    }
+    AMQPValue::FieldTable(table(&pairs))
+}
+
+fn death_keys(d: &Delivery) -> Vec<(String, String, i64)> {
+    x_death(d)
+        .iter()
+        .map(|t| {
+            let count = integer(&field(t, "count"));
+            (text(&field(t, "queue")), text(&field(t, "reason")), count)
+        })
+        .collect()
+}
+
+#[test]
+fn x_death_entries_a_publisher_repeated_are_merged_by_queue_and_reason() {
+    // RabbitMQ 3.10's group_by_queue_and_reason: the first entry of each (queue, reason) is
+    // kept, with the number of entries it stood for when it had no count; the new death counts
+    // on its entry, which goes first; the others keep their order (docs/dead-lettering.md).
+    let mut h = Harness::new();
+    let sink = dead_letter_sink(&mut h);
+    h.declare_args("q", dlx_args(&[])).unwrap();
+    let sent = array(&[
+        death("q", "rejected", Some(3)),
+        death("elsewhere", "expired", Some(1)),
+        death("q", "rejected", Some(5)),
+        death("c", "maxlen", None),
+        death("c", "maxlen", None),
+    ]);
+    h.publish_props("", "q", with_headers(table(&[("x-death", sent)])), "m")
+        .unwrap();
+    let ch = h.open(1);
+    let d = h.get(ch, "q", false).unwrap();
+    h.nack(ch, d.delivery_tag, false, false).unwrap();
+    let got = h.deliveries(sink);
+    assert_eq!(
+        death_keys(&got[0]),
+        [
+            ("q".into(), "rejected".into(), 4),
+            ("elsewhere".into(), "expired".into(), 1),
+            ("c".into(), "maxlen".into(), 2),
+        ]
+    );
+}
+
+#[test]
+fn x_death_keeps_each_queue_and_reason_where_its_latest_death_puts_it() {
+    // a (rejected) -> b (expired) -> c (expired) -> b: the newest death first, each entry moved
+    // to the front when it counts again, never reordered otherwise; is_cycle relies on it.
+    let mut h = Harness::new();
+    h.declare_args("a", dead_letters_to("b", None)).unwrap();
+    h.declare_args("b", dead_letters_to("c", Some(10))).unwrap();
+    h.declare_args("c", dead_letters_to("b", None)).unwrap();
+    h.publish("", "a", "m");
+    let ch = h.open(1);
+    let d = h.get(ch, "a", false).unwrap();
+    h.nack(ch, d.delivery_tag, false, false).unwrap();
+    h.advance(11);
+    h.tick();
+    let d = h.get(ch, "c", false).expect("expired from b into c");
+    let key = |q: &str, r: &str, n: i64| (q.to_string(), r.to_string(), n);
+    assert_eq!(
+        death_keys(&d),
+        [key("b", "expired", 1), key("a", "rejected", 1)]
+    );
+    // Rejected in c, so b takes it again (a rejection since b) and it expires there again.
+    h.nack(ch, d.delivery_tag, false, false).unwrap();
+    h.advance(11);
+    h.tick();
+    let d = h
+        .get(ch, "c", false)
+        .expect("round again: a rejection since it died in c");
+    assert_eq!(
+        death_keys(&d),
+        [
+            key("b", "expired", 2),
+            key("c", "rejected", 1),
+            key("a", "rejected", 1)
+        ]
+    );
+}
+
 #[test]
 fn a_dead_letter_cycle_without_rejection_is_dropped() {
     let mut h = Harness::new();
@@ -721,19 +819,9 @@ fn an_old_rejection_does_not_excuse_a_later_expiry_cycle() {
     // RabbitMQ's is_cycle only looks at the deaths since the message last died in the target
     // queue: a rejection before that does not break an automatic expired loop.
     let mut h = Harness::new();
-    let dl_to = |key: &str, ttl: Option<i64>| {
-        let mut pairs = vec![
-            ("x-dead-letter-exchange", long_str("")),
-            ("x-dead-letter-routing-key", long_str(key)),
-        ];
-        if let Some(t) = ttl {
-            pairs.push(("x-message-ttl", int(t)));
-        }
-        table(&pairs)
-    };
-    h.declare_args("a", dl_to("b", None)).unwrap();
-    h.declare_args("b", dl_to("c", Some(10))).unwrap();
-    h.declare_args("c", dl_to("b", Some(10))).unwrap();
+    h.declare_args("a", dead_letters_to("b", None)).unwrap();
+    h.declare_args("b", dead_letters_to("c", Some(10))).unwrap();
+    h.declare_args("c", dead_letters_to("b", Some(10))).unwrap();
     h.publish("", "a", "m");
     let ch = h.open(1);
     h.get(ch, "a", false).unwrap();

@@ -1017,7 +1017,7 @@ impl Connection {
                         ids.1,
                     ));
                 }
-                self.meta_vhost().basic_recover(key, now);
+                self.recover(number, now);
                 ctl(
                     self,
                     number,
@@ -1033,7 +1033,7 @@ impl Connection {
                     ));
                 }
                 // Deprecated, and answered with nothing: the redeliveries are the reply.
-                self.meta_vhost().basic_recover(key, now);
+                self.recover(number, now);
             }
             _ => {
                 return Err(Fault::Connection(

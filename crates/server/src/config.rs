@@ -26,9 +26,12 @@ pub const MESSAGE_MEMORY_DEFAULT_BYTES: u64 = 128 * 1024 * 1024;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
-    /// Where plain AMQP is accepted; none (`listen = "none"`) leaves only the TLS listener.
-    #[serde(deserialize_with = "address_or_none")]
-    pub listen: Option<SocketAddr>,
+    /// Where plain AMQP is accepted: one address or several (RabbitMQ's `listeners.tcp.*`,
+    /// e.g. `["127.0.0.1:5672", "[::1]:5672"]`); empty (`listen = "none"`) leaves only the TLS
+    /// listener. The default stays loopback only, unlike RabbitMQ's every interface: a node
+    /// with the guest user should not be reachable from elsewhere until someone says so.
+    #[serde(deserialize_with = "addresses_or_none")]
+    pub listen: Vec<SocketAddr>,
     /// AMQP over TLS and the management API over HTTPS (the `[tls]` table): see [`TlsConfig`].
     pub tls: TlsConfig,
     /// SASL mechanisms offered to clients, RabbitMQ's `auth_mechanisms` (PLAIN and AMQPLAIN by
@@ -115,7 +118,7 @@ impl QueueLocator {
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
-            listen: Some("127.0.0.1:5672".parse().expect("valid address")),
+            listen: vec!["127.0.0.1:5672".parse().expect("valid address")],
             tls: TlsConfig::default(),
             auth_mechanisms: AUTH_MECHANISMS_DEFAULT
                 .iter()
@@ -237,6 +240,50 @@ where
     parse_address_or_none(&s).map_err(serde::de::Error::custom)
 }
 
+/// One address, several (a TOML array), or "none": `listen` in the TOML file.
+fn addresses_or_none<'de, D>(d: D) -> Result<Vec<SocketAddr>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    let values = match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    };
+    parse_addresses_or_none(&values).map_err(serde::de::Error::custom)
+}
+
+/// The AMQP listeners as `--listen` (repeated, or comma-separated in `WARREN_LISTEN`) and the
+/// TOML file give them: addresses, or "none" alone for no plain listener. A repeated address
+/// is refused rather than bound twice (the second bind would fail with a less clear error).
+pub fn parse_addresses_or_none(values: &[String]) -> Result<Vec<SocketAddr>, String> {
+    if values.iter().any(|v| v == "none") {
+        return match values.len() {
+            1 => Ok(Vec::new()),
+            _ => Err("'none' cannot be combined with addresses".into()),
+        };
+    }
+    let mut out: Vec<SocketAddr> = Vec::with_capacity(values.len());
+    for v in values {
+        let Some(a) = parse_address_or_none(v)? else {
+            unreachable!("none handled above")
+        };
+        if out.contains(&a) {
+            return Err(format!("'{a}' is given twice"));
+        }
+        out.push(a);
+    }
+    if out.is_empty() {
+        return Err("no address given: name one or more, or none".into());
+    }
+    Ok(out)
+}
+
 /// Parses a listener address as the flags and the TOML file give it; "none" is no listener.
 pub fn parse_address_or_none(s: &str) -> Result<Option<SocketAddr>, String> {
     match s {
@@ -253,7 +300,7 @@ impl ServerConfig {
     /// peer verification needs a CA, and some AMQP listener must be on.
     pub fn validate(&self) -> Result<(), String> {
         let t = &self.tls;
-        if self.listen.is_none() && t.listen.is_none() {
+        if self.listen.is_empty() && t.listen.is_none() {
             return Err("no AMQP listener: --listen is none and --tls-listen is not set".into());
         }
         if t.listen.is_some() && (t.cert.is_none() || t.key.is_none()) {
@@ -349,7 +396,7 @@ mod tests {
             "#,
         )
         .unwrap();
-        assert_eq!(c.listen, None);
+        assert_eq!(c.listen, []);
         assert_eq!(c.tls.listen, Some("127.0.0.1:5671".parse().unwrap()));
         assert_eq!(c.tls.cert_login_from, CertLoginFrom::CommonName);
         assert_eq!(c.tls.versions, ["tlsv1.3"]);
@@ -361,7 +408,8 @@ mod tests {
     #[test]
     fn defaults_are_rabbitmqs_and_plain_only() {
         let c: ServerConfig = toml::from_str("").unwrap();
-        assert_eq!(c.listen, Some("127.0.0.1:5672".parse().unwrap()));
+        let loopback: SocketAddr = "127.0.0.1:5672".parse().unwrap();
+        assert_eq!(c.listen, [loopback]);
         assert_eq!(c.tls.listen, None);
         assert_eq!(c.auth_mechanisms, ["PLAIN", "AMQPLAIN"]);
         assert_eq!(c.handshake_timeout_ms, 10_000);
@@ -376,7 +424,7 @@ mod tests {
             f(&mut c);
             c.validate().unwrap_err()
         };
-        assert!(with(&|c| c.listen = None).contains("no AMQP listener"));
+        assert!(with(&|c| c.listen.clear()).contains("no AMQP listener"));
         assert!(
             with(&|c| c.tls.listen = Some("127.0.0.1:5671".parse().unwrap()))
                 .contains("--tls-listen needs --tls-cert and --tls-key")
@@ -393,6 +441,37 @@ mod tests {
         assert!(bad
             .unwrap_err()
             .to_string()
+            .contains("neither an address nor none"));
+    }
+
+    #[test]
+    fn several_listeners_come_from_the_toml_file_ipv6_included() {
+        let c: ServerConfig =
+            toml::from_str(r#"listen = ["127.0.0.1:5672", "[::1]:5672"]"#).unwrap();
+        let want: Vec<SocketAddr> = vec![
+            "127.0.0.1:5672".parse().unwrap(),
+            "[::1]:5672".parse().unwrap(),
+        ];
+        assert_eq!(c.listen, want);
+        let one: ServerConfig = toml::from_str(r#"listen = "[::1]:5680""#).unwrap();
+        assert_eq!(one.listen, ["[::1]:5680".parse::<SocketAddr>().unwrap()]);
+    }
+
+    #[test]
+    fn listener_lists_that_cannot_be_meant_are_refused() {
+        let parse = |v: &[&str]| {
+            parse_addresses_or_none(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        };
+        assert_eq!(parse(&["none"]), Ok(vec![]));
+        assert!(parse(&["none", "127.0.0.1:1"])
+            .unwrap_err()
+            .contains("cannot be combined"));
+        assert!(parse(&["127.0.0.1:1", "127.0.0.1:1"])
+            .unwrap_err()
+            .contains("given twice"));
+        assert!(parse(&[]).unwrap_err().contains("no address given"));
+        assert!(parse(&["::1:5672"])
+            .unwrap_err()
             .contains("neither an address nor none"));
     }
 }

@@ -99,16 +99,19 @@ pub struct Connection {
 pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let deadline = Instant::now() + shared.config.handshake_timeout();
     let _ = stream.set_nodelay(true);
+    let local = stream.local_addr().ok();
     let (rd, wr) = stream.into_split();
-    serve_stream(rd, wr, peer, None, deadline, shared).await
+    serve_stream(rd, wr, peer, local, None, deadline, shared).await
 }
 
 /// Serves one connection over any stream (plain TCP halves, or TLS ones with the client's
 /// certificate in `tls`) until it closes; the AMQP handshake must be over by `deadline`.
+/// `local` is the address the client reached, which of several listeners it was.
 pub async fn serve_stream<R, W>(
     mut rd: R,
     wr: W,
     peer: SocketAddr,
+    local: Option<SocketAddr>,
     tls: Option<crate::tls::TlsPeer>,
     deadline: Instant,
     shared: Arc<Shared>,
@@ -190,11 +193,6 @@ pub async fn serve_stream<R, W>(
     // Counted against the vhost's and user's max-connections until this function returns.
     let _admission = conn.admission;
     heartbeat.store(conn.heartbeat_s as u32, Ordering::Relaxed);
-    let local = if tls.is_some() {
-        shared.config.tls.listen
-    } else {
-        shared.config.listen
-    };
     let entry = Arc::new(crate::registry::Entry::new(
         id,
         peer,

@@ -162,8 +162,8 @@ impl Counters {
 
 /// The node's AMQP listeners, bound, and the certificates the TLS one serves.
 pub struct Listeners {
-    /// Plain AMQP; None with `--listen none`.
-    pub amqp: Option<TcpListener>,
+    /// Plain AMQP, one per `--listen` address; none with `--listen none`.
+    pub amqp: Vec<TcpListener>,
     /// AMQP over TLS; None without `--tls-listen`.
     pub amqps: Option<TcpListener>,
     pub tls: Option<Arc<tls::Tls>>,
@@ -178,18 +178,74 @@ pub async fn bind(config: &ServerConfig) -> Result<Listeners, String> {
     }
     async fn listen(addr: Option<std::net::SocketAddr>) -> Result<Option<TcpListener>, String> {
         match addr {
-            Some(a) => TcpListener::bind(a)
-                .await
-                .map(Some)
-                .map_err(|e| format!("cannot listen on {a}: {e}")),
+            Some(a) => bind_listener(a).map(Some),
             None => Ok(None),
         }
     }
+    let mut amqp = Vec::with_capacity(config.listen.len());
+    for a in &config.listen {
+        amqp.push(bind_listener(*a)?);
+    }
     Ok(Listeners {
-        amqp: listen(config.listen).await?,
+        amqp,
         amqps: listen(config.tls.listen).await?,
         tls,
     })
+}
+
+/// How many connections may wait in a listener's accept queue (the kernel caps it further at
+/// net.core.somaxconn); tokio's `TcpListener::bind` uses the same.
+const LISTEN_BACKLOG: u32 = 1024;
+
+/// Binds one listener as `TcpListener::bind` would, except that an IPv6 one takes IPv6 only
+/// (IPV6_V6ONLY): `[::]:5672` beside `0.0.0.0:5672` is then two listeners, as in RabbitMQ,
+/// rather than a failed second bind because the first took both families.
+fn bind_listener(a: std::net::SocketAddr) -> Result<TcpListener, String> {
+    let fail = |e: std::io::Error| format!("cannot listen on {a}: {e}");
+    let socket = match a {
+        std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+        std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+    }
+    .map_err(fail)?;
+    socket.set_reuseaddr(true).map_err(fail)?;
+    if a.is_ipv6() {
+        use std::os::fd::AsRawFd;
+        let on: libc::c_int = 1;
+        // SAFETY: a valid socket descriptor, and a pointer to a c_int with its size.
+        let rc = unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::IPPROTO_IPV6,
+                libc::IPV6_V6ONLY,
+                &on as *const libc::c_int as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(fail(std::io::Error::last_os_error()));
+        }
+    }
+    socket.bind(a).map_err(fail)?;
+    socket.listen(LISTEN_BACKLOG).map_err(fail)
+}
+
+/// Accepts on whichever of the plain listeners has a connection first (never returns when
+/// there are none).
+async fn accept_any(
+    listeners: &[TcpListener],
+) -> std::io::Result<(tokio::net::TcpStream, std::net::SocketAddr)> {
+    if listeners.is_empty() {
+        return std::future::pending().await;
+    }
+    std::future::poll_fn(|cx| {
+        for l in listeners {
+            if let std::task::Poll::Ready(r) = l.poll_accept(cx) {
+                return std::task::Poll::Ready(r);
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 /// Accepts on a listener that may be off (then never returns).
@@ -305,7 +361,7 @@ pub async fn serve(
     let mut connections = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
-            accepted = accept(listeners.amqp.as_ref()) => match accepted {
+            accepted = accept_any(&listeners.amqp) => match accepted {
                 Ok((stream, peer)) => {
                     connections.spawn(connection::serve(stream, peer, shared.clone()));
                 }

@@ -57,15 +57,10 @@ impl Connection {
                 _ => None,
             };
             if let Some(tag) = single {
-                let settled_in_tx = tx.iter().any(|o| match *o {
-                    TxOp::Ack { tag: t, multiple }
-                    | TxOp::Nack {
-                        tag: t, multiple, ..
-                    } => t == tag || (multiple && (t == 0 || t >= tag)),
-                    TxOp::Publish { .. } => false,
-                });
                 let key = ch.key;
-                if settled_in_tx || !self.vhost.lock().expect("vhost lock").has_unacked(key, tag) {
+                if settled_in(tx, tag)
+                    || !self.vhost.lock().expect("vhost lock").has_unacked(key, tag)
+                {
                     return Err(AmqpError::precondition(format!(
                         "unknown delivery tag {tag}"
                     )));
@@ -77,6 +72,17 @@ impl Connection {
         }
         let key = ch.key;
         self.settle_now(key, op, now, None)
+    }
+
+    /// basic.recover: requeues the channel's unacked deliveries, except those its open
+    /// transaction acked or nacked, as RabbitMQ (whose ack takes a delivery out of the channel's
+    /// unacked ones at once, the transaction holding it until commit or rollback): recovered,
+    /// they would be delivered again, and the commit would then settle a tag that was gone.
+    pub(crate) fn recover(&self, number: u16, now: u64) {
+        let ch = self.channels.get(&number).expect("open channel");
+        let tx = ch.tx.as_deref().unwrap_or_default();
+        self.meta_vhost()
+            .basic_recover_keeping(ch.key, |tag| settled_in(tx, tag), now);
     }
 
     /// Settles at once; `quorum` takes the quorum queue settlements instead of proposing them
@@ -231,4 +237,21 @@ async fn wait_published(shared: &Shared, waits: &[(u64, u64)]) -> Result<(), Amq
             }
         }
     }
+}
+
+/// Whether a settlement of `t` (with `multiple`) covers delivery `tag`: multiple covers every
+/// tag up to `t`, and 0 with multiple covers all.
+fn covers(t: u64, multiple: bool, tag: u64) -> bool {
+    t == tag || (multiple && (t == 0 || t >= tag))
+}
+
+/// Whether the open transaction `tx` already acked or nacked delivery `tag`.
+fn settled_in(tx: &[TxOp], tag: u64) -> bool {
+    tx.iter().any(|o| match *o {
+        TxOp::Ack { tag: t, multiple }
+        | TxOp::Nack {
+            tag: t, multiple, ..
+        } => covers(t, multiple, tag),
+        TxOp::Publish { .. } => false,
+    })
 }

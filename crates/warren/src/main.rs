@@ -44,10 +44,11 @@ struct ServerArgs {
     /// cert_login_from, management_listen, management_cert, management_key; see docs/tls.md).
     #[arg(long, env = "WARREN_CONFIG")]
     config: Option<PathBuf>,
-    /// Address to accept plain AMQP connections on, or "none" to accept TLS ones only
+    /// Address to accept plain AMQP connections on, repeated for several (IPv6 as
+    /// [::1]:5672; WARREN_LISTEN takes them comma-separated), or "none" to accept TLS ones only
     /// [default: 127.0.0.1:5672].
-    #[arg(long, env = "WARREN_LISTEN")]
-    listen: Option<String>,
+    #[arg(long, env = "WARREN_LISTEN", value_delimiter = ',')]
+    listen: Vec<String>,
     /// Address to accept AMQP over TLS on (amqps://; 5671 by convention) [default: none].
     #[arg(long, env = "WARREN_TLS_LISTEN")]
     tls_listen: Option<String>,
@@ -190,9 +191,10 @@ impl ServerArgs {
             }
             None => ServerConfig::default(),
         };
-        use warren_server::config::parse_address_or_none;
-        if let Some(v) = &self.listen {
-            c.listen = parse_address_or_none(v).map_err(|e| format!("--listen {e}"))?;
+        use warren_server::config::{parse_address_or_none, parse_addresses_or_none};
+        if !self.listen.is_empty() {
+            c.listen =
+                parse_addresses_or_none(&self.listen).map_err(|e| format!("--listen {e}"))?;
         }
         if let Some(v) = &self.tls_listen {
             c.tls.listen = parse_address_or_none(v).map_err(|e| format!("--tls-listen {e}"))?;
@@ -409,7 +411,11 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
             }
         };
         let show = |a: Option<SocketAddr>| a.map_or_else(|| "none".to_string(), |a| a.to_string());
-        tracing::info!(listen = %show(config.listen), tls_listen = %show(config.tls.listen), data_dir = %config.data_dir.display(), "warren started");
+        let listen = match config.listen.as_slice() {
+            [] => "none".to_string(),
+            addrs => addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(","),
+        };
+        tracing::info!(listen = %listen, tls_listen = %show(config.tls.listen), data_dir = %config.data_dir.display(), "warren started");
         // SIGHUP reloads the TLS certificates, as people rotate short-lived ones.
         let reloading = listeners.tls.clone();
         tokio::spawn(async move {
@@ -484,6 +490,8 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
                     seeds: config.cluster_seeds.clone(),
                     amqp: config
                         .listen
+                        .first()
+                        .copied()
                         .or(config.tls.listen)
                         .expect("validate() requires an AMQP listener"),
                     management: config.management_listen,

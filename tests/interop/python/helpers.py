@@ -54,6 +54,16 @@ def get(ch, queue, timeout=WAIT_S, auto_ack=True):
         time.sleep(0.02)
 
 
+def get_all(ch, queue):
+    """basic.get (auto-ack) until get-empty: [(method, body)] in queue order."""
+    got = []
+    while True:
+        method, _, body = ch.basic_get(queue, auto_ack=True)
+        if method is None:
+            return got
+        got.append((method, body))
+
+
 def message_count(ch, queue):
     return ch.queue_declare(queue, passive=True).method.message_count
 

@@ -7,7 +7,7 @@ import time
 import amqp_raw
 import pika
 import pytest
-from helpers import expect_channel_error, get
+from helpers import expect_channel_error, get, get_all, message_count, wait_message_count
 
 
 def test_cr_and_lf_are_stripped_from_exchange_and_queue_names(conn, ch, raw, name):
@@ -95,6 +95,115 @@ def test_tx_ack_of_an_unknown_tag_closes_the_channel_at_once(ch, name):
     # Not held back until tx.commit: the next synchronous method finds the channel closed.
     expect_channel_error(406, "PRECONDITION_FAILED - unknown delivery tag 99",
                          ch.queue_declare, name, exclusive=True)
+
+
+def _gets(ch, queue):
+    return [(body, m.redelivered) for m, body in get_all(ch, queue)]
+
+
+def test_recover_leaves_what_an_open_transaction_acked_until_commit_or_rollback(conn, ch, name):
+    # RabbitMQ takes an acked delivery out of the channel's unacked ones at the ack, the
+    # transaction holding it: basic.recover does not deliver it again and tx.commit settles it.
+    # tx.rollback gives it back to the channel, and a recover then requeues it too.
+    other = conn.channel()
+    other.queue_declare(name)
+    for body in (b"m1", b"m2", b"m3"):
+        other.basic_publish("", name, body)
+    wait_message_count(other, name, 3)
+    ch.tx_select()
+    tags = [get(ch, name, auto_ack=False)[0].delivery_tag for _ in range(3)]
+    ch.basic_ack(tags[0])
+    ch.basic_recover(requeue=True)
+    wait_message_count(other, name, 2)
+    assert _gets(other, name) == [(b"m2", True), (b"m3", True)]
+    ch.tx_commit()
+    assert message_count(other, name) == 0
+
+    for body in (b"r1", b"r2"):
+        other.basic_publish("", name, body)
+    wait_message_count(other, name, 2)
+    tags = [get(ch, name, auto_ack=False)[0].delivery_tag for _ in range(2)]
+    ch.basic_ack(tags[0])
+    ch.tx_rollback()
+    ch.basic_recover(requeue=True)
+    wait_message_count(other, name, 2)
+    assert _gets(other, name) == [(b"r1", True), (b"r2", True)]
+    other.queue_delete(name)
+
+
+def _consume_acking(conn, ch, queues, until, no_ack_queues=()):
+    """Consumes from each queue (no-ack from no_ack_queues), acking each delivery as it comes,
+    until `until(got)` holds: [(queue, body)] in delivery order."""
+    got = []
+    def on(queue):
+        def cb(c, m, _p, body):
+            got.append((queue, body.decode()))
+            if queue not in no_ack_queues:
+                c.basic_ack(m.delivery_tag)
+        return cb
+    for q in queues:
+        ch.basic_consume(q, on(q), auto_ack=q in no_ack_queues)
+    deadline = time.monotonic() + 10
+    while not until(got) and time.monotonic() < deadline:
+        conn.process_data_events(time_limit=0.05)
+    return got
+
+
+def test_a_channel_limit_used_up_by_ack_consumers_holds_back_its_no_ack_consumers(conn, ch, name):
+    # RabbitMQ's limiter refuses every send once the channel-wide prefetch is reached, no-ack
+    # ones included (up to 4.2), while the no-ack deliveries themselves use no credit.
+    acked, free = name + ".acked", name + ".free"
+    for q in (acked, free):
+        ch.queue_declare(q, exclusive=True)
+    ch.basic_qos(prefetch_count=1, global_qos=True)
+    got, unacked, acking = [], [], []
+    def on_acked(c, m, _p, body):
+        got.append(body)
+        if acking:
+            c.basic_ack(m.delivery_tag)
+        else:
+            unacked.append(m.delivery_tag)
+    ch.basic_consume(acked, on_acked)
+    ch.basic_consume(free, lambda c, m, p, body: got.append(body), auto_ack=True)
+    other = conn.channel()
+    other.basic_publish("", acked, b"a1")
+    other.basic_publish("", acked, b"a2")
+    deadline = time.monotonic() + 10
+    while not got and time.monotonic() < deadline:
+        conn.process_data_events(time_limit=0.05)
+    for body in (b"n1", b"n2"):
+        other.basic_publish("", free, body)
+    wait_message_count(other, free, 2)  # held back in the queue, not delivered
+    conn.process_data_events(time_limit=0)
+    assert got == [b"a1"]
+    # Acked as they come, everything flows: the no-ack ones go whenever credit is free.
+    acking.append(True)
+    ch.basic_ack(unacked[0])
+    while len(got) < 4 and time.monotonic() < deadline:
+        conn.process_data_events(time_limit=0.05)
+    assert sorted(got) == [b"a1", b"a2", b"n1", b"n2"]
+
+
+def test_a_channel_limit_serves_a_consumer_set_on_several_queues_in_turn(broker, conn, ch, name):
+    # Each ack frees the credit for the next queue: warren serves the queues in turn; RabbitMQ's
+    # limiter resumes its blocked queues from a random point (rabbit_limiter:notify_queues), so
+    # on RabbitMQ each queue gets a fair share, not a strict turn.
+    queues = [name + ".a", name + ".b"]
+    other = conn.channel()
+    for q in queues:
+        other.queue_declare(q, exclusive=True)
+        for i in range(20):
+            other.basic_publish("", q, f"{q[-1]}{i}".encode())
+    for q in queues:
+        wait_message_count(other, q, 20)
+    ch.basic_qos(prefetch_count=1, global_qos=True)
+    got = _consume_acking(conn, ch, queues, lambda got: len(got) == 40)
+    assert len(got) == 40, "every message of both queues is delivered"
+    first = [q for q, _ in got[:20]]
+    if broker.is_rabbitmq:
+        assert 3 <= first.count(queues[0]) <= 17
+    else:
+        assert first == [queues[i % 2] for i in range(20)]
 
 
 def raw_client_properties(**capabilities):

@@ -14,7 +14,7 @@ import urllib.parse
 import pika
 import pytest
 
-from helpers import get, message_count, wait_for
+from helpers import get, get_all, message_count, wait_for
 from test_management_api import NOT_FOUND, Api
 
 STATS_WAIT_S = 20.0
@@ -65,12 +65,7 @@ def publish(ch, queue, bodies, **kwargs):
 
 
 def bodies_in(ch, queue):
-    out = []
-    while True:
-        method, _, body = ch.basic_get(queue, auto_ack=True)
-        if method is None:
-            return out
-        out.append(body)
+    return [body for _, body in get_all(ch, queue)]
 
 
 def test_policies_are_put_listed_got_and_deleted_as_rabbitmq_serves_them(api, name):

@@ -140,7 +140,7 @@ pub(super) fn dead_lettered_message(
         routing_keys.extend(cc.as_slice().iter().cloned());
     }
     let mut deaths: Vec<AMQPValue> = match table.inner().get("x-death") {
-        Some(AMQPValue::FieldArray(a)) => a.as_slice().to_vec(),
+        Some(AMQPValue::FieldArray(a)) => group_by_queue_and_reason(a.as_slice()),
         _ => Vec::new(),
     };
     let same = |t: &FieldTable| {
@@ -237,6 +237,56 @@ pub(super) fn dead_lettered_message(
         },
     };
     (msg, p)
+}
+
+/// x-death entries a publisher set (or an older broker left) may repeat a (queue, reason):
+/// RabbitMQ 3.10-3.12 (rabbit_dead_letter:group_by_queue_and_reason) keep the first entry of
+/// each pair and drop the others; a kept entry without a count gets the number of entries it
+/// stood for. A lone entry is left as it is; entries that are not tables are kept.
+///
+/// The kept entries stay in their order, newest death first, where 3.10's fold reverses them
+/// on every death: that reversal can put an old rejection in front of the target queue's entry,
+/// which excuses an automatic cycle in `is_cycle` (measured on 3.10.8: a message rejected once,
+/// then expiring b -> c -> b, goes round for ever). With the order kept, each (queue, reason)
+/// sits where its latest death puts it, so the entries in front of a queue's first entry are
+/// exactly the deaths since the message last died there (docs/dead-lettering.md).
+fn group_by_queue_and_reason(deaths: &[AMQPValue]) -> Vec<AMQPValue> {
+    // Keys once, counts in a map: a publisher's array may hold thousands of entries (as many
+    // as a frame carries), so no quadratic scan.
+    let keys: Vec<Option<(Option<String>, Option<String>)>> = deaths
+        .iter()
+        .map(|v| match v {
+            AMQPValue::FieldTable(t) => {
+                let field = |k: &str| t.inner().get(k).and_then(args::string);
+                Some((field("queue"), field("reason")))
+            }
+            _ => None,
+        })
+        .collect();
+    let mut counts = std::collections::HashMap::new();
+    for k in keys.iter().flatten() {
+        *counts.entry(k).or_insert(0i64) += 1;
+    }
+    if counts.values().sum::<i64>() <= 1 {
+        return deaths.to_vec();
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut grouped = Vec::with_capacity(deaths.len());
+    for (v, k) in deaths.iter().zip(&keys) {
+        let (Some(k), AMQPValue::FieldTable(t)) = (k, v) else {
+            grouped.push(v.clone());
+            continue;
+        };
+        if !seen.insert(k) {
+            continue;
+        }
+        let mut t = t.clone();
+        if !t.inner().contains_key("count") {
+            t.insert("count".into(), AMQPValue::LongLongInt(counts[k]));
+        }
+        grouped.push(AMQPValue::FieldTable(t));
+    }
+    grouped
 }
 
 /// RabbitMQ drops a dead letter that would return to a queue it already died in, unless a

@@ -8,7 +8,49 @@ impl VHost {
 
     /// Hands ready messages of one queue to consumers with credit.
     pub(super) fn dispatch(&mut self, qid: QueueId, now_ms: u64) {
+        self.dispatch_at_most(qid, usize::MAX, now_ms);
+    }
+
+    /// Dispatches after deliveries of channel `key` were settled or requeued (`touched`, the
+    /// queues they came from). Under a channel-wide prefetch the freed credit is shared by all
+    /// the channel's consumers' queues one message at a time, starting after the queue served
+    /// last: RabbitMQ's limiter resumes its blocked queues from a random point for the same
+    /// fairness; dispatching only `touched` would drain one queue while the others starve (and
+    /// never resume the others once it is empty).
+    pub(super) fn dispatch_settled(&mut self, key: ChannelKey, touched: Vec<QueueId>, now_ms: u64) {
+        let Some(ch) = self.channels.get(&key).filter(|c| c.channel_prefetch > 0) else {
+            for q in touched {
+                self.dispatch(q, now_ms);
+            }
+            return;
+        };
+        let mut shared: Vec<QueueId> = ch.consumers.values().copied().collect();
+        shared.sort_unstable();
+        shared.dedup();
+        if let Some(last) = ch.last_served {
+            let next = shared.partition_point(|q| *q <= last);
+            shared.rotate_left(next);
+        }
+        // Queues the channel does not consume from (its basic.get deliveries came from them)
+        // owe it nothing: they serve their own consumers as usual.
+        for q in touched.into_iter().filter(|q| !shared.contains(q)) {
+            self.dispatch(q, now_ms);
+        }
+        loop {
+            let mut delivered = 0;
+            for &q in &shared {
+                delivered += self.dispatch_at_most(q, 1, now_ms);
+            }
+            if delivered == 0 {
+                break;
+            }
+        }
+    }
+
+    /// Hands at most `max` ready messages of one queue to consumers with credit; how many.
+    fn dispatch_at_most(&mut self, qid: QueueId, max: usize, now_ms: u64) -> usize {
         let mut dead = Vec::new();
+        let mut delivered = 0;
         {
             let VHost {
                 queues,
@@ -17,7 +59,7 @@ impl VHost {
                 ..
             } = self;
             let Some(q) = queues.get_mut(&qid) else {
-                return;
+                return 0;
             };
             loop {
                 while let Some(head) = q.backlog.peek() {
@@ -33,13 +75,16 @@ impl VHost {
                         break;
                     }
                 }
-                if q.backlog.is_empty() || q.consumers.is_empty() {
+                if q.backlog.is_empty() || q.consumers.is_empty() || delivered == max {
                     break;
                 }
                 let pick = q.pick_consumer(|c| {
                     channels.get(&c.channel).is_some_and(|ch| {
-                        // channel.flow pauses every consumer; prefetch spares no-ack ones.
-                        ch.flow_active && (c.no_ack || ch.can_take()) && !ch.is_congested()
+                        // channel.flow pauses every consumer. A channel-wide prefetch that
+                        // its ack-mode consumers used up holds back its no-ack ones too, as
+                        // RabbitMQ's limiter does (it refuses every send at the limit and
+                        // counts only acked ones); a consumer's own prefetch spares them.
+                        ch.can_take() && !ch.is_congested()
                     })
                 });
                 let Some(ci) = pick else { break };
@@ -52,6 +97,8 @@ impl VHost {
                     .get_mut(&consumer.channel)
                     .expect("consumer's channel exists");
                 let tag = ch.next_delivery_tag();
+                ch.last_served = Some(qid);
+                delivered += 1;
                 q.stats.deliver_get += 1;
                 q.stats.deliver_no_ack += u64::from(consumer.no_ack);
                 q.stats.redeliver += u64::from(m.redelivered);
@@ -84,6 +131,7 @@ impl VHost {
             }
         }
         self.dead_letter(dead, now_ms);
+        delivered
     }
 
     // ---- consumers -------------------------------------------------------------------------
@@ -210,9 +258,7 @@ impl VHost {
             });
         }
         let queues: Vec<QueueId> = ch.consumers.values().copied().collect();
-        for q in queues {
-            self.dispatch(q, now_ms);
-        }
+        self.dispatch_settled(key, queues, now_ms);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -431,9 +477,7 @@ impl VHost {
                 touched.push(u.queue);
             }
         }
-        for q in touched {
-            self.dispatch(q, now_ms);
-        }
+        self.dispatch_settled(key, touched, now_ms);
         Ok(())
     }
 
@@ -472,9 +516,7 @@ impl VHost {
                 touched.push(u.queue);
             }
         }
-        for q in touched {
-            self.dispatch(q, now_ms);
-        }
+        self.dispatch_settled(key, touched, now_ms);
         self.dead_letter(dead, now_ms);
         Ok(())
     }
@@ -514,10 +556,21 @@ impl VHost {
 
     /// basic.recover: RabbitMQ requeues every unacked message whatever `requeue` says.
     pub fn basic_recover(&mut self, key: ChannelKey, now_ms: u64) {
+        self.basic_recover_keeping(key, |_| false, now_ms)
+    }
+
+    /// basic.recover on a transactional channel: the deliveries its open transaction settled
+    /// (`in_tx`) stay unacked until commit or rollback instead of being redelivered.
+    pub fn basic_recover_keeping(
+        &mut self,
+        key: ChannelKey,
+        in_tx: impl Fn(u64) -> bool,
+        now_ms: u64,
+    ) {
         let Some(ch) = self.channels.get_mut(&key) else {
             return;
         };
-        let mut unacked = ch.drain_unacked();
+        let mut unacked = ch.drain_unacked_except(in_tx);
         if unacked.iter().any(|u| u.home_tag != 0) {
             unacked = self.settle_remote(key, unacked, SettleOp::Requeue);
         }
@@ -542,9 +595,7 @@ impl VHost {
                 touched.push(u.queue);
             }
         }
-        for q in touched {
-            self.dispatch(q, now_ms);
-        }
+        self.dispatch_settled(key, touched, now_ms);
         self.dead_letter(dead, now_ms);
     }
 

@@ -35,7 +35,9 @@ pub fn listeners(s: &Shared) -> Vec<Value> {
             }));
         }
     };
-    add("amqp", s.config.listen);
+    for a in &s.config.listen {
+        add("amqp", Some(*a));
+    }
     add("amqp/ssl", s.config.tls.listen);
     add("http", s.config.management_listen);
     add("https", s.config.tls.management_listen);

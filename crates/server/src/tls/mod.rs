@@ -438,6 +438,7 @@ pub async fn serve_amqps(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared
         return;
     };
     let _ = stream.set_nodelay(true);
+    let local = stream.local_addr().ok();
     match tokio::time::timeout_at(deadline, handshake(&tls, stream, Listener::Amqps)).await {
         Err(_) => tls.refused(
             peer,
@@ -459,7 +460,8 @@ pub async fn serve_amqps(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared
                     .map(|c| c.clone().into_owned()),
             };
             let (rd, wr) = tokio::io::split(stream);
-            crate::connection::serve_stream(rd, wr, peer, Some(tls_peer), deadline, shared).await;
+            crate::connection::serve_stream(rd, wr, peer, local, Some(tls_peer), deadline, shared)
+                .await;
         }
     }
 }
