@@ -93,6 +93,14 @@ pub enum Command {
         key: String,
         arguments: FieldTable,
     },
+    /// A quorum queue's members from now on (rabbitmq-queues add_member, delete_member, grow,
+    /// shrink): nodes joining open a replica and catch up from the leader, nodes leaving close
+    /// theirs, and the queue's leader changes the Raft group's voters to match.
+    QueueMembers {
+        vhost: String,
+        name: String,
+        members: Vec<String>,
+    },
 }
 
 /// What a command did, for the reply to whoever asked.
@@ -185,6 +193,26 @@ impl Broker {
                     v.set_queue_members(name, members);
                 }
                 return Ok(Outcome::QueueDeclared(ok));
+            }
+            Command::QueueMembers {
+                vhost: v,
+                name,
+                members,
+            } => {
+                let v = vhost(v)?;
+                let mut v = v.lock().expect("vhost lock");
+                if v.replicated_queue(name).is_none() {
+                    return Err(AmqpError::not_found(format!(
+                        "no quorum queue '{name}' in vhost '{}'",
+                        v.name
+                    )));
+                }
+                if members.is_empty() {
+                    return Err(AmqpError::precondition(format!(
+                        "quorum queue '{name}' would have no member left"
+                    )));
+                }
+                v.set_queue_members(name, members);
             }
             Command::QueueDelete {
                 vhost: v,

@@ -22,7 +22,8 @@
 
 use crate::inputs::take_inputs;
 use crate::raft_log::RaftLog;
-use raft::eraftpb::{EntryType, Message, MessageType, Snapshot};
+use protobuf::Message as _;
+use raft::eraftpb::{ConfChange, ConfChangeType, EntryType, Message, MessageType, Snapshot};
 use raft::{RawNode, StateRole};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -120,6 +121,12 @@ pub enum Input {
     },
     /// The failure detector found a node down: its groups here wake.
     PeerDown(u64),
+    /// The voters a group is to have (its queue's members changed): its leader changes the
+    /// group's membership to match, one node at a time.
+    SetVoters {
+        group: u64,
+        voters: Vec<u64>,
+    },
     /// The syncer's report: the WAL is synced through a round (sent by the loop's own thread,
     /// not constructible elsewhere).
     Synced(Synced),
@@ -144,6 +151,8 @@ pub struct GroupView {
     pub is_leader: bool,
     pub asleep: bool,
     pub applied: u64,
+    /// The group's voters as this member last applied them.
+    pub voters: Vec<u64>,
 }
 
 /// A handle on the node's groups.
@@ -226,6 +235,11 @@ struct Group {
     raw: RawNode<RaftLog>,
     machine: Box<dyn Machine>,
     voters: Vec<u64>,
+    /// The voters the queue's members say the group should have (empty: no change asked).
+    wanted: Vec<u64>,
+    /// A snapshot is taken at the end of the round whatever the interval (the membership
+    /// changed).
+    snapshot_due: bool,
     asleep: bool,
     quiet_ticks: usize,
     applied: u64,
@@ -365,6 +379,14 @@ impl Runner {
                     }
                 }
             }
+            Input::SetVoters { group, voters } => {
+                if let Some(g) = self.groups.get_mut(&group) {
+                    g.wanted = voters;
+                    g.wake();
+                    change_voters(g);
+                    self.touched.insert(group);
+                }
+            }
             Input::Synced(Synced(Ok(round))) => self.synced(round),
             // Stopped in `run`, which checks for it before handing inputs here.
             Input::Synced(Synced(Err(_))) => {}
@@ -420,12 +442,16 @@ impl Runner {
         if fresh && voters.first() == Some(&self.me) {
             let _ = raw.campaign();
         }
+        let current = current_voters(&raw);
         self.groups.insert(
             group,
             Group {
                 raw,
                 machine,
-                voters,
+                // No opinion until the queue's members change ([`Input::SetVoters`]).
+                wanted: Vec::new(),
+                snapshot_due: false,
+                voters: current,
                 asleep: false,
                 quiet_ticks: 0,
                 applied: snapshot_index,
@@ -445,6 +471,7 @@ impl Runner {
             self.touched.insert(*id);
             g.raw.tick();
             propose_waiting(g);
+            change_voters(g);
             g.quiet_ticks += 1;
             if g.quiet_ticks >= self.timing.sleep_ticks && may_sleep(g, is_up) {
                 g.asleep = true;
@@ -560,6 +587,7 @@ impl Runner {
                 is_leader: g.raw.raft.state == StateRole::Leader,
                 asleep: g.asleep,
                 applied: g.applied,
+                voters: g.voters.clone(),
             };
             if views.get(&id) != Some(&view) {
                 views.insert(id, view);
@@ -620,6 +648,9 @@ fn may_sleep(g: &Group, is_up: &IsUp) -> bool {
     match raft.state {
         StateRole::Leader => {
             settled
+                && (g.wanted.is_empty()
+                    || (g.wanted.iter().all(|n| g.voters.contains(n))
+                        && g.voters.iter().all(|n| g.wanted.contains(n))))
                 && !raft.has_pending_conf()
                 && raft
                     .prs()
@@ -669,8 +700,23 @@ fn send(send: &SendRaft, group: u64, messages: Vec<Message>, raw: &mut RawNode<R
         by_peer.entry(m.to).or_default().push(m);
     }
     for (to, batch) in by_peer {
-        if !send(to, group, &batch) {
+        let snapshot = batch
+            .iter()
+            .any(|m| m.get_msg_type() == MessageType::MsgSnapshot);
+        let sent = send(to, group, &batch);
+        if !sent {
             raw.report_unreachable(to);
+        }
+        // Handed to the transport is as far as the leader follows it: the follower's answer
+        // (or its silence, then a probe and another snapshot) says the rest. Unreported, a
+        // snapshot the follower refused would pause its progress for good.
+        if snapshot {
+            let status = if sent {
+                raft::SnapshotStatus::Finish
+            } else {
+                raft::SnapshotStatus::Failure
+            };
+            raw.report_snapshot(to, status);
         }
     }
 }
@@ -683,9 +729,63 @@ fn apply(g: &mut Group, entries: Vec<raft::eraftpb::Entry>) {
         }
         match entry.get_entry_type() {
             EntryType::EntryNormal => g.machine.apply(entry.index, entry.take_data()),
-            // Membership changes of queue groups (add_member, shrink) are not built yet.
-            EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {}
+            EntryType::EntryConfChange => {
+                let applied = ConfChange::parse_from_bytes(&entry.data)
+                    .map_err(|e| e.to_string())
+                    .and_then(|cc| g.raw.apply_conf_change(&cc).map_err(|e| e.to_string()));
+                match applied {
+                    Ok(cs) => {
+                        g.voters = cs.voters;
+                        g.voters.sort_unstable();
+                        // A member added is sent the latest snapshot: it must name it.
+                        g.snapshot_due = true;
+                    }
+                    Err(e) => {
+                        tracing::error!(index = entry.index, error = %e, "a queue group's membership change could not be applied")
+                    }
+                }
+            }
+            // Never proposed: changes go one node at a time.
+            EntryType::EntryConfChangeV2 => {}
         }
+    }
+}
+
+fn current_voters(raw: &RawNode<RaftLog>) -> Vec<u64> {
+    let mut v: Vec<u64> = raw.raft.prs().conf().voters().ids().iter().collect();
+    v.sort_unstable();
+    v
+}
+
+/// On the leader: moves the group's voters one node towards those wanted (RabbitMQ's
+/// add_member and delete_member are one node each too). A leader to be removed hands its
+/// leadership to another voter first, rather than remove itself.
+fn change_voters(g: &mut Group) {
+    let raft = &g.raw.raft;
+    if raft.state != StateRole::Leader || raft.has_pending_conf() || g.wanted.is_empty() {
+        return;
+    }
+    let current = current_voters(&g.raw);
+    let (change_type, node) = if let Some(&add) = g.wanted.iter().find(|n| !current.contains(n)) {
+        (ConfChangeType::AddNode, add)
+    } else if let Some(&remove) = current.iter().find(|n| !g.wanted.contains(n)) {
+        if remove == raft.id {
+            if let Some(&to) = current.iter().find(|n| g.wanted.contains(n)) {
+                g.raw.transfer_leader(to);
+            }
+            return;
+        }
+        (ConfChangeType::RemoveNode, remove)
+    } else {
+        return;
+    };
+    let cc = ConfChange {
+        change_type,
+        node_id: node,
+        ..Default::default()
+    };
+    if let Err(e) = g.raw.propose_conf_change(vec![], cc) {
+        tracing::warn!(node, error = %e, "a queue group's membership change was not proposed");
     }
 }
 
@@ -700,9 +800,10 @@ fn advance_apply(g: &mut Group) {
 }
 
 fn maybe_snapshot(g: &mut Group, every: u64) -> Result<(), String> {
-    if g.applied < g.snapshot_index + every {
+    if g.applied < g.snapshot_index + every && !g.snapshot_due {
         return Ok(());
     }
+    g.snapshot_due = false;
     let index = g.applied;
     let term = g.raw.store().term_of(index)?;
     let mut snapshot = Snapshot {

@@ -539,6 +539,15 @@ impl MetadataGroup {
     /// this node (deleting a deleted queue's log). What it would journal is already in the
     /// Raft log.
     fn execute(&self, command: &Command) -> Result<Outcome, AmqpError> {
+        // A queue's members before the command: what this node opens or closes depends on
+        // whether it is among them before and after.
+        let members_before = match command {
+            Command::QueueMembers { vhost, name, .. } => self
+                .broker
+                .vhost(vhost)
+                .and_then(|v| v.lock().expect("vhost lock").replicated_queue(name)),
+            _ => None,
+        };
         let outcome = self.broker.execute(command);
         let vhost = match command {
             Command::Meta { .. } => None,
@@ -549,7 +558,8 @@ impl MetadataGroup {
             | Command::QueueBind { vhost, .. }
             | Command::QueueUnbind { vhost, .. }
             | Command::ExchangeBind { vhost, .. }
-            | Command::ExchangeUnbind { vhost, .. } => Some(vhost),
+            | Command::ExchangeUnbind { vhost, .. }
+            | Command::QueueMembers { vhost, .. } => Some(vhost),
         };
         let mut replica = None;
         if let Some(v) = vhost.and_then(|v| self.broker.vhost(v)) {
@@ -559,6 +569,9 @@ impl MetadataGroup {
             v.take_self_deleted();
             if let (Command::QueueDeclare { name, .. }, Ok(_)) = (command, &outcome) {
                 replica = self.replica(&v, name);
+            }
+            if let (Command::QueueMembers { name, .. }, Ok(_)) = (command, &outcome) {
+                self.members_changed(&v, name, members_before.as_ref());
             }
             for op in v.take_store_ops() {
                 let r = match op {
@@ -609,6 +622,34 @@ impl MetadataGroup {
         })
     }
 
+    /// A quorum queue's members changed: a node that joined opens its replica (empty, to be
+    /// caught up by the leader), one that left closes and deletes its own, and every member
+    /// tells its group the voters wanted (its leader proposes the change to Raft).
+    fn members_changed(
+        &self,
+        v: &warren_broker::vhost::VHost,
+        name: &str,
+        before: Option<&(u64, Vec<std::sync::Arc<str>>)>,
+    ) {
+        let Some((log_id, members)) = v.replicated_queue(name) else {
+            return;
+        };
+        let me = &*self.me.name;
+        let was_member = before.is_some_and(|(_, m)| m.iter().any(|n| &**n == me));
+        let is_member = members.iter().any(|n| &**n == me);
+        if was_member && !is_member {
+            self.replicas.close(log_id);
+            return;
+        }
+        if let Some(replica) = self.replica(v, name) {
+            let voters = replica.voters.clone();
+            if !was_member {
+                self.replicas.open(replica);
+            }
+            self.replicas.set_voters(group_id(log_id), voters);
+        }
+    }
+
     /// After a snapshot replaced the topology: the replicas of every quorum queue in it
     /// (opening one that is open already does nothing).
     fn open_all_replicas(&self) {
@@ -620,7 +661,10 @@ impl MetadataGroup {
             }
         }
         for r in open {
+            let (group, voters) = (r.group, r.voters.clone());
             self.replicas.open(r);
+            // A members change the snapshot holds is carried on by the group's leader.
+            self.replicas.set_voters(group, voters);
         }
     }
 

@@ -76,6 +76,11 @@ impl Replicas {
         self.groups.send(Input::Remove { group });
     }
 
+    /// The voters the queue's members are now: the group's leader changes Raft's to match.
+    pub fn set_voters(&self, group: u64, voters: Vec<u64>) {
+        self.groups.send(Input::SetVoters { group, voters });
+    }
+
     fn create(&self, r: &QueueReplica, machine: Box<dyn Machine>) {
         self.groups.send(Input::Create {
             group: r.group,

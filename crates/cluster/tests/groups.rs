@@ -623,3 +623,80 @@ fn a_follower_behind_every_entry_the_leader_kept_gets_them_with_the_snapshot() {
     }
     cleanup(nodes);
 }
+
+#[test]
+fn a_member_added_catches_up_and_a_member_removed_no_longer_counts_for_a_majority() {
+    let (router, mut nodes) = cluster("members");
+    let recorder = || Recorder {
+        keeps_recent: 30,
+        ..Recorder::default()
+    };
+    let mut rec: Vec<Recorder> = nodes
+        .iter()
+        .map(|n| {
+            let r = recorder();
+            n.groups.send(Input::Create {
+                group: 17,
+                voters: vec![1, 2, 3],
+                machine: Box::new(r.clone()),
+            });
+            r
+        })
+        .collect();
+    let l = leader(&nodes, 17);
+    let mut expected: Vec<Vec<u8>> = (0..200u32).map(|i| i.to_be_bytes().to_vec()).collect();
+    for data in &expected {
+        propose(&nodes[l as usize - 1], 17, data);
+    }
+    wait_applied(&rec.iter().collect::<Vec<_>>(), &expected);
+    // Node 4 joins: its replica opens empty and the leader adds it (the queue's members say so).
+    nodes.push(start_node(4, temp_dir("members-n4"), &router));
+    let r4 = recorder();
+    nodes[3].groups.send(Input::Create {
+        group: 17,
+        voters: vec![1, 2, 3, 4],
+        machine: Box::new(r4.clone()),
+    });
+    rec.push(r4.clone());
+    for n in &nodes {
+        n.groups.send(Input::SetVoters {
+            group: 17,
+            voters: vec![1, 2, 3, 4],
+        });
+    }
+    wait_applied(&[&r4], &expected);
+    eventually("every member sees four voters", || {
+        nodes
+            .iter()
+            .all(|n| n.groups.view(17).is_some_and(|v| v.voters == [1, 2, 3, 4]))
+            .then_some(())
+    });
+    // Node 1 leaves (leading or not).
+    for n in &nodes {
+        n.groups.send(Input::SetVoters {
+            group: 17,
+            voters: vec![2, 3, 4],
+        });
+    }
+    eventually("the others see three voters", || {
+        nodes[1..]
+            .iter()
+            .all(|n| n.groups.view(17).is_some_and(|v| v.voters == [2, 3, 4]))
+            .then_some(())
+    });
+    // Two of the old four cut off: with node 1 still a voter, 3 and 4 would be no majority.
+    router.cut.lock().unwrap().extend([1, 2]);
+    let more: Vec<Vec<u8>> = (200..220u32).map(|i| i.to_be_bytes().to_vec()).collect();
+    let l = eventually("a leader among 3 and 4", || {
+        nodes[2..]
+            .iter()
+            .find(|n| n.groups.view(17).is_some_and(|v| v.is_leader))
+            .map(|n| n.id)
+    });
+    for data in &more {
+        propose(&nodes[l as usize - 1], 17, data);
+    }
+    expected.extend(more);
+    wait_applied(&[&rec[2], &rec[3]], &expected);
+    cleanup(nodes);
+}
