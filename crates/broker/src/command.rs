@@ -213,6 +213,13 @@ impl Broker {
                     )));
                 }
                 v.set_queue_members(name, members);
+                // Nodes that are not members reach the queue through its home: a member.
+                if !v
+                    .queue_home(name)
+                    .is_some_and(|h| members.iter().any(|m| **m == *h))
+                {
+                    v.set_queue_home(name, &members[0]);
+                }
             }
             Command::QueueDelete {
                 vhost: v,

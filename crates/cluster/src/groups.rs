@@ -62,6 +62,9 @@ pub trait Machine: Send {
 /// restart) before it is dropped: confirms pause through a failover rather than fail.
 const LEADERLESS_PROPOSAL_WAIT: Duration = Duration::from_secs(3);
 
+/// How long a member leaving its group waits, unspoken to, before it closes anyway.
+const LEAVE_QUIET: Duration = Duration::from_secs(5);
+
 /// How a group's messages reach a peer node; false if the link is down.
 pub type SendRaft = Arc<dyn Fn(u64, u64, &[Message]) -> bool + Send + Sync>;
 /// Whether a peer node is up, as the node-level failure detector sees it.
@@ -126,6 +129,12 @@ pub enum Input {
     SetVoters {
         group: u64,
         voters: Vec<u64>,
+    },
+    /// This node is no longer among the queue's members: its replica stays until the group's
+    /// leader (another member) has removed it from the voters, then closes and deletes its log.
+    /// Closing at once could leave a two-member group without the majority that removal needs.
+    Leave {
+        group: u64,
     },
     /// The syncer's report: the WAL is synced through a round (sent by the loop's own thread,
     /// not constructible elsewhere).
@@ -240,6 +249,8 @@ struct Group {
     /// A snapshot is taken at the end of the round whatever the interval (the membership
     /// changed).
     snapshot_due: bool,
+    /// Leaving the group ([`Input::Leave`]): when a peer last spoke to this member.
+    leaving: Option<Instant>,
     asleep: bool,
     quiet_ticks: usize,
     applied: u64,
@@ -307,6 +318,7 @@ impl Runner {
             if Instant::now() >= next_tick {
                 next_tick = Instant::now() + self.timing.tick;
                 self.tick();
+                self.close_left();
             }
             if let Err(e) = self.on_ready() {
                 tracing::error!(error = %e, "queue groups stopped: their logs cannot be written");
@@ -328,11 +340,12 @@ impl Runner {
                 }
                 self.touched.insert(group);
             }
-            Input::Remove { group } => {
-                if self.groups.remove(&group).is_some() {
-                    let _ = self.store.delete_log(group);
-                    let _ = std::fs::remove_dir_all(self.group_dir(group));
-                    self.views.lock().expect("views lock").remove(&group);
+            Input::Remove { group } => self.remove(group),
+            Input::Leave { group } => {
+                if let Some(g) = self.groups.get_mut(&group) {
+                    g.leaving = Some(Instant::now());
+                    g.wake();
+                    self.touched.insert(group);
                 }
             }
             Input::Propose { group, data, done } => {
@@ -361,6 +374,9 @@ impl Runner {
             Input::Peer { group, messages } => {
                 self.touched.insert(group);
                 if let Some(g) = self.groups.get_mut(&group) {
+                    if g.leaving.is_some() {
+                        g.leaving = Some(Instant::now());
+                    }
                     if messages.iter().all(is_heartbeat) {
                         g.asleep = false;
                     } else {
@@ -399,6 +415,35 @@ impl Runner {
                 }
             }
             Input::Stop => {}
+        }
+    }
+
+    fn remove(&mut self, group: u64) {
+        if self.groups.remove(&group).is_some() {
+            let _ = self.store.delete_log(group);
+            let _ = std::fs::remove_dir_all(self.group_dir(group));
+            self.views.lock().expect("views lock").remove(&group);
+        }
+    }
+
+    /// Members that left their group's membership ([`Input::Leave`]) close once the group's
+    /// voters no longer name them, or once nobody has spoken to them for [`LEAVE_QUIET`] (a
+    /// member removed may never hear that its removal committed).
+    fn close_left(&mut self) {
+        let me = self.me;
+        let gone: Vec<u64> = self
+            .groups
+            .iter()
+            .filter(|(_, g)| {
+                g.leaving.is_some_and(|heard| {
+                    !g.voters.contains(&me)
+                        || (g.raw.raft.state != StateRole::Leader && heard.elapsed() >= LEAVE_QUIET)
+                })
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            self.remove(id);
         }
     }
 
@@ -451,6 +496,7 @@ impl Runner {
                 // No opinion until the queue's members change ([`Input::SetVoters`]).
                 wanted: Vec::new(),
                 snapshot_due: false,
+                leaving: None,
                 voters: current,
                 asleep: false,
                 quiet_ticks: 0,
@@ -642,7 +688,7 @@ fn may_sleep(g: &Group, is_up: &IsUp) -> bool {
     let raft = &g.raw.raft;
     let last = raft.raft_log.last_index();
     let settled = raft.raft_log.committed == last && raft.raft_log.applied == last;
-    if !g.waiting.is_empty() {
+    if !g.waiting.is_empty() || g.leaving.is_some() {
         return false;
     }
     match raft.state {

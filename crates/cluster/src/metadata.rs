@@ -562,6 +562,7 @@ impl MetadataGroup {
             | Command::QueueMembers { vhost, .. } => Some(vhost),
         };
         let mut replica = None;
+        let mut new_voters = None;
         if let Some(v) = vhost.and_then(|v| self.broker.vhost(v)) {
             let mut v = v.lock().expect("vhost lock");
             v.take_meta();
@@ -571,7 +572,12 @@ impl MetadataGroup {
                 replica = self.replica(&v, name);
             }
             if let (Command::QueueMembers { name, .. }, Ok(_)) = (command, &outcome) {
-                self.members_changed(&v, name, members_before.as_ref());
+                if let Some((opened, group, voters)) =
+                    self.members_changed(&v, name, members_before.as_ref())
+                {
+                    replica = opened;
+                    new_voters = Some((group, voters));
+                }
             }
             for op in v.take_store_ops() {
                 let r = match op {
@@ -595,6 +601,9 @@ impl MetadataGroup {
         }
         if let Some(r) = replica {
             self.replicas.open(r);
+        }
+        if let Some((group, voters)) = new_voters {
+            self.replicas.set_voters(group, voters);
         }
         outcome
     }
@@ -622,32 +631,31 @@ impl MetadataGroup {
         })
     }
 
-    /// A quorum queue's members changed: a node that joined opens its replica (empty, to be
-    /// caught up by the leader), one that left closes and deletes its own, and every member
-    /// tells its group the voters wanted (its leader proposes the change to Raft).
+    /// A quorum queue's members changed: a node that left closes and deletes its replica here;
+    /// for a member, the replica to open (one that just joined: empty, to be caught up by the
+    /// leader) and the voters its group is to have (its leader proposes the change to Raft),
+    /// both done once the vhost is unlocked.
     fn members_changed(
         &self,
         v: &warren_broker::vhost::VHost,
         name: &str,
         before: Option<&(u64, Vec<std::sync::Arc<str>>)>,
-    ) {
-        let Some((log_id, members)) = v.replicated_queue(name) else {
-            return;
-        };
+    ) -> Option<(Option<QueueReplica>, u64, Vec<u64>)> {
+        let (log_id, members) = v.replicated_queue(name)?;
         let me = &*self.me.name;
         let was_member = before.is_some_and(|(_, m)| m.iter().any(|n| &**n == me));
         let is_member = members.iter().any(|n| &**n == me);
         if was_member && !is_member {
-            self.replicas.close(log_id);
-            return;
+            let voters: Vec<u64> = members
+                .iter()
+                .filter_map(|m| self.members.values().find(|i| *i.name == **m).map(|i| i.id))
+                .collect();
+            self.replicas.leave(group_id(log_id));
+            return Some((None, group_id(log_id), voters));
         }
-        if let Some(replica) = self.replica(v, name) {
-            let voters = replica.voters.clone();
-            if !was_member {
-                self.replicas.open(replica);
-            }
-            self.replicas.set_voters(group_id(log_id), voters);
-        }
+        let replica = self.replica(v, name)?;
+        let voters = replica.voters.clone();
+        Some(((!was_member).then_some(replica), group_id(log_id), voters))
     }
 
     /// After a snapshot replaced the topology: the replicas of every quorum queue in it

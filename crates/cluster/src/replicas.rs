@@ -76,6 +76,11 @@ impl Replicas {
         self.groups.send(Input::Remove { group });
     }
 
+    /// This node left the queue's members: its replica closes once the group let it go.
+    pub fn leave(&self, group: u64) {
+        self.groups.send(Input::Leave { group });
+    }
+
     /// The voters the queue's members are now: the group's leader changes Raft's to match.
     pub fn set_voters(&self, group: u64, voters: Vec<u64>) {
         self.groups.send(Input::SetVoters { group, voters });

@@ -671,7 +671,8 @@ fn a_member_added_catches_up_and_a_member_removed_no_longer_counts_for_a_majorit
             .all(|n| n.groups.view(17).is_some_and(|v| v.voters == [1, 2, 3, 4]))
             .then_some(())
     });
-    // Node 1 leaves (leading or not).
+    // Node 1 leaves (leading or not): it stays until the others removed it, then closes.
+    nodes[0].groups.send(Input::Leave { group: 17 });
     for n in &nodes {
         n.groups.send(Input::SetVoters {
             group: 17,
@@ -683,6 +684,9 @@ fn a_member_added_catches_up_and_a_member_removed_no_longer_counts_for_a_majorit
             .iter()
             .all(|n| n.groups.view(17).is_some_and(|v| v.voters == [2, 3, 4]))
             .then_some(())
+    });
+    eventually("node 1 closed its replica", || {
+        nodes[0].groups.view(17).is_none().then_some(())
     });
     // Two of the old four cut off: with node 1 still a voter, 3 and 4 would be no majority.
     router.cut.lock().unwrap().extend([1, 2]);

@@ -41,6 +41,7 @@ pub mod node_stats;
 mod overview;
 mod paging;
 pub(crate) mod policies;
+mod queue_members;
 mod queues;
 pub(crate) mod session;
 mod settings;
@@ -77,6 +78,14 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/api/overview", get(overview::overview))
         .route("/api/nodes", get(overview::list_nodes))
         .route("/api/warren/cluster", get(overview::cluster_status))
+        .route(
+            "/api/warren/queues/{vhost}/{queue}/members",
+            post(queue_members::add),
+        )
+        .route(
+            "/api/warren/queues/{vhost}/{queue}/members/{node}",
+            axum::routing::delete(queue_members::delete),
+        )
         .route("/api/whoami", get(users::whoami))
         .route("/api/health/checks/alarms", get(health::alarms))
         .route("/api/health/checks/local-alarms", get(health::local_alarms))

@@ -1,7 +1,8 @@
 //! `warren ctl`'s quorum queue commands, with rabbitmq-queues' names: `quorum_status` (each
-//! member of a queue's Raft group and its role) and `check_if_node_is_quorum_critical` (whether
+//! member of a queue's Raft group and its role), `check_if_node_is_quorum_critical` (whether
 //! stopping the node would leave a quorum queue, or the cluster's metadata, without a majority),
-//! spoken to the management API as the rest of ctl is.
+//! `add_member` and `delete_member` (one queue), `grow` and `shrink` (a node into or out of
+//! every quorum queue that matches), spoken to the management API as the rest of ctl is.
 
 use super::{encode_segment as seg, expect_ok, request, Endpoint};
 use clap::Subcommand;
@@ -19,6 +20,39 @@ pub enum QueuesCommand {
     /// Fails (non-zero) when stopping the node would leave a quorum queue, or the cluster's
     /// metadata, without a majority of its members running; lists those queues.
     CheckIfNodeIsQuorumCritical,
+    /// Adds NODE to the quorum queue's members: it gets a replica and catches up.
+    AddMember {
+        #[arg(short = 'p', long = "vhost", default_value = "/")]
+        vhost: String,
+        queue: String,
+        node: String,
+    },
+    /// Removes NODE from the quorum queue's members (its replica is deleted).
+    DeleteMember {
+        #[arg(short = 'p', long = "vhost", default_value = "/")]
+        vhost: String,
+        queue: String,
+        node: String,
+    },
+    /// Adds NODE to every quorum queue that matches and lacks it: `all` of them, or only
+    /// those with an `even` number of members (as rabbitmq-queues grow).
+    Grow {
+        node: String,
+        #[arg(value_parser = ["all", "even"])]
+        selector: String,
+        #[arg(long = "vhost-pattern", default_value = ".*")]
+        vhost_pattern: String,
+        #[arg(long = "queue-pattern", default_value = ".*")]
+        queue_pattern: String,
+    },
+    /// Removes NODE from every quorum queue it is a member of (but never a queue's last
+    /// member), as rabbitmq-queues shrink.
+    Shrink {
+        node: String,
+        /// Print only the queues where removing failed.
+        #[arg(long = "errors-only")]
+        errors_only: bool,
+    },
 }
 
 pub fn run(ep: &Endpoint, command: QueuesCommand) -> Result<(), String> {
@@ -83,6 +117,107 @@ pub fn run(ep: &Endpoint, command: QueuesCommand) -> Result<(), String> {
             expect_ok((code, body))?;
             println!("Node is not critical for the quorum of any quorum queue");
         }
+        QueuesCommand::AddMember { vhost, queue, node } => {
+            add_member(ep, &vhost, &queue, &node)?;
+            println!("Adding a replica for queue {queue} on node {node}...");
+        }
+        QueuesCommand::DeleteMember { vhost, queue, node } => {
+            delete_member(ep, &vhost, &queue, &node)?;
+            println!("Removing a replica for queue {queue} on node {node}...");
+        }
+        QueuesCommand::Grow {
+            node,
+            selector,
+            vhost_pattern,
+            queue_pattern,
+        } => {
+            let vhosts = regex(&vhost_pattern)?;
+            let queues = regex(&queue_pattern)?;
+            println!(
+                "Growing quorum queues matching '{vhost_pattern}' / '{queue_pattern}' to {node}..."
+            );
+            println!("vhost\tname\tsize\tresult");
+            for (vhost, name, members) in quorum_queues(ep)? {
+                let wanted = selector == "all" || members.len() % 2 == 0;
+                if !vhosts.is_match(&vhost)
+                    || !queues.is_match(&name)
+                    || !wanted
+                    || members.contains(&node)
+                {
+                    continue;
+                }
+                let result =
+                    add_member(ep, &vhost, &name, &node).map_or_else(|e| e, |()| "ok".into());
+                println!("{vhost}\t{name}\t{}\t{result}", members.len() + 1);
+            }
+        }
+        QueuesCommand::Shrink { node, errors_only } => {
+            println!("Shrinking quorum queues on {node}...");
+            println!("vhost\tname\tsize\tresult");
+            for (vhost, name, members) in quorum_queues(ep)? {
+                if !members.contains(&node) {
+                    continue;
+                }
+                let result = if members.len() == 1 {
+                    Err("the last member is never removed".to_string())
+                } else {
+                    delete_member(ep, &vhost, &name, &node)
+                };
+                match result {
+                    Ok(()) if !errors_only => {
+                        println!("{vhost}\t{name}\t{}\tok", members.len() - 1)
+                    }
+                    Ok(()) => {}
+                    Err(e) => println!("{vhost}\t{name}\t{}\terror: {e}", members.len()),
+                }
+            }
+        }
     }
     Ok(())
+}
+
+fn members_path(vhost: &str, queue: &str) -> String {
+    format!("/api/warren/queues/{}/{}/members", seg(vhost), seg(queue))
+}
+
+fn add_member(ep: &Endpoint, vhost: &str, queue: &str, node: &str) -> Result<(), String> {
+    let body = serde_json::json!({ "node": node });
+    expect_ok(request(
+        ep,
+        "POST",
+        &members_path(vhost, queue),
+        Some(&body),
+    )?)
+    .map(drop)
+}
+
+fn delete_member(ep: &Endpoint, vhost: &str, queue: &str, node: &str) -> Result<(), String> {
+    let path = format!("{}/{}", members_path(vhost, queue), seg(node));
+    expect_ok(request(ep, "DELETE", &path, None)?).map(drop)
+}
+
+fn regex(pattern: &str) -> Result<regex::Regex, String> {
+    regex::Regex::new(pattern).map_err(|e| format!("bad pattern '{pattern}': {e}"))
+}
+
+/// Every quorum queue of the cluster: vhost, name and members.
+fn quorum_queues(ep: &Endpoint) -> Result<Vec<(String, String, Vec<String>)>, String> {
+    let all: Value = serde_json::from_str(&expect_ok(request(ep, "GET", "/api/queues", None)?)?)
+        .map_err(|e| format!("unreadable answer from /api/queues: {e}"))?;
+    Ok(all
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|q| {
+            let members = q["members"].as_array()?;
+            Some((
+                q["vhost"].as_str()?.to_string(),
+                q["name"].as_str()?.to_string(),
+                members
+                    .iter()
+                    .filter_map(|m| m.as_str().map(str::to_string))
+                    .collect(),
+            ))
+        })
+        .collect())
 }

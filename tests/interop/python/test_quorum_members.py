@@ -1,0 +1,118 @@
+"""A quorum queue's members changed while it holds messages, as rabbitmq-queues does it
+(`warren ctl add_member`, `delete_member`, `grow`, `shrink`), on a cluster of real processes:
+a node added gets a replica that serves its own consumers every message, one removed stops
+being a member, and the refusals say why.
+
+Each test starts its own 3-node cluster (see test_cluster.py) and waits by polling with
+deadlines, never by sleeping a fixed time.
+"""
+
+import subprocess
+
+import pika
+import pytest
+
+from conftest import BROKER_KIND, IN_CLUSTER_RUN
+# The fixture starts a 3-node cluster per test and stops it on every exit path.
+from test_cluster import WARREN_BIN, cluster, eventually  # noqa: F401
+from test_cluster_messaging import consume
+
+pytestmark = [
+    pytest.mark.skipif(BROKER_KIND != "warren" or IN_CLUSTER_RUN, reason="starts warren nodes itself"),
+    pytest.mark.timeout(180),
+]
+
+
+def ctl(node, *args):
+    return subprocess.run([WARREN_BIN, "ctl", "--uri", f"http://127.0.0.1:{node.http}", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def members(node, queue):
+    return sorted(node.api(f"/api/queues/%2F/{queue}")["members"])
+
+
+def publish_confirmed(node, queue, bodies):
+    conn = node.connection()
+    ch = conn.channel()
+    ch.confirm_delivery()
+    for b in bodies:
+        ch.basic_publish("", queue, b, pika.BasicProperties(delivery_mode=2))
+    conn.close()
+
+
+def test_a_member_added_serves_every_message_and_a_member_deleted_leaves(cluster):
+    nodes = {n.name: n for n in cluster.nodes}
+    n1 = nodes["n1"]
+    n1.connection().channel().queue_declare(
+        "grown", durable=True,
+        arguments={"x-queue-type": "quorum", "x-quorum-initial-group-size": 2})
+    two = eventually(lambda: members(n1, "grown"), "members")
+    assert len(two) == 2
+    [outsider] = [n for n in nodes if n not in two]
+    bodies = [str(i).encode() for i in range(500)]
+    publish_confirmed(n1, "grown", bodies)
+
+    r = ctl(n1, "add_member", "grown", outsider)
+    assert r.returncode == 0, r.stderr
+    assert members(n1, "grown") == sorted(two + [outsider])
+    # The new member's own replica serves a consumer on its node: every message, in order,
+    # read from the copy it was sent.
+    conn = nodes[outsider].connection()
+    got = consume(conn, conn.channel(), "grown", 500)
+    assert [b for _, b, _ in got] == bodies
+    conn.close()
+
+    # Refusals, each with its reason.
+    r = ctl(n1, "add_member", "grown", outsider)
+    assert r.returncode != 0 and "already" in r.stderr, r.stderr
+    r = ctl(n1, "add_member", "grown", "n9")
+    assert r.returncode != 0 and "not a member of this cluster" in r.stderr, r.stderr
+    r = ctl(n1, "add_member", "nope", outsider)
+    assert r.returncode != 0 and "no quorum queue 'nope'" in r.stderr, r.stderr
+
+    # An original member leaves; the queue carries on with the other two.
+    leaving = two[0]
+    r = ctl(n1, "delete_member", "grown", leaving)
+    assert r.returncode == 0, r.stderr
+    assert members(n1, "grown") == sorted([two[1], outsider])
+    r = ctl(n1, "delete_member", "grown", leaving)
+    assert r.returncode != 0 and "not a member" in r.stderr, r.stderr
+    more = [b"after-%d" % i for i in range(50)]
+    publish_confirmed(nodes[two[1]], "grown", more)
+    conn = nodes[outsider].connection()
+    got = consume(conn, conn.channel(), "grown", 50)
+    assert [b for _, b, _ in got] == more
+    conn.close()
+    # Asked of a member: a node holding no replica knows the members, not who leads.
+    r = ctl(nodes[outsider], "quorum_status", "grown")
+    assert r.returncode == 0, r.stderr
+    rows = dict(line.split("\t") for line in r.stdout.splitlines()[2:])
+    assert sorted(rows) == sorted([two[1], outsider])
+    assert sorted(rows.values()) == ["follower", "leader"]
+
+
+def test_grow_and_shrink_move_a_node_into_and_out_of_every_quorum_queue(cluster):
+    n1, n2, n3 = cluster.nodes
+    ch = n1.connection().channel()
+    for q in ("g1", "g2", "other"):
+        ch.queue_declare(q, durable=True, arguments={"x-queue-type": "quorum",
+                                                    "x-quorum-initial-group-size": 1,
+                                                    "x-queue-leader-locator": "client-local"})
+    r = ctl(n1, "grow", "n2", "all", "--queue-pattern", "^g")
+    assert r.returncode == 0, r.stderr
+    for q in ("g1", "g2"):
+        assert members(n1, q) == ["n1", "n2"]
+    assert members(n1, "other") == ["n1"]
+    # Shrinking n1 away leaves n2 in g1 and g2, and never empties "other".
+    r = ctl(n1, "shrink", "n1")
+    assert r.returncode == 0, r.stderr
+    for q in ("g1", "g2"):
+        assert members(n1, q) == ["n2"]
+    assert members(n1, "other") == ["n1"]
+    assert "the last member is never removed" in r.stdout
+    # The queues still take and give messages through their one member left.
+    publish_confirmed(n3, "g1", [b"x"])
+    conn = n3.connection()
+    assert [b for _, b, _ in consume(conn, conn.channel(), "g1", 1)] == [b"x"]
+    conn.close()
