@@ -11,7 +11,8 @@
 //! - [`overview`] (`/api/overview`, `/api/nodes`, `/api/warren/cluster`), [`health`] (the
 //!   health checks, `/api/aliveness-test`), [`vhosts`], [`users`] (users, permissions,
 //!   `/api/whoami`), [`policies`] (policies and operator policies), [`access`] (vhost and user
-//!   limits, topic permissions), [`queues`], [`queue_members`] (a quorum queue's members, warren's own paths), [`exchanges`], [`bindings`], [`connections`] (connections,
+//!   limits, topic permissions), [`queues`], [`queue_members`] (a quorum queue's members,
+//!   warren's own paths), [`exchanges`], [`bindings`], [`connections`] (connections,
 //!   channels, consumers), [`settings`] (alarm limits, certificate reloads), [`metrics`]
 //!   (RabbitMQ's Prometheus names, read from [`node_stats`]' snapshot); [`paging`]:
 //!   `?page=..&name=..` of listings; [`ui`]: the web UI at `/`;
