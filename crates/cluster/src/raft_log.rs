@@ -256,13 +256,48 @@ impl RaftLog {
             return Ok(snapshot);
         }
         let prev_term = raft::Storage::term(self, first - 1)?;
-        let mut entries = Vec::new();
-        let mut bytes = 0;
-        let mut from = first;
-        while from <= index {
+        let max = crate::snapshot_transfer::CARRIED_BYTES_MAX;
+        let stored = self.read_stored(first, index + 1, max)?;
+        if stored.last().map(|e| e.index) != Some(index) {
+            tracing::warn!(
+                group = self.log_id,
+                entries = index + 1 - first,
+                "a follower's snapshot would carry too many live messages: it waits"
+            );
+            return Err(raft::Error::Store(
+                StorageError::SnapshotTemporarilyUnavailable,
+            ));
+        }
+        let entries = stored.into_iter().map(|e| e.payload).collect();
+        let carried = crate::snapshot_transfer::Carried {
+            machine: snapshot.data.to_vec(),
+            prev_term,
+            entries,
+        };
+        snapshot.data = carried.encode().into();
+        Ok(snapshot)
+    }
+
+    /// The stored entries of `low..high`, contiguous, until `max_bytes` of them are gathered
+    /// (at least one).
+    fn read_stored(
+        &self,
+        low: u64,
+        high: u64,
+        max_bytes: usize,
+    ) -> raft::Result<Vec<warren_store::Entry>> {
+        let mut out = Vec::new();
+        let mut from = low;
+        let mut bytes = 0usize;
+        while from < high && (bytes < max_bytes || out.is_empty()) {
             let got = self
                 .store
-                .read_range(self.log_id, from, index + 1, 8 << 20)
+                .read_range(
+                    self.log_id,
+                    from,
+                    high,
+                    max_bytes.saturating_sub(bytes).max(1),
+                )
                 .map_err(storage_error)?;
             if got.is_empty() {
                 return Err(raft::Error::Store(StorageError::Unavailable));
@@ -271,28 +306,12 @@ impl RaftLog {
                 if e.index != from {
                     return Err(storage_error(format!("log gap at {from}")));
                 }
-                bytes += e.payload.len() + 4;
-                entries.push(e.payload);
+                bytes += e.payload.len();
+                out.push(e);
                 from += 1;
             }
-            if bytes > crate::snapshot_transfer::CARRIED_BYTES_MAX {
-                tracing::warn!(
-                    group = self.log_id,
-                    bytes,
-                    "a follower's snapshot would carry too many live messages: it waits"
-                );
-                return Err(raft::Error::Store(
-                    StorageError::SnapshotTemporarilyUnavailable,
-                ));
-            }
         }
-        let carried = crate::snapshot_transfer::Carried {
-            machine: snapshot.data.to_vec(),
-            prev_term,
-            entries,
-        };
-        snapshot.data = carried.encode().into();
-        Ok(snapshot)
+        Ok(out)
     }
 
     /// Keeps `snapshot` as the latest (file first, atomically), then releases the log up to its
@@ -374,30 +393,10 @@ impl raft::Storage for RaftLog {
             return Ok(entries);
         }
         let max = max_size.min(usize::MAX as u64) as usize;
-        let mut out = Vec::new();
-        let mut from = low;
-        let mut bytes = 0usize;
-        while from < high {
-            let got = self
-                .store
-                .read_range(self.log_id, from, high, max.saturating_sub(bytes).max(1))
-                .map_err(storage_error)?;
-            if got.is_empty() {
-                return Err(raft::Error::Store(StorageError::Unavailable));
-            }
-            for e in got {
-                if e.index != from {
-                    return Err(storage_error(format!("log gap at {from}")));
-                }
-                bytes += e.payload.len();
-                out.push(Entry::parse_from_bytes(&e.payload).map_err(storage_error)?);
-                from += 1;
-            }
-            if bytes >= max {
-                break;
-            }
-        }
-        Ok(out)
+        self.read_stored(low, high, max)?
+            .iter()
+            .map(|e| Entry::parse_from_bytes(&e.payload).map_err(storage_error))
+            .collect()
     }
 
     fn term(&self, idx: u64) -> raft::Result<u64> {

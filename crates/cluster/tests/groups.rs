@@ -189,10 +189,15 @@ fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
 
 /// Opens `group` on every node with a recorder each.
 fn open(nodes: &[Node], group: u64) -> Vec<Recorder> {
+    open_with(nodes, group, Recorder::default)
+}
+
+/// Opens `group` on every node (founded by nodes 1 to 3) with a recorder `make` makes.
+fn open_with(nodes: &[Node], group: u64, make: impl Fn() -> Recorder) -> Vec<Recorder> {
     nodes
         .iter()
         .map(|n| {
-            let r = Recorder::default();
+            let r = make();
             n.groups.send(Input::Create {
                 group,
                 voters: vec![1, 2, 3],
@@ -462,21 +467,10 @@ fn a_member_back_from_a_cut_is_not_caught_up_until_it_applied_what_was_committed
 #[test]
 fn a_follower_behind_the_leaders_snapshot_catches_up_from_the_entries_it_still_keeps() {
     let (router, nodes) = cluster("behind-snapshot");
-    let rec: Vec<Recorder> = nodes
-        .iter()
-        .map(|n| {
-            let r = Recorder {
-                keeps_all: true,
-                ..Recorder::default()
-            };
-            n.groups.send(Input::Create {
-                group: 13,
-                voters: vec![1, 2, 3],
-                machine: Box::new(r.clone()),
-            });
-            r
-        })
-        .collect();
+    let rec = open_with(&nodes, 13, || Recorder {
+        keeps_all: true,
+        ..Recorder::default()
+    });
     let l = leader(&nodes, 13);
     let away = nodes.iter().find(|n| n.id != l).unwrap().id;
     router.cut.lock().unwrap().insert(away);
@@ -567,21 +561,10 @@ fn proposals_made_while_a_new_group_elects_its_first_leader_keep_their_order() {
 #[test]
 fn a_follower_behind_every_entry_the_leader_kept_gets_them_with_the_snapshot() {
     let (router, nodes) = cluster("carried");
-    let rec: Vec<Recorder> = nodes
-        .iter()
-        .map(|n| {
-            let r = Recorder {
-                keeps_recent: 30,
-                ..Recorder::default()
-            };
-            n.groups.send(Input::Create {
-                group: 15,
-                voters: vec![1, 2, 3],
-                machine: Box::new(r.clone()),
-            });
-            r
-        })
-        .collect();
+    let rec = open_with(&nodes, 15, || Recorder {
+        keeps_recent: 30,
+        ..Recorder::default()
+    });
     let l = leader(&nodes, 15);
     let away = nodes.iter().find(|n| n.id != l).unwrap().id;
     router.cut.lock().unwrap().insert(away);
@@ -631,18 +614,7 @@ fn a_member_added_catches_up_and_a_member_removed_no_longer_counts_for_a_majorit
         keeps_recent: 30,
         ..Recorder::default()
     };
-    let mut rec: Vec<Recorder> = nodes
-        .iter()
-        .map(|n| {
-            let r = recorder();
-            n.groups.send(Input::Create {
-                group: 17,
-                voters: vec![1, 2, 3],
-                machine: Box::new(r.clone()),
-            });
-            r
-        })
-        .collect();
+    let mut rec = open_with(&nodes, 17, recorder);
     let l = leader(&nodes, 17);
     let mut expected: Vec<Vec<u8>> = (0..200u32).map(|i| i.to_be_bytes().to_vec()).collect();
     for data in &expected {
