@@ -130,6 +130,12 @@ pub enum Input {
         group: u64,
         voters: Vec<u64>,
     },
+    /// Hands the group's leadership to `to` (a voter), as rabbitmq-queues rebalance does;
+    /// raft-rs forwards it to the leader from any member.
+    TransferLeader {
+        group: u64,
+        to: u64,
+    },
     /// This node is no longer among the queue's members: its replica stays until the group's
     /// leader (another member) has removed it from the voters, then closes and deletes its log.
     /// Closing at once could leave a two-member group without the majority that removal needs.
@@ -341,6 +347,13 @@ impl Runner {
                 self.touched.insert(group);
             }
             Input::Remove { group } => self.remove(group),
+            Input::TransferLeader { group, to } => {
+                if let Some(g) = self.groups.get_mut(&group) {
+                    g.wake();
+                    g.raw.transfer_leader(to);
+                    self.touched.insert(group);
+                }
+            }
             Input::Leave { group } => {
                 if let Some(g) = self.groups.get_mut(&group) {
                     g.leaving = Some(Instant::now());

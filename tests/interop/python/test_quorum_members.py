@@ -116,3 +116,33 @@ def test_grow_and_shrink_move_a_node_into_and_out_of_every_quorum_queue(cluster)
     conn = n3.connection()
     assert [b for _, b, _ in consume(conn, conn.channel(), "g1", 1)] == [b"x"]
     conn.close()
+
+
+def test_rebalance_spreads_the_leaders_of_queues_declared_through_one_node(cluster):
+    n1 = cluster.nodes[0]
+    ch = n1.connection().channel()
+    names = [f"r{i}" for i in range(6)]
+    for q in names:
+        ch.queue_declare(q, durable=True, arguments={"x-queue-type": "quorum",
+                                                    "x-queue-leader-locator": "client-local"})
+
+    def leaders():
+        return {q["name"]: q.get("leader") for q in n1.api("/api/queues") if q["name"] in names}
+
+    # Client-local: n1 is every queue's first member and stands at once.
+    eventually(lambda: set(leaders().values()) == {"n1"}, "n1 leads all six")
+    r = ctl(n1, "rebalance", "quorum")
+    assert r.returncode == 0, r.stderr
+    assert "4 of 6 quorum queues get a new leader" in r.stdout, r.stdout
+
+    def spread():
+        counts = {}
+        for leader in leaders().values():
+            counts[leader] = counts.get(leader, 0) + 1
+        return counts == {"n1": 2, "n2": 2, "n3": 2}
+    eventually(spread, "two leaders per node")
+    # Still queues: a publish through the old leader's node is confirmed and consumed.
+    publish_confirmed(n1, "r0", [b"after"])
+    conn = cluster.nodes[2].connection()
+    assert [b for _, b, _ in consume(conn, conn.channel(), "r0", 1)] == [b"after"]
+    conn.close()

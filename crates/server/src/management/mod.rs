@@ -83,6 +83,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
             "/api/warren/queues/{vhost}/{queue}/members",
             post(queue_members::add),
         )
+        .route("/api/warren/rebalance", post(queue_members::rebalance))
         .route(
             "/api/warren/queues/{vhost}/{queue}/members/{node}",
             axum::routing::delete(queue_members::delete),

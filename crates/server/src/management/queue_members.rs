@@ -1,7 +1,8 @@
 //! A quorum queue's members, changed as rabbitmq-queues' `add_member` and `delete_member` do
 //! (`warren ctl` builds `grow` and `shrink` from them): `POST` and `DELETE` on
-//! `/api/warren/queues/{vhost}/{queue}/members[/{node}]`. RabbitMQ has no HTTP API for these;
-//! the paths are warren's own, beside `/api/warren/cluster`.
+//! `/api/warren/queues/{vhost}/{queue}/members[/{node}]`; and `POST /api/warren/rebalance`,
+//! rabbitmq-queues' `rebalance quorum`. RabbitMQ has no HTTP API for these; the paths are
+//! warren's own, beside `/api/warren/cluster`.
 //!
 //! The change is a metadata command ([`Command::QueueMembers`]): once it is applied, the
 //! joining node's replica is open and the queue's leader is moving the Raft group's voters to
@@ -110,4 +111,66 @@ async fn change(
         Ok(_) => (StatusCode::OK, Json(json!({ "members": members }))).into_response(),
         Err(e) => amqp_error(&e),
     }
+}
+
+/// `POST /api/warren/rebalance`: moves quorum queue leaders from nodes that lead more than
+/// their share to members that lead fewer, as rabbitmq-queues rebalance. It sees the queues
+/// this node holds a replica of (every one, with the default group size of 3 on 3 nodes);
+/// each move is a Raft leadership transfer, done when the answer goes out or soon after.
+pub async fn rebalance(State(s): Api, headers: HeaderMap) -> Response {
+    if let Err(r) = auth::admin(&s, &headers) {
+        return r;
+    }
+    let Some(cluster) = &s.cluster else {
+        return error(StatusCode::BAD_REQUEST, "this node is not clustered");
+    };
+    let running = |name: &str| cluster.is_node_running(name).unwrap_or(false);
+    // (group, running members' ids, leader id) of every queue with a replica here.
+    let mut queues = Vec::new();
+    for (_, v) in s.broker.vhosts() {
+        let v = v.lock().expect("vhost lock");
+        for (_, log_id, members) in v.replicated_queues() {
+            let group = warren_cluster::replicas::group_id(log_id);
+            let Some(view) = cluster.queue_groups().view(group) else {
+                continue;
+            };
+            if view.leader == 0 {
+                continue;
+            }
+            let ids: Vec<u64> = members
+                .iter()
+                .filter(|m| running(m))
+                .filter_map(|m| cluster.member_id(m))
+                .collect();
+            queues.push((group, ids, view.leader));
+        }
+    }
+    let mut leads: std::collections::BTreeMap<u64, usize> = std::collections::BTreeMap::new();
+    for (_, ids, leader) in &queues {
+        for id in ids {
+            leads.entry(*id).or_default();
+        }
+        *leads.entry(*leader).or_default() += 1;
+    }
+    let share = queues.len().div_ceil(leads.len().max(1));
+    let mut moved = 0;
+    for (group, ids, leader) in &queues {
+        if leads[leader] <= share {
+            continue;
+        }
+        let Some(&to) = ids
+            .iter()
+            .filter(|id| leads[id] < share)
+            .min_by_key(|id| leads[id])
+        else {
+            continue;
+        };
+        cluster
+            .queue_groups()
+            .send(warren_cluster::groups::Input::TransferLeader { group: *group, to });
+        *leads.get_mut(leader).expect("counted") -= 1;
+        *leads.get_mut(&to).expect("counted") += 1;
+        moved += 1;
+    }
+    Json(json!({ "queues": queues.len(), "moved": moved })).into_response()
 }

@@ -2,7 +2,7 @@
 //! member of a queue's Raft group and its role), `check_if_node_is_quorum_critical` (whether
 //! stopping the node would leave a quorum queue, or the cluster's metadata, without a majority),
 //! `add_member` and `delete_member` (one queue), `grow` and `shrink` (a node into or out of
-//! every quorum queue that matches), spoken to the management API as the rest of ctl is.
+//! every quorum queue that matches), `rebalance` (leaders spread over the nodes), spoken to the management API as the rest of ctl is.
 
 use super::{encode_segment as seg, expect_ok, request, Endpoint};
 use clap::Subcommand;
@@ -44,6 +44,12 @@ pub enum QueuesCommand {
         vhost_pattern: String,
         #[arg(long = "queue-pattern", default_value = ".*")]
         queue_pattern: String,
+    },
+    /// Moves quorum queue leaders so that each node leads its share, as rabbitmq-queues
+    /// rebalance (`quorum` or `all`: warren's classic queues have no leaders to move).
+    Rebalance {
+        #[arg(value_parser = ["quorum", "all"])]
+        kind: String,
     },
     /// Removes NODE from every quorum queue it is a member of (but never a queue's last
     /// member), as rabbitmq-queues shrink.
@@ -150,6 +156,20 @@ pub fn run(ep: &Endpoint, command: QueuesCommand) -> Result<(), String> {
                     add_member(ep, &vhost, &name, &node).map_or_else(|e| e, |()| "ok".into());
                 println!("{vhost}\t{name}\t{}\t{result}", members.len() + 1);
             }
+        }
+        QueuesCommand::Rebalance { kind: _ } => {
+            println!("Re-balancing leaders of quorum queues...");
+            let v: Value = serde_json::from_str(&expect_ok(request(
+                ep,
+                "POST",
+                "/api/warren/rebalance",
+                None,
+            )?)?)
+            .map_err(|e| format!("unreadable answer from /api/warren/rebalance: {e}"))?;
+            println!(
+                "{} of {} quorum queues get a new leader",
+                v["moved"], v["queues"]
+            );
         }
         QueuesCommand::Shrink { node, errors_only } => {
             println!("Shrinking quorum queues on {node}...");
