@@ -146,6 +146,8 @@ pub fn carry_out_for(
 /// How long a queue's node may take to apply a declare made through another node before the
 /// declare-ok goes out anyway (a node that far behind is likely being cut off).
 pub const CATCH_UP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+/// How many times a declare waits [`CATCH_UP_TIMEOUT`] for the queue's node to apply it.
+const CATCH_UP_ATTEMPTS: usize = 4;
 
 /// The error RabbitMQ gives for a queue whose node is down.
 pub fn home_node_down(node: &str, queue: &str, vhost: &str) -> AmqpError {
@@ -202,7 +204,16 @@ pub async fn call(
 /// declare request) for the declare-ok. Zero counts if it does not answer.
 pub async fn declared_there(cluster: &Arc<Cluster>, peer: u64, declare: Request) -> (u32, u32) {
     let index = cluster.applied_index();
-    let _ = call(cluster.messaging(), peer, Request::Applied { index }).await;
+    // A peer slow to apply (a loaded machine) answers that it has not caught up yet: asked
+    // again, rather than declare-ok going out before the queue exists there (the client's
+    // next passive declare got 404 from it).
+    for _ in 0..CATCH_UP_ATTEMPTS {
+        if let Ok(Response::Done) =
+            call(cluster.messaging(), peer, Request::Applied { index }).await
+        {
+            break;
+        }
+    }
     match call(cluster.messaging(), peer, declare).await {
         Ok(Response::Declared {
             messages,
