@@ -174,8 +174,9 @@ pub(crate) struct State {
     /// is, the writer lets them wait for the next batch (or [`crate::wal::LAZY_WRITE_AFTER`])
     /// rather than sync for them.
     pub lazy_pending: usize,
-    /// A [`Store::sync`] caller waits: lazy records are written now too.
-    pub sync_wanted: bool,
+    /// The newest record a [`Store::sync`] caller waits for: lazy records up to it are written
+    /// now too.
+    pub sync_target: u64,
     /// Submission number of the next record.
     pub next_seq: u64,
     /// Every record up to this submission number is durable.
@@ -219,7 +220,7 @@ impl State {
             pending: Vec::new(),
             pending_bytes: 0,
             lazy_pending: 0,
-            sync_wanted: false,
+            sync_target: 0,
             next_seq: 1,
             synced_seq: 0,
             fifo: VecDeque::new(),
@@ -940,8 +941,8 @@ impl Store {
     pub fn sync(&self) -> Result<()> {
         let mut st = self.shared.lock();
         let target = st.next_seq - 1;
-        if st.synced_seq < target && !st.sync_wanted {
-            st.sync_wanted = true;
+        if st.synced_seq < target && st.sync_target < target {
+            st.sync_target = target;
             self.shared.writer_cv.notify_one();
         }
         loop {
@@ -1118,8 +1119,17 @@ mod tests {
         store.sync().unwrap();
         faults.hold_writer.store(true, Ordering::Relaxed);
         store.set_hard_state(7, hs(3)).unwrap();
-        store.shared.lock().sync_wanted = true;
-        assert!(crate::wal::must_write(&store.shared.lock()), "a sync waits");
+        let last = store.shared.lock().next_seq - 1;
+        store.shared.lock().sync_target = last - 1;
+        assert!(
+            !crate::wal::must_write(&store.shared.lock()),
+            "a sync of earlier records"
+        );
+        store.shared.lock().sync_target = last;
+        assert!(
+            crate::wal::must_write(&store.shared.lock()),
+            "a sync waits for it"
+        );
         faults.hold_writer.store(false, Ordering::Relaxed);
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);

@@ -165,8 +165,6 @@ fn write_batches(shared: &Arc<Shared>, mut wal: WalFile) {
             last_sync_started = Instant::now();
             take_batch(&mut st.pending, &mut batch);
             st.lazy_pending = st.pending.iter().filter(|op| op.lazy).count();
-            // What a sync waits for may be left beyond one batch's limits.
-            st.sync_wanted &= !st.pending.is_empty();
             st.pending_bytes -= batch.iter().map(|op| op.payload.len()).sum::<usize>();
             st.wake_room_waiters();
         }
@@ -298,7 +296,10 @@ fn write_batches(shared: &Arc<Shared>, mut wal: WalFile) {
 /// vote, a release), a sync is asked for, or the file is to roll or the engine to stop.
 pub(crate) fn must_write(st: &crate::store::State) -> bool {
     st.pending.len() > st.lazy_pending
-        || (st.sync_wanted && !st.pending.is_empty())
+        || st
+            .pending
+            .first()
+            .is_some_and(|op| op.seq <= st.sync_target)
         || st.roll_requested
         || st.shutdown
 }
