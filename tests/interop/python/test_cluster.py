@@ -118,7 +118,10 @@ class Cluster:
     def __init__(self, size=3, extra_args=()):
         self.extra_args = list(extra_args)
         self.dir = tempfile.mkdtemp(prefix="warren-cluster-")
-        self.ports = [tuple(free_ports(3)) for _ in range(size)]
+        # One call for every node: ports from separate calls can repeat (each call's sockets
+        # are closed before the next binds), and two nodes then fought over one port.
+        ports = free_ports(3 * size)
+        self.ports = [tuple(ports[3 * i:3 * i + 3]) for i in range(size)]
         self.nodes = [Node(self, i) for i in range(size)]
 
     def start(self):

@@ -131,16 +131,25 @@ def test_rebalance_spreads_the_leaders_of_queues_declared_through_one_node(clust
 
     # Client-local: n1 is every queue's first member and stands at once.
     eventually(lambda: set(leaders().values()) == {"n1"}, "n1 leads all six")
-    r = ctl(n1, "rebalance", "quorum")
-    assert r.returncode == 0, r.stderr
-    assert "4 of 6 quorum queues get a new leader" in r.stdout, r.stdout
 
     def spread():
         counts = {}
         for leader in leaders().values():
             counts[leader] = counts.get(leader, 0) + 1
         return counts == {"n1": 2, "n2": 2, "n3": 2}
-    eventually(spread, "two leaders per node")
+
+    def rebalanced():
+        # Asked again until done: a queue whose group has not reported its first leader to
+        # n1 yet is left out of a round (rebalance moves only the leaders it knows).
+        r = ctl(n1, "rebalance", "quorum")
+        assert r.returncode == 0, r.stderr
+        assert "quorum queues get a new leader" in r.stdout, r.stdout
+        try:
+            eventually(spread, "two leaders per node", deadline_s=5)
+            return True
+        except AssertionError:
+            return False
+    eventually(rebalanced, "a rebalance that leaves two leaders per node")
     # Still queues: a publish through the old leader's node is confirmed and consumed.
     publish_confirmed(n1, "r0", [b"after"])
     conn = cluster.nodes[2].connection()
