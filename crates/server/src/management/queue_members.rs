@@ -9,7 +9,7 @@
 //! match, one node at a time (see `warren_cluster::groups`). The answer does not wait for the
 //! new member to catch up: `quorum_status` shows when it has.
 
-use super::{amqp_error, auth, error, Api};
+use super::{amqp_error, auth, error, Api, Body};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -28,7 +28,7 @@ pub async fn add(
     State(s): Api,
     headers: HeaderMap,
     Path((vhost, queue)): Path<(String, String)>,
-    Json(body): Json<MemberBody>,
+    Body(body): Body<MemberBody>,
 ) -> Response {
     change(&s, &headers, &vhost, &queue, &body.node, true).await
 }
