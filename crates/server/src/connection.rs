@@ -476,12 +476,7 @@ impl Connection {
                 continue;
             }
             if let Some(peer) = self.held_by_peer.take() {
-                // Credit flow between nodes: a publisher to a slow node's queues waits for it.
-                if let Some(cluster) = self.shared.cluster.clone() {
-                    while cluster.messaging().is_congested(peer) && !*shutdown.borrow() {
-                        tokio::time::sleep(Duration::from_millis(1)).await;
-                    }
-                }
+                self.wait_for_peer(peer, &shutdown).await;
             }
             if held {
                 let state = *alarm.borrow();

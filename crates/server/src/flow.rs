@@ -4,8 +4,9 @@
 //!
 //! In warren a queue takes a message into its state synchronously, under the vhost lock, while
 //! the publish is handled; what it has not taken yet is the message's place in the storage
-//! engine. A persistent message to a durable queue (or any message bound for another node's
-//! queue) is handed to the WAL writer, which makes it durable at its next group commit. Until
+//! engine. A persistent message to a durable queue is handed to the WAL writer, which makes it
+//! durable at its next group commit (a publish forwarded to another node's queue waits on the
+//! link to that node instead: [`Connection::wait_for_peer`], shown as flow too). Until
 //! then the engine holds the bytes in memory, and an unconfirmed publisher faster than the disk
 //! could keep the engine at its node-wide pending bound (`PENDING_BYTES_MAX`), where every
 //! publisher on the node waits on the WAL writer under its vhost's lock. So each connection is
@@ -82,7 +83,8 @@ impl Flow {
     /// per log). Asks the engine, not the durability notifications, because a log deleted
     /// before its appends were synced (its queue was deleted) is never reported durable; also
     /// true once the engine stopped, as nothing more will sync. Forwards to other nodes (pseudo
-    /// logs the engine does not know) count as taken here: `held_by_peer` holds those back.
+    /// logs the engine does not know) count as taken here: [`Connection::wait_for_peer`] holds
+    /// those back.
     fn caught_up(&mut self, store: Option<&Store>, durability: &Durability) -> bool {
         let synced = |&(log, index): &(u64, u64)| {
             store
@@ -171,6 +173,32 @@ impl Connection {
             entry.flow.release();
         }
         carry_on
+    }
+}
+
+impl Connection {
+    /// Credit flow between nodes: a publisher to a slow node's queues waits until the link to
+    /// it drains, and shows as in flow meanwhile.
+    pub(crate) async fn wait_for_peer(
+        &mut self,
+        peer: u64,
+        shutdown: &tokio::sync::watch::Receiver<bool>,
+    ) {
+        let Some(cluster) = self.shared.cluster.clone() else {
+            return;
+        };
+        if !cluster.messaging().is_congested(peer) {
+            return;
+        }
+        if let Some(entry) = &self.registered {
+            entry.flow.throttle();
+        }
+        while cluster.messaging().is_congested(peer) && !*shutdown.borrow() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        if let Some(entry) = &self.registered {
+            entry.flow.release();
+        }
     }
 }
 
