@@ -14,9 +14,9 @@
 //! not yet synced: past either, its reader stops before the next frame and waits for the engine's
 //! durability notifications, the way RabbitMQ's reader stops reading its socket.
 //!
-//! Cost on the data path: a publish that appends adds one comparison per log it appended to
-//! (usually one) and two additions; a transient publish (nothing appended) adds one emptiness
-//! check. The reader adds one comparison per frame. Nothing here takes a lock or an atomic
+//! Cost on the data path: a publish that appends adds two additions and a look through the
+//! logs the connection has pending (usually one); a transient publish (nothing appended) adds
+//! one emptiness check. The reader adds one comparison per frame. Nothing here takes a lock or an atomic
 //! unless the bound was crossed.
 //!
 //! What it does not bound: transient messages held in a queue's memory (RabbitMQ neither: those
