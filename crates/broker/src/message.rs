@@ -121,38 +121,65 @@ pub fn parse_expiration(raw: &[u8]) -> Result<u64, InvalidExpiration> {
 const STORED_VERSION: u8 = 2;
 /// Flag: an expiry follows the properties.
 const STORED_HAS_EXPIRY: u8 = 1;
+/// Flag: BCC routing keys follow the expiry, so a message read back from disk and
+/// dead-lettered without a new routing key still goes to them. A flag rather than a new
+/// version: messages without BCC (almost all) are stored as before, and older logs read as
+/// they were.
+const STORED_HAS_BCC: u8 = 2;
 
 /// Encodes a message for a durable queue's log: what recovery needs to rebuild it. `expires_at`
 /// is wall-clock milliseconds since the Unix epoch (0: never), so a TTL survives a restart.
 ///
 /// Layout: version u8, flags u8, exchange (u8 len + bytes), routing key (u8 len + bytes),
-/// properties (LEB128 len + bytes), expires_at u64 big endian if flagged, body (the rest).
+/// properties (LEB128 len + bytes), expires_at u64 big endian if flagged, BCC keys if flagged
+/// (LEB128 count, then each as LEB128 len + bytes), body (the rest).
 pub fn encode_stored(m: &Message, expires_at_unix_ms: u64) -> Bytes {
+    let bcc_bytes: usize = m.bcc.iter().map(|k| 5 + k.len()).sum();
     let mut out = Vec::with_capacity(
-        2 + 2 + m.exchange.len() + m.routing_key.len() + 5 + m.properties.len() + 8 + m.body.len(),
+        2 + 2
+            + m.exchange.len()
+            + m.routing_key.len()
+            + 5
+            + m.properties.len()
+            + 8
+            + bcc_bytes
+            + m.body.len(),
     );
     out.push(STORED_VERSION);
-    out.push(if expires_at_unix_ms != 0 {
-        STORED_HAS_EXPIRY
-    } else {
-        0
-    });
+    let mut flags = 0;
+    if expires_at_unix_ms != 0 {
+        flags |= STORED_HAS_EXPIRY;
+    }
+    if !m.bcc.is_empty() {
+        flags |= STORED_HAS_BCC;
+    }
+    out.push(flags);
     out.push(m.exchange.len() as u8);
     out.extend_from_slice(&m.exchange);
     out.push(m.routing_key.len() as u8);
     out.extend_from_slice(&m.routing_key);
-    let mut len = m.properties.len();
-    while len >= 0x80 {
-        out.push((len as u8 & 0x7f) | 0x80);
-        len >>= 7;
-    }
-    out.push(len as u8);
+    push_leb128(&mut out, m.properties.len());
     out.extend_from_slice(&m.properties);
     if expires_at_unix_ms != 0 {
         out.extend_from_slice(&expires_at_unix_ms.to_be_bytes());
     }
+    if !m.bcc.is_empty() {
+        push_leb128(&mut out, m.bcc.len());
+        for key in &m.bcc {
+            push_leb128(&mut out, key.len());
+            out.extend_from_slice(key);
+        }
+    }
     out.extend_from_slice(&m.body);
     Bytes::from(out)
+}
+
+fn push_leb128(out: &mut Vec<u8>, mut n: usize) {
+    while n >= 0x80 {
+        out.push((n as u8 & 0x7f) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
 }
 
 /// The inverse of [`encode_stored`]; `None` when the bytes are not a stored message (the
@@ -178,26 +205,41 @@ pub fn decode_stored(raw: &Bytes) -> Option<(Message, u64)> {
     let exchange = take(&mut at, n)?;
     let n = byte(&mut at)? as usize;
     let routing_key = take(&mut at, n)?;
-    let mut n = 0usize;
-    for shift in (0..35).step_by(7) {
-        let b = byte(&mut at)?;
-        n |= ((b & 0x7f) as usize) << shift;
-        if b & 0x80 == 0 {
-            break;
+    let leb128 = |at: &mut usize| -> Option<usize> {
+        let mut n = 0usize;
+        for shift in (0..35).step_by(7) {
+            let b = byte(at)?;
+            n |= ((b & 0x7f) as usize) << shift;
+            if b & 0x80 == 0 {
+                return Some(n);
+            }
         }
-    }
+        None
+    };
+    let n = leb128(&mut at)?;
     let properties = take(&mut at, n)?;
     let expires_at = if flags & STORED_HAS_EXPIRY != 0 {
         u64::from_be_bytes(take(&mut at, 8)?[..].try_into().ok()?)
     } else {
         0
     };
+    let mut bcc = Vec::new();
+    if flags & STORED_HAS_BCC != 0 {
+        let count = leb128(&mut at)?;
+        // Each key takes at least its length byte: a count beyond that is not ours.
+        if count > raw.len() - at {
+            return None;
+        }
+        for _ in 0..count {
+            let n = leb128(&mut at)?;
+            bcc.push(take(&mut at, n)?);
+        }
+    }
     let body = raw.slice(at..);
     let props = Properties::decode(&properties).ok()?;
-    Some((
-        Message::new(exchange, routing_key, properties, &props, body),
-        expires_at,
-    ))
+    let mut message = Message::new(exchange, routing_key, properties, &props, body);
+    message.bcc = bcc;
+    Some((message, expires_at))
 }
 
 #[cfg(test)]
@@ -231,6 +273,37 @@ mod stored_tests {
         assert!(back.persistent);
         assert_eq!(back.priority, 3);
         assert!(decode_stored(&raw.slice(..5)).is_none());
+    }
+
+    #[test]
+    fn bcc_keys_are_stored_with_the_message_and_read_back() {
+        let props = Properties {
+            delivery_mode: Some(2),
+            ..Default::default()
+        }
+        .encode();
+        let p = Properties::decode(&props).unwrap();
+        let mut m = Message::new(
+            Bytes::new(),
+            Bytes::from_static(b"rk"),
+            props,
+            &p,
+            Bytes::from_static(b"body"),
+        );
+        m.bcc = vec![Bytes::from_static(b"b1"), Bytes::from("k".repeat(300))];
+        for expires in [0, 99] {
+            let raw = encode_stored(&m, expires);
+            let (back, e) = decode_stored(&raw).unwrap();
+            assert_eq!(
+                (e, &back.bcc, &back.body[..]),
+                (expires, &m.bcc, &b"body"[..])
+            );
+        }
+        let raw = encode_stored(&m, 0);
+        let body_at = raw.len() - 4;
+        for cut in 0..body_at {
+            assert!(decode_stored(&raw.slice(..cut)).is_none(), "cut at {cut}");
+        }
     }
 
     #[test]

@@ -311,6 +311,7 @@ impl Connection {
                 message.body.clone(),
             )
         });
+        let message_bytes = (message.body.len() + message.properties.len()) as u64;
         let (outcome, stored) = {
             let mut v = self.vhost.lock().expect("vhost lock");
             let outcome = v.publish(key, exchange, message, props, now);
@@ -340,6 +341,9 @@ impl Connection {
             }
             (outcome, stored)
         };
+        if let Ok(appended) = &stored {
+            self.flow.handed(appended, message_bytes);
+        }
         let outcome = outcome?;
         let counters = &self.shared.counters;
         counters

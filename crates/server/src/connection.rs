@@ -93,6 +93,8 @@ pub struct Connection {
     pub tx_waits: Option<Vec<(u64, u64)>>,
     /// This connection in the node's registry (`None` for the management API's own).
     pub registered: Option<Arc<crate::registry::Entry>>,
+    /// What this connection handed its queues' storage that it has not synced yet.
+    pub flow: crate::flow::Flow,
 }
 
 /// Serves one socket accepted on the plain listener until it closes.
@@ -228,6 +230,7 @@ pub async fn serve_stream<R, W>(
         held_by_peer: None,
         tx_waits: None,
         registered: Some(entry.clone()),
+        flow: Default::default(),
     };
     tracing::debug!(conn = id, %peer, user = %c.user, vhost = %c.vhost_name, "connection opened");
     shared.connections_open.fetch_add(1, Ordering::Relaxed);
@@ -291,6 +294,7 @@ impl Connection {
             held_by_peer: None,
             tx_waits: None,
             registered: None,
+            flow: Default::default(),
         }
     }
 }
@@ -407,7 +411,12 @@ impl Connection {
         let mut last_read = Instant::now();
         loop {
             let mut held = false;
+            let mut throttled = false;
             loop {
+                if self.flow.over() && !self.closing {
+                    throttled = true;
+                    break;
+                }
                 // Under the memory alarm a publish is not even read, as RabbitMQ blocks the
                 // connection at its first publish; other methods (declares, acks) go on.
                 if alarm.borrow().any() && !self.closing && starts_with_publish(buf) {
@@ -459,13 +468,15 @@ impl Connection {
                 wait_close_ok(rd, buf).await;
                 return;
             }
-            if let Some(peer) = self.held_by_peer.take() {
-                // Credit flow between nodes: a publisher to a slow node's queues waits for it.
-                if let Some(cluster) = self.shared.cluster.clone() {
-                    while cluster.messaging().is_congested(peer) && !*shutdown.borrow() {
-                        tokio::time::sleep(Duration::from_millis(1)).await;
-                    }
+            if throttled {
+                if !self.wait_for_queues(&mut durable, &mut shutdown).await {
+                    return;
                 }
+                last_read = Instant::now();
+                continue;
+            }
+            if let Some(peer) = self.held_by_peer.take() {
+                self.wait_for_peer(peer, &shutdown).await;
             }
             if held {
                 let state = *alarm.borrow();
@@ -555,7 +566,7 @@ impl Connection {
         }
     }
 
-    fn shutdown(&mut self) {
+    pub(crate) fn shutdown(&mut self) {
         if !self.closing {
             self.fault(Fault::Connection(
                 AmqpError::new(

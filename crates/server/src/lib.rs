@@ -7,6 +7,8 @@
 //! - [`channel`]: what each method on an open channel does (permissions, reply codes);
 //!   [`access`]: where it and the handshake enforce limits and topic permissions;
 //!   [`transactions`]: acks, nacks and rejects, and the tx class that holds them back.
+//! - [`flow`]: publisher flow control: a connection whose appends the storage engine has not
+//!   synced yet stops being read past a bound.
 //! - [`writer`]: drains a connection's outbox into its socket, sends heartbeats.
 //! - [`alarms`]: memory, disk and storage-failure alarms that block publishers; [`memory`]:
 //!   memory readings.
@@ -45,6 +47,7 @@ pub mod definitions;
 pub mod definitions_import;
 pub mod durability;
 pub mod fault_injection;
+pub mod flow;
 mod handshake;
 pub mod management;
 pub mod memory;

@@ -36,6 +36,8 @@ pub struct Entry {
     pub tls: bool,
     /// Unix time in ms when the connection opened.
     pub connected_at_ms: u64,
+    /// Whether publisher flow control holds this connection back (see `crate::flow`).
+    pub flow: crate::flow::FlowState,
     close: Notify,
     close_reason: Mutex<Option<String>>,
 }
@@ -76,6 +78,7 @@ impl Entry {
             heartbeat_s,
             tls,
             connected_at_ms,
+            flow: Default::default(),
             close: Notify::new(),
             close_reason: Mutex::new(None),
         }

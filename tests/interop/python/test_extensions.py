@@ -130,6 +130,40 @@ def test_bcc_header_routes_to_extra_keys_and_is_removed(ch, name):
     ch.exchange_delete(name)
 
 
+@pytest.mark.restart
+def test_bcc_keys_survive_a_restart_and_route_the_dead_lettered_message(broker, name):
+    """A persistent message read back from disk and dead-lettered without a new routing key
+    goes to its BCC keys too (RabbitMQ keeps them in the stored message's routing keys)."""
+    c = broker.connect()
+    ch = c.channel()
+    ch.exchange_declare(name, "direct", durable=True)
+    ch.exchange_declare(name + ".dlx", "direct", durable=True)
+    ch.queue_declare(name, durable=True, arguments={"x-dead-letter-exchange": name + ".dlx"})
+    ch.queue_bind(name, name, routing_key="main")
+    ch.queue_declare(name + ".dead", durable=True)
+    # Only the BCC key leads to the dead-letter queue.
+    ch.queue_bind(name + ".dead", name + ".dlx", routing_key="hidden")
+    ch.confirm_delivery()
+    ch.basic_publish(name, "main", b"m",
+                     pika.BasicProperties(delivery_mode=2, headers={"BCC": ["hidden"]}))
+    c.close()
+    broker.restart()
+    c = broker.connect()
+    ch = c.channel()
+    try:
+        m, _, body = get(ch, name, auto_ack=False)
+        assert body == b"m"
+        ch.basic_reject(m.delivery_tag, requeue=False)
+        _, p, body = get(ch, name + ".dead")
+        assert body == b"m" and "BCC" not in (p.headers or {})
+    finally:
+        for q in (name, name + ".dead"):
+            ch.queue_delete(q)
+        for x in (name, name + ".dlx"):
+            ch.exchange_delete(x)
+        c.close()
+
+
 def test_cc_and_bcc_to_the_same_queue_deliver_once(ch, name):
     q = ch.queue_declare("", exclusive=True).method.queue
     ch.queue_bind(q, "amq.direct", routing_key=name + "a")

@@ -45,7 +45,7 @@ fn connection_json(s: &Shared, e: &Entry, channels: usize) -> Value {
         "name": e.name,
         "node": s.node_name(),
         "type": "network",
-        "state": "running",
+        "state": e.flow.state(),
         "protocol": "AMQP 0-9-1",
         "user": e.user,
         "vhost": e.vhost,

@@ -70,6 +70,7 @@ struct Readings {
     node: String,
     cluster: String,
     connections: u64,
+    connections_flow: u64,
     published: u64,
     confirmed: u64,
     unroutable: u64,
@@ -109,6 +110,12 @@ impl Readings {
             node: s.node_name().to_string(),
             cluster,
             connections: s.connections_open.load(Ordering::Relaxed) as u64,
+            connections_flow: s
+                .connections
+                .list()
+                .iter()
+                .filter(|e| e.flow.in_flow())
+                .count() as u64,
             published: load(&c.published),
             confirmed: load(&c.confirmed),
             unroutable: load(&c.unroutable),
@@ -590,6 +597,12 @@ impl Node {
             "warren_connections",
             "AMQP connections open",
             r.connections,
+        )?;
+        gauge(
+            enc,
+            "warren_connections_flow",
+            "AMQP connections held back by publisher flow control (now or within the last second)",
+            r.connections_flow,
         )?;
         for (name, on) in r.alarms {
             let metric = format!("warren_alarms_{name}");
