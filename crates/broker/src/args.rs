@@ -32,6 +32,9 @@ pub struct QueueConfig {
     pub single_active_consumer: bool,
     pub queue_type: QueueType,
     pub delivery_limit: Option<u64>,
+    /// `x-dead-letter-strategy=at-least-once` (quorum queues only; see
+    /// `quorum::dead_letters`).
+    pub dead_letter_at_least_once: bool,
     pub lazy: bool,
     pub max_in_memory_length: Option<u64>,
     pub max_in_memory_bytes: Option<u64>,
@@ -200,6 +203,7 @@ impl QueueConfig {
                     if s != "at-most-once" && s != "at-least-once" {
                         return Err(bad(key, "invalid_dlx_strategy".into()));
                     }
+                    c.dead_letter_at_least_once = s == "at-least-once";
                 }
                 "x-overflow" => {
                     c.overflow = match text(key, v)?.as_str() {

@@ -186,6 +186,11 @@ const KEYS: &[(&str, Check, &str)] = &[
         "is not a valid dead letter routing key",
     ),
     (
+        "dead-letter-strategy",
+        Check::OneOf(&["at-most-once", "at-least-once"]),
+        "is not a valid dead letter strategy",
+    ),
+    (
         "delivery-limit",
         Check::IntAtLeast(0),
         "is not a valid delivery limit",

@@ -72,6 +72,12 @@ enum Action {
         node: usize,
     },
     Tick,
+    /// `SettleDeadLetters` of `n` waiting dead letters from the `skip`th; `n == 0` names an id
+    /// that is not waiting.
+    SettleDeadLetters {
+        n: usize,
+        skip: usize,
+    },
 }
 
 fn action() -> impl Strategy<Value = Action> {
@@ -92,6 +98,7 @@ fn action() -> impl Strategy<Value = Action> {
         1 => Just(Action::Purge),
         1 => (0..NODES.len()).prop_map(|node| Action::NodeDown { node }),
         1 => Just(Action::Tick),
+        2 => (0usize..3, 0usize..2).prop_map(|(n, skip)| Action::SettleDeadLetters { n, skip }),
     ]
 }
 
@@ -104,22 +111,27 @@ fn queue_config() -> impl Strategy<Value = QuorumConfig> {
         prop::option::weighted(0.3, 0u64..3),
         any::<bool>(),
         prop::bool::weighted(0.3),
+        any::<bool>(),
     )
         .prop_map(
-            |(max_length, max_length_bytes, reject, ttl, delivery_limit, dlx, sac)| QuorumConfig {
-                vhost: "/".into(),
-                name: "q".into(),
-                max_length,
-                max_length_bytes,
-                overflow: if reject {
-                    OverflowMode::RejectPublish
-                } else {
-                    OverflowMode::DropHead
-                },
-                message_ttl_ms: ttl,
-                delivery_limit,
-                dead_letter_exchange: dlx,
-                single_active_consumer: sac,
+            |(max_length, max_length_bytes, reject, ttl, delivery_limit, dlx, sac, alo)| {
+                QuorumConfig {
+                    vhost: "/".into(),
+                    name: "q".into(),
+                    max_length,
+                    max_length_bytes,
+                    overflow: if reject {
+                        OverflowMode::RejectPublish
+                    } else {
+                        OverflowMode::DropHead
+                    },
+                    message_ttl_ms: ttl,
+                    delivery_limit,
+                    dead_letter_exchange: dlx,
+                    // As QuorumConfig::new takes it: only with reject-publish.
+                    dead_letter_at_least_once: dlx && reject && alo,
+                    single_active_consumer: sac,
+                }
             },
         )
 }
@@ -208,6 +220,13 @@ fn resolve(q: &QuorumQueue, action: &Action, seq: u64) -> Op {
             node: NODES[node].into(),
         },
         Action::Tick => Op::Tick,
+        Action::SettleDeadLetters { n, skip } => Op::SettleDeadLetters {
+            ids: if n == 0 {
+                vec![u64::MAX]
+            } else {
+                q.discards().skip(skip).take(n).map(|(id, _)| id).collect()
+            },
+        },
     }
 }
 
@@ -215,6 +234,8 @@ fn resolve(q: &QuorumQueue, action: &Action, seq: u64) -> Op {
 enum Place {
     Ready,
     Held(ConsumerId, MsgId),
+    /// A dead letter of an at-least-once queue, waiting for its settle.
+    Discarded(u64),
 }
 
 /// Where every live message is, asserting none is in two places.
@@ -232,6 +253,10 @@ fn places(q: &QuorumQueue) -> BTreeMap<u64, Place> {
             let old = out.insert(m.index, Place::Held(id.clone(), *msg_id));
             assert!(old.is_none(), "{} held by {id:?} and {old:?}", m.index);
         }
+    }
+    for (id, d) in q.discards() {
+        let old = out.insert(d.index, Place::Discarded(id));
+        assert!(old.is_none(), "{} discarded and {old:?}", d.index);
     }
     out
 }
@@ -339,7 +364,23 @@ impl Checker {
                     self.before.contains_key(i) || entered.contains(i),
                     "dead {i} was not live"
                 );
-                assert!(!after.contains_key(i), "dead {i} still live");
+                assert!(
+                    !matches!(self.before.get(i), Some(Place::Discarded(_))),
+                    "{i} died again"
+                );
+                let held = match e {
+                    Effect::DeadLetter { held, .. } => *held,
+                    _ => None,
+                };
+                assert_eq!(
+                    held.is_some(),
+                    q.config().dead_letter_at_least_once,
+                    "kept exactly when at least once"
+                );
+                match held {
+                    Some(id) => assert_eq!(after.get(i), Some(&Place::Discarded(id))),
+                    None => assert!(!after.contains_key(i), "dead {i} still live"),
+                }
             }
         }
         let purged_count = effects.iter().find_map(|e| match e {
@@ -363,10 +404,15 @@ impl Checker {
                 ) => c == consumer && msg_ids.contains(id),
                 _ => false,
             };
+            let settled_dead_letter = match (op, place) {
+                (Op::SettleDeadLetters { ids }, Some(Place::Discarded(id))) => ids.contains(id),
+                _ => false,
+            };
             let reasons = [
-                dead.contains(&i),
+                dead.contains(&i) && !matches!(place, Some(Place::Discarded(_))),
                 settled_on_delivery.contains(&i),
                 settled_by_ack,
+                settled_dead_letter,
             ];
             let explained = reasons.iter().filter(|r| **r).count();
             assert!(explained <= 1, "{i} gone for two reasons: {reasons:?}");
@@ -420,7 +466,15 @@ impl Checker {
             q.ready_bytes(),
             q.ready().map(|m| m.size_bytes as u64).sum::<u64>()
         );
-        assert_eq!(q.checked_out_count(), after.len() as u64 - ready);
+        let discarded = after
+            .values()
+            .filter(|p| matches!(p, Place::Discarded(_)))
+            .count() as u64;
+        assert_eq!(
+            q.checked_out_count(),
+            after.len() as u64 - ready - discarded
+        );
+        assert_eq!(q.discards_count().0, discarded);
 
         self.before = after;
     }

@@ -352,7 +352,8 @@ fn past_the_delivery_limit_a_message_is_dead_lettered() {
         [Effect::DeadLetter {
             index,
             reason: DeadLetterReason::DeliveryLimit,
-            delivery_count: 3
+            delivery_count: 3,
+            held: None
         }]
     );
     assert!(matches!(
@@ -407,7 +408,8 @@ fn a_message_expires_at_the_head_by_the_time_in_the_entry() {
         [Effect::DeadLetter {
             index,
             reason: DeadLetterReason::Expired,
-            delivery_count: 0
+            delivery_count: 0,
+            held: None
         }]
     );
     assert_eq!(log.q.next_expiry_ms(), None);
@@ -727,9 +729,106 @@ fn discard_dead_letters_as_rejected_without_counting_a_delivery() {
         [Effect::DeadLetter {
             index,
             reason: DeadLetterReason::Rejected,
-            delivery_count: 0
+            delivery_count: 0,
+            held: None
         }]
     );
+}
+
+fn at_least_once() -> QuorumConfig {
+    QuorumConfig {
+        dead_letter_exchange: true,
+        dead_letter_at_least_once: true,
+        overflow: OverflowMode::RejectPublish,
+        ..config()
+    }
+}
+
+/// Publishes one message, takes it with basic.get and rejects it: returns its index and the
+/// effects of the reject.
+fn publish_and_discard(log: &mut Log) -> (u64, Vec<Effect>) {
+    let index = log.publish();
+    let got = log.get("n1", 1, false);
+    let effects = log.apply(Op::Discard {
+        consumer: ConsumerId::get("n1", 1),
+        msg_ids: msg_ids(&got),
+    });
+    (index, effects)
+}
+
+#[test]
+fn an_at_least_once_dead_letter_is_kept_until_its_settle_commits() {
+    let mut log = Log::new(at_least_once());
+    let (index, effects) = publish_and_discard(&mut log);
+    let [Effect::DeadLetter {
+        index: i,
+        reason: DeadLetterReason::Rejected,
+        held: Some(id),
+        ..
+    }] = effects[..]
+    else {
+        panic!("{effects:?}");
+    };
+    assert_eq!(i, index);
+    assert_eq!(log.q.discards_count(), (1, 4));
+    assert_eq!(log.q.release_cursor(), index, "its body stays in the log");
+    let restored = QuorumQueue::restore(&log.q.snapshot()).unwrap();
+    assert_eq!(restored, log.q);
+    assert_eq!(restored.release_cursor(), index, "and after a restore");
+
+    log.apply(Op::SettleDeadLetters { ids: vec![id] });
+    assert_eq!(log.q.discards_count(), (0, 0));
+    assert_eq!(log.q.release_cursor(), log.index + 1);
+    // A second leader settling it again changes nothing.
+    log.apply(Op::SettleDeadLetters { ids: vec![id] });
+    assert_eq!(log.q.discards_count(), (0, 0));
+}
+
+#[test]
+fn at_least_once_needs_reject_publish_and_a_dead_letter_exchange() {
+    use warren_broker::args::{Overflow, QueueConfig};
+    let declared = |overflow, dlx: Option<&str>| QueueConfig {
+        overflow,
+        dead_letter_exchange: dlx.map(String::from),
+        dead_letter_at_least_once: true,
+        ..QueueConfig::default()
+    };
+    let effective = |c: &QueueConfig| QuorumConfig::new("/", "q", c).dead_letter_at_least_once;
+    assert!(effective(&declared(Overflow::RejectPublish, Some("dlx"))));
+    assert!(!effective(&declared(Overflow::DropHead, Some("dlx"))));
+    assert!(!effective(&declared(Overflow::RejectPublish, None)));
+    // Falling back, a dead letter is gone at once.
+    let mut log = Log::new(QuorumConfig::new(
+        "/",
+        "q",
+        &declared(Overflow::DropHead, Some("dlx")),
+    ));
+    let (_, effects) = publish_and_discard(&mut log);
+    assert!(matches!(
+        effects[..],
+        [Effect::DeadLetter { held: None, .. }]
+    ));
+    assert_eq!(log.q.discards_count(), (0, 0));
+}
+
+#[test]
+fn waiting_dead_letters_count_against_the_length_limit() {
+    let mut log = Log::new(QuorumConfig {
+        max_length: Some(1),
+        ..at_least_once()
+    });
+    publish_and_discard(&mut log);
+    let outcome = |log: &mut Log| match log.publish_sized(1, None).1[..] {
+        [Effect::Confirm { .. }] => "ack",
+        [Effect::Reject { .. }] => "nack",
+        _ => "other",
+    };
+    // One ready message and one dead letter waiting: over the limit of 1.
+    assert_eq!(outcome(&mut log), "ack");
+    assert_eq!(outcome(&mut log), "nack");
+    let id = log.q.discards().next().unwrap().0;
+    log.apply(Op::SettleDeadLetters { ids: vec![id] });
+    assert_eq!(outcome(&mut log), "ack", "settled, it no longer counts");
 }
 
 #[test]

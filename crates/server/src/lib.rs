@@ -31,7 +31,8 @@
 //! - [`quorum_client`]: a channel's requests to a quorum queue's Raft group (publish, consume,
 //!   settle, get, purge) and how their answers come back; [`quorum_replica`]: this node's
 //!   replica of a quorum queue under its group, carrying out the effects addressed here;
-//!   `quorum_bodies`: the bodies of its waiting messages it keeps in memory.
+//!   `quorum_bodies`: the bodies of its waiting messages it keeps in memory;
+//!   `quorum_dead_letters`: the leader's publisher of at-least-once dead letters.
 //!
 //! A frame flows: socket -> `connection` (decode) -> `channel` (command) -> the broker's vhost
 //! (route, enqueue, dispatch) -> consumer connection's outbox -> its `writer` -> socket.
@@ -57,6 +58,7 @@ pub mod queue_stats;
 mod quorum_bodies;
 mod quorum_channel;
 pub mod quorum_client;
+mod quorum_dead_letters;
 pub mod quorum_peers;
 pub mod quorum_replica;
 pub mod registry;

@@ -141,6 +141,8 @@ pub struct QuorumQueues {
     has_settles: AtomicBool,
     /// What the replicas keep of waiting messages' bodies, in all.
     pub body_budget: Arc<crate::quorum_bodies::BodyBudget>,
+    /// Dead letters of at-least-once queues this node leads, waiting for confirms.
+    pub dead_letters: Arc<crate::quorum_dead_letters::DeadLetters>,
 }
 
 struct PendingSettle {

@@ -7,7 +7,9 @@
 //! - basic.get answers, consume-ok and cancel-ok to this node's waiting channels
 //!   ([`crate::quorum_client::Wait`]);
 //! - confirms and rejects of this node's publishing channels;
-//! - as the leader: dead letters (published once, by the leader, at most once).
+//! - as the leader: dead letters (published once, by the leader, at most once; an
+//!   at-least-once queue's go to [`crate::quorum_dead_letters`], which publishes them with
+//!   confirms).
 //!
 //! Effects are gathered while a round's entries are applied and carried out together at the
 //! round's end ([`Machine::flush`]): one vhost lock and one confirm wake-up for many entries.
@@ -315,8 +317,16 @@ impl Replica {
                         index,
                         reason,
                         delivery_count,
+                        held,
                     } => {
-                        if !leader {
+                        if let Some(id) = held {
+                            self.bodies.take(index);
+                            // Still held unless a later entry of the round settled it.
+                            if let Some(d) = self.queue.dead_letter(id).filter(|_| leader) {
+                                let letters = &shared.quorum.dead_letters;
+                                letters.hold(self.group, &self.vhost, &self.name, id, *d);
+                            }
+                        } else if !leader {
                             self.bodies.take(index);
                         } else if let Some(m) = self.message(shared, index, &entry) {
                             v.dead_letter_quorum(
@@ -515,6 +525,15 @@ impl Machine for Replica {
         self.info
             .is_leader
             .store(leader == self.me_id, Ordering::Relaxed);
+        if let Some(shared) = self.shared.upgrade() {
+            let letters = &shared.quorum.dead_letters;
+            if leader == self.me_id {
+                let discards = self.queue.discards().map(|(id, d)| (id, *d));
+                letters.lead(self.group, &self.vhost, &self.name, discards);
+            } else {
+                letters.forget(self.group);
+            }
+        }
         let lost = self.leader != 0 && leader != self.leader;
         if leader != 0 || lost {
             self.leader = leader;
@@ -616,6 +635,7 @@ pub fn install(shared: &Arc<Shared>) {
         })
     }));
     tokio::spawn(quorum_client::sweep(shared.clone()));
+    tokio::spawn(crate::quorum_dead_letters::run(shared.clone()));
 }
 
 /// The queue's arguments as its declare validated them.

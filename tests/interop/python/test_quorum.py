@@ -5,8 +5,9 @@ import time
 import pika
 import pytest
 
+from conftest import BROKER_KIND, IN_CLUSTER_RUN
 from helpers import drain, expect_channel_error, expect_connection_error, get, message_count, \
-    wait_message_count
+    wait_for, wait_message_count
 
 QUORUM = {"x-queue-type": "quorum"}
 
@@ -161,6 +162,51 @@ def test_quorum_queue_rejected_message_is_dead_lettered(ch, name):
     death = props.headers["x-death"][0]
     assert (death["reason"], death["queue"], death["count"]) == ("rejected", name, 1)
     ch.queue_delete(name)
+
+
+# RabbitMQ's dead-letter worker tries an unroutable dead letter again after its confirm timeout
+# (minutes); warren's after a couple of seconds.
+AT_LEAST_ONCE_RETRY_S = 200 if BROKER_KIND == "rabbitmq" else 15
+
+
+@pytest.mark.skipif(BROKER_KIND == "warren" and not IN_CLUSTER_RUN,
+                    reason="a single warren node's quorum queue is not replicated and dead-letters "
+                           "at most once")
+def test_at_least_once_dead_letter_waits_for_a_route_and_counts_against_the_limit(ch, name):
+    dlx, dlq = name + ".dlx", name + ".dlq"
+    ch.exchange_declare(dlx, "fanout")
+    declare(ch, name, **{"x-dead-letter-exchange": dlx, "x-dead-letter-strategy": "at-least-once",
+                         "x-overflow": "reject-publish", "x-max-length": 2})
+    ch.confirm_delivery()
+    persistent = pika.BasicProperties(delivery_mode=2)
+    ch.basic_publish("", name, b"dead", persistent)
+    m, _, _ = get(ch, name, auto_ack=False)
+    ch.basic_reject(m.delivery_tag, requeue=False)
+    # Nothing is bound to the dead-letter exchange: the queue keeps the message, and it counts
+    # against x-max-length (at most once, the fourth publish would fit).
+    ch.basic_publish("", name, b"1", persistent)
+    ch.basic_publish("", name, b"2", persistent)
+    with pytest.raises(pika.exceptions.NackError):
+        ch.basic_publish("", name, b"3", persistent)
+    # Once there is a route, it arrives, and the queue lets it go.
+    ch.queue_declare(dlq, durable=True)
+    ch.queue_bind(dlq, dlx)
+    m, props, body = get(ch, dlq, timeout=AT_LEAST_ONCE_RETRY_S)
+    assert body == b"dead"
+    death = props.headers["x-death"][0]
+    assert (death["reason"], death["queue"], death["count"]) == ("rejected", name, 1)
+
+    def fits():
+        try:
+            ch.basic_publish("", name, b"4", persistent)
+            return True
+        except pika.exceptions.NackError:
+            return False
+    wait_for(fits, timeout=AT_LEAST_ONCE_RETRY_S, interval=0.2, what="the dead letter settled")
+    assert [get(ch, name)[2] for _ in range(3)] == [b"1", b"2", b"4"]
+    for q in (name, dlq):
+        ch.queue_delete(q)
+    ch.exchange_delete(dlx)
 
 
 def test_quorum_queue_message_ttl_expires(ch, name):

@@ -4,6 +4,7 @@
 //! may depend on, the time included: `now_ms` is the proposing leader's clock, so a TTL
 //! expires at the same entry on every member, whatever each member's own clock says.
 
+use super::dead_letters::DeadLetterId;
 use serde::{Deserialize, Serialize};
 
 /// A message's id within its queue: assigned by the state machine when it hands the message
@@ -138,6 +139,9 @@ pub enum Op {
         consumer: ConsumerId,
         msg_ids: Vec<MsgId>,
     },
+    /// The leader published these dead letters of an at-least-once queue and every queue they
+    /// were routed to confirmed them: the queue lets them go.
+    SettleDeadLetters { ids: Vec<DeadLetterId> },
     /// basic.qos changed the consumer's prefetch.
     Credit { consumer: ConsumerId, credit: u32 },
     /// basic.get on `channel` of `node`.

@@ -27,6 +27,12 @@ pub struct QuorumConfig {
     /// Whether dead messages go to a dead-letter exchange (`DeadLetter` effects) or are
     /// only dropped (`Dropped` effects).
     pub dead_letter_exchange: bool,
+    /// `x-dead-letter-strategy=at-least-once` in force: dead letters are kept until their
+    /// targets confirm them ([`super::dead_letters`]). RabbitMQ takes it only with a
+    /// dead-letter exchange and x-overflow=reject-publish (drop-head would drop what it
+    /// promised to keep), and falls back to at-most-once otherwise.
+    #[serde(default)]
+    pub dead_letter_at_least_once: bool,
     pub single_active_consumer: bool,
 }
 
@@ -34,18 +40,22 @@ impl QuorumConfig {
     /// The settings of a declared queue. reject-publish-dlx, which quorum queues of RabbitMQ
     /// 3.10 do not take, refuses publishes like reject-publish.
     pub fn new(vhost: &str, name: &str, c: &QueueConfig) -> Self {
+        let overflow = match c.overflow {
+            Overflow::DropHead => OverflowMode::DropHead,
+            Overflow::RejectPublish | Overflow::RejectPublishDlx => OverflowMode::RejectPublish,
+        };
         QuorumConfig {
             vhost: vhost.to_string(),
             name: name.to_string(),
             max_length: c.max_length,
             max_length_bytes: c.max_length_bytes,
-            overflow: match c.overflow {
-                Overflow::DropHead => OverflowMode::DropHead,
-                Overflow::RejectPublish | Overflow::RejectPublishDlx => OverflowMode::RejectPublish,
-            },
+            overflow,
             message_ttl_ms: c.message_ttl_ms,
             delivery_limit: c.delivery_limit,
             dead_letter_exchange: c.dead_letter_exchange.is_some(),
+            dead_letter_at_least_once: c.dead_letter_at_least_once
+                && c.dead_letter_exchange.is_some()
+                && overflow == OverflowMode::RejectPublish,
             single_active_consumer: c.single_active_consumer,
         }
     }

@@ -4,6 +4,7 @@
 //! local copy of the log and never crosses the network to reach its consumer.
 
 use super::command::{ConsumerId, MsgId, PublisherId};
+use super::dead_letters::DeadLetterId;
 use crate::error::AmqpError;
 use serde::{Deserialize, Serialize};
 
@@ -71,11 +72,14 @@ pub enum Effect {
     Confirm { publisher: PublisherId, seq: u64 },
     /// The queue is over its limit with x-overflow reject-publish: basic.nack.
     Reject { publisher: PublisherId, seq: u64 },
-    /// Dead-letter the message at `index` (the queue has a dead-letter exchange).
+    /// Dead-letter the message at `index` (the queue has a dead-letter exchange; the leader
+    /// publishes it). `held`: the queue is at-least-once and keeps the message under this id
+    /// until `Op::SettleDeadLetters` names it, so the leader publishes it with confirms.
     DeadLetter {
         index: u64,
         reason: DeadLetterReason,
         delivery_count: u32,
+        held: Option<DeadLetterId>,
     },
     /// The message at `index` left for `reason` and the queue has no dead-letter exchange:
     /// nothing to publish, only counters to keep.

@@ -16,6 +16,7 @@
 //! - [`consumer`]: consumers, their credit and unsettled messages, round robin, priorities,
 //!   single active consumer.
 //! - [`effects`]: deliveries, confirms and rejects, dead letters, get results, refusals.
+//! - [`dead_letters`]: dead letters an at-least-once queue keeps until their targets confirm.
 //! - [`config`]: the queue arguments the machine obeys.
 //! - [`query`]: counts, consumers, the release cursor, the next expiry.
 //! - [`snapshot`]: the state as bytes and back.
@@ -39,6 +40,7 @@ pub mod codec;
 pub mod command;
 pub mod config;
 pub mod consumer;
+pub mod dead_letters;
 pub mod effects;
 pub mod messages;
 pub mod query;
@@ -51,6 +53,7 @@ pub use command::{
 };
 pub use config::{OverflowMode, QuorumConfig};
 pub use consumer::{Consumer, Status};
+pub use dead_letters::{DeadLetterId, Discard};
 pub use effects::{DeadLetterReason, Effect};
 pub use messages::Msg;
 pub use snapshot::{SnapshotError, SNAPSHOT_VERSION};

@@ -4,6 +4,7 @@
 use super::command::{ConsumerId, MsgId};
 use super::config::QuorumConfig;
 use super::consumer::{Consumer, Status};
+use super::dead_letters::{DeadLetterId, Discard};
 use super::messages::Msg;
 use super::state::QuorumQueue;
 
@@ -44,6 +45,21 @@ impl QuorumQueue {
     /// Ready messages in the order they will be served.
     pub fn ready(&self) -> impl Iterator<Item = &Msg> + '_ {
         self.ready.iter()
+    }
+
+    /// Dead letters of an at-least-once queue waiting for their targets' confirms, in the
+    /// order they died: a new leader publishes them again.
+    pub fn discards(&self) -> impl Iterator<Item = (DeadLetterId, &Discard)> + '_ {
+        self.discards.iter()
+    }
+
+    pub fn dead_letter(&self, id: DeadLetterId) -> Option<&Discard> {
+        self.discards.get(id)
+    }
+
+    /// How many dead letters wait, and their bytes (RabbitMQ's `messages_dlx`).
+    pub fn discards_count(&self) -> (u64, u64) {
+        (self.discards.len() as u64, self.discards.bytes())
     }
 
     /// Messages delivered and not yet settled, basic.get ones included.

@@ -63,6 +63,7 @@ impl QuorumQueue {
                     .values()
                     .flat_map(|c| c.checked_out.values().map(|m| m.index)),
             )
+            .chain(q.discards.iter().map(|(_, d)| d.index))
             .collect();
         Ok(q)
     }

@@ -12,6 +12,7 @@
 use super::command::{Command, ConsumerId, ConsumerSpec, EnqueueHeader, MsgId, Op, PublisherId};
 use super::config::{OverflowMode, QuorumConfig};
 use super::consumer::{Consumer, Consumers, Status};
+use super::dead_letters::{Discard, Discards};
 use super::effects::{DeadLetterReason, Effect};
 use super::messages::{Msg, Ready};
 use crate::error::AmqpError;
@@ -42,6 +43,10 @@ pub struct QuorumQueue {
     /// node cut off and back keeps its publishers' numbering.
     #[serde(default, with = "super::snapshot::pairs")]
     pub(super) enqueuers: BTreeMap<PublisherId, u64>,
+    /// Dead letters of an at-least-once queue waiting for their targets' confirms; their
+    /// indexes are in `delivered`, so the release cursor keeps their bodies.
+    #[serde(default)]
+    pub(super) discards: Discards,
 }
 
 impl QuorumQueue {
@@ -57,6 +62,7 @@ impl QuorumQueue {
             last_enqueued: 0,
             last_active_ms: created_ms,
             enqueuers: BTreeMap::new(),
+            discards: Discards::default(),
         }
     }
 
@@ -103,6 +109,13 @@ impl QuorumQueue {
                 rejected,
             } => self.give_back(&consumer, msg_ids, rejected, effects),
             Op::Discard { consumer, msg_ids } => self.discard(&consumer, msg_ids, effects),
+            Op::SettleDeadLetters { ids } => {
+                for id in ids {
+                    if let Some(d) = self.discards.settle(id) {
+                        self.delivered.remove(&d.index);
+                    }
+                }
+            }
             Op::Credit { consumer, credit } => {
                 if let Some(c) = self.consumers.get_mut(&consumer) {
                     c.spec.credit = credit;
@@ -414,16 +427,16 @@ impl QuorumQueue {
 
     /// Whether a publish of `size_bytes` finds the queue over its limit: already over
     /// x-max-length (so it may hold one more than the limit), or over x-max-length-bytes
-    /// with it, as warren's single-node quorum queue and RabbitMQ 3.10.
+    /// with it, as warren's single-node quorum queue and RabbitMQ 3.10. Dead letters still
+    /// waiting for their targets count, as rabbit_fifo counts its dead-letter backlog.
     fn over_limit(&self, size_bytes: u32) -> bool {
-        let len_over = self
-            .config
-            .max_length
-            .is_some_and(|max| self.ready.len() as u64 > max);
+        let len = self.ready.len() + self.discards.len();
+        let bytes = self.ready.bytes() + self.discards.bytes();
+        let len_over = self.config.max_length.is_some_and(|max| len as u64 > max);
         let bytes_over = self
             .config
             .max_length_bytes
-            .is_some_and(|max| self.ready.bytes() + size_bytes as u64 > max);
+            .is_some_and(|max| bytes + size_bytes as u64 > max);
         len_over || bytes_over
     }
 
@@ -448,14 +461,32 @@ impl QuorumQueue {
         }
     }
 
-    /// The message leaves the queue for `reason`.
+    /// The message leaves the queue for `reason`; an at-least-once queue keeps it among its
+    /// discards until its dead-letter targets confirm it.
     fn dead(&mut self, m: Msg, reason: DeadLetterReason, effects: &mut Vec<Effect>) {
+        if self.config.dead_letter_exchange && self.config.dead_letter_at_least_once {
+            self.delivered.insert(m.index);
+            let id = self.discards.hold(Discard {
+                index: m.index,
+                size_bytes: m.size_bytes,
+                reason,
+                delivery_count: m.delivery_count,
+            });
+            effects.push(Effect::DeadLetter {
+                index: m.index,
+                reason,
+                delivery_count: m.delivery_count,
+                held: Some(id),
+            });
+            return;
+        }
         self.delivered.remove(&m.index);
         effects.push(if self.config.dead_letter_exchange {
             Effect::DeadLetter {
                 index: m.index,
                 reason,
                 delivery_count: m.delivery_count,
+                held: None,
             }
         } else {
             Effect::Dropped {

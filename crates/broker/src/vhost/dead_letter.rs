@@ -15,13 +15,13 @@ impl VHost {
         reason: &'static str,
         delivery_count: u32,
         now_ms: u64,
-    ) {
+    ) -> DeadLettered {
         let Some(q) = self
             .queues_by_name
             .get(queue)
             .and_then(|id| self.queues.get(id))
         else {
-            return;
+            return DeadLettered::default();
         };
         let d = DeadLetter {
             queue: queue.to_string(),
@@ -36,13 +36,21 @@ impl VHost {
             },
             reason,
         };
-        self.dead_letter(vec![d], now_ms);
+        self.dead_letter(vec![d], now_ms)
     }
 
-    pub(super) fn dead_letter(&mut self, mut work: Vec<DeadLetter>, now_ms: u64) {
+    /// Dead-letters `work` and what its targets dead-letter in turn; says where the first
+    /// hop's messages went.
+    pub(super) fn dead_letter(&mut self, mut work: Vec<DeadLetter>, now_ms: u64) -> DeadLettered {
+        let mut first = DeadLettered::default();
         let mut hops = 0;
         while !work.is_empty() && hops < DEAD_LETTER_HOPS_MAX {
             hops += 1;
+            let outcome = if hops == 1 {
+                &mut first
+            } else {
+                &mut DeadLettered::default()
+            };
             let batch = std::mem::take(&mut work);
             for d in batch {
                 // It left its queue for good, whether or not it goes on to a DLX.
@@ -67,12 +75,15 @@ impl VHost {
                     continue;
                 }
                 let deaths = props.headers_table().ok().flatten();
+                let routed = targets.len();
                 targets.retain(|t| {
                     !self
                         .queues
                         .get(t)
                         .is_some_and(|q| is_cycle(deaths.as_ref(), &q.name))
                 });
+                outcome.cycles += routed - targets.len();
+                outcome.targets += targets.len();
                 let msg = Arc::new(msg);
                 let mut elsewhere = Vec::new();
                 let mut replicated = Vec::new();
@@ -90,6 +101,7 @@ impl VHost {
                         continue;
                     }
                     if q.over_limit(msg.size_bytes()) && q.config.overflow != Overflow::DropHead {
+                        outcome.refused += 1;
                         // A full reject-publish-dlx queue dead-letters whatever it refuses,
                         // dead letters included (maybe_deliver_or_enqueue).
                         if q.config.overflow == Overflow::RejectPublishDlx {
@@ -122,7 +134,21 @@ impl VHost {
                 }
             }
         }
+        first
     }
+}
+
+/// Where dead letters went: what an at-least-once quorum queue needs to know before it lets
+/// one go (the confirms of the queues it reached are waited for by the caller).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DeadLettered {
+    /// Queues it was routed to, cycles left out (a local queue that refused it included).
+    pub targets: usize,
+    /// Local queues that refused it (full, reject-publish).
+    pub refused: usize,
+    /// Queues left out because the message died there already with no rejection since
+    /// (RabbitMQ drops it for them rather than loop).
+    pub cycles: usize,
 }
 
 /// The message as it leaves for the dead-letter exchange, with RabbitMQ's x-death bookkeeping.

@@ -215,6 +215,7 @@ mod metadata;
 mod policies;
 mod publish;
 mod remote;
+pub use dead_letter::DeadLettered;
 pub use remote::{Accepted, QuorumConsume};
 
 impl VHost {
