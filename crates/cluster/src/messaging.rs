@@ -109,6 +109,10 @@ pub struct QueueCounts {
     /// Its `message_stats` counters: publish, deliver_get, redeliver, ack.
     #[serde(default)]
     pub message_stats: [u64; 4],
+    /// A quorum queue's leader as the answering member sees it, for nodes that hold no
+    /// replica of it and so cannot see its group.
+    #[serde(default)]
+    pub leader: Option<String>,
 }
 
 /// A basic.get's message, as the queue's node took it.

@@ -22,6 +22,8 @@ pub struct QueueView {
     pub vhost: String,
     pub info: QueueInfo,
     pub running: bool,
+    /// A quorum queue's leader as a member reported it (None: ask this node's own group).
+    pub leader: Option<String>,
 }
 
 /// The figures of the queues this node hosts (in `vhost`, or all).
@@ -54,6 +56,7 @@ pub fn hosted_here(shared: &Shared, vhost: Option<&str>) -> Vec<QueueCounts> {
                     q.stats.redeliver,
                     q.stats.ack,
                 ],
+                leader: None,
             });
         }
     }
@@ -79,6 +82,7 @@ pub async fn queue_views(shared: &Shared, vhost: Option<&str>) -> Vec<QueueView>
                 vhost: name.clone(),
                 info,
                 running: true,
+                leader: None,
             });
         }
     }
@@ -148,6 +152,7 @@ pub async fn queue_views(shared: &Shared, vhost: Option<&str>) -> Vec<QueueView>
             Some(counts) => {
                 if let Some(c) = counts.get(&(view.vhost.clone(), view.info.name.clone())) {
                     set_counts(&mut view.info, c);
+                    view.leader = c.leader.clone();
                 }
             }
         }
@@ -161,8 +166,11 @@ pub(crate) fn replica_counts(shared: &Shared, vhost: &str, q: &QueueInfo) -> Opt
     if q.members.is_empty() {
         return None;
     }
-    let group = warren_cluster::replicas::group_id(q.log_id?);
-    Some(shared.quorum.replica(group)?.counts(vhost, &q.name))
+    let log = q.log_id?;
+    let group = warren_cluster::replicas::group_id(log);
+    let mut counts = shared.quorum.replica(group)?.counts(vhost, &q.name);
+    counts.leader = shared.cluster.as_ref().and_then(|c| c.queue_leader(log));
+    Some(counts)
 }
 
 pub(crate) fn set_counts(info: &mut QueueInfo, c: &QueueCounts) {

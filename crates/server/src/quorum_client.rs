@@ -122,6 +122,7 @@ impl ReplicaInfo {
                 get(&self.stats[2]),
                 get(&self.stats[3]),
             ],
+            leader: None,
         }
     }
 }

@@ -50,6 +50,9 @@ def test_a_member_added_serves_every_message_and_a_member_deleted_leaves(cluster
     two = eventually(lambda: members(n1, "grown"), "members")
     assert len(two) == 2
     [outsider] = [n for n in nodes if n not in two]
+    # A node holding no replica shows the leader the members elected (a member tells it).
+    leader = eventually(lambda: nodes[two[0]].api("/api/queues/%2F/grown").get("leader"), "a leader")
+    assert nodes[outsider].api("/api/queues/%2F/grown").get("leader") == leader
     bodies = [str(i).encode() for i in range(500)]
     publish_confirmed(n1, "grown", bodies)
 
@@ -76,6 +79,11 @@ def test_a_member_added_serves_every_message_and_a_member_deleted_leaves(cluster
     r = ctl(n1, "delete_member", "grown", leaving)
     assert r.returncode == 0, r.stderr
     assert members(n1, "grown") == sorted([two[1], outsider])
+    leader = eventually(
+        lambda: (nodes[outsider].api("/api/queues/%2F/grown").get("leader") or "x") in (two[1], outsider)
+        and nodes[outsider].api("/api/queues/%2F/grown")["leader"], "a leader among the members")
+    eventually(lambda: nodes[leaving].api("/api/queues/%2F/grown").get("leader") == leader,
+               "the node that left shows the members' leader")
     r = ctl(n1, "delete_member", "grown", leaving)
     assert r.returncode != 0 and "not a member" in r.stderr, r.stderr
     more = [b"after-%d" % i for i in range(50)]

@@ -55,12 +55,13 @@ pub fn queue_json(s: &Shared, view: &QueueView) -> Value {
         "message_stats": super::stats::message_stats_json(&q.stats, &s.rates.queue(vhost, &q.name)),
     });
     // A quorum queue's replicas, as RabbitMQ's API shows them: the leader its Raft group
-    // elected, as this node (a member) sees it, else where it was placed.
+    // elected, as this node (a member) sees it or a member told it, else where it was placed.
     if !q.members.is_empty() {
         let leader = q
             .log_id
             .zip(s.cluster.as_ref())
             .and_then(|(log, c)| c.queue_leader(log))
+            .or_else(|| view.leader.clone())
             .unwrap_or_else(|| node.to_string());
         out["leader"] = json!(leader);
         out["members"] = json!(q.members.iter().map(|m| &**m).collect::<Vec<&str>>());
