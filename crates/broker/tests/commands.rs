@@ -26,6 +26,11 @@ fn queue(name: &str, conn: u64, durable: bool, exclusive: bool, node: &str) -> C
 fn history() -> Vec<Command> {
     let mut ttl = FieldTable::default();
     ttl.insert("x-message-ttl".into(), AMQPValue::LongUInt(60_000));
+    let mut quorum = FieldTable::default();
+    quorum.insert(
+        "x-queue-type".into(),
+        AMQPValue::LongString("quorum".into()),
+    );
     vec![
         Command::Meta {
             record: MetaRecord::AddVhost {
@@ -64,6 +69,21 @@ fn history() -> Vec<Command> {
             log_id: 0x31,
             node: "n3".into(),
             members: vec![],
+        },
+        // A replicated queue: a snapshot must not declare it as server-named (refused for
+        // quorum queues), as it once did.
+        Command::QueueDeclare {
+            vhost: "/".into(),
+            conn: 0,
+            name: "replicated".into(),
+            durable: true,
+            exclusive: false,
+            auto_delete: false,
+            server_named: false,
+            arguments: quorum,
+            log_id: 0x41,
+            node: "n1".into(),
+            members: vec!["n1".into(), "n2".into(), "n3".into()],
         },
         Command::QueueBind {
             vhost: "/".into(),

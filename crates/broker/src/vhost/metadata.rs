@@ -223,7 +223,10 @@ impl VHost {
                 durable: q.durable,
                 exclusive: q.exclusive_owner.is_some(),
                 auto_delete: q.auto_delete,
-                server_named: true,
+                // Only a name the server made may be amq.*: declared as the client's own, a
+                // quorum queue would be refused as server-named, and a node catching up from
+                // the snapshot would lack it.
+                server_named: q.name.starts_with("amq."),
                 arguments: q.arguments.clone(),
                 log_id: q.log_id.unwrap_or(0),
                 node: q.home_node.as_deref().unwrap_or_default().to_string(),
