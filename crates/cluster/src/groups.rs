@@ -142,6 +142,13 @@ pub enum Input {
     Leave {
         group: u64,
     },
+    /// A metadata snapshot from the leader replaced the topology: `groups` are the replicas it
+    /// gives this node. Any other group here belongs to a queue deleted, or that this node was
+    /// removed from, while it was away (the entries that said so are not replayed): an open one
+    /// leaves as a removed member does, a closed one's log and files are deleted.
+    Retain {
+        groups: std::collections::HashSet<u64>,
+    },
     /// The syncer's report: the WAL is synced through a round (sent by the loop's own thread,
     /// not constructible elsewhere).
     Synced(Synced),
@@ -361,6 +368,7 @@ impl Runner {
                     self.touched.insert(group);
                 }
             }
+            Input::Retain { groups } => self.retain(&groups),
             Input::Propose { group, data, done } => {
                 self.touched.insert(group);
                 match self.groups.get_mut(&group) {
@@ -439,6 +447,33 @@ impl Runner {
         }
     }
 
+    /// See [`Input::Retain`].
+    fn retain(&mut self, keep: &std::collections::HashSet<u64>) {
+        for (id, g) in self.groups.iter_mut() {
+            if !keep.contains(id) && g.leaving.is_none() {
+                g.leaving = Some(Instant::now());
+                g.wake();
+                self.touched.insert(*id);
+            }
+        }
+        let Ok(dir) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let closed: Vec<u64> = dir
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.strip_prefix("group-")?.parse().ok())
+            .filter(|id| !keep.contains(id) && !self.groups.contains_key(id))
+            .collect();
+        for group in closed {
+            tracing::info!(
+                group,
+                "a queue group this node no longer holds a replica of goes"
+            );
+            let _ = self.store.delete_log(group);
+            let _ = std::fs::remove_dir_all(self.group_dir(group));
+        }
+    }
+
     /// Members that left their group's membership ([`Input::Leave`]) close once the group's
     /// voters no longer name them, or once nobody has spoken to them for [`LEAVE_QUIET`] (a
     /// member removed may never hear that its removal committed).
@@ -470,7 +505,9 @@ impl Runner {
         voters: Vec<u64>,
         mut machine: Box<dyn Machine>,
     ) -> Result<(), String> {
-        if self.groups.contains_key(&group) {
+        if let Some(g) = self.groups.get_mut(&group) {
+            // Made a member again while leaving (removed and added back while it was away).
+            g.leaving = None;
             return Ok(());
         }
         let fresh = self.store.hard_state(group).is_none() && self.store.log_info(group).is_none();

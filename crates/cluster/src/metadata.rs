@@ -461,7 +461,8 @@ impl MetadataGroup {
                 self.transport.connect(info.id, info.cluster);
             }
             tracing::info!(index = self.applied, "metadata snapshot installed");
-            self.open_all_replicas();
+            let held = self.open_all_replicas();
+            self.replicas.retain(held);
             self.installs.send_modify(|n| *n += 1);
         }
         self.apply(rd.take_committed_entries())?;
@@ -659,8 +660,8 @@ impl MetadataGroup {
     }
 
     /// After a snapshot replaced the topology: the replicas of every quorum queue in it
-    /// (opening one that is open already does nothing).
-    fn open_all_replicas(&self) {
+    /// (opening one that is open already does nothing). Returns their groups.
+    fn open_all_replicas(&self) -> std::collections::HashSet<u64> {
         let mut open = Vec::new();
         for (_, v) in self.broker.vhosts() {
             let v = v.lock().expect("vhost lock");
@@ -668,12 +669,15 @@ impl MetadataGroup {
                 open.extend(self.replica(&v, &name));
             }
         }
+        let mut groups = std::collections::HashSet::new();
         for r in open {
             let (group, voters) = (r.group, r.voters.clone());
+            groups.insert(group);
             self.replicas.open(r);
             // A members change the snapshot holds is carried on by the group's leader.
             self.replicas.set_voters(group, voters);
         }
+        groups
     }
 
     fn maybe_snapshot(&mut self) -> Result<(), String> {

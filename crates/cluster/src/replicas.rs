@@ -81,6 +81,11 @@ impl Replicas {
         self.groups.send(Input::Leave { group });
     }
 
+    /// A metadata snapshot gave this node the replicas of `groups` and no others.
+    pub fn retain(&self, groups: std::collections::HashSet<u64>) {
+        self.groups.send(Input::Retain { groups });
+    }
+
     /// The voters the queue's members are now: the group's leader changes Raft's to match.
     pub fn set_voters(&self, group: u64, voters: Vec<u64>) {
         self.groups.send(Input::SetVoters { group, voters });

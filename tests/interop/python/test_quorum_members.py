@@ -7,6 +7,7 @@ Each test starts its own 3-node cluster (see test_cluster.py) and waits by polli
 deadlines, never by sleeping a fixed time.
 """
 
+import os
 import subprocess
 
 import pika
@@ -14,7 +15,7 @@ import pytest
 
 from conftest import BROKER_KIND, IN_CLUSTER_RUN
 # The fixture starts a 3-node cluster per test and stops it on every exit path.
-from test_cluster import WARREN_BIN, cluster, eventually  # noqa: F401
+from test_cluster import WARREN_BIN, Cluster, cluster, eventually  # noqa: F401
 from test_cluster_messaging import consume
 
 pytestmark = [
@@ -163,3 +164,39 @@ def test_rebalance_spreads_the_leaders_of_queues_declared_through_one_node(clust
     conn = cluster.nodes[2].connection()
     assert [b for _, b, _ in consume(conn, conn.channel(), "r0", 1)] == [b"after"]
     conn.close()
+
+
+def test_a_node_away_while_it_was_removed_drops_those_replicas_when_it_returns():
+    # Snapshots every 20 metadata entries: the entries that removed n3 are gone when it returns,
+    # and it learns of the removals from a snapshot.
+    c = Cluster(extra_args=["--cluster-snapshot-entries", "20"])
+    try:
+        c.start()
+        n1, n2, n3 = c.nodes
+        ch = n1.connection().channel()
+        for q in ("kept", "shrunk", "deleted"):
+            ch.queue_declare(q, durable=True, arguments={"x-queue-type": "quorum"})
+            eventually(lambda: len(members(n1, q)) == 3, f"{q} on 3 members")
+        for q in ("kept", "shrunk", "deleted"):
+            publish_confirmed(n1, q, [b"m"] * 10)
+        groups_dir = os.path.join(n3.data, "meta", "cluster", "groups")
+        eventually(lambda: len(os.listdir(groups_dir)) == 3, "n3 holds three replicas")
+
+        n3.kill()
+        r = ctl(n1, "delete_member", "shrunk", "n3")
+        assert r.returncode == 0, r.stderr
+        ch = n1.connection().channel()
+        ch.queue_delete("deleted")
+        for i in range(30):
+            ch.queue_declare(f"filler-{i}", durable=True)
+        n3.start()
+        eventually(lambda: len(os.listdir(groups_dir)) == 1, "n3 dropped the two replicas")
+        with open(os.path.join(c.dir, "n3.log"), errors="replace") as log:
+            assert "metadata snapshot installed" in log.read()
+        # The replica it kept still serves.
+        conn = n3.connection()
+        got = consume(conn, conn.channel(), "kept", 10)
+        assert len(got) == 10
+        conn.close()
+    finally:
+        c.close()
