@@ -152,6 +152,8 @@ pub enum Input {
     /// The syncer's report: the WAL is synced through a round (sent by the loop's own thread,
     /// not constructible elsewhere).
     Synced(Synced),
+    /// The snapshot writer's report on a group's snapshot.
+    SnapshotWritten(crate::snapshot_writer::SnapshotWritten),
     Stop,
 }
 
@@ -200,8 +202,10 @@ impl QueueGroups {
         let views = Arc::new(Mutex::new(HashMap::new()));
         let syncs = Arc::new(AtomicU64::new(0));
         let syncer = start_syncer(store.clone(), tx.clone(), syncs.clone())?;
+        let snapshots = crate::snapshot_writer::start(tx.clone())?;
         let runner = Runner {
             syncer,
+            snapshots,
             unsynced: VecDeque::new(),
             next_round: 1,
             me,
@@ -262,6 +266,8 @@ struct Group {
     /// A snapshot is taken at the end of the round whatever the interval (the membership
     /// changed).
     snapshot_due: bool,
+    /// A snapshot of the group is with the snapshot writer: the next waits for its report.
+    snapshot_writing: bool,
     /// Leaving the group ([`Input::Leave`]): when a peer last spoke to this member.
     leaving: Option<Instant>,
     asleep: bool,
@@ -296,6 +302,8 @@ fn is_heartbeat(m: &Message) -> bool {
 struct Runner {
     /// Asks the syncer to make the WAL durable through a round.
     syncer: Sender<u64>,
+    /// Hands snapshots to the snapshot writer.
+    snapshots: Sender<crate::snapshot_writer::SnapshotJob>,
     /// Rounds whose writes are not known durable yet, oldest first.
     unsynced: VecDeque<Unsynced>,
     next_round: u64,
@@ -427,6 +435,7 @@ impl Runner {
             Input::Synced(Synced(Ok(round))) => self.synced(round),
             // Stopped in `run`, which checks for it before handing inputs here.
             Input::Synced(Synced(Err(_))) => {}
+            Input::SnapshotWritten(written) => self.snapshot_written(written),
             Input::PeerDown(peer) => {
                 for (id, g) in self.groups.iter_mut() {
                     if g.voters.contains(&peer) {
@@ -440,7 +449,8 @@ impl Runner {
     }
 
     fn remove(&mut self, group: u64) {
-        if self.groups.remove(&group).is_some() {
+        if let Some(g) = self.groups.remove(&group) {
+            g.raw.store().snapshot_file().close();
             let _ = self.store.delete_log(group);
             let _ = std::fs::remove_dir_all(self.group_dir(group));
             self.views.lock().expect("views lock").remove(&group);
@@ -471,6 +481,25 @@ impl Runner {
             );
             let _ = self.store.delete_log(group);
             let _ = std::fs::remove_dir_all(self.group_dir(group));
+        }
+    }
+
+    /// A snapshot is on disk (or could not be written): it becomes the group's latest and the
+    /// log behind it goes.
+    fn snapshot_written(&mut self, written: crate::snapshot_writer::SnapshotWritten) {
+        let job = written.job;
+        let Some(g) = self.groups.get_mut(&job.group) else {
+            return;
+        };
+        g.snapshot_writing = false;
+        let saved = match written.result {
+            Ok(true) => g.raw.store().snapshot_saved(&job.snapshot, job.upto),
+            Ok(false) => Ok(()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = saved {
+            // The previous snapshot and the log after it stand; the next snapshot tries again.
+            tracing::error!(group = job.group, error = %e, "a queue group's snapshot was not saved");
         }
     }
 
@@ -546,6 +575,7 @@ impl Runner {
                 // No opinion until the queue's members change ([`Input::SetVoters`]).
                 wanted: Vec::new(),
                 snapshot_due: false,
+                snapshot_writing: false,
                 leaving: None,
                 voters: current,
                 asleep: false,
@@ -621,7 +651,11 @@ impl Runner {
                 g.machine.leader_changed(leader.0, leader.1);
                 propose_waiting(g);
             }
-            maybe_snapshot(g, self.timing.snapshot_entries)?;
+            if let Some(job) = maybe_snapshot(id, g, self.timing.snapshot_entries)? {
+                self.snapshots
+                    .send(job)
+                    .map_err(|_| "the snapshot writer thread is gone".to_string())?;
+            }
         }
         if wrote {
             // One sync for every group's writes of this round (and of any round before it
@@ -895,9 +929,16 @@ fn advance_apply(g: &mut Group) {
     }
 }
 
-fn maybe_snapshot(g: &mut Group, every: u64) -> Result<(), String> {
-    if g.applied < g.snapshot_index + every && !g.snapshot_due {
-        return Ok(());
+/// Takes a snapshot when one is due: returned for the writer, or, when a membership change
+/// asked for it (a member added must be sent one that names it), saved at once.
+fn maybe_snapshot(
+    id: u64,
+    g: &mut Group,
+    every: u64,
+) -> Result<Option<crate::snapshot_writer::SnapshotJob>, String> {
+    let due = g.snapshot_due;
+    if (g.applied < g.snapshot_index + every || g.snapshot_writing) && !due {
+        return Ok(None);
     }
     g.snapshot_due = false;
     let index = g.applied;
@@ -911,7 +952,16 @@ fn maybe_snapshot(g: &mut Group, every: u64) -> Result<(), String> {
     meta.term = term;
     meta.set_conf_state(g.raw.raft.prs().conf().to_conf_state());
     let upto = g.machine.live_from().saturating_sub(1);
-    g.raw.mut_store().save_snapshot_releasing(&snapshot, upto)?;
     g.snapshot_index = index;
-    Ok(())
+    if due {
+        g.raw.mut_store().save_snapshot_releasing(&snapshot, upto)?;
+        return Ok(None);
+    }
+    g.snapshot_writing = true;
+    Ok(Some(crate::snapshot_writer::SnapshotJob {
+        group: id,
+        snapshot,
+        upto,
+        file: g.raw.store().snapshot_file(),
+    }))
 }

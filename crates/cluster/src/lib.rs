@@ -44,6 +44,7 @@ pub mod metrics;
 pub mod raft_log;
 pub mod replicas;
 pub mod snapshot_transfer;
+pub mod snapshot_writer;
 pub mod transport;
 
 use frame::NodeInfo;

@@ -15,8 +15,9 @@ use warren_store::Store;
 pub struct RaftLog {
     store: Arc<Store>,
     log_id: u64,
-    snapshot_path: PathBuf,
-    /// The latest snapshot (data and metadata), as on disk.
+    file: Arc<SnapshotFile>,
+    /// The latest snapshot (data and metadata) on disk, as far as raft-rs is concerned: one
+    /// being written off the loop counts once [`RaftLog::snapshot_saved`] says so.
     snapshot: Mutex<Snapshot>,
     /// The membership as of the snapshot, or the founding voters without one: where raft-rs
     /// starts; later membership changes come back from the log as it is replayed.
@@ -59,10 +60,14 @@ impl RaftLog {
         } else {
             ConfState::from((founders.to_vec(), vec![]))
         };
+        let file = Arc::new(SnapshotFile {
+            on_disk: Mutex::new(Some(snapshot.get_metadata().index)),
+            path: snapshot_path,
+        });
         Ok(RaftLog {
             store,
             log_id,
-            snapshot_path,
+            file,
             snapshot: Mutex::new(snapshot),
             conf_state,
             cache: Mutex::new(std::collections::VecDeque::new()),
@@ -325,12 +330,30 @@ impl RaftLog {
     /// Like [`RaftLog::save_snapshot`], but releases only up to `upto`: a queue's snapshot
     /// names messages whose bodies stay in the log entries that enqueued them.
     pub fn save_snapshot_releasing(&self, snapshot: &Snapshot, upto: u64) -> Result<(), String> {
+        if self.file.write(snapshot)? {
+            self.snapshot_saved(snapshot, upto)?;
+        }
+        Ok(())
+    }
+
+    /// The file the group's snapshots go to, for a writer off the loop.
+    pub fn snapshot_file(&self) -> Arc<SnapshotFile> {
+        self.file.clone()
+    }
+
+    /// `snapshot` is durable in the file (written off the loop): it becomes the latest, and
+    /// the log up to `upto` goes. An older one than the latest (a leader's snapshot was
+    /// installed meanwhile) changes nothing.
+    pub fn snapshot_saved(&self, snapshot: &Snapshot, upto: u64) -> Result<(), String> {
         let meta = snapshot.get_metadata();
+        {
+            let mut latest = self.snapshot.lock().expect("snapshot lock");
+            if meta.index < latest.get_metadata().index {
+                return Ok(());
+            }
+            *latest = snapshot.clone();
+        }
         let upto = upto.min(meta.index);
-        let bytes = snapshot.write_to_bytes().map_err(|e| e.to_string())?;
-        write_atomically(&self.snapshot_path, &bytes)
-            .map_err(|e| format!("{}: {e}", self.snapshot_path.display()))?;
-        *self.snapshot.lock().expect("snapshot lock") = snapshot.clone();
         if upto == 0 {
             return Ok(());
         }
@@ -349,6 +372,38 @@ impl RaftLog {
         self.store
             .release_prefix(self.log_id, upto, term, descriptor.into())
             .map_err(|e| e.to_string())
+    }
+}
+
+/// A group's snapshot file. Written from the loop (an installed snapshot) and from the
+/// snapshot writer (one the group took), so each write checks under the lock that the file
+/// does not hold a later snapshot already, and none is written once the group closed.
+pub struct SnapshotFile {
+    path: PathBuf,
+    /// The index of the snapshot on disk; `None` once the group closed.
+    on_disk: Mutex<Option<u64>>,
+}
+
+impl SnapshotFile {
+    /// Writes `snapshot` (file, fsync, rename, directory fsync); false if the file holds a
+    /// later one or the group closed, and nothing was written.
+    pub fn write(&self, snapshot: &Snapshot) -> Result<bool, String> {
+        let index = snapshot.get_metadata().index;
+        let mut on_disk = self.on_disk.lock().expect("snapshot file lock");
+        match *on_disk {
+            Some(current) if current <= index => {}
+            _ => return Ok(false),
+        }
+        let bytes = snapshot.write_to_bytes().map_err(|e| e.to_string())?;
+        write_atomically(&self.path, &bytes)
+            .map_err(|e| format!("{}: {e}", self.path.display()))?;
+        *on_disk = Some(index);
+        Ok(true)
+    }
+
+    /// The group closed (its files are about to go): no write from now on.
+    pub fn close(&self) {
+        *self.on_disk.lock().expect("snapshot file lock") = None;
     }
 }
 
