@@ -83,18 +83,28 @@ fn a_snapshot_written_off_the_loop_never_replaces_a_later_one_nor_outlives_its_g
     let early = snapshot_at(4, 1);
     let file = log.snapshot_file();
     log.save_snapshot_releasing(&snapshot_at(8, 1), 6).unwrap();
-    assert!(!file.write(&early).unwrap(), "an older snapshot is not written");
+    assert!(
+        !file.write(&early).unwrap(),
+        "an older snapshot is not written"
+    );
     log.snapshot_saved(&early, 4).unwrap();
     assert_eq!(log.snapshot_meta(), (8, 1));
     assert_eq!(log.first_index().unwrap(), 7, "released up to 6");
     let reopened = RaftLog::open(store.clone(), 79, &dir.join("group"), &[1]).unwrap();
-    assert_eq!(reopened.snapshot_meta(), (8, 1), "the file holds the later one");
+    assert_eq!(
+        reopened.snapshot_meta(),
+        (8, 1),
+        "the file holds the later one"
+    );
     // A later snapshot from the writer is written and becomes the latest once it reports.
     let later = snapshot_at(10, 1);
     assert!(file.write(&later).unwrap());
     assert_eq!(log.snapshot_meta(), (8, 1), "not before the report");
     log.snapshot_saved(&later, 9).unwrap();
-    assert_eq!((log.snapshot_meta(), log.first_index().unwrap()), ((10, 1), 10));
+    assert_eq!(
+        (log.snapshot_meta(), log.first_index().unwrap()),
+        ((10, 1), 10)
+    );
     // Once the group closed, nothing more is written (its directory is about to go).
     file.close();
     assert!(!file.write(&snapshot_at(12, 1)).unwrap());

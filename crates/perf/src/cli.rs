@@ -120,7 +120,8 @@ pub struct WorkloadArgs {
     /// -qq: declare quorum queues (adds x-queue-type=quorum).
     #[arg(long = "quorum-queue")]
     pub quorum_queue: bool,
-    /// Use predeclared exchange and queues: declare nothing.
+    /// Use exchange and queues that exist already (declaring only what is missing), as
+    /// PerfTest does; queues are bound either way.
     #[arg(short = 'p', long = "predeclared")]
     pub predeclared: bool,
     /// Ack with multiple=true every N messages (0: ack each message).

@@ -254,6 +254,26 @@ struct Run {
     consumers_done: AtomicUsize,
 }
 
+/// PerfTest's --predeclared: whether exchange (or queue) `name` is missing and must be
+/// declared. A passive declare tells; its 404 closed `channel`, so another is opened then.
+async fn missing(
+    setup: &mut Connection,
+    channel: &mut u16,
+    exchange: bool,
+    name: &str,
+) -> Result<bool> {
+    let exists = if exchange {
+        setup.exchange_exists(*channel, name).await?
+    } else {
+        setup.queue_exists(*channel, name).await?
+    };
+    if !exists {
+        *channel += 1;
+        setup.open_channel(*channel).await?;
+    }
+    Ok(!exists)
+}
+
 /// Runs the workload until -z, message limits, a task error, or `stop` turns true; each
 /// interval's line goes to `print_line` (so a progress bar can print it above itself).
 pub async fn run_workload(
@@ -271,16 +291,24 @@ pub async fn run_workload(
     let persistent = args.persistent();
     let args_table = args.declare_arguments();
 
-    if !args.predeclared {
+    {
+        // As PerfTest: everything is declared, except with --predeclared what exists already
+        // (a passive declare tells; its 404 closes the channel, so the next check opens
+        // another). Queues are bound either way.
         let mut setup =
             Connection::open(&uris[0], args.heartbeat_s, &format!("{id}-setup")).await?;
-        setup.open_channel(1).await?;
+        let mut channel = 1;
+        setup.open_channel(channel).await?;
         // PerfTest declares its exchange durable; declaring it otherwise would fail once
         // PerfTest has run against the same broker.
         if !args.exchange.is_empty() && !args.exchange.starts_with("amq.") {
-            setup
-                .declare_exchange(1, &args.exchange, &args.exchange_type, true)
-                .await?;
+            let declare = !args.predeclared
+                || missing(&mut setup, &mut channel, true, &args.exchange).await?;
+            if declare {
+                setup
+                    .declare_exchange(channel, &args.exchange, &args.exchange_type, true)
+                    .await?;
+            }
         }
         if let Topology::Named {
             queues,
@@ -288,11 +316,15 @@ pub async fn run_workload(
         } = &topo
         {
             for (q, rk) in queues.iter().zip(routing_keys) {
-                setup
-                    .declare_queue(1, q, persistent, false, args.auto_delete, &args_table)
-                    .await?;
+                let declare =
+                    !args.predeclared || missing(&mut setup, &mut channel, false, q).await?;
+                if declare {
+                    setup
+                        .declare_queue(channel, q, persistent, false, args.auto_delete, &args_table)
+                        .await?;
+                }
                 if !args.exchange.is_empty() && !args.skip_binding_queues {
-                    setup.bind_queue(1, q, &args.exchange, rk).await?;
+                    setup.bind_queue(channel, q, &args.exchange, rk).await?;
                 }
             }
         }

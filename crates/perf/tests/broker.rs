@@ -277,3 +277,48 @@ fn use_millis_measures_latency_in_whole_milliseconds() {
         assert!(whole, "{v} µs is not a whole millisecond ({l:?})");
     }
 }
+
+#[test]
+fn predeclared_uses_the_queues_that_exist_and_declares_what_is_missing() {
+    let Some(uri) = broker_uri("predeclared") else {
+        return;
+    };
+    // As PerfTest's -p: queue 1 exists (declared by a first run), queue 2 and the exchange do
+    // not; both runs bind every queue, so each consumer gets what its producer routes.
+    let prefix = unique("pre");
+    let exchange = unique("pre-x");
+    let run = |extra: &str| {
+        let PerfCommand::Run(w) = command(format!(
+            "-h {uri} -x 2 -y 2 -C 200 -c 100 -q 100 -e {exchange} --auto-delete false \
+             --queue-pattern {prefix}-%d --queue-pattern-from 1 --queue-pattern-to {extra} -z 60"
+        )) else {
+            panic!()
+        };
+        w
+    };
+    let first = run("1");
+    let r = rt()
+        .block_on(warren_perf::workload::run_workload(
+            &first,
+            never_stop(),
+            None,
+        ))
+        .unwrap();
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let mut second = run("2");
+    second.predeclared = true;
+    let r = rt()
+        .block_on(warren_perf::workload::run_workload(
+            &second,
+            never_stop(),
+            None,
+        ))
+        .unwrap();
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(
+        (r.totals.sent, r.totals.received),
+        (400, 400),
+        "{}",
+        r.stop_reason
+    );
+}

@@ -268,6 +268,27 @@ impl Connection {
             .map(|_| ())
     }
 
+    /// Whether the exchange exists, by a passive declare on `channel`. The broker closes the
+    /// channel when it does not: open another one after `false`.
+    pub async fn exchange_exists(&mut self, channel: u16, name: &str) -> Result<bool> {
+        wire::exchange_declare_passive(&mut self.wbuf, channel, name);
+        not_found_is_false(self.call(channel, method::EXCHANGE_DECLARE_OK).await)
+    }
+
+    /// Whether the queue exists, as [`Connection::exchange_exists`] tells an exchange.
+    pub async fn queue_exists(&mut self, channel: u16, name: &str) -> Result<bool> {
+        let q = QueueDeclare {
+            name,
+            passive: true,
+            durable: false,
+            exclusive: false,
+            auto_delete: false,
+            arguments: &[],
+        };
+        wire::queue_declare(&mut self.wbuf, channel, &q);
+        not_found_is_false(self.call(channel, method::QUEUE_DECLARE_OK).await)
+    }
+
     pub async fn delete_exchange(&mut self, channel: u16, name: &str) -> Result<()> {
         wire::exchange_delete(&mut self.wbuf, channel, name);
         self.call(channel, method::EXCHANGE_DELETE_OK)
@@ -416,5 +437,14 @@ mod tests {
         );
         assert!(Uri::parse("http://h").is_err());
         assert!(Uri::parse("amqp://h:notaport/").is_err());
+    }
+}
+
+/// A passive declare's answer: declare-ok is true, a channel closed with 404 false.
+fn not_found_is_false(answer: Result<Vec<u8>>) -> Result<bool> {
+    match answer {
+        Ok(_) => Ok(true),
+        Err(e) if format!("{e}").contains("broker closed the channel: 404") => Ok(false),
+        Err(e) => Err(e),
     }
 }

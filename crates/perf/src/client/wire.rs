@@ -259,6 +259,24 @@ pub fn exchange_declare(buf: &mut BytesMut, channel: u16, name: &str, kind: &str
     );
 }
 
+/// A passive exchange.declare: declare-ok if it exists, else the broker closes the channel.
+pub fn exchange_declare_passive(buf: &mut BytesMut, channel: u16, name: &str) {
+    control(
+        buf,
+        channel,
+        AMQPClass::Exchange(exchange::AMQPMethod::Declare(exchange::Declare {
+            exchange: name.into(),
+            kind: "".into(),
+            passive: true,
+            durable: false,
+            auto_delete: false,
+            internal: false,
+            nowait: false,
+            arguments: FieldTable::default(),
+        })),
+    );
+}
+
 pub fn exchange_delete(buf: &mut BytesMut, channel: u16, name: &str) {
     control(
         buf,
