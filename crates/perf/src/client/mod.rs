@@ -414,6 +414,15 @@ fn classify(frame: Frame<'_>, channel: u16, want: (u16, u16)) -> Result<Classifi
     Ok(Classified::Other)
 }
 
+/// A passive declare's answer: declare-ok is true, a channel closed with 404 false.
+fn not_found_is_false(answer: Result<Vec<u8>>) -> Result<bool> {
+    match answer {
+        Ok(_) => Ok(true),
+        Err(e) if format!("{e}").contains("broker closed the channel: 404") => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -437,14 +446,5 @@ mod tests {
         );
         assert!(Uri::parse("http://h").is_err());
         assert!(Uri::parse("amqp://h:notaport/").is_err());
-    }
-}
-
-/// A passive declare's answer: declare-ok is true, a channel closed with 404 false.
-fn not_found_is_false(answer: Result<Vec<u8>>) -> Result<bool> {
-    match answer {
-        Ok(_) => Ok(true),
-        Err(e) if format!("{e}").contains("broker closed the channel: 404") => Ok(false),
-        Err(e) => Err(e),
     }
 }
