@@ -437,9 +437,13 @@ impl Runner {
             Input::Synced(Synced(Err(_))) => {}
             Input::SnapshotWritten(written) => self.snapshot_written(written),
             Input::PeerDown(peer) => {
+                let me = self.me;
                 for (id, g) in self.groups.iter_mut() {
                     if g.voters.contains(&peer) {
                         g.wake();
+                        if g.raw.raft.leader_id == peer {
+                            elect_without(g, me, peer);
+                        }
                         self.touched.insert(*id);
                     }
                 }
@@ -878,6 +882,23 @@ fn apply(g: &mut Group, entries: Vec<raft::eraftpb::Entry>) {
             // Never proposed: changes go one node at a time.
             EntryType::EntryConfChangeV2 => {}
         }
+    }
+}
+
+/// The group's leader's node went down (its link broke): rather than wait out an election
+/// timeout (1 to 2 s), the group elects another at once, as Ra does on a nodedown. Every
+/// member that saw it drop the leader's lease, so it grants a vote now; the lowest of the
+/// other voters stands (one candidate, no split vote). Pre-vote keeps this harmless when the
+/// leader is in fact alive: members still hearing from it refuse, and nobody's term moves.
+fn elect_without(g: &mut Group, me: u64, down: u64) {
+    let raft = &mut g.raw.raft;
+    if raft.state != StateRole::Follower || !g.voters.contains(&me) {
+        return;
+    }
+    raft.election_elapsed = raft.election_elapsed.max(raft.election_timeout());
+    let first = g.voters.iter().copied().find(|v| *v != down);
+    if first == Some(me) {
+        let _ = g.raw.campaign();
     }
 }
 

@@ -338,6 +338,64 @@ fn when_the_leaders_node_is_cut_off_the_others_elect_a_leader_and_go_on() {
 }
 
 #[test]
+fn a_leaders_node_reported_down_is_replaced_at_once_not_after_an_election_timeout() {
+    // Elections by timeout take 10 to 20 minutes here: far past the test's deadline, so only
+    // the failure detector's report can bring a new leader in time.
+    let slow = GroupsTiming {
+        tick: Duration::from_millis(10),
+        election_ticks: 60_000,
+        heartbeat_ticks: 2,
+        sleep_ticks: 5,
+        snapshot_entries: 50,
+    };
+    let router = Arc::new(Router::default());
+    let nodes: Vec<Node> = (1..=3)
+        .map(|id| {
+            start_node_timed(
+                id,
+                temp_dir(&format!("peer-down-n{id}")),
+                &router,
+                slow.clone(),
+            )
+        })
+        .collect();
+    let rec: Vec<Recorder> = (0..3).map(|_| Recorder::default()).collect();
+    for (n, r) in nodes.iter().zip(&rec) {
+        n.groups.send(Input::Create {
+            group: 11,
+            voters: vec![1, 2, 3],
+            machine: Box::new(r.clone()),
+        });
+    }
+    // Node 1 founded it and stands at once.
+    let old = leader(&nodes, 11);
+    propose(&nodes[old as usize - 1], 11, b"before");
+    wait_applied(&rec.iter().collect::<Vec<_>>(), &[b"before".to_vec()]);
+    router.cut.lock().unwrap().insert(old);
+    for n in nodes.iter().filter(|n| n.id != old) {
+        n.groups.send(Input::PeerDown(old));
+    }
+    let new = eventually("a new leader among the others", || {
+        nodes
+            .iter()
+            .filter(|n| n.id != old)
+            .filter_map(|n| n.groups.view(11))
+            .find(|v| v.is_leader)
+            .map(|v| v.leader)
+    });
+    assert_ne!(new, old);
+    propose(&nodes[new as usize - 1], 11, b"after");
+    let others: Vec<&Recorder> = nodes
+        .iter()
+        .zip(&rec)
+        .filter(|(n, _)| n.id != old)
+        .map(|(_, r)| r)
+        .collect();
+    wait_applied(&others, &[b"before".to_vec(), b"after".to_vec()]);
+    cleanup(nodes);
+}
+
+#[test]
 fn a_restarted_member_replays_its_log_and_snapshot_and_catches_up() {
     let (router, mut nodes) = cluster("restart");
     let rec = open(&nodes, 11);
