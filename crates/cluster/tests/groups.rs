@@ -242,6 +242,39 @@ fn cleanup(mut nodes: Vec<Node>) {
     }
 }
 
+/// Cuts `old` (the group's leader) off and reports it down to the others, as the failure
+/// detector does; a new leader among them applies "after" behind "before". Returns it.
+fn cut_off_and_go_on(
+    router: &Router,
+    nodes: &[Node],
+    rec: &[Recorder],
+    group: u64,
+    old: u64,
+) -> u64 {
+    router.cut.lock().unwrap().insert(old);
+    for n in nodes.iter().filter(|n| n.id != old) {
+        n.groups.send(Input::PeerDown(old));
+    }
+    let new = eventually("a new leader among the others", || {
+        nodes
+            .iter()
+            .filter(|n| n.id != old)
+            .filter_map(|n| n.groups.view(group))
+            .find(|v| v.is_leader)
+            .map(|v| v.leader)
+    });
+    assert_ne!(new, old);
+    propose(&nodes[new as usize - 1], group, b"after");
+    let others: Vec<&Recorder> = nodes
+        .iter()
+        .zip(rec)
+        .filter(|(n, _)| n.id != old)
+        .map(|(_, r)| r)
+        .collect();
+    wait_applied(&others, &[b"before".to_vec(), b"after".to_vec()]);
+    new
+}
+
 #[test]
 fn entries_proposed_on_any_member_are_applied_in_one_order_everywhere() {
     let (_router, nodes) = cluster("order");
@@ -306,27 +339,7 @@ fn when_the_leaders_node_is_cut_off_the_others_elect_a_leader_and_go_on() {
         nodes.iter().all(|n| n.groups.awake() == 0).then_some(())
     });
     // The failure detector tells the others; the sleeping followers wake and stand.
-    router.cut.lock().unwrap().insert(old);
-    for n in nodes.iter().filter(|n| n.id != old) {
-        n.groups.send(Input::PeerDown(old));
-    }
-    let new = eventually("a new leader among the others", || {
-        nodes
-            .iter()
-            .filter(|n| n.id != old)
-            .filter_map(|n| n.groups.view(9))
-            .find(|v| v.is_leader)
-            .map(|v| v.leader)
-    });
-    assert_ne!(new, old);
-    propose(&nodes[new as usize - 1], 9, b"after");
-    let others: Vec<&Recorder> = nodes
-        .iter()
-        .zip(&rec)
-        .filter(|(n, _)| n.id != old)
-        .map(|(_, r)| r)
-        .collect();
-    wait_applied(&others, &[b"before".to_vec(), b"after".to_vec()]);
+    let new = cut_off_and_go_on(&router, &nodes, &rec, 9, old);
     // Back, the old leader learns what it missed.
     router.cut.lock().unwrap().remove(&old);
     propose(&nodes[new as usize - 1], 9, b"healed");
@@ -371,27 +384,7 @@ fn a_leaders_node_reported_down_is_replaced_at_once_not_after_an_election_timeou
     let old = leader(&nodes, 11);
     propose(&nodes[old as usize - 1], 11, b"before");
     wait_applied(&rec.iter().collect::<Vec<_>>(), &[b"before".to_vec()]);
-    router.cut.lock().unwrap().insert(old);
-    for n in nodes.iter().filter(|n| n.id != old) {
-        n.groups.send(Input::PeerDown(old));
-    }
-    let new = eventually("a new leader among the others", || {
-        nodes
-            .iter()
-            .filter(|n| n.id != old)
-            .filter_map(|n| n.groups.view(11))
-            .find(|v| v.is_leader)
-            .map(|v| v.leader)
-    });
-    assert_ne!(new, old);
-    propose(&nodes[new as usize - 1], 11, b"after");
-    let others: Vec<&Recorder> = nodes
-        .iter()
-        .zip(&rec)
-        .filter(|(n, _)| n.id != old)
-        .map(|(_, r)| r)
-        .collect();
-    wait_applied(&others, &[b"before".to_vec(), b"after".to_vec()]);
+    cut_off_and_go_on(&router, &nodes, &rec, 11, old);
     cleanup(nodes);
 }
 
