@@ -4,7 +4,8 @@
 //! Map of the crate:
 //! - `cli`: PerfTest's flags (single-dash multi-letter ones included) and the studies' flags.
 //! - `client`: a small AMQP client; `client::wire` is the framing.
-//! - `workload`: producers, consumers and the per-interval reporter of one run.
+//! - `workload`: producers, consumers and the per-interval reporter of one run;
+//!   `rate_limiter`: their pacing under -r and -R.
 //! - `stats`: counters and HdrHistograms shared by a run's tasks.
 //! - `procfs`: CPU, memory and disk bytes of the broker (and of ourselves) from /proc.
 //! - `sweep`: increasing-intensity steps (seed 000) with pass/fail per step.
@@ -24,6 +25,7 @@ pub mod output;
 pub mod persister;
 pub mod procfs;
 pub mod progress;
+pub mod rate_limiter;
 pub mod report;
 pub mod scale;
 pub mod stats;

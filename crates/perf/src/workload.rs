@@ -19,6 +19,7 @@ use crate::client::wire::{
 };
 use crate::client::{Connection, Uri};
 use crate::procfs;
+use crate::rate_limiter::RateLimiter;
 use crate::stats::{Counters, LocalStats, Percentiles, SharedStats};
 use anyhow::{anyhow, bail, Result};
 use serde::{Deserialize, Serialize};
@@ -32,12 +33,6 @@ use tokio::sync::{mpsc, watch};
 pub const BATCH_MESSAGES_MAX: usize = 256;
 /// Bytes one producer batch may hold.
 pub const BATCH_BYTES_MAX: usize = 1024 * 1024;
-/// How far ahead of its schedule a rate-limited producer may burst, in seconds of its rate.
-pub const RATE_BURST_S: f64 = 0.05;
-/// A rate-limited producer sends at most once per this many seconds (1 ms, tokio's timer
-/// resolution): a batch of `rate * 1 ms` messages. Without it every confirm that wakes the
-/// producer would send the one or two messages that became due, one syscall each.
-pub const RATE_PACE_S: f64 = 0.001;
 /// How long the run waits for consumers to catch up once every producer has finished.
 pub const DRAIN_IDLE: Duration = Duration::from_secs(2);
 /// How long stopping tasks may take before the run gives up on them.
@@ -610,52 +605,6 @@ fn try_fill(conn: &mut Connection) -> Result<bool> {
     }
 }
 
-/// A token bucket: how many messages a rate allows now, bursting at most [`RATE_BURST_S`].
-struct RateLimiter {
-    rate: f64,
-    tokens: f64,
-    last: Instant,
-}
-
-impl RateLimiter {
-    fn new(rate: f64) -> Self {
-        RateLimiter {
-            rate,
-            tokens: 1.0_f64.min(rate),
-            last: Instant::now(),
-        }
-    }
-
-    /// Messages due in one pacing interval: what a wake-up waits for before it sends.
-    fn batch_min(&self) -> f64 {
-        (self.rate * RATE_PACE_S).floor().max(1.0)
-    }
-
-    fn available(&mut self) -> u64 {
-        let now = Instant::now();
-        let cap = (self.rate * RATE_BURST_S).max(1.0);
-        self.tokens =
-            (self.tokens + self.rate * now.duration_since(self.last).as_secs_f64()).min(cap);
-        self.last = now;
-        if self.tokens < self.batch_min() {
-            return 0;
-        }
-        self.tokens.max(0.0).floor() as u64
-    }
-
-    fn take(&mut self, n: u64) {
-        self.tokens -= n as f64;
-    }
-
-    /// Time until the next batch is due.
-    fn wait(&self) -> Duration {
-        if self.rate <= 0.0 {
-            return Duration::from_secs(3600);
-        }
-        Duration::from_secs_f64(((self.batch_min() - self.tokens) / self.rate).max(0.0))
-    }
-}
-
 fn handle_close(
     id: (u16, u16),
     args: wire::Args<'_>,
@@ -1207,22 +1156,5 @@ mod tests {
             }
         }
         assert!(acks.is_empty());
-    }
-
-    #[test]
-    fn rate_limiter_allows_the_rate_and_no_burst_beyond_its_cap() {
-        let mut l = RateLimiter::new(1000.0);
-        l.last -= Duration::from_secs(10);
-        assert_eq!(l.available(), 50);
-        l.take(50);
-        assert_eq!(l.available(), 0);
-        assert!(l.wait() <= Duration::from_millis(1));
-        // At 10k msg/s a wake-up sends only once 10 messages (1 ms) are due.
-        let mut fast = RateLimiter::new(10_000.0);
-        fast.tokens = 5.0;
-        fast.last = Instant::now();
-        assert_eq!(fast.available(), 0);
-        fast.tokens = 12.0;
-        assert_eq!(fast.available(), 12);
     }
 }
