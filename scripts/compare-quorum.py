@@ -145,6 +145,8 @@ def perftest(broker, uris, seconds, args):
         log(f"{broker.name}: PerfTest printed no summary:\n{out[-2000:]}")
         return None
     sent, recv = int(sent.group(1)), int(recv.group(1)) if recv else 0
+    if sent == 0:
+        log(f"{broker.name}: PerfTest sent nothing:\n{out[-3000:]}")
     result = {"sent": sent, "received": recv,
               "cpu_us_per_msg": cpu_s * 1e6 / max(1, sent * seconds)}
     if lat:
