@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! 0  4  length of what follows (kind + payload), little endian, <= FRAME_BYTES_MAX
-//! 4  1  kind: 1 hello, 2 ping, 3 pong, 4 raft, 5 data
+//! 4  1  kind: 1 hello, 2 ping, 3 pong, 4 raft, 5 data, 6 catch-up
 //! 5  .  payload
 //! ```
 //!
@@ -11,6 +11,7 @@
 //! - raft: 8 group id, then per message 4 length + the protobuf-encoded Raft message. All of a
 //!   round's messages for one peer and group travel in one frame.
 //! - data: one [`crate::messaging::Data`] message (forwarded publishes, deliveries, acks).
+//! - catch-up: one [`crate::catch_up::CatchUpMessage`] (a snapshot's entries, fetched).
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use protobuf::Message as _;
@@ -27,6 +28,7 @@ pub const KIND_PING: u8 = 2;
 pub const KIND_PONG: u8 = 3;
 pub const KIND_RAFT: u8 = 4;
 pub const KIND_DATA: u8 = 5;
+pub const KIND_CATCH_UP: u8 = 6;
 
 /// The first frame on a link.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,6 +64,7 @@ pub enum Frame {
     Pong(u64),
     Raft { group: u64, messages: Vec<Message> },
     Data(Bytes),
+    CatchUp(crate::catch_up::CatchUpMessage),
 }
 
 fn begin(out: &mut BytesMut, kind: u8) -> usize {
@@ -86,6 +89,12 @@ pub fn encode_hello(out: &mut BytesMut, hello: &Hello) {
 pub fn encode_data(out: &mut BytesMut, f: impl FnOnce(&mut BytesMut)) {
     let at = begin(out, KIND_DATA);
     f(out);
+    finish(out, at);
+}
+
+pub fn encode_catch_up(out: &mut BytesMut, message: &crate::catch_up::CatchUpMessage) {
+    let at = begin(out, KIND_CATCH_UP);
+    message.encode(out);
     finish(out, at);
 }
 
@@ -158,6 +167,7 @@ pub fn decode(buf: &mut BytesMut) -> Result<Option<Frame>, String> {
             Frame::Raft { group, messages }
         }
         KIND_DATA => Frame::Data(payload),
+        KIND_CATCH_UP => Frame::CatchUp(crate::catch_up::CatchUpMessage::decode(payload)?),
         other => return Err(format!("unknown frame kind {other}")),
     }))
 }

@@ -20,6 +20,7 @@
 //! member there wakes, so followers of a dead leader elect a new one and a cut-off leader steps
 //! down (check-quorum).
 
+use crate::catch_up::{CatchUpInput, CatchUpMessage, FetchJob, SendCatchUp};
 use crate::inputs::take_inputs;
 use crate::raft_log::RaftLog;
 use protobuf::Message as _;
@@ -67,6 +68,13 @@ const LEAVE_QUIET: Duration = Duration::from_secs(5);
 
 /// How a group's messages reach a peer node; false if the link is down.
 pub type SendRaft = Arc<dyn Fn(u64, u64, &[Message]) -> bool + Send + Sync>;
+
+/// How the loop reaches other nodes, and learns which are up.
+pub struct Links {
+    pub send: SendRaft,
+    pub send_catch_up: SendCatchUp,
+    pub is_up: IsUp,
+}
 /// Whether a peer node is up, as the node-level failure detector sees it.
 pub type IsUp = Arc<dyn Fn(u64) -> bool + Send + Sync>;
 /// Called with the outcome of a proposal as it enters (or fails to enter) the log.
@@ -83,6 +91,9 @@ pub struct GroupsTiming {
     pub sleep_ticks: usize,
     /// Applied entries between snapshots.
     pub snapshot_entries: u64,
+    /// Entry bytes a snapshot sent to a follower carries at most, and a chunk of those it
+    /// fetches instead holds ([`crate::catch_up`]).
+    pub catch_up_chunk_bytes: usize,
 }
 
 impl Default for GroupsTiming {
@@ -93,6 +104,7 @@ impl Default for GroupsTiming {
             heartbeat_ticks: 2,
             sleep_ticks: 5,
             snapshot_entries: 4096,
+            catch_up_chunk_bytes: 4 << 20,
         }
     }
 }
@@ -154,6 +166,11 @@ pub enum Input {
     Synced(Synced),
     /// The snapshot writer's report on a group's snapshot.
     SnapshotWritten(crate::snapshot_writer::SnapshotWritten),
+    /// The catch-up thread's report: the entries below the snapshot a group is installing
+    /// are in its log.
+    Fetched {
+        group: u64,
+    },
     Stop,
 }
 
@@ -183,6 +200,7 @@ pub struct GroupView {
 #[derive(Clone)]
 pub struct QueueGroups {
     inputs: Arc<Mutex<Sender<Input>>>,
+    catch_up: Arc<Mutex<Sender<CatchUpInput>>>,
     views: Arc<Mutex<HashMap<u64, GroupView>>>,
     syncs: Arc<AtomicU64>,
 }
@@ -194,18 +212,31 @@ impl QueueGroups {
         me: u64,
         store: Arc<Store>,
         dir: &Path,
-        send: SendRaft,
-        is_up: IsUp,
+        links: Links,
         timing: GroupsTiming,
     ) -> Result<(QueueGroups, std::thread::JoinHandle<()>), String> {
+        let Links {
+            send,
+            send_catch_up,
+            is_up,
+        } = links;
         let (tx, rx) = std::sync::mpsc::channel();
         let views = Arc::new(Mutex::new(HashMap::new()));
         let syncs = Arc::new(AtomicU64::new(0));
         let syncer = start_syncer(store.clone(), tx.clone(), syncs.clone())?;
         let snapshots = crate::snapshot_writer::start(tx.clone())?;
+        let (catch_up, catch_up_thread) = crate::catch_up::start(
+            store.clone(),
+            send_catch_up,
+            timing.catch_up_chunk_bytes,
+            tx.clone(),
+        )?;
         let runner = Runner {
             syncer,
             snapshots,
+            catch_up: catch_up.clone(),
+            catch_up_thread: Some(catch_up_thread),
+            resumed: Vec::new(),
             unsynced: VecDeque::new(),
             next_round: 1,
             me,
@@ -225,6 +256,7 @@ impl QueueGroups {
         Ok((
             QueueGroups {
                 inputs: Arc::new(Mutex::new(tx)),
+                catch_up: Arc::new(Mutex::new(catch_up)),
                 views,
                 syncs,
             },
@@ -234,6 +266,15 @@ impl QueueGroups {
 
     pub fn send(&self, input: Input) {
         let _ = self.inputs.lock().expect("inputs lock").send(input);
+    }
+
+    /// A catch-up message from peer `from` ([`crate::catch_up`]).
+    pub fn catch_up_received(&self, from: u64, message: CatchUpMessage) {
+        let _ = self
+            .catch_up
+            .lock()
+            .expect("catch-up lock")
+            .send(CatchUpInput::Received { from, message });
     }
 
     pub fn view(&self, group: u64) -> Option<GroupView> {
@@ -280,6 +321,10 @@ struct Group {
     leader_seen: (u64, u64),
     /// Proposals made while the group knew no leader, proposed once it knows one.
     waiting: Vec<(Instant, Vec<u8>, Option<Proposed>)>,
+    /// The entries below a snapshot being installed are being fetched ([`crate::catch_up`]):
+    /// the group is paused here, neither stepping, ticking nor voting. Holds the snapshot's
+    /// ready, which goes on once they are in; `None` when the install resumed after a restart.
+    fetching: Option<Option<raft::Ready>>,
 }
 
 impl Group {
@@ -304,6 +349,12 @@ struct Runner {
     syncer: Sender<u64>,
     /// Hands snapshots to the snapshot writer.
     snapshots: Sender<crate::snapshot_writer::SnapshotJob>,
+    /// Starts and cancels fetches of snapshots' entries.
+    catch_up: Sender<CatchUpInput>,
+    /// Stopped with the loop: it holds the store.
+    catch_up_thread: Option<std::thread::JoinHandle<()>>,
+    /// Snapshot readies whose entries were fetched, to go on with in the next `on_ready`.
+    resumed: Vec<(u64, raft::Ready)>,
     /// Rounds whose writes are not known durable yet, oldest first.
     unsynced: VecDeque<Unsynced>,
     next_round: u64,
@@ -318,6 +369,15 @@ struct Runner {
     /// so a round costs what happened, not the number of (mostly sleeping) groups.
     touched: BTreeSet<u64>,
     views: Arc<Mutex<HashMap<u64, GroupView>>>,
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        let _ = self.catch_up.send(CatchUpInput::Stop);
+        if let Some(thread) = self.catch_up_thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl Runner {
@@ -363,7 +423,7 @@ impl Runner {
             }
             Input::Remove { group } => self.remove(group),
             Input::TransferLeader { group, to } => {
-                if let Some(g) = self.groups.get_mut(&group) {
+                if let Some(g) = self.groups.get_mut(&group).filter(|g| g.fetching.is_none()) {
                     g.wake();
                     g.raw.transfer_leader(to);
                     self.touched.insert(group);
@@ -402,7 +462,7 @@ impl Runner {
             }
             Input::Peer { group, messages } => {
                 self.touched.insert(group);
-                if let Some(g) = self.groups.get_mut(&group) {
+                if let Some(g) = self.groups.get_mut(&group).filter(|g| g.fetching.is_none()) {
                     if g.leaving.is_some() {
                         g.leaving = Some(Instant::now());
                     }
@@ -436,9 +496,10 @@ impl Runner {
             // Stopped in `run`, which checks for it before handing inputs here.
             Input::Synced(Synced(Err(_))) => {}
             Input::SnapshotWritten(written) => self.snapshot_written(written),
+            Input::Fetched { group } => self.fetched(group),
             Input::PeerDown(peer) => {
                 let me = self.me;
-                for (id, g) in self.groups.iter_mut() {
+                for (id, g) in self.groups.iter_mut().filter(|(_, g)| g.fetching.is_none()) {
                     if g.voters.contains(&peer) {
                         g.wake();
                         if g.raw.raft.leader_id == peer {
@@ -454,6 +515,7 @@ impl Runner {
 
     fn remove(&mut self, group: u64) {
         if let Some(g) = self.groups.remove(&group) {
+            let _ = self.catch_up.send(CatchUpInput::Cancel(group));
             g.raw.store().snapshot_file().close();
             let _ = self.store.delete_log(group);
             let _ = std::fs::remove_dir_all(self.group_dir(group));
@@ -545,7 +607,8 @@ impl Runner {
         }
         let fresh = self.store.hard_state(group).is_none() && self.store.log_info(group).is_none();
         let log = RaftLog::open(self.store.clone(), group, &self.group_dir(group), &voters)?
-            .carrying_entries();
+            .carrying_entries(self.timing.catch_up_chunk_bytes);
+        let resumed = log.restoring();
         let snapshot = log.latest_snapshot();
         let snapshot_index = snapshot.get_metadata().index;
         if snapshot_index > 0 {
@@ -571,6 +634,14 @@ impl Runner {
             let _ = raw.campaign();
         }
         let current = current_voters(&raw);
+        let fetching = resumed.map(|r| {
+            tracing::info!(
+                group,
+                "fetching again the entries below a snapshot a restart interrupted"
+            );
+            fetch(&self.catch_up, self.me, group, &r, 0);
+            None
+        });
         self.groups.insert(
             group,
             Group {
@@ -589,15 +660,39 @@ impl Runner {
                 commit_hint: 0,
                 leader_seen: (0, 0),
                 waiting: Vec::new(),
+                fetching,
             },
         );
         Ok(())
     }
 
+    /// The catch-up thread fetched a group's snapshot entries: its install goes on.
+    fn fetched(&mut self, group: u64) {
+        let Some(g) = self.groups.get_mut(&group) else {
+            return;
+        };
+        match g.fetching.take() {
+            Some(Some(ready)) => self.resumed.push((group, ready)),
+            Some(None) => {
+                // Resumed after a restart: the snapshot is the log's already; it goes to disk.
+                if let Err(e) = g.raw.store().finish_restore() {
+                    tracing::error!(group, error = %e, "a fetched snapshot was not installed");
+                }
+            }
+            None => {}
+        }
+        g.wake();
+        self.touched.insert(group);
+    }
+
     /// Ticks the awake groups; puts to sleep those quiet long enough.
     fn tick(&mut self) {
         let is_up = &self.is_up;
-        for (id, g) in self.groups.iter_mut().filter(|(_, g)| !g.asleep) {
+        for (id, g) in self
+            .groups
+            .iter_mut()
+            .filter(|(_, g)| !g.asleep && g.fetching.is_none())
+        {
             self.touched.insert(*id);
             g.raw.tick();
             propose_waiting(g);
@@ -610,56 +705,28 @@ impl Runner {
     }
 
     fn on_ready(&mut self) -> Result<(), String> {
+        let resumed = std::mem::take(&mut self.resumed);
         let ready: Vec<u64> = self
             .touched
             .iter()
-            .filter(|id| self.groups.get(id).is_some_and(|g| g.raw.has_ready()))
+            .filter(|id| {
+                self.groups
+                    .get(id)
+                    .is_some_and(|g| g.fetching.is_none() && g.raw.has_ready())
+            })
             .copied()
             .collect();
-        if ready.is_empty() {
+        if ready.is_empty() && resumed.is_empty() {
             return Ok(());
         }
         let mut held = Vec::new();
         let mut wrote = false;
+        for (id, rd) in resumed {
+            self.handle_ready(id, rd, true, &mut held, &mut wrote)?;
+        }
         for id in ready {
-            let g = self.groups.get_mut(&id).expect("listed above");
-            let mut rd = g.raw.ready();
-            if !rd.entries().is_empty() || !rd.committed_entries().is_empty() {
-                g.wake();
-            }
-            send(&self.send, id, rd.take_messages(), &mut g.raw);
-            if !rd.snapshot().is_empty() {
-                let snapshot = rd.snapshot().clone();
-                let machine = g.raw.mut_store().install_snapshot(&snapshot)?;
-                g.machine.restore(&machine);
-                g.applied = snapshot.get_metadata().index;
-                g.snapshot_index = g.applied;
-            }
-            // Committed entries are durable here already: raft-rs hands out only those this
-            // member has persisted.
-            apply(g, rd.take_committed_entries());
-            // A changed commit index alone need not be durable now (raft-rs: must_sync).
-            wrote |= rd.must_sync();
-            g.raw.store().append(rd.entries())?;
-            if let Some(hs) = rd.hs() {
-                g.raw.store().set_hard_state(hs)?;
-            }
-            held.push((id, rd.number(), rd.take_persisted_messages()));
-            g.raw.advance_append_async(rd);
-            advance_apply(g);
-            g.raw.store().applied_to(g.applied);
-            g.machine.flush(g.applied >= g.commit_hint);
-            let leader = (g.raw.raft.leader_id, g.raw.raft.term);
-            if leader != g.leader_seen {
-                g.leader_seen = leader;
-                g.machine.leader_changed(leader.0, leader.1);
-                propose_waiting(g);
-            }
-            if let Some(job) = maybe_snapshot(id, g, self.timing.snapshot_entries)? {
-                self.snapshots
-                    .send(job)
-                    .map_err(|_| "the snapshot writer thread is gone".to_string())?;
-            }
+            let rd = self.groups.get_mut(&id).expect("listed above").raw.ready();
+            self.handle_ready(id, rd, false, &mut held, &mut wrote)?;
         }
         if wrote {
             // One sync for every group's writes of this round (and of any round before it
@@ -680,6 +747,67 @@ impl Runner {
             for (id, number, messages) in held {
                 self.persisted(id, number, messages);
             }
+        }
+        Ok(())
+    }
+
+    /// Handles one group's ready: `resumed` for a snapshot's ready held while its entries
+    /// were fetched.
+    fn handle_ready(
+        &mut self,
+        id: u64,
+        mut rd: raft::Ready,
+        resumed: bool,
+        held: &mut Vec<(u64, u64, Vec<Message>)>,
+        wrote: &mut bool,
+    ) -> Result<(), String> {
+        // A group removed since its entries were fetched.
+        let Some(g) = self.groups.get_mut(&id) else {
+            return Ok(());
+        };
+        if !rd.entries().is_empty() || !rd.committed_entries().is_empty() {
+            g.wake();
+        }
+        send(&self.send, id, rd.take_messages(), &mut g.raw);
+        if !rd.snapshot().is_empty() {
+            let snapshot = rd.snapshot().clone();
+            if !resumed {
+                if let Some(r) = g.raw.store().begin_restore(&snapshot)? {
+                    // Paused until the entries are in: raft-rs waits for this ready.
+                    fetch(&self.catch_up, self.me, id, &r, g.raw.raft.leader_id);
+                    g.fetching = Some(Some(rd));
+                    return Ok(());
+                }
+            }
+            let machine = g.raw.mut_store().install_snapshot(&snapshot)?;
+            g.machine.restore(&machine);
+            g.applied = snapshot.get_metadata().index;
+            g.snapshot_index = g.applied;
+        }
+        // Committed entries are durable here already: raft-rs hands out only those this
+        // member has persisted.
+        apply(g, rd.take_committed_entries());
+        // A changed commit index alone need not be durable now (raft-rs: must_sync).
+        *wrote |= rd.must_sync();
+        g.raw.store().append(rd.entries())?;
+        if let Some(hs) = rd.hs() {
+            g.raw.store().set_hard_state(hs)?;
+        }
+        held.push((id, rd.number(), rd.take_persisted_messages()));
+        g.raw.advance_append_async(rd);
+        advance_apply(g);
+        g.raw.store().applied_to(g.applied);
+        g.machine.flush(g.applied >= g.commit_hint);
+        let leader = (g.raw.raft.leader_id, g.raw.raft.term);
+        if leader != g.leader_seen {
+            g.leader_seen = leader;
+            g.machine.leader_changed(leader.0, leader.1);
+            propose_waiting(g);
+        }
+        if let Some(job) = maybe_snapshot(id, g, self.timing.snapshot_entries)? {
+            self.snapshots
+                .send(job)
+                .map_err(|_| "the snapshot writer thread is gone".to_string())?;
         }
         Ok(())
     }
@@ -733,6 +861,32 @@ impl Runner {
 /// Proposes `data`, or keeps it until the group knows a leader (raft-rs drops a proposal
 /// made without one). Behind proposals that wait already, so that a publisher's messages
 /// reach the log in the order it sent them even when the leader becomes known between two.
+/// Asks the catch-up thread for the entries below `r`'s snapshot, from `sender` first (0:
+/// none), then the snapshot's other voters.
+fn fetch(
+    catch_up: &Sender<CatchUpInput>,
+    me: u64,
+    group: u64,
+    r: &crate::raft_log::Restoring,
+    sender: u64,
+) {
+    let meta = r.snapshot.get_metadata();
+    let mut sources: Vec<u64> = vec![sender];
+    for v in meta.get_conf_state().get_voters() {
+        if !sources.contains(v) {
+            sources.push(*v);
+        }
+    }
+    sources.retain(|n| *n != 0 && *n != me);
+    let _ = catch_up.send(CatchUpInput::Start(FetchJob {
+        group,
+        first: r.first,
+        to: meta.index,
+        to_term: meta.term,
+        sources,
+    }));
+}
+
 fn propose(g: &mut Group, data: Vec<u8>, done: Option<Proposed>) {
     if g.raw.raft.leader_id == raft::INVALID_ID {
         g.waiting.push((Instant::now(), data, done));

@@ -13,6 +13,9 @@
 //!   after a leader change) takes effect once.
 //! - [`groups`]: every quorum queue's Raft group on the node, driven by one loop: one WAL sync
 //!   per round for all groups, idle groups asleep until a proposal, a message or a node down.
+//!   Beside it, threads that keep slow work off the loop: [`snapshot_writer`] (a group's
+//!   snapshot files) and [`catch_up`] (a member behind a snapshot fetches the entries below
+//!   it in chunks, [`snapshot_transfer`] being what the snapshot carries).
 //! - [`messaging`]: messages between nodes (forwarded publishes, deliveries to consumers on
 //!   other nodes, their acks, requests to a queue's node) and the epochs that keep two nodes'
 //!   views of each other consistent across broken links.
@@ -34,6 +37,7 @@
 //! `docs/cluster.md` says what a user sees and why it is built this way.
 
 pub mod applied_requests;
+pub mod catch_up;
 pub mod frame;
 pub mod groups;
 mod inputs;
@@ -183,6 +187,11 @@ impl Cluster {
                             groups.send(groups::Input::Peer { group, messages });
                         }
                     }
+                    Inbound::CatchUp { from, message } => {
+                        if let Some(groups) = g1.get() {
+                            groups.catch_up_received(from, message);
+                        }
+                    }
                     inbound => {
                         let _ = deliver_tx
                             .lock()
@@ -212,13 +221,16 @@ impl Cluster {
             },
         );
         let (queue_groups, groups_thread) = {
-            let (t1, t2) = (transport.clone(), transport.clone());
+            let (t1, t2, t3) = (transport.clone(), transport.clone(), transport.clone());
             QueueGroups::start(
                 me.id,
                 store.clone(),
                 &config.dir.join("groups"),
-                Arc::new(move |to, group, messages| t1.send_raft(to, group, messages)),
-                Arc::new(move |peer| t2.is_up(peer)),
+                groups::Links {
+                    send: Arc::new(move |to, group, messages| t1.send_raft(to, group, messages)),
+                    send_catch_up: Arc::new(move |to, message| t3.send_catch_up(to, message)),
+                    is_up: Arc::new(move |peer| t2.is_up(peer)),
+                },
                 groups::GroupsTiming::default(),
             )?
         };

@@ -311,7 +311,7 @@ impl MetadataGroup {
             Input::Peer(Inbound::Raft {
                 group, messages, ..
             }) if group == MEMBERSHIP_GROUP => self.on_membership_messages(messages),
-            Input::Peer(Inbound::Raft { .. }) => {}
+            Input::Peer(Inbound::Raft { .. } | Inbound::CatchUp { .. }) => {}
             Input::Forget { name, reply } => self.forget(&name, reply),
             Input::Peer(Inbound::Hello(info)) => {
                 tracing::debug!(peer = info.id, name = %info.name, "cluster peer said hello");

@@ -28,8 +28,42 @@ pub struct RaftLog {
     /// applied, so an idle group holds none; bounded for a member that applies late.
     cache: Mutex<std::collections::VecDeque<Entry>>,
     /// Whether a snapshot sent to a follower carries the entries kept below it (a quorum
-    /// queue's: see [`crate::snapshot_transfer`]).
-    carries_entries: bool,
+    /// queue's: see [`crate::snapshot_transfer`]), and up to how many bytes of them: past
+    /// that it names them for the follower to fetch ([`crate::catch_up`]).
+    carries_entries: Option<usize>,
+    /// A leader's snapshot being installed while its entries are fetched (written to the
+    /// [`crate::catch_up::RESTORING`] file first).
+    restoring: Mutex<Option<Restoring>>,
+}
+
+/// A snapshot whose entries `first..=index` are being fetched into the log.
+#[derive(Debug, Clone)]
+pub struct Restoring {
+    pub first: u64,
+    pub prev_term: u64,
+    pub snapshot: Snapshot,
+}
+
+impl Restoring {
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(&self.first.to_le_bytes());
+        out.extend_from_slice(&self.prev_term.to_le_bytes());
+        out.extend_from_slice(&self.snapshot.write_to_bytes().expect("snapshots serialise"));
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Restoring, String> {
+        if bytes.len() < 16 {
+            return Err("a short restoring file".into());
+        }
+        let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+        Ok(Restoring {
+            first: u64_at(0),
+            prev_term: u64_at(8),
+            snapshot: Snapshot::parse_from_bytes(&bytes[16..]).map_err(|e| e.to_string())?,
+        })
+    }
 }
 
 /// Most entries a group's cache holds (a member far behind reads the rest from the store).
@@ -49,12 +83,13 @@ impl RaftLog {
     ) -> Result<RaftLog, String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let snapshot_path = dir.join("snapshot");
-        let snapshot = match std::fs::read(&snapshot_path) {
+        let mut snapshot = match std::fs::read(&snapshot_path) {
             Ok(bytes) => Snapshot::parse_from_bytes(&bytes)
                 .map_err(|e| format!("{}: {e}", snapshot_path.display()))?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Snapshot::default(),
             Err(e) => return Err(format!("{}: {e}", snapshot_path.display())),
         };
+        let restoring = resume_restoring(&store, log_id, dir, &mut snapshot)?;
         let conf_state = if snapshot.get_metadata().index > 0 {
             snapshot.get_metadata().get_conf_state().clone()
         } else {
@@ -71,15 +106,82 @@ impl RaftLog {
             snapshot: Mutex::new(snapshot),
             conf_state,
             cache: Mutex::new(std::collections::VecDeque::new()),
-            carries_entries: false,
+            carries_entries: None,
+            restoring: Mutex::new(restoring),
         })
     }
 
-    /// Snapshots sent from this log carry the entries it keeps below them, and snapshots
-    /// installed in it bring theirs.
-    pub fn carrying_entries(mut self) -> RaftLog {
-        self.carries_entries = true;
+    /// Snapshots sent from this log carry the entries it keeps below them, up to `max_bytes`
+    /// (past that, they name them to fetch), and snapshots installed in it bring theirs.
+    pub fn carrying_entries(mut self, max_bytes: usize) -> RaftLog {
+        self.carries_entries = Some(max_bytes);
         self
+    }
+
+    /// The snapshot whose entries are being fetched, if any: a group opened with one was
+    /// interrupted installing it, and fetches them again before it takes part.
+    pub fn restoring(&self) -> Option<Restoring> {
+        self.restoring.lock().expect("restoring lock").clone()
+    }
+
+    /// Begins installing a leader's snapshot whose entries are to be fetched: keeps it in the
+    /// restoring file (durably: a crash from here on resumes the fetch), then empties the log
+    /// and starts it where the entries begin. `None` if the snapshot carries its entries.
+    pub fn begin_restore(&self, snapshot: &Snapshot) -> Result<Option<Restoring>, String> {
+        let carried = crate::snapshot_transfer::Carried::decode(&snapshot.data)?;
+        let Some((first, last)) = carried.fetch else {
+            return Ok(None);
+        };
+        if last != snapshot.get_metadata().index || first == 0 {
+            return Err(format!(
+                "a snapshot at {} names entries {first}..={last}",
+                snapshot.get_metadata().index
+            ));
+        }
+        let mut plain = snapshot.clone();
+        plain.data = carried.machine.into();
+        let restoring = Restoring {
+            first,
+            prev_term: carried.prev_term,
+            snapshot: plain,
+        };
+        write_atomically(&self.restoring_path(), &restoring.encode())
+            .map_err(|e| format!("{}: {e}", self.restoring_path().display()))?;
+        self.cache.lock().expect("cache lock").clear();
+        start_log_at(&self.store, self.log_id, first, carried.prev_term)?;
+        *self.restoring.lock().expect("restoring lock") = Some(restoring.clone());
+        Ok(Some(restoring))
+    }
+
+    /// The entries of the snapshot being restored are in the log: the snapshot becomes the
+    /// latest, durably, with them below it. Returns the state machine's part.
+    pub fn finish_restore(&self) -> Result<Vec<u8>, String> {
+        let Some(r) = self.restoring() else {
+            return Err("no snapshot is being restored".into());
+        };
+        let meta = r.snapshot.get_metadata();
+        let err = |e: warren_store::Error| e.to_string();
+        let descriptor = descriptor(meta.index, meta.term);
+        if self.store.term(self.log_id, meta.index) != Some(meta.term) {
+            // Every entry asked for was released where it was fetched from (settled).
+            self.store
+                .release_prefix(self.log_id, meta.index, meta.term, descriptor)
+                .map_err(err)?;
+        }
+        // The entries first: the snapshot on disk then always has its entries below it.
+        self.store.sync().map_err(err)?;
+        self.save_snapshot_releasing(&r.snapshot, 0)?;
+        *self.restoring.lock().expect("restoring lock") = None;
+        match std::fs::remove_file(self.restoring_path()) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("{}: {e}", self.restoring_path().display())),
+        }
+        Ok(r.snapshot.data.to_vec())
+    }
+
+    fn restoring_path(&self) -> PathBuf {
+        self.file.path.with_file_name(crate::catch_up::RESTORING)
     }
 
     pub fn snapshot_meta(&self) -> (u64, u64) {
@@ -197,6 +299,10 @@ impl RaftLog {
     /// leader's does, with the bodies of the messages the snapshot names.
     pub fn install_snapshot(&self, snapshot: &Snapshot) -> Result<Vec<u8>, String> {
         let carried = crate::snapshot_transfer::Carried::decode(&snapshot.data)?;
+        if carried.fetch.is_some() {
+            // Fetched since `begin_restore`.
+            return self.finish_restore();
+        }
         let entries = carried.parsed()?;
         let meta = snapshot.get_metadata();
         let (Some(first), Some(last)) = (entries.first(), entries.last()) else {
@@ -213,25 +319,7 @@ impl RaftLog {
         }
         self.cache.lock().expect("cache lock").clear();
         let err = |e: warren_store::Error| e.to_string();
-        // Whatever this member had, it is replaced: some of it may conflict.
-        if let Some(info) = self.store.log_info(self.log_id) {
-            if info.last_index >= info.first_index {
-                self.store
-                    .truncate(self.log_id, info.first_index)
-                    .map_err(err)?;
-            }
-        }
-        let mut descriptor = Vec::with_capacity(16);
-        descriptor.extend_from_slice(&meta.index.to_le_bytes());
-        descriptor.extend_from_slice(&meta.term.to_le_bytes());
-        self.store
-            .release_prefix(
-                self.log_id,
-                first.0 - 1,
-                carried.prev_term,
-                descriptor.into(),
-            )
-            .map_err(err)?;
+        start_log_at(&self.store, self.log_id, first.0, carried.prev_term)?;
         let stored: Vec<warren_store::Entry> = entries
             .into_iter()
             .map(|(index, term, payload)| warren_store::Entry {
@@ -257,27 +345,25 @@ impl RaftLog {
         let mut snapshot = self.latest_snapshot();
         let index = snapshot.get_metadata().index;
         let first = raft::Storage::first_index(self)?;
-        if !self.carries_entries || first > index {
+        let Some(max) = self.carries_entries.filter(|_| first <= index) else {
             return Ok(snapshot);
-        }
+        };
         let prev_term = raft::Storage::term(self, first - 1)?;
-        let max = crate::snapshot_transfer::CARRIED_BYTES_MAX;
         let stored = self.read_stored(first, index + 1, max)?;
-        if stored.last().map(|e| e.index) != Some(index) {
-            tracing::warn!(
-                group = self.log_id,
-                entries = index + 1 - first,
-                "a follower's snapshot would carry too many live messages: it waits"
-            );
-            return Err(raft::Error::Store(
-                StorageError::SnapshotTemporarilyUnavailable,
-            ));
-        }
-        let entries = stored.into_iter().map(|e| e.payload).collect();
-        let carried = crate::snapshot_transfer::Carried {
-            machine: snapshot.data.to_vec(),
-            prev_term,
-            entries,
+        let carried = if stored.last().map(|e| e.index) == Some(index) {
+            crate::snapshot_transfer::Carried {
+                machine: snapshot.data.to_vec(),
+                prev_term,
+                entries: stored.into_iter().map(|e| e.payload).collect(),
+                fetch: None,
+            }
+        } else {
+            crate::snapshot_transfer::Carried {
+                machine: snapshot.data.to_vec(),
+                prev_term,
+                entries: Vec::new(),
+                fetch: Some((first, index)),
+            }
         };
         snapshot.data = carried.encode().into();
         Ok(snapshot)
@@ -366,13 +452,68 @@ impl RaftLog {
                 None => return Ok(()),
             }
         };
-        let mut descriptor = Vec::with_capacity(16);
-        descriptor.extend_from_slice(&meta.index.to_le_bytes());
-        descriptor.extend_from_slice(&meta.term.to_le_bytes());
         self.store
-            .release_prefix(self.log_id, upto, term, descriptor.into())
+            .release_prefix(self.log_id, upto, term, descriptor(meta.index, meta.term))
             .map_err(|e| e.to_string())
     }
+}
+
+/// What the store keeps with a released prefix: the snapshot's index and term.
+fn descriptor(index: u64, term: u64) -> bytes::Bytes {
+    let mut out = Vec::with_capacity(16);
+    out.extend_from_slice(&index.to_le_bytes());
+    out.extend_from_slice(&term.to_le_bytes());
+    out.into()
+}
+
+/// Empties the log and starts it at `first` (after `prev_term`): whatever this member had is
+/// replaced by a leader's entries, and some of it may conflict with them.
+fn start_log_at(store: &Store, log_id: u64, first: u64, prev_term: u64) -> Result<(), String> {
+    let err = |e: warren_store::Error| e.to_string();
+    if let Some(info) = store.log_info(log_id) {
+        if info.last_index >= info.first_index {
+            store.truncate(log_id, info.first_index).map_err(err)?;
+        }
+    }
+    store
+        .release_prefix(log_id, first - 1, prev_term, bytes::Bytes::new())
+        .map_err(err)
+}
+
+/// At open: a restoring file left by a crash mid-fetch. If its snapshot made it to disk, the
+/// install finished and the file goes; otherwise the snapshot becomes the log's latest (in
+/// memory) with its entries to fetch again, and the hard state's commit moves up to it (a
+/// snapshot is of committed entries; raft-rs wants the commit within the log).
+fn resume_restoring(
+    store: &Store,
+    log_id: u64,
+    dir: &Path,
+    snapshot: &mut Snapshot,
+) -> Result<Option<Restoring>, String> {
+    let path = dir.join(crate::catch_up::RESTORING);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let r = Restoring::decode(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    let meta = r.snapshot.get_metadata();
+    if snapshot.get_metadata().index >= meta.index {
+        std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        return Ok(None);
+    }
+    start_log_at(store, log_id, r.first, r.prev_term)?;
+    let mut hs = store.hard_state(log_id).unwrap_or_default();
+    hs.commit = hs.commit.max(meta.index);
+    if meta.term > hs.term {
+        hs.term = meta.term;
+        hs.vote = 0;
+    }
+    store
+        .set_hard_state(log_id, hs)
+        .map_err(|e| e.to_string())?;
+    *snapshot = r.snapshot.clone();
+    Ok(Some(r))
 }
 
 /// A group's snapshot file. Written from the loop (an installed snapshot) and from the

@@ -7,18 +7,19 @@
 //! starve on them). So the snapshot travels with those entries, and the follower writes them
 //! into its log below the snapshot, as the leader has them.
 //!
+//! Past a size the entries do not travel inside the snapshot: it names their range, and the
+//! follower fetches them in chunks ([`crate::catch_up`]).
+//!
 //! Layout: `MAGIC`, the machine's snapshot (u64 length, bytes), the term of the index before
 //! the first entry (u64), the entry count (u64), then each entry as stored (u32 length, the
-//! serialised raft `Entry`). Little endian.
+//! serialised raft `Entry`). Little endian. With `MAGIC_FETCH` instead, after the term: the
+//! first and last index of the entries to fetch (u64 each).
 
 use protobuf::Message as _;
 use raft::eraftpb::Entry;
 
 const MAGIC: &[u8; 8] = b"wsnap\0\0\x01";
-
-/// Most entry bytes a snapshot carries: beyond it the leader does not send the snapshot yet
-/// (consumers shrink what is live); the transport's frames stop at 256 MiB.
-pub const CARRIED_BYTES_MAX: usize = 128 << 20;
+const MAGIC_FETCH: &[u8; 8] = b"wsnap\0\0\x02";
 
 /// A snapshot as it travels.
 #[derive(Debug, Default, PartialEq)]
@@ -28,16 +29,27 @@ pub struct Carried {
     pub prev_term: u64,
     /// Serialised raft entries, contiguous, ending at the snapshot's index.
     pub entries: Vec<bytes::Bytes>,
+    /// The first and last index of the entries to fetch, when they are not carried.
+    pub fetch: Option<(u64, u64)>,
 }
 
 impl Carried {
     pub fn encode(&self) -> Vec<u8> {
         let entry_bytes: usize = self.entries.iter().map(|e| e.len() + 4).sum();
         let mut out = Vec::with_capacity(MAGIC.len() + 24 + self.machine.len() + entry_bytes);
-        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(if self.fetch.is_some() {
+            MAGIC_FETCH
+        } else {
+            MAGIC
+        });
         out.extend_from_slice(&(self.machine.len() as u64).to_le_bytes());
         out.extend_from_slice(&self.machine);
         out.extend_from_slice(&self.prev_term.to_le_bytes());
+        if let Some((first, last)) = self.fetch {
+            out.extend_from_slice(&first.to_le_bytes());
+            out.extend_from_slice(&last.to_le_bytes());
+            return out;
+        }
         out.extend_from_slice(&(self.entries.len() as u64).to_le_bytes());
         for e in &self.entries {
             out.extend_from_slice(&(e.len() as u32).to_le_bytes());
@@ -49,15 +61,34 @@ impl Carried {
     /// The snapshot in `data`; data without the envelope is a machine snapshot alone (a
     /// leader that kept no entries below it, or one from before this format).
     pub fn decode(data: &[u8]) -> Result<Carried, String> {
-        let Some(mut rest) = data.strip_prefix(MAGIC.as_slice()) else {
-            return Ok(Carried {
-                machine: data.to_vec(),
-                ..Default::default()
-            });
+        let (mut rest, fetched) = match (
+            data.strip_prefix(MAGIC.as_slice()),
+            data.strip_prefix(MAGIC_FETCH.as_slice()),
+        ) {
+            (Some(rest), _) => (rest, false),
+            (_, Some(rest)) => (rest, true),
+            _ => {
+                return Ok(Carried {
+                    machine: data.to_vec(),
+                    ..Default::default()
+                })
+            }
         };
         let machine_len = take_u64(&mut rest)? as usize;
         let machine = take(&mut rest, machine_len)?.to_vec();
         let prev_term = take_u64(&mut rest)?;
+        if fetched {
+            let (first, last) = (take_u64(&mut rest)?, take_u64(&mut rest)?);
+            if !rest.is_empty() || first > last {
+                return Err("a damaged snapshot range".into());
+            }
+            return Ok(Carried {
+                machine,
+                prev_term,
+                entries: Vec::new(),
+                fetch: Some((first, last)),
+            });
+        }
         let count = take_u64(&mut rest)?;
         let mut entries = Vec::new();
         for _ in 0..count {
@@ -74,6 +105,7 @@ impl Carried {
             machine,
             prev_term,
             entries,
+            fetch: None,
         })
     }
 
@@ -131,6 +163,7 @@ mod tests {
             machine: b"state".to_vec(),
             prev_term: 4,
             entries: vec![entry(8, 4), entry(9, 5)],
+            fetch: None,
         };
         let back = Carried::decode(&c.encode()).unwrap();
         assert_eq!(back, c);
@@ -139,6 +172,19 @@ mod tests {
             parsed.iter().map(|(i, t, _)| (*i, *t)).collect::<Vec<_>>(),
             vec![(8, 4), (9, 5)]
         );
+    }
+
+    #[test]
+    fn a_snapshot_naming_entries_to_fetch_comes_back_as_it_went() {
+        let c = Carried {
+            machine: b"state".to_vec(),
+            prev_term: 4,
+            entries: Vec::new(),
+            fetch: Some((8, 9000)),
+        };
+        let bytes = c.encode();
+        assert_eq!(Carried::decode(&bytes).unwrap(), c);
+        assert!(Carried::decode(&bytes[..bytes.len() - 1]).is_err());
     }
 
     #[test]
@@ -154,6 +200,7 @@ mod tests {
             machine: b"state".to_vec(),
             prev_term: 1,
             entries: vec![entry(2, 1), entry(4, 1)],
+            fetch: None,
         };
         let bytes = c.encode();
         assert!(Carried::decode(&bytes[..bytes.len() - 1]).is_err());

@@ -64,6 +64,10 @@ pub enum Inbound {
         group: u64,
         messages: Vec<raft::eraftpb::Message>,
     },
+    CatchUp {
+        from: u64,
+        message: crate::catch_up::CatchUpMessage,
+    },
 }
 
 /// One peer's link: its send buffer and its counters.
@@ -209,6 +213,21 @@ impl Transport {
             return false;
         }
         frame::encode_raft(&mut buffer, group, messages);
+        drop(buffer);
+        peer.wake.notify_one();
+        true
+    }
+
+    /// Queues a catch-up message for peer `to`; false if the link is down or its buffer full
+    /// (the fetch asks again, or asks another member).
+    pub fn send_catch_up(&self, to: u64, message: &crate::catch_up::CatchUpMessage) -> bool {
+        let peer = self.peer(to);
+        let mut buffer = peer.buffer.lock().expect("buffer lock");
+        if !peer.connected.load(Ordering::Relaxed) || buffer.len() > PEER_BUFFER_BYTES_MAX {
+            peer.dropped.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        frame::encode_catch_up(&mut buffer, message);
         drop(buffer);
         peer.wake.notify_one();
         true
@@ -485,6 +504,10 @@ impl Transport {
                         frame::encode_ping(&mut reply, frame::KIND_PONG, t);
                     }
                     (Frame::Pong(_), Some(_)) => {}
+                    (Frame::CatchUp(message), Some((id, p))) => {
+                        p.frames_in.fetch_add(1, Ordering::Relaxed);
+                        (self.inner.callbacks.inbound)(Inbound::CatchUp { from: *id, message });
+                    }
                     (Frame::Raft { group, messages }, Some((id, p))) => {
                         p.frames_in.fetch_add(1, Ordering::Relaxed);
                         (self.inner.callbacks.inbound)(Inbound::Raft {

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use warren_cluster::groups::{GroupsTiming, Input, Machine, QueueGroups};
+use warren_cluster::catch_up::CatchUpMessage;
+use warren_cluster::groups::{GroupsTiming, Input, Links, Machine, QueueGroups};
 use warren_store::{Config, NoopListener, Store};
 
 /// Applied entries: (index, data).
@@ -74,6 +75,10 @@ struct Router {
     nodes: Mutex<Vec<Option<QueueGroups>>>,
     cut: Mutex<HashSet<u64>>,
     carried: AtomicU64,
+    /// Chunks of entries fetched below a snapshot, carried.
+    chunks: AtomicU64,
+    /// Chunks are dropped (a fetch stalls).
+    drop_chunks: std::sync::atomic::AtomicBool,
 }
 
 impl Router {
@@ -94,6 +99,24 @@ impl Router {
             group,
             messages: messages.to_vec(),
         });
+        true
+    }
+
+    fn route_catch_up(&self, from: u64, to: u64, message: &CatchUpMessage) -> bool {
+        if !self.up(from) || !self.up(to) {
+            return false;
+        }
+        if matches!(message, CatchUpMessage::Chunk { .. }) {
+            if self.drop_chunks.load(Ordering::Relaxed) {
+                return true;
+            }
+            self.chunks.fetch_add(1, Ordering::Relaxed);
+        }
+        let nodes = self.nodes.lock().unwrap();
+        let Some(Some(node)) = nodes.get(to as usize - 1) else {
+            return false;
+        };
+        node.catch_up_received(from, message.clone());
         true
     }
 }
@@ -122,6 +145,7 @@ fn timing() -> GroupsTiming {
         heartbeat_ticks: 2,
         sleep_ticks: 5,
         snapshot_entries: 50,
+        catch_up_chunk_bytes: 4 << 20,
     }
 }
 
@@ -144,13 +168,20 @@ fn start_node(id: u64, dir: PathBuf, router: &Arc<Router>) -> Node {
 fn start_node_timed(id: u64, dir: PathBuf, router: &Arc<Router>, timing: GroupsTiming) -> Node {
     let (store, _) = Store::open(Config::new(dir.join("store")), Arc::new(NoopListener)).unwrap();
     let store = Arc::new(store);
-    let (r1, r2) = (router.clone(), router.clone());
+    let (r1, r2, r3) = (router.clone(), router.clone(), router.clone());
     let (groups, thread) = QueueGroups::start(
         id,
         store.clone(),
         &dir.join("groups"),
-        Arc::new(move |to, group, messages: &[Message]| r1.route(id, to, group, messages)),
-        Arc::new(move |peer| r2.up(peer)),
+        Links {
+            send: Arc::new(move |to, group, messages: &[Message]| {
+                r1.route(id, to, group, messages)
+            }),
+            send_catch_up: Arc::new(move |to, message: &CatchUpMessage| {
+                r3.route_catch_up(id, to, message)
+            }),
+            is_up: Arc::new(move |peer| r2.up(peer)),
+        },
         timing,
     )
     .unwrap();
@@ -357,9 +388,7 @@ fn a_leaders_node_reported_down_is_replaced_at_once_not_after_an_election_timeou
     let slow = GroupsTiming {
         tick: Duration::from_millis(10),
         election_ticks: 60_000,
-        heartbeat_ticks: 2,
-        sleep_ticks: 5,
-        snapshot_entries: 50,
+        ..timing()
     };
     let router = Arc::new(Router::default());
     let nodes: Vec<Node> = (1..=3)
@@ -725,5 +754,167 @@ fn a_member_added_catches_up_and_a_member_removed_no_longer_counts_for_a_majorit
     }
     expected.extend(more);
     wait_applied(&[&rec[2], &rec[3]], &expected);
+    cleanup(nodes);
+}
+
+/// A cluster whose group 19 has a follower (`away`) behind every entry its leader keeps.
+struct Behind {
+    router: Arc<Router>,
+    nodes: Vec<Node>,
+    rec: Vec<Recorder>,
+    expected: Vec<Vec<u8>>,
+    away: u64,
+}
+
+/// A group whose leader keeps 300 entries of 64 bytes below its snapshots, with snapshots
+/// carrying at most 2 KiB of them: a follower behind them all fetches them in chunks.
+fn fetching_cluster(name: &str) -> Behind {
+    let router = Arc::new(Router::default());
+    let small_chunks = GroupsTiming {
+        catch_up_chunk_bytes: 2048,
+        ..timing()
+    };
+    let nodes: Vec<Node> = (1..=3)
+        .map(|id| {
+            let dir = temp_dir(&format!("{name}-n{id}"));
+            start_node_timed(id, dir, &router, small_chunks.clone())
+        })
+        .collect();
+    let rec = open_with(&nodes, 19, || Recorder {
+        keeps_recent: 300,
+        ..Recorder::default()
+    });
+    let l = leader(&nodes, 19);
+    let away = nodes.iter().find(|n| n.id != l).unwrap().id;
+    router.cut.lock().unwrap().insert(away);
+    let expected: Vec<Vec<u8>> = (0..600u32)
+        .map(|i| {
+            let mut d = i.to_be_bytes().to_vec();
+            d.resize(64, i as u8);
+            d
+        })
+        .collect();
+    for data in &expected {
+        propose(&nodes[l as usize - 1], 19, data);
+    }
+    let present: Vec<&Recorder> = nodes
+        .iter()
+        .zip(&rec)
+        .filter(|(n, _)| n.id != away)
+        .map(|(_, r)| r)
+        .collect();
+    wait_applied(&present, &expected);
+    eventually("the leader's snapshot released a prefix", || {
+        let info = nodes[l as usize - 1].store.log_info(19)?;
+        (info.first_index > 1).then_some(())
+    });
+    Behind {
+        router,
+        nodes,
+        rec,
+        expected,
+        away,
+    }
+}
+
+/// The last 300 entries a member applied are readable from its own log, as a queue's
+/// member reads its waiting messages' bodies.
+fn assert_live_entries_readable(node: &Node, rec: &Recorder) {
+    let applied = rec.applied.lock().unwrap().clone();
+    for (index, data) in &applied[applied.len() - 300..] {
+        assert_eq!(
+            warren_cluster::raft_log::read_entry_data(&node.store, 19, *index).as_deref(),
+            Some(data.as_slice()),
+            "entry {index} on node {}",
+            node.id
+        );
+    }
+}
+
+#[test]
+fn a_follower_behind_more_entries_than_a_snapshot_carries_fetches_them_in_chunks() {
+    let Behind {
+        router,
+        nodes,
+        rec,
+        expected,
+        away,
+    } = fetching_cluster("fetch");
+    router.cut.lock().unwrap().remove(&away);
+    let back = &rec[away as usize - 1];
+    wait_applied(&[back], &expected);
+    assert!(
+        back.restores.load(Ordering::Relaxed) >= 1,
+        "from a snapshot"
+    );
+    let chunks = router.chunks.load(Ordering::Relaxed);
+    assert!(
+        chunks >= 5,
+        "300 x 64 B in chunks of 2 KiB, not at once: {chunks}"
+    );
+    assert_live_entries_readable(&nodes[away as usize - 1], back);
+    // It takes part again: with the leader cut off, it and the other elect and go on.
+    let l = leader(&nodes, 19);
+    router.cut.lock().unwrap().insert(l);
+    for n in nodes.iter().filter(|n| n.id != l) {
+        n.groups.send(Input::PeerDown(l));
+    }
+    let new = eventually("a new leader", || {
+        nodes
+            .iter()
+            .filter(|n| n.id != l)
+            .filter_map(|n| n.groups.view(19))
+            .find(|v| v.is_leader)
+            .map(|v| v.leader)
+    });
+    propose(&nodes[new as usize - 1], 19, b"after");
+    let mut more = expected.clone();
+    more.push(b"after".to_vec());
+    wait_applied(&[back], &more);
+    cleanup(nodes);
+}
+
+#[test]
+fn a_member_restarted_in_the_middle_of_a_fetch_fetches_again_and_catches_up() {
+    let Behind {
+        router,
+        mut nodes,
+        expected,
+        away,
+        ..
+    } = fetching_cluster("refetch");
+    router.drop_chunks.store(true, Ordering::Relaxed);
+    router.cut.lock().unwrap().remove(&away);
+    let victim = away as usize - 1;
+    let dir = nodes[victim].dir.clone();
+    let marker = dir.join("groups/group-19/restoring");
+    eventually("the fetch began", || marker.exists().then_some(()));
+    nodes[victim].stop();
+    drop(std::mem::replace(
+        &mut nodes[victim].store,
+        Arc::new(
+            Store::open(Config::new(temp_dir("scratch")), Arc::new(NoopListener))
+                .unwrap()
+                .0,
+        ),
+    ));
+    router.drop_chunks.store(false, Ordering::Relaxed);
+    let small_chunks = GroupsTiming {
+        catch_up_chunk_bytes: 2048,
+        ..timing()
+    };
+    nodes[victim] = start_node_timed(away, dir, &router, small_chunks);
+    let again = Recorder {
+        keeps_recent: 300,
+        ..Recorder::default()
+    };
+    nodes[victim].groups.send(Input::Create {
+        group: 19,
+        voters: vec![1, 2, 3],
+        machine: Box::new(again.clone()),
+    });
+    wait_applied(&[&again], &expected);
+    assert_live_entries_readable(&nodes[victim], &again);
+    eventually("the install finished", || (!marker.exists()).then_some(()));
     cleanup(nodes);
 }

@@ -101,6 +101,45 @@ def test_a_member_added_serves_every_message_and_a_member_deleted_leaves(cluster
     assert sorted(rows.values()) == ["follower", "leader"]
 
 
+def test_a_member_added_behind_a_large_backlog_fetches_it_in_chunks_and_serves_it(cluster):
+    # 12,000 x 1 KB waiting behind settled messages: the new member is behind every entry the
+    # leader keeps, and they are more than a snapshot carries (4 MiB), so it fetches them.
+    nodes = {n.name: n for n in cluster.nodes}
+    n1 = nodes["n1"]
+    n1.connection().channel().queue_declare(
+        "backlog", durable=True,
+        arguments={"x-queue-type": "quorum", "x-quorum-initial-group-size": 2})
+    two = eventually(lambda: members(n1, "backlog"), "members")
+    [outsider] = [n for n in nodes if n not in two]
+    publish_confirmed(n1, "backlog", [b"settled"] * 200)
+    conn = n1.connection()
+    consume(conn, conn.channel(), "backlog", 200)
+    conn.close()
+    bodies = [(b"%06d" % i).ljust(1024, b".") for i in range(12000)]
+    conn = n1.connection()
+    ch = conn.channel()
+    for b in bodies:
+        ch.basic_publish("", "backlog", b, pika.BasicProperties(delivery_mode=2))
+    conn.close()
+    eventually(lambda: n1.api("/api/queues/%2F/backlog").get("messages") == 12000,
+               "12,000 messages in the queue")
+
+    r = ctl(n1, "add_member", "backlog", outsider)
+    assert r.returncode == 0, r.stderr
+
+    def fetched_chunks():
+        with open(os.path.join(cluster.dir, f"{outsider}.log"), errors="replace") as log:
+            lines = [line for line in log if "a snapshot's entries were fetched" in line]
+        return lines and int(lines[-1].split("chunks=")[1].split()[0])
+    chunks = eventually(fetched_chunks, "the new member fetched the backlog")
+    assert chunks >= 3, chunks
+    # Its own replica serves a consumer on its node: every message, in order, from its copy.
+    conn = nodes[outsider].connection()
+    got = consume(conn, conn.channel(), "backlog", 12000, prefetch=500)
+    assert [b for _, b, _ in got] == bodies
+    conn.close()
+
+
 def test_grow_and_shrink_move_a_node_into_and_out_of_every_quorum_queue(cluster):
     n1, n2, n3 = cluster.nodes
     ch = n1.connection().channel()
