@@ -5,6 +5,12 @@
       One durable queue filled with N persistent messages (warren perf, confirms, no consumer):
       the broker's peak RSS while filling; then SIGKILL, restart, time until the management API
       shows every message back, and RSS after; then a drain (warren perf consumer) with its rate and peak RSS.
+  scripts/backlog-bench.py quorum  [--messages 3000000] [--size 1024]
+      A local 3-node cluster (scripts/cluster.sh, AMQP 5672-5674): one quorum queue on two of the
+      nodes filled with N persistent messages (warren perf, confirms, no consumer) after a few
+      were consumed; then the third node added as a member, which is behind every entry the
+      leader keeps and fetches the backlog below a snapshot; then a drain by a consumer on the
+      new member's node. Each phase's peak RSS per node.
   scripts/backlog-bench.py queues  [--queues 10000] [--per-queue 1000] [--size 1024]
       Q durable queues bound to one fanout exchange, M persistent messages published to it
       (Q x M stored messages); then SIGKILL and the time until the management API shows every
@@ -211,9 +217,96 @@ def queues(args, node):
     return {"queues": q, "per_queue": m, "all_back_s": back}
 
 
+def quorum(args):
+    """See the module's docstring."""
+    import pika  # the interop venv has it
+
+    n, size = args.messages, args.size
+    cdir = args.data_dir or tempfile.mkdtemp(prefix="warren-quorum-backlog-")
+    env = dict(os.environ, WARREN_CLUSTER_DIR=cdir, WARREN_BIN=WARREN)
+    sh = os.path.join(ROOT, "scripts", "cluster.sh")
+    subprocess.run([sh, "start", "3"], env=env, check=True, stdout=subprocess.DEVNULL)
+    ports = {f"n{i}": (5671 + i, 15671 + i) for i in (1, 2, 3)}
+
+    def api(node, path):
+        req = urllib.request.Request(f"http://127.0.0.1:{ports[node][1]}{path}")
+        req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return json.loads(r.read())
+
+    def pid(node):
+        return int(open(os.path.join(cdir, f"{node}.pid")).read())
+
+    def uri(node):
+        return f"amqp://guest:guest@127.0.0.1:{ports[node][0]}/%2F"
+
+    def peaks():
+        return {node: PeakRss(pid(node)) for node in ports}
+
+    def report(what, t0, samplers):
+        rss = {node: mib(p.stop()) for node, p in samplers.items()}
+        print(f"  {what} in {time.monotonic() - t0:.0f} s; peak RSS {rss}", flush=True)
+
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                status = api("n1", "/api/warren/cluster")
+                if status["metadata"]["leader"] and all(m["running"] for m in status["members"]):
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                sys.exit("the cluster did not form")
+            time.sleep(0.2)
+        c = pika.BlockingConnection(pika.URLParameters(uri("n1")))
+        ch = c.channel()
+        ch.queue_declare("backlog", durable=True, arguments={
+            "x-queue-type": "quorum", "x-quorum-initial-group-size": 2})
+        ch.confirm_delivery()
+        for _ in range(1000):
+            ch.basic_publish("", "backlog", b"settled", pika.BasicProperties(delivery_mode=2))
+        for _ in range(1000):
+            method, _, _ = ch.basic_get("backlog", auto_ack=True)
+            assert method is not None
+        c.close()
+        members = api("n1", "/api/queues/%2F/backlog")["members"]
+        [outsider] = [node for node in ports if node not in members]
+        print(f"one quorum queue on {members}, {n:,} x {size} B persistent messages", flush=True)
+        samplers, t0 = peaks(), time.monotonic()
+        out = subprocess.run([WARREN, "perf", "-h", uri("n1"), "-x", "1", "-y", "0", "-u",
+                              "backlog", "-p", "-f", "persistent", "-s", str(size), "-c", "1000",
+                              "-C", str(n)], capture_output=True, text=True)
+        if out.returncode != 0:
+            sys.exit(f"warren perf failed: {out.stdout}{out.stderr}")
+        report(f"filled ({rate_of(out.stdout, 'sending'):,.0f} msg/s)", t0, samplers)
+        samplers, t0 = peaks(), time.monotonic()
+        r = subprocess.run([WARREN, "ctl", "--uri", f"http://127.0.0.1:{ports['n1'][1]}",
+                            "add_member", "backlog", outsider], capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"add_member failed: {r.stderr}")
+        log = os.path.join(cdir, f"{outsider}.log")
+        while "a snapshot's entries were fetched" not in open(log, errors="replace").read():
+            time.sleep(0.2)
+        line = [x for x in open(log, errors="replace") if "entries were fetched" in x][-1]
+        report(f"{outsider} added and caught up ({line.split('fetched')[1].strip()})", t0,
+               samplers)
+        samplers, t0 = peaks(), time.monotonic()
+        out = subprocess.run([WARREN, "perf", "-h", uri(outsider), "-x", "0", "-y", "1", "-u",
+                              "backlog", "-p", "-q", "1000", "-D", str(n)],
+                             capture_output=True, text=True)
+        report(f"drained through {outsider} ({rate_of(out.stdout, 'receiving'):,.0f} msg/s)",
+               t0, samplers)
+        return {"messages": n, "size": size, "members": members + [outsider]}
+    finally:
+        subprocess.run([sh, "stop"], env=env, stdout=subprocess.DEVNULL)
+        if not args.keep:
+            shutil.rmtree(cdir, ignore_errors=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["memory", "queues"])
+    p.add_argument("what", choices=["memory", "queues", "quorum"])
     p.add_argument("--messages", type=int, default=10_000_000)
     p.add_argument("--queues", type=int, default=10_000)
     p.add_argument("--per-queue", type=int, default=1000)
@@ -226,6 +319,9 @@ def main():
     args = p.parse_args()
     if not os.access(WARREN, os.X_OK):
         sys.exit("build it first: cargo build --release -p warren")
+    if args.what == "quorum":
+        print(json.dumps(quorum(args)))
+        return
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="warren-backlog-")
     os.makedirs(data_dir, exist_ok=True)
     node = Node(data_dir, args.server_args)

@@ -32,11 +32,14 @@ impl Connection {
             .and_then(warren_broker::args::integer)
             .filter(|n| *n > 0)
             .unwrap_or(3) as usize;
+        // Only nodes whose names the member table holds: a voter whose hello has not been
+        // replicated yet (just after the cluster formed) shows as `node-{id}`, a name no
+        // replica would ever open under.
         let mut nodes: Vec<String> = cluster
             .status()
             .members
             .into_iter()
-            .filter(|m| m.voter)
+            .filter(|m| m.voter && m.amqp.is_some())
             .map(|m| m.name)
             .collect();
         nodes.sort();
