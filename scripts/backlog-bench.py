@@ -10,7 +10,7 @@
       nodes filled with N persistent messages (warren perf, confirms, no consumer) after a few
       were consumed; then the third node added as a member, which is behind every entry the
       leader keeps and fetches the backlog below a snapshot; then a drain by a consumer on the
-      new member's node. Each phase's peak RSS per node.
+      new member's node. Each phase's peak RSS per node. --fill-only stops after the fill.
   scripts/backlog-bench.py queues  [--queues 10000] [--per-queue 1000] [--size 1024]
       Q durable queues bound to one fanout exchange, M persistent messages published to it
       (Q x M stored messages); then SIGKILL and the time until the management API shows every
@@ -280,6 +280,8 @@ def quorum(args):
         if out.returncode != 0:
             sys.exit(f"warren perf failed: {out.stdout}{out.stderr}")
         report(f"filled ({rate_of(out.stdout, 'sending'):,.0f} msg/s)", t0, samplers)
+        if args.fill_only:
+            return {"messages": n, "size": size, "members": members}
         samplers, t0 = peaks(), time.monotonic()
         r = subprocess.run([WARREN, "ctl", "--uri", f"http://127.0.0.1:{ports['n1'][1]}",
                             "add_member", "backlog", outsider], capture_output=True, text=True)
@@ -313,6 +315,8 @@ def main():
     p.add_argument("--size", type=int, default=1024)
     p.add_argument("--data-dir")
     p.add_argument("--keep", action="store_true")
+    p.add_argument("--fill-only", action="store_true",
+                   help="quorum: stop after the fill (no third member: a third of the disk)")
     p.add_argument("--cold", action="store_true",
                    help="drop the page cache before the restart (root): a cold recovery")
     p.add_argument("server_args", nargs="*", help="extra `warren server` flags, after --")
