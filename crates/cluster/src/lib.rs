@@ -70,6 +70,9 @@ use warren_store::Store;
 /// How long a topology change waits for a majority before it is refused.
 pub const PROPOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a quorum queue's declare waits for the member table to name every voter.
+pub const VOTER_NAMES_WAIT: Duration = Duration::from_secs(5);
+
 /// What a node is told about the cluster at start.
 #[derive(Debug, Clone)]
 pub struct ClusterConfig {
@@ -352,6 +355,32 @@ impl Cluster {
         }
         let status = self.status.lock().expect("status lock");
         status.members.get(&id).map(|m| m.name.clone())
+    }
+
+    /// The voters' names as the replicated member table holds them, once it names every voter,
+    /// or after [`VOTER_NAMES_WAIT`] whichever voters it names by then. Just after the cluster
+    /// formed, a voter's registration (its hello, replicated) may not be applied yet, and a
+    /// quorum queue whose members name a node the table does not know never opens that
+    /// replica: every node must find each member's id by its name when it applies the
+    /// declare.
+    pub async fn voter_names(&self) -> Vec<String> {
+        let deadline = tokio::time::Instant::now() + VOTER_NAMES_WAIT;
+        loop {
+            let (names, complete) = {
+                let status = self.status.lock().expect("status lock");
+                let names: Vec<String> = status
+                    .voters
+                    .iter()
+                    .filter_map(|id| status.members.get(id).map(|m| m.name.clone()))
+                    .collect();
+                let complete = !status.voters.is_empty() && names.len() == status.voters.len();
+                (names, complete)
+            };
+            if complete || tokio::time::Instant::now() >= deadline {
+                return names;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Replicates `command` and returns this node's outcome of applying it, once a majority has

@@ -96,6 +96,10 @@ struct SnapshotData {
     applied_requests: AppliedRequests,
 }
 
+/// How soon a registration that did not commit (its proposal lost in an election) is
+/// proposed again.
+const REGISTER_RETRY: Duration = Duration::from_millis(500);
+
 /// What the group reports for the management API, `warren ctl` and metrics.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct GroupStatus {
@@ -398,7 +402,8 @@ impl MetadataGroup {
             .unwrap_or(self.next_request)
     }
 
-    /// Once a leader is known, makes sure the member table says who this node is.
+    /// Once a leader is known, makes sure the member table says who this node is. Soon: a
+    /// quorum queue declared meanwhile waits for the table to name every voter.
     fn register_if_needed(&mut self) {
         if self.raw.raft.leader_id == raft::INVALID_ID {
             return;
@@ -408,7 +413,7 @@ impl MetadataGroup {
         }
         if self
             .registering
-            .is_some_and(|t| t.elapsed() < Duration::from_secs(2))
+            .is_some_and(|t| t.elapsed() < REGISTER_RETRY)
         {
             return;
         }

@@ -668,7 +668,7 @@ impl Connection {
                 if !d.passive {
                     if let Some(cluster) = &self.shared.cluster {
                         let server_named = name.is_empty();
-                        let (node, members) =
+                        let (node, quorum_size) =
                             self.queue_placement(cluster, &d.arguments, d.exclusive)?;
                         let command = Command::QueueDeclare {
                             vhost: self.vhost_name.clone(),
@@ -686,9 +686,10 @@ impl Connection {
                             // Odd, as every queue log id: even ids are the cluster's own logs.
                             log_id: crate::placement::rand_log_id(),
                             node,
-                            members,
+                            // Chosen by the proposal, once the member table names the voters.
+                            members: Vec::new(),
                         };
-                        self.propose(number, Reply::QueueDeclare, d.nowait, command);
+                        self.propose_declare(number, d.nowait, command, quorum_size);
                         return Ok(());
                     }
                 }

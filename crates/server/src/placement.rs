@@ -8,15 +8,16 @@ use warren_broker::error::AmqpError;
 impl Connection {
     /// Where a new queue lives: the node hosting it (a quorum queue's first leader) by its
     /// `x-queue-leader-locator` (or classic `x-queue-master-locator`), else the node's
-    /// `queue_leader_locator`; and a quorum queue's members, `x-quorum-initial-group-size`
-    /// nodes (default 3, or every node if fewer) starting with that one. An exclusive queue
-    /// lives with its connection, as in RabbitMQ.
+    /// `queue_leader_locator`; and for a quorum queue, how many members it gets,
+    /// `x-quorum-initial-group-size` (default 3, or every node if fewer), chosen by
+    /// [`members`] once the member table names the voters. An exclusive queue lives with its
+    /// connection, as in RabbitMQ.
     pub(crate) fn queue_placement(
         &self,
         cluster: &warren_cluster::Cluster,
         arguments: &amq_protocol_types::FieldTable,
         exclusive: bool,
-    ) -> Result<(String, Vec<String>), AmqpError> {
+    ) -> Result<(String, Option<usize>), AmqpError> {
         let home = self.queue_home(cluster, arguments, exclusive)?;
         let quorum = arguments
             .inner()
@@ -24,7 +25,7 @@ impl Connection {
             .and_then(warren_broker::args::string)
             .is_some_and(|t| t == "quorum");
         if !quorum {
-            return Ok((home, Vec::new()));
+            return Ok((home, None));
         }
         let size = arguments
             .inner()
@@ -32,26 +33,7 @@ impl Connection {
             .and_then(warren_broker::args::integer)
             .filter(|n| *n > 0)
             .unwrap_or(3) as usize;
-        // Only nodes whose names the member table holds: a voter whose hello has not been
-        // replicated yet (just after the cluster formed) shows as `node-{id}`, a name no
-        // replica would ever open under.
-        let mut nodes: Vec<String> = cluster
-            .status()
-            .members
-            .into_iter()
-            .filter(|m| m.voter && m.amqp.is_some())
-            .map(|m| m.name)
-            .collect();
-        nodes.sort();
-        // The home first, then the nodes after it in name order, wrapping: members of
-        // successive queues spread like their leaders.
-        let start = nodes.iter().position(|n| *n == home).unwrap_or(0);
-        nodes.rotate_left(start);
-        if !nodes.contains(&home) {
-            nodes.insert(0, home.clone());
-        }
-        nodes.truncate(size.max(1));
-        Ok((home, nodes))
+        Ok((home, Some(size)))
     }
 
     /// The node a new queue will live on (see [`Connection::queue_placement`]). `balanced`
@@ -110,4 +92,63 @@ const BALANCED_COUNT_MAX: usize = 1000;
 /// A new queue's storage log id: random and odd (even ids are the cluster's own logs).
 pub(crate) fn rand_log_id() -> u64 {
     rand::random::<u64>() | 1
+}
+
+/// A quorum queue's `size` members among `voters` (the names the replicated member table
+/// holds): the home first, then the nodes after it in name order, wrapping, so members of
+/// successive queues spread like their leaders. Refused when the table does not name the
+/// home: no node could open that replica.
+pub(crate) fn members(
+    home: &str,
+    mut voters: Vec<String>,
+    size: usize,
+) -> Result<Vec<String>, AmqpError> {
+    voters.sort();
+    let Some(start) = voters.iter().position(|n| n == home) else {
+        return Err(AmqpError::new(
+            warren_protocol::constants::INTERNAL_ERROR,
+            format!(
+                "cannot place the quorum queue: node '{home}' is not in the cluster's member \
+                 table yet (a node just started registers once it sees a leader)"
+            ),
+        ));
+    };
+    voters.rotate_left(start);
+    voters.truncate(size.max(1));
+    Ok(voters)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::members;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn members_start_at_the_home_and_wrap_in_name_order() {
+        let voters = names(&["n3", "n1", "n2"]);
+        assert_eq!(
+            members("n2", voters.clone(), 3).unwrap(),
+            names(&["n2", "n3", "n1"])
+        );
+        assert_eq!(
+            members("n3", voters.clone(), 2).unwrap(),
+            names(&["n3", "n1"])
+        );
+        assert_eq!(
+            members("n1", voters, 5).unwrap(),
+            names(&["n1", "n2", "n3"])
+        );
+    }
+
+    #[test]
+    fn a_home_the_member_table_does_not_name_is_refused() {
+        // Just after the cluster formed: node-2's registration not applied yet.
+        let refused = members("n2", names(&["n1", "n3"]), 3).unwrap_err();
+        assert!(refused
+            .text
+            .contains("'n2' is not in the cluster's member table"));
+    }
 }

@@ -112,6 +112,29 @@ impl Connection {
 
     /// Proposes `command`; the connection answers it once replicated and applied here.
     pub fn propose(&mut self, number: u16, reply: Reply, nowait: bool, command: Command) {
+        self.propose_placing(number, reply, nowait, command, None);
+    }
+
+    /// Proposes a queue declare; a quorum queue's (`quorum_size` members) are chosen first,
+    /// among the voters the member table names ([`crate::placement::members`]).
+    pub fn propose_declare(
+        &mut self,
+        number: u16,
+        nowait: bool,
+        command: Command,
+        quorum_size: Option<usize>,
+    ) {
+        self.propose_placing(number, Reply::QueueDeclare, nowait, command, quorum_size);
+    }
+
+    fn propose_placing(
+        &mut self,
+        number: u16,
+        reply: Reply,
+        nowait: bool,
+        mut command: Command,
+        quorum_size: Option<usize>,
+    ) {
         let cluster = self
             .shared
             .cluster
@@ -131,6 +154,11 @@ impl Connection {
             nowait,
             reply,
             answer: Box::pin(async move {
+                if let (Command::QueueDeclare { node, members, .. }, Some(size)) =
+                    (&mut command, quorum_size)
+                {
+                    *members = crate::placement::members(node, cluster.voter_names().await, size)?;
+                }
                 let mut outcome = cluster.execute(command).await?;
                 if let (Some((queue, conn)), Outcome::QueueDeclared(ok)) = (declared, &mut outcome)
                 {

@@ -328,3 +328,48 @@ def test_a_node_that_fell_behind_a_snapshot_catches_up_from_it():
         eventually(lambda: topology(n3) == topology(n1), "n3 has it after a restart")
     finally:
         c.close()
+
+
+def test_a_quorum_queue_declared_as_the_cluster_forms_gets_every_member():
+    """Declared on the last node the moment it accepts connections, before every node has
+    registered its name in the replicated member table: the queue still gets its three
+    members (each opens its replica), and every node takes and gives its messages."""
+    c = Cluster()
+    try:
+        for n in c.nodes:
+            n.start()  # waits for AMQP and the API, not for the cluster to have formed
+        last = c.nodes[-1]
+
+        def declare():
+            conn = last.connection()
+            try:
+                conn.channel().queue_declare("early", durable=True,
+                                             arguments={"x-queue-type": "quorum"})
+                return True
+            finally:
+                if conn.is_open:
+                    conn.close()
+
+        eventually(declare, "the declare is accepted")
+        q = eventually(lambda: (lambda q: q if q.get("leader") else None)(
+            last.api("/api/queues/%2F/early")), "the queue has a leader")
+        assert sorted(q["members"]) == ["n1", "n2", "n3"]
+        for n in c.nodes:
+            conn = n.connection()
+            ch = conn.channel()
+            ch.confirm_delivery()
+            ch.basic_publish("", "early", n.name.encode(), pika.BasicProperties(delivery_mode=2))
+            conn.close()
+        got = []
+        for n in c.nodes:
+            conn = n.connection()
+            method, _, body = conn.channel().basic_get("early", auto_ack=True)
+            assert method is not None, f"{n.name} gave nothing"
+            got.append(body.decode())
+            conn.close()
+        assert got == ["n1", "n2", "n3"]
+        for n in c.nodes:
+            with open(os.path.join(c.dir, f"{n.name}.log"), errors="replace") as log:
+                assert "its replica stays closed" not in log.read(), n.name
+    finally:
+        c.close()
