@@ -108,9 +108,16 @@ pub fn encode_raft(out: &mut BytesMut, group: u64, messages: &[Message]) {
     let at = begin(out, KIND_RAFT);
     out.put_u64_le(group);
     for m in messages {
-        let bytes = m.write_to_bytes().expect("raft messages serialise");
-        out.put_u32_le(bytes.len() as u32);
-        out.extend_from_slice(&bytes);
+        // Straight into the link's buffer: an append carries every entry's body, and a copy
+        // through a Vec of its own cost as much as the protobuf encoding itself.
+        let len = m.compute_size() as usize;
+        out.put_u32_le(len as u32);
+        let start = out.len();
+        out.resize(start + len, 0);
+        let mut stream = protobuf::CodedOutputStream::bytes(&mut out[start..]);
+        m.write_to_with_cached_sizes(&mut stream)
+            .and_then(|()| stream.flush())
+            .expect("a raft message fits the size it computed");
     }
     finish(out, at);
 }

@@ -404,8 +404,13 @@ impl Transport {
                 let mut buffer = peer.buffer.lock().expect("buffer lock");
                 if !buffer.is_empty() {
                     peer.batches_out.fetch_add(1, Ordering::Relaxed);
-                    out.extend_from_slice(&buffer);
-                    buffer.clear();
+                    if out.is_empty() {
+                        // The usual case: take the batch whole rather than copying it.
+                        std::mem::swap(&mut out, &mut *buffer);
+                    } else {
+                        out.extend_from_slice(&buffer);
+                        buffer.clear();
+                    }
                 }
             }
             if !out.is_empty() {
