@@ -223,7 +223,7 @@ impl QueueGroups {
         let (tx, rx) = std::sync::mpsc::channel();
         let views = Arc::new(Mutex::new(HashMap::new()));
         let syncs = Arc::new(AtomicU64::new(0));
-        let syncer = start_syncer(store.clone(), tx.clone(), syncs.clone())?;
+        let (syncer, syncer_thread) = start_syncer(store.clone(), tx.clone(), syncs.clone())?;
         let snapshots = crate::snapshot_writer::start(tx.clone())?;
         let (catch_up, catch_up_thread) = crate::catch_up::start(
             store.clone(),
@@ -233,6 +233,7 @@ impl QueueGroups {
         )?;
         let runner = Runner {
             syncer,
+            syncer_thread: Some(syncer_thread),
             snapshots,
             catch_up: catch_up.clone(),
             catch_up_thread: Some(catch_up_thread),
@@ -248,6 +249,7 @@ impl QueueGroups {
             groups: BTreeMap::new(),
             touched: BTreeSet::new(),
             views: views.clone(),
+            early: HashMap::new(),
         };
         let thread = std::thread::Builder::new()
             .name("queue-groups".into())
@@ -325,6 +327,10 @@ struct Group {
     /// the group is paused here, neither stepping, ticking nor voting. Holds the snapshot's
     /// ready, which goes on once they are in; `None` when the install resumed after a restart.
     fetching: Option<Option<raft::Ready>>,
+    /// The leader's node went down and this member stands in its place
+    /// ([`elect_without`]): it stands again each tick while no leader is known and that
+    /// node is still down, since a voter that has not heard of the loss yet refuses it.
+    standing_for: Option<u64>,
 }
 
 impl Group {
@@ -347,6 +353,7 @@ fn is_heartbeat(m: &Message) -> bool {
 struct Runner {
     /// Asks the syncer to make the WAL durable through a round.
     syncer: Sender<u64>,
+    syncer_thread: Option<std::thread::JoinHandle<()>>,
     /// Hands snapshots to the snapshot writer.
     snapshots: Sender<crate::snapshot_writer::SnapshotJob>,
     /// Starts and cancels fetches of snapshots' entries.
@@ -369,12 +376,31 @@ struct Runner {
     /// so a round costs what happened, not the number of (mostly sleeping) groups.
     touched: BTreeSet<u64>,
     views: Arc<Mutex<HashMap<u64, GroupView>>>,
+    /// Messages for groups not opened here yet, by group, with when the first came
+    /// ([`Runner::keep_early`]).
+    early: HashMap<u64, (Instant, Vec<Message>)>,
 }
 
+/// How long, for how many groups and how many messages each, a node keeps what peers sent
+/// for groups it has not opened yet.
+const EARLY_KEPT_FOR: Duration = Duration::from_secs(2);
+const EARLY_GROUPS_MAX: usize = 1024;
+const EARLY_MESSAGES_MAX: usize = 64;
+
+/// The loop's threads end with it: once its thread is joined, none of them holds the store
+/// (a node's store reopened in the same process finds it unlocked).
 impl Drop for Runner {
     fn drop(&mut self) {
         let _ = self.catch_up.send(CatchUpInput::Stop);
         if let Some(thread) = self.catch_up_thread.take() {
+            let _ = thread.join();
+        }
+        // The syncer ends when its channel closes.
+        drop(std::mem::replace(
+            &mut self.syncer,
+            std::sync::mpsc::channel().0,
+        ));
+        if let Some(thread) = self.syncer_thread.take() {
             let _ = thread.join();
         }
     }
@@ -420,6 +446,11 @@ impl Runner {
                     tracing::error!(group, error = %e, "cannot open a queue group");
                 }
                 self.touched.insert(group);
+                if let Some((at, messages)) = self.early.remove(&group) {
+                    if at.elapsed() < EARLY_KEPT_FOR {
+                        self.handle(Input::Peer { group, messages });
+                    }
+                }
             }
             Input::Remove { group } => self.remove(group),
             Input::TransferLeader { group, to } => {
@@ -462,6 +493,10 @@ impl Runner {
             }
             Input::Peer { group, messages } => {
                 self.touched.insert(group);
+                if !self.groups.contains_key(&group) {
+                    self.keep_early(group, messages);
+                    return;
+                }
                 if let Some(g) = self.groups.get_mut(&group).filter(|g| g.fetching.is_none()) {
                     if g.leaving.is_some() {
                         g.leaving = Some(Instant::now());
@@ -510,6 +545,25 @@ impl Runner {
                 }
             }
             Input::Stop => {}
+        }
+    }
+
+    /// Keeps what a peer sent for a group this node has not opened yet: a new queue's first
+    /// member stands at once, and its vote requests reach the others before they applied
+    /// the declare. Dropped, they would cost the queue an election timeout before its first
+    /// leader. Bounded in groups and age: a group that never opens here costs nothing.
+    fn keep_early(&mut self, group: u64, messages: Vec<Message>) {
+        self.early
+            .retain(|_, (at, _)| at.elapsed() < EARLY_KEPT_FOR);
+        if self.early.len() >= EARLY_GROUPS_MAX && !self.early.contains_key(&group) {
+            return;
+        }
+        let (_, kept) = self
+            .early
+            .entry(group)
+            .or_insert_with(|| (Instant::now(), Vec::new()));
+        if kept.len() + messages.len() <= EARLY_MESSAGES_MAX {
+            kept.extend(messages);
         }
     }
 
@@ -661,6 +715,7 @@ impl Runner {
                 leader_seen: (0, 0),
                 waiting: Vec::new(),
                 fetching,
+                standing_for: None,
             },
         );
         Ok(())
@@ -695,6 +750,7 @@ impl Runner {
         {
             self.touched.insert(*id);
             g.raw.tick();
+            stand_again(g, is_up);
             propose_waiting(g);
             change_voters(g);
             g.quiet_ticks += 1;
@@ -793,8 +849,20 @@ impl Runner {
         if let Some(hs) = rd.hs() {
             g.raw.store().set_hard_state(hs)?;
         }
-        held.push((id, rd.number(), rd.take_persisted_messages()));
-        g.raw.advance_append_async(rd);
+        if rd.snapshot().is_empty() {
+            held.push((id, rd.number(), rd.take_persisted_messages()));
+            g.raw.advance_append_async(rd);
+        } else {
+            // raft-rs counts an installed snapshot applied only once it is persisted, and a
+            // member campaigning before then reads the entries from its old applied index on,
+            // which the snapshot released: raft-rs panics. Snapshots are rare: this one is
+            // made durable now rather than by the round's sync.
+            self.store.sync().map_err(|e| e.to_string())?;
+            let (number, messages) = (rd.number(), rd.take_persisted_messages());
+            g.raw.advance_append_async(rd);
+            g.raw.on_persist_ready(number);
+            send(&self.send, id, messages, &mut g.raw);
+        }
         advance_apply(g);
         g.raw.store().applied_to(g.applied);
         g.machine.flush(g.applied >= g.commit_hint);
@@ -958,9 +1026,9 @@ fn start_syncer(
     store: Arc<Store>,
     inputs: Sender<Input>,
     syncs: Arc<AtomicU64>,
-) -> Result<Sender<u64>, String> {
+) -> Result<(Sender<u64>, std::thread::JoinHandle<()>), String> {
     let (tx, rx) = std::sync::mpsc::channel::<u64>();
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("queue-groups-sync".into())
         .spawn(move || {
             while let Ok(mut round) = rx.recv() {
@@ -976,7 +1044,7 @@ fn start_syncer(
             }
         })
         .map_err(|e| e.to_string())?;
-    Ok(tx)
+    Ok((tx, thread))
 }
 
 fn send(send: &SendRaft, group: u64, messages: Vec<Message>, raw: &mut RawNode<RaftLog>) {
@@ -1052,6 +1120,21 @@ fn elect_without(g: &mut Group, me: u64, down: u64) {
     raft.election_elapsed = raft.election_elapsed.max(raft.election_timeout());
     let first = g.voters.iter().copied().find(|v| *v != down);
     if first == Some(me) {
+        g.standing_for = Some(down);
+        let _ = g.raw.campaign();
+    }
+}
+
+/// Stands again for a leader whose node is down ([`Group::standing_for`]) until some leader
+/// is known or the node is back.
+fn stand_again(g: &mut Group, is_up: &IsUp) {
+    let Some(down) = g.standing_for else {
+        return;
+    };
+    let raft = &g.raw.raft;
+    if raft.leader_id != raft::INVALID_ID && raft.leader_id != down || is_up(down) {
+        g.standing_for = None;
+    } else if raft.state != StateRole::Candidate {
         let _ = g.raw.campaign();
     }
 }
