@@ -7,9 +7,10 @@
 //! counters and rates show as 0.
 
 use super::auth::{self, Caller};
+use super::paging::paged;
 use super::{error, not_found, table_json, Api, Shared};
 use crate::registry::Entry;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -67,23 +68,34 @@ fn connection_json(s: &Shared, e: &Entry, channels: usize) -> Value {
     })
 }
 
-/// The connections `keep` keeps, in RabbitMQ's shape.
+/// This node's connections in RabbitMQ's order (vhost, then name).
+fn sorted_connections(s: &Shared) -> Vec<Arc<Entry>> {
+    let mut all = s.connections.list();
+    all.sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
+    all
+}
+
+/// The connections `keep` keeps, in RabbitMQ's shape and order.
 fn connections_json(s: &Shared, keep: impl Fn(&Entry) -> bool) -> Vec<Value> {
     let channels = channels_by_conn(s);
-    s.connections
-        .list()
+    sorted_connections(s)
         .iter()
         .filter(|e| keep(e))
         .map(|e| connection_json(s, e, channels.get(&e.id).map_or(0, Vec::len)))
         .collect()
 }
 
-pub async fn list(State(s): Api, headers: HeaderMap) -> Response {
+/// `GET /api/connections`, paged when asked as RabbitMQ pages it (`?page=..`).
+pub async fn list(
+    State(s): Api,
+    headers: HeaderMap,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
     let caller = match auth::caller(&s, &headers) {
         Ok(c) => c,
         Err(r) => return r,
     };
-    Json(connections_json(&s, |e| caller.sees_user(&e.user))).into_response()
+    paged(connections_json(&s, |e| caller.sees_user(&e.user)), &params)
 }
 
 pub async fn list_vhost_connections(
@@ -182,7 +194,7 @@ fn channel_json(s: &Shared, conn: &Entry, c: &ChannelInfo) -> Value {
 fn channels_json(s: &Shared, keep: impl Fn(&Entry) -> bool) -> Vec<Value> {
     let mut by_conn = channels_by_conn(s);
     let mut out = Vec::new();
-    for conn in s.connections.list().iter().filter(|e| keep(e)) {
+    for conn in sorted_connections(s).iter().filter(|e| keep(e)) {
         for c in by_conn.remove(&conn.id).unwrap_or_default() {
             out.push(channel_json(s, conn, &c));
         }
@@ -190,12 +202,17 @@ fn channels_json(s: &Shared, keep: impl Fn(&Entry) -> bool) -> Vec<Value> {
     out
 }
 
-pub async fn list_channels(State(s): Api, headers: HeaderMap) -> Response {
+/// `GET /api/channels`, paged when asked as RabbitMQ pages it (`?page=..`).
+pub async fn list_channels(
+    State(s): Api,
+    headers: HeaderMap,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
     let caller = match auth::caller(&s, &headers) {
         Ok(c) => c,
         Err(r) => return r,
     };
-    Json(channels_json(&s, |e| caller.sees_user(&e.user))).into_response()
+    paged(channels_json(&s, |e| caller.sees_user(&e.user)), &params)
 }
 
 pub async fn list_connection_channels(
