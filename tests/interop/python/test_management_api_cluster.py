@@ -158,6 +158,10 @@ def test_connections_channels_and_consumers_are_listed_and_closed_cluster_wide(c
         assert (status, chan["node"]) == (200, "n1")
         assert [c["consumer_tag"] for c in chan["consumer_details"]] == ["cw-n1.ctag"]
 
+        # The overview counts them all too, on any node.
+        totals = call(n1, "GET", "/api/overview")[1]["object_totals"]
+        assert (totals["connections"], totals["channels"]) == (3, 3), totals
+
         # Paged over the whole cluster.
         params = urllib.parse.urlencode({"page": 1, "page_size": 2, "name": "^127\\.",
                                          "use_regex": "true", "sort": "name"})

@@ -105,7 +105,7 @@ fn text<'a>(item: &'a Value, key: &str) -> &'a str {
 }
 
 /// The cluster's connections the caller may see (their own, or all for a monitor).
-async fn visible_connections(s: &Shared, caller: &Caller) -> Vec<Value> {
+pub(super) async fn visible_connections(s: &Shared, caller: &Caller) -> Vec<Value> {
     let mut all = cluster_wide(s, ClientListing::Connections).await;
     all.retain(|c| caller.sees_user(text(c, "user")));
     all
@@ -240,7 +240,7 @@ fn channels_json(s: &Shared, keep: impl Fn(&Entry) -> bool) -> Vec<Value> {
 }
 
 /// The cluster's channels the caller may see (of their own connections, or all for a monitor).
-async fn visible_channels(s: &Shared, caller: &Caller) -> Vec<Value> {
+pub(super) async fn visible_channels(s: &Shared, caller: &Caller) -> Vec<Value> {
     let mut all = cluster_wide(s, ClientListing::Channels).await;
     all.retain(|c| caller.sees_user(text(c, "user")));
     all
