@@ -1,7 +1,7 @@
 // The overview, the client listings, exchanges and queues (paged and filtered by the server,
 // so 10,000 queues cost one page per refresh), and a queue's own page.
 
-import { api, get, seg } from "./api.js";
+import { api, get, seg, ApiError } from "./api.js";
 import { h, table, form, field, select, fmtRate, fmtCount } from "./dom.js";
 import { RollingChart } from "./charts.js";
 
@@ -58,53 +58,44 @@ export function overview() {
   };
 }
 
+/** The cluster's connections, one page of the server's (`/api/connections?page=..`). */
 export function connections() {
-  return listing("Connections", async () => {
-    const items = await get("/api/connections");
-    return table(
-      [
-        ["Name", (c) => c.name],
-        ["User", (c) => c.user],
-        ["Vhost", (c) => c.vhost],
-        ["Client", (c) => (c.client_properties || {}).product || ""],
-        ["Channels", (c) => c.channels],
-        ["TLS", (c) => (c.ssl ? "yes" : "no")],
-        [
-          "",
-          (c) =>
-            h("button.danger", {
-              onclick: async () => {
-                if (confirm(`Close ${c.name}?`)) await api("DELETE", `/api/connections/${seg(c.name)}`);
-              },
-            }, "Close"),
-        ],
-      ],
-      items,
-      { id: "connections" },
-    );
-  });
+  return pagedListing("Connections", "connection", "/api/connections", "connections", [
+    ["Name", (c) => c.name],
+    ["Node", (c) => c.node],
+    ["User", (c) => c.user],
+    ["Vhost", (c) => c.vhost],
+    ["Client", (c) => (c.client_properties || {}).product || ""],
+    ["Channels", (c) => c.channels],
+    ["TLS", (c) => (c.ssl ? "yes" : "no")],
+    [
+      "",
+      (c) =>
+        h("button.danger", {
+          onclick: async () => {
+            if (confirm(`Close ${c.name}?`)) await api("DELETE", `/api/connections/${seg(c.name)}`);
+          },
+        }, "Close"),
+    ],
+  ]);
 }
 
+/** The cluster's channels, one page of the server's (`/api/channels?page=..`). */
 export function channels() {
-  return listing("Channels", async () => {
-    const items = await get("/api/channels");
-    return table(
-      [
-        ["Channel", (c) => c.name],
-        ["User", (c) => c.user],
-        ["Vhost", (c) => c.vhost],
-        ["Mode", (c) => [c.confirm ? "confirm" : "", c.transactional ? "tx" : ""].filter(Boolean).join(" ")],
-        ["Prefetch", (c) => c.prefetch_count],
-        ["Consumers", (c) => c.consumer_count],
-        ["Unacked", (c) => c.messages_unacknowledged],
-      ],
-      items,
-      { id: "channels" },
-    );
-  });
+  return pagedListing("Channels", "channel", "/api/channels", "channels", [
+    ["Channel", (c) => c.name],
+    ["Node", (c) => c.node],
+    ["User", (c) => c.user],
+    ["Vhost", (c) => c.vhost],
+    ["Mode", (c) => [c.confirm ? "confirm" : "", c.transactional ? "tx" : ""].filter(Boolean).join(" ")],
+    ["Prefetch", (c) => c.prefetch_count],
+    ["Consumers", (c) => c.consumer_count],
+    ["Unacked", (c) => c.messages_unacknowledged],
+  ]);
 }
 
-/** One page of a server-side paged listing (`/api/queues`, `/api/exchanges`), filtered by
+/** One page of a server-side paged listing (`/api/queues`, `/api/exchanges`, `/api/connections`,
+ * `/api/channels`), filtered by
  * name (substring or regex) on the server; `id` names its elements (`#${id}s`,
  * `#${id}-filter`, `#${id}-regex`, `#${id}-pager`). */
 function pagedListing(title, id, path, noun, columns) {
@@ -115,8 +106,17 @@ function pagedListing(title, id, path, noun, columns) {
   const pager = h(`div.pager#${id}-pager`);
   const top = h("div", h("div.filter", filter, h("label", regex, " Regex")), pager);
   const view = listing(title, async () => {
-    const q = new URLSearchParams({ page, page_size: PAGE_SIZE, name: filter.value, use_regex: regex.checked, sort: "name" });
-    const r = await get(`${path}?${q}`);
+    const ask = () => get(`${path}?${new URLSearchParams({ page, page_size: PAGE_SIZE, name: filter.value, use_regex: regex.checked, sort: "name" })}`);
+    let r;
+    try {
+      r = await ask();
+    } catch (e) {
+      // The listing shrank under the page shown (connections closed, queues deleted) and the
+      // server refuses a page past its end: show the first page rather than the error.
+      if (!(e instanceof ApiError && e.status === 400 && page > 1)) throw e;
+      page = 1;
+      r = await ask();
+    }
     const pages = Math.max(1, r.page_count);
     pager.replaceChildren(
       h("button", { disabled: page <= 1, onclick: () => { page -= 1; view.refresh(); } }, "‹ Previous"),

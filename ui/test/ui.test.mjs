@@ -135,6 +135,14 @@ async function main() {
     if (name !== "exchanges") await page.locator(`${id} tbody td`, { hasText: "guest" }).first().waitFor();
     await shot(page, name);
   }
+  log("connections are paged and filtered on the server, each with its node");
+  await page.click('nav a[href="#/connections"]');
+  await page.locator("#connection-pager", { hasText: "Page 1 of 1" }).waitFor();
+  assert.ok((await page.locator("#connections tbody td").allTextContents()).some((t) => t.startsWith("warren@")));
+  await page.fill("#connection-filter", "no-such-connection");
+  await page.locator("#connection-pager", { hasText: "— 0 of" }).waitFor();
+  await page.locator("#connections td.empty").waitFor();
+  await page.click('nav a[href="#/exchanges"]');
   log("exchanges are filtered on the server too");
   await page.fill("#exchange-filter", "amq.topic");
   await page.locator("#exchange-pager", { hasText: "— 1 of" }).waitFor();

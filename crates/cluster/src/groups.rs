@@ -194,6 +194,12 @@ pub struct GroupView {
     pub applied: u64,
     /// The group's voters as this member last applied them.
     pub voters: Vec<u64>,
+    /// The highest index this member knows committed (Prometheus' `raft_log_commit_index`).
+    pub commit: u64,
+    /// The highest index this member has durably in its log (`raft_log_last_written_index`).
+    pub written: u64,
+    /// The index of this member's latest snapshot (`raft_log_snapshot_index`).
+    pub snapshot_index: u64,
 }
 
 /// A handle on the node's groups.
@@ -918,6 +924,9 @@ impl Runner {
                 asleep: g.asleep,
                 applied: g.applied,
                 voters: g.voters.clone(),
+                commit: g.raw.raft.raft_log.committed,
+                written: g.raw.raft.raft_log.persisted,
+                snapshot_index: g.snapshot_index,
             };
             if views.get(&id) != Some(&view) {
                 views.insert(id, view);

@@ -90,10 +90,35 @@ pub enum Request {
     /// The figures of every queue the asked node hosts (in one vhost, or all), for the
     /// management API: only a queue's node counts its messages and consumers.
     QueueStats { vhost: Option<String> },
+    /// The asked node's own AMQP clients, for the management API: in a cluster its listings
+    /// of connections, channels and consumers show every node's, and close a connection on
+    /// the node that has it, as RabbitMQ's do.
+    Clients { ask: ClientsAsk },
     /// Answered once the asked node has applied the metadata log up to `index`: a queue
     /// declared through another node is there before its declare-ok goes out, as in RabbitMQ,
     /// where the queue's node creates it.
     Applied { index: u64 },
+}
+
+/// Which of a node's client listings a [`Request::Clients`] asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientListing {
+    Connections,
+    Channels,
+    Consumers,
+}
+
+/// What a [`Request::Clients`] asks of the node that has the clients.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientsAsk {
+    /// Every item of one listing, in the management API's JSON (each names its node); the
+    /// asking node filters them by what its caller may see.
+    List { listing: ClientListing },
+    /// Close the named connection with connection.close 320 and `reason`: `Done`, or 404
+    /// when the node has no such connection (it closed meanwhile).
+    Close { name: String, reason: String },
 }
 
 /// One queue's figures, as its node counts them.
@@ -132,10 +157,23 @@ pub struct Got {
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Response {
     Done,
-    Got { got: Option<Got> },
-    Purged { count: u32 },
-    Declared { messages: u32, consumers: u32 },
-    QueueStats { queues: Vec<QueueCounts> },
+    Got {
+        got: Option<Got>,
+    },
+    Purged {
+        count: u32,
+    },
+    Declared {
+        messages: u32,
+        consumers: u32,
+    },
+    QueueStats {
+        queues: Vec<QueueCounts>,
+    },
+    /// The items of a [`ClientsAsk::List`], as the management API shows them.
+    Clients {
+        items: Vec<serde_json::Value>,
+    },
 }
 
 /// A message relayed to a consumer on another node.

@@ -171,7 +171,7 @@ pub fn answer(
                 }),
             );
         }
-        Request::QueueStats { .. } | Request::Applied { .. } => {}
+        Request::QueueStats { .. } | Request::Applied { .. } | Request::Clients { .. } => {}
     }
     None
 }

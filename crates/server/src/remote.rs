@@ -416,6 +416,11 @@ impl Peers {
                 messaging.send(from, &Data::Answer { id, result });
                 return;
             }
+            Request::Clients { ask } => {
+                let result = crate::management::answer_clients(shared, ask);
+                messaging.send(from, &Data::Answer { id, result });
+                return;
+            }
             Request::Consume { vhost, .. }
             | Request::Cancel { vhost, .. }
             | Request::Get { vhost, .. }
@@ -528,7 +533,7 @@ impl Peers {
                     messages: ok.message_count,
                     consumers: ok.consumer_count,
                 }),
-            Request::QueueStats { .. } | Request::Applied { .. } => {
+            Request::QueueStats { .. } | Request::Applied { .. } | Request::Clients { .. } => {
                 unreachable!("answered above")
             }
         };

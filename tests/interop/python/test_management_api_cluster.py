@@ -1,7 +1,9 @@
 """The management API in a warren cluster: what it changes goes the way an AMQP client's change
 goes. A declare, bind or delete made over HTTP on one node is replicated to every node; publish,
 get and purge of a queue hosted on another node reach that node; and a queue whose node is down
-is refused with AMQP's 404 "home node ... is down or inaccessible".
+is refused with AMQP's 404 "home node ... is down or inaccessible". Connections, channels and
+consumers are listed cluster-wide, as RabbitMQ lists them: any node shows every node's, each
+naming its node, and closes a connection whichever node it is on.
 
 Starts its own 3-node cluster (test_cluster.py's harness: loopback, free ports, fresh data dirs).
 """
@@ -9,9 +11,12 @@ Starts its own 3-node cluster (test_cluster.py's harness: loopback, free ports, 
 import base64
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 
+import pika
 import pytest
+from pika.exceptions import ConnectionClosedByBroker
 
 from test_cluster import cluster, eventually, passive_queue  # noqa: F401 - the fixture
 from conftest import BROKER_KIND, IN_CLUSTER_RUN
@@ -98,3 +103,98 @@ def test_api_changes_are_replicated_and_reach_queues_on_other_nodes(cluster):  #
     # Deleted over HTTP on n3: gone from n2 too (a majority, n2 and n3, still runs).
     assert call(n3, "DELETE", "/api/queues/%2F/mq")[0] == 204
     eventually(lambda: call(n2, "GET", "/api/queues/%2F/mq")[0] == 404, "mq gone from n2")
+
+
+def client(node, name):
+    """A connection to `node` named `name`, with a consumer on an exclusive queue `name`."""
+    c = pika.BlockingConnection(pika.ConnectionParameters(
+        host="127.0.0.1", port=node.amqp, client_properties={"connection_name": name},
+        credentials=pika.PlainCredentials("guest", "guest"), blocked_connection_timeout=30))
+    ch = c.channel()
+    ch.queue_declare(name, exclusive=True)
+    ch.basic_consume(name, lambda *a: None, consumer_tag=f"{name}.ctag")
+    return c
+
+
+def test_connections_channels_and_consumers_are_listed_and_closed_cluster_wide(cluster):  # noqa: F811
+    n1, n2, n3 = cluster.nodes
+    clients = {f"cw-{node.name}": client(node, f"cw-{node.name}") for node in cluster.nodes}
+    try:
+        def mine(node, path, key):
+            status, items = call(node, "GET", path)
+            assert status == 200, items
+            return {key(x): x for x in items if key(x).startswith("cw-")}
+
+        # Every node lists the three clients, each with the node it is connected to.
+        for asked in (n1, n2, n3):
+            conns = eventually(lambda asked=asked: (lambda m: len(m) == 3 and m)(mine(
+                asked, "/api/connections", lambda x: x.get("user_provided_name") or "")),
+                f"the three connections listed by {asked.name}")
+            assert {k: v["node"] for k, v in conns.items()} == \
+                {"cw-n1": "n1", "cw-n2": "n2", "cw-n3": "n3"}
+        names = {k: v["name"] for k, v in conns.items()}
+        by_conn = {v: k for k, v in names.items()}
+        chans = eventually(lambda: (lambda m: len(m) == 3 and m)(mine(
+            n2, "/api/channels", lambda x: by_conn.get(x["connection_details"]["name"], ""))),
+            "the three channels listed by n2")
+        assert {k: (v["node"], v["consumer_count"]) for k, v in chans.items()} == \
+            {"cw-n1": ("n1", 1), "cw-n2": ("n2", 1), "cw-n3": ("n3", 1)}
+        consumers = eventually(lambda: (lambda m: len(m) == 3 and m)(mine(
+            n3, "/api/consumers/%2F", lambda x: x["consumer_tag"])),
+            "the three consumers listed by n3")
+        assert {k: (v["channel_details"]["node"], v["queue"]["name"]) for k, v in
+                consumers.items()} == {"cw-n1.ctag": ("n1", "cw-n1"),
+                                       "cw-n2.ctag": ("n2", "cw-n2"),
+                                       "cw-n3.ctag": ("n3", "cw-n3")}
+
+        # One of another node's connections, its channels and one of its channels, by name.
+        quoted = urllib.parse.quote(names["cw-n1"], safe="")
+        status, one = call(n2, "GET", f"/api/connections/{quoted}")
+        assert (status, one["node"], one["user_provided_name"]) == (200, "n1", "cw-n1")
+        status, its = call(n2, "GET", f"/api/connections/{quoted}/channels")
+        assert (status, [c["name"] for c in its]) == (200, [names["cw-n1"] + " (1)"])
+        status, chan = call(n3, "GET", "/api/channels/" + urllib.parse.quote(
+            names["cw-n1"] + " (1)", safe=""))
+        assert (status, chan["node"]) == (200, "n1")
+        assert [c["consumer_tag"] for c in chan["consumer_details"]] == ["cw-n1.ctag"]
+
+        # The overview counts them all too, on any node.
+        totals = call(n1, "GET", "/api/overview")[1]["object_totals"]
+        assert (totals["connections"], totals["channels"]) == (3, 3), totals
+
+        # Paged over the whole cluster.
+        params = urllib.parse.urlencode({"page": 1, "page_size": 2, "name": "^127\\.",
+                                         "use_regex": "true", "sort": "name"})
+        status, page = call(n2, "GET", f"/api/connections?{params}")
+        assert status == 200, page
+        assert page["filtered_count"] == page["total_count"] >= 3
+        assert page["item_count"] == 2 and page["page_count"] >= 2
+
+        # Closing n1's connection through n3: n1's client gets connection.close 320.
+        req = urllib.request.Request(f"http://127.0.0.1:{n3.http}/api/connections/{quoted}",
+                                     method="DELETE")
+        req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+        req.add_header("X-Reason", "moved to n2")
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert r.status == 204
+        with pytest.raises(ConnectionClosedByBroker) as e:
+            clients["cw-n1"].process_data_events(time_limit=5)
+            clients["cw-n1"].process_data_events(time_limit=5)
+        assert (e.value.reply_code, e.value.reply_text) == (320, "CONNECTION_FORCED - moved to n2")
+        eventually(lambda: set(mine(n2, "/api/connections",
+                                    lambda x: x.get("user_provided_name") or "")) ==
+                   {"cw-n2", "cw-n3"}, "n1's connection gone from n2's listing")
+        assert call(n2, "DELETE", f"/api/connections/{quoted}")[0] == 404
+
+        # A node that is down is left out, and the listing still answers.
+        n3.kill()
+        eventually(lambda: set(mine(n2, "/api/connections",
+                                    lambda x: x.get("user_provided_name") or "")) == {"cw-n2"},
+                   "n3's connection gone from n2's listing once n3 is down")
+    finally:
+        for c in clients.values():
+            try:
+                if c.is_open:
+                    c.close()
+            except Exception:  # noqa: BLE001 - its node was killed
+                pass

@@ -1,7 +1,8 @@
 """Server-side paging of `/api/queues` as RabbitMQ's management API (and its UI) asks for it:
 `?page=&page_size=&name=&use_regex=&sort=&sort_reverse=`, RabbitMQ's envelope around the page,
-and its 400s for parameters that are not a page. The expectations are RabbitMQ 3.10's; the module
-runs against it too when its management API answers."""
+and its 400s for parameters that are not a page; the same for exchanges, connections and
+channels, and (warren only: RabbitMQ 3.10 answers them whole) bindings. The expectations are
+RabbitMQ 3.10's; the module runs against it too when its management API answers."""
 
 import urllib.error
 import urllib.parse
@@ -9,7 +10,8 @@ import urllib.request
 
 import pytest
 
-from test_management_api import Api
+from helpers import wait_for
+from test_management_api import STATS_WAIT_S, Api
 
 
 @pytest.fixture
@@ -85,3 +87,91 @@ def test_exchanges_page_the_same_way(queues):
     assert r.status == 200, r
     assert [x["name"] for x in r.json["items"]] == ["amq.topic"]
     assert r.json["filtered_count"] == 1 and r.json["total_count"] >= 7
+
+
+def exactly(names):
+    """A regex matching exactly `names` (escaping the dots of addresses; both brokers' regex
+    engines read it alike)."""
+    return "^(" + "|".join(n.replace(".", "\\.") for n in names) + ")$"
+
+
+@pytest.fixture
+def clients(broker, queues, name):
+    """Three connections named `{name}-c0..2`, each with two channels, and their names as the
+    API lists them."""
+    api, _ = queues
+    conns = [broker.connect(client_properties={"connection_name": f"{name}-c{i}"}) for i in range(3)]
+    try:
+        for c in conns:
+            c.channel()
+            c.channel()
+
+        def listed():
+            mine = [x["name"] for x in api.call("GET", "/api/connections").json
+                    if (x.get("user_provided_name") or "").startswith(f"{name}-c")]
+            return sorted(mine) if len(mine) == 3 else None
+        names = wait_for(listed, timeout=STATS_WAIT_S, interval=0.5, what="the connections")
+        yield api, names
+    finally:
+        for c in conns:
+            if c.is_open:
+                c.close()
+
+
+def test_connections_page_the_same_way(clients):
+    api, names = clients
+    r = api.call("GET", "/api/connections?" + urllib.parse.urlencode(
+        {"page": 1, "page_size": 2, "name": exactly(names), "use_regex": "true", "sort": "name"}))
+    assert r.status == 200, r
+    assert [c["name"] for c in r.json["items"]] == names[:2]
+    assert (r.json["filtered_count"], r.json["page_count"], r.json["item_count"]) == (3, 2, 2)
+    assert r.json["total_count"] >= 3
+    r = api.call("GET", "/api/connections?" + urllib.parse.urlencode(
+        {"page": 2, "page_size": 2, "name": exactly(names), "use_regex": "true", "sort": "name"}))
+    assert [c["name"] for c in r.json["items"]] == names[2:]
+    # A substring of one name (its client's address) finds that one connection.
+    one = names[1].split(" -> ")[0]
+    r = api.call("GET", "/api/connections?page=1&name=" + urllib.parse.quote(one))
+    assert [c["name"] for c in r.json["items"]] == [names[1]]
+    r = api.call("GET", "/api/connections?page=0")
+    assert (r.status, r.json) == (400, {
+        "error": "invalid_pagination_parameters",
+        "reason": "Invalid pagination parameters: page number 0, page size undefined"})
+    assert isinstance(api.call("GET", "/api/connections").json, list)
+
+
+def test_channels_page_the_same_way(clients):
+    api, names = clients
+    pattern = exactly(names)[:-2] + ") \\([12]\\)$"
+    params = {"page": 1, "page_size": 4, "name": pattern, "use_regex": "true", "sort": "name",
+              "sort_reverse": "true"}
+
+    def paged():
+        r = api.call("GET", "/api/channels?" + urllib.parse.urlencode(params))
+        assert r.status == 200, r
+        return r.json if r.json["filtered_count"] == 6 else None
+    body = wait_for(paged, timeout=STATS_WAIT_S, interval=0.5, what="the channels")
+    expected = sorted((f"{n} ({k})" for n in names for k in (1, 2)), reverse=True)
+    assert [c["name"] for c in body["items"]] == expected[:4]
+    assert (body["page_count"], body["item_count"]) == (2, 4)
+    r = api.call("GET", "/api/channels?page=1&page_size=501")
+    assert (r.status, r.json["error"]) == (400, "invalid_pagination_parameters")
+
+
+def test_bindings_page_on_warren(broker, queues):
+    api, names = queues
+    if broker.is_rabbitmq:
+        pytest.skip("RabbitMQ 3.10 answers /api/bindings whole, ignoring page")
+    for n in names[:2]:
+        assert api.call("POST", f"/api/bindings/%2F/e/amq.fanout/q/{n}", {}).status == 201
+    prefix = names[0][:-2]
+    for path in ("/api/bindings", "/api/bindings/%2F"):
+        r = api.call("GET", f"{path}?page=1&page_size=4&sort=name&name={prefix}")
+        assert r.status == 200, r
+        got = [(b["source"], b["destination"]) for b in r.json["items"]]
+        assert got == [("", names[0]), ("amq.fanout", names[0]), ("", names[1]),
+                       ("amq.fanout", names[1])], path
+        assert (r.json["filtered_count"], r.json["page_count"]) == (9, 3)
+        r = api.call("GET", f"{path}?page=4&page_size=4&name={prefix}")
+        assert (r.status, r.json["error"]) == (400, "page_out_of_range")
+    assert isinstance(api.call("GET", "/api/bindings/%2F").json, list)

@@ -16,7 +16,9 @@ import pika
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from conftest import BROKER_KIND, IN_CLUSTER_RUN
 from helpers import wait_for
+from test_cluster import cluster, eventually  # noqa: F401 - the fixture
 from test_management_api import Api
 
 # Both brokers publish queue statistics every 5 s; this is a deadline, not a delay.
@@ -79,10 +81,14 @@ OVERVIEW = {
     "rabbitmq_global_publishers": ("gauge", {"protocol"}),
     "rabbitmq_global_consumers": ("gauge", {"protocol"}),
 }
-# The Raft dashboard's series that warren's groups report (term and applied index), per queue.
+# The Raft dashboard's series, per queue: all but `rabbitmq_raft_entry_commit_latency_seconds`
+# (its heatmap panel), which warren's groups do not measure.
 RAFT = {
     "rabbitmq_raft_term": ("counter", {"vhost", "queue"}),
+    "rabbitmq_raft_log_snapshot_index": ("gauge", {"vhost", "queue"}),
     "rabbitmq_raft_log_last_applied_index": ("gauge", {"vhost", "queue"}),
+    "rabbitmq_raft_log_commit_index": ("gauge", {"vhost", "queue"}),
+    "rabbitmq_raft_log_last_written_index": ("gauge", {"vhost", "queue"}),
 }
 QUEUE_TYPES = {"rabbit_classic_queue", "rabbit_quorum_queue", "rabbit_stream_queue"}
 
@@ -274,3 +280,47 @@ def test_quorum_queues_raft_series_follow_the_group(broker, scrape, name):
     check(families, RAFT)
     ch.queue_delete(name)
     conn.close()
+
+
+# More entries than a queue group applies between two snapshots (4096), so every member has
+# taken one.
+RAFT_ENTRIES = 4500
+
+
+@pytest.mark.skipif(BROKER_KIND != "warren" or IN_CLUSTER_RUN, reason="starts warren nodes itself")
+@pytest.mark.timeout(180)
+def test_every_member_reports_the_raft_dashboards_indexes(cluster, name):  # noqa: F811
+    """On each of a quorum queue's three members, the series the Raft dashboard draws its
+    panels from: committed entries per second (commit index), uncommitted entries (last
+    written - commit), log size since the snapshot (last written - snapshot) and elections
+    (term). Once the publishes are settled every member has written, committed and applied
+    them all, and taken a snapshot."""
+    n1 = cluster.nodes[0]
+    conn = n1.connection()
+    ch = conn.channel()
+    ch.queue_declare(name, durable=True, arguments={"x-queue-type": "quorum"})
+    for _ in range(RAFT_ENTRIES - 1):
+        ch.basic_publish("", name, b"x")
+    confirmed = conn.channel()
+    confirmed.confirm_delivery()
+    confirmed.basic_publish("", name, b"last", pika.BasicProperties(delivery_mode=2))
+    assert confirmed.queue_declare(name, passive=True).method.message_count == RAFT_ENTRIES
+    conn.close()
+
+    for node in cluster.nodes:
+        base = f"http://127.0.0.1:{node.http}"
+
+        def settled():
+            f = read_metrics(base, "/metrics/per-object")
+            v = {m: value(f, m, queue=name) for m in RAFT}
+            written = v["rabbitmq_raft_log_last_written_index"]
+            return (v["rabbitmq_raft_term"] >= 1 and written >= RAFT_ENTRIES
+                    and written == v["rabbitmq_raft_log_commit_index"]
+                    == v["rabbitmq_raft_log_last_applied_index"]
+                    and 0 < v["rabbitmq_raft_log_snapshot_index"] <= written) and (f, v)
+        families, got = eventually(settled, f"{name}'s Raft indexes settled on {node.name}")
+        check(families, RAFT)
+        # /metrics sums them over the node's groups: this queue's is the only one.
+        summed = read_metrics(base)
+        for metric in RAFT:
+            assert value(summed, metric) == got[metric], (node.name, metric)

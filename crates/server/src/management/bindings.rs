@@ -14,13 +14,14 @@ use super::exchanges::from_path;
 use super::queues::session_for_change;
 use super::{amqp_error, auth, json_table, not_found, table_json, Api, Body, Shared};
 use amq_protocol_types::FieldTable;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use base64::Engine;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use warren_broker::vhost::BindingInfo;
 use warren_protocol::amqp::{exchange, queue, AMQPClass};
 
@@ -110,25 +111,51 @@ fn listing(vhost: &str, bindings: impl Iterator<Item = BindingInfo>) -> Response
     .into_response()
 }
 
-pub async fn list_all(State(s): Api, headers: HeaderMap) -> Response {
+/// A listing of whole vhosts' bindings, paged when asked (`?page=..`). RabbitMQ 3.10 answers
+/// these two paths whole whatever the query; warren pages them as it pages queues because a
+/// vhost of 10,000 queues has at least 10,000 bindings (each queue's default one), too many for
+/// one answer to a browser. `name` filters on the destination, the name a binding is looked
+/// up by (its queue's, or its destination exchange's).
+fn paged_listing(
+    bindings: Vec<(String, BindingInfo)>,
+    params: &HashMap<String, String>,
+) -> Response {
+    super::paging::paged_by(
+        bindings,
+        |(_, b)| b.destination.as_str(),
+        |(vhost, b)| binding_json(vhost, b),
+        params,
+    )
+}
+
+pub async fn list_all(
+    State(s): Api,
+    headers: HeaderMap,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
     let caller = match auth::caller(&s, &headers) {
         Ok(c) => c,
         Err(r) => return r,
     };
     let mut names: Vec<String> = s.broker.vhosts().into_iter().map(|(n, _)| n).collect();
     names.sort();
-    let mut out = Vec::new();
+    let mut all = Vec::new();
     for vhost in names.iter().filter(|v| caller.sees_vhost(&s, v)) {
-        out.extend(
+        all.extend(
             bindings_of(&s, vhost)
-                .iter()
-                .map(|b| binding_json(vhost, b)),
+                .into_iter()
+                .map(|b| (vhost.clone(), b)),
         );
     }
-    Json(out).into_response()
+    paged_listing(all, &params)
 }
 
-pub async fn list_vhost(State(s): Api, headers: HeaderMap, Path(vhost): Path<String>) -> Response {
+pub async fn list_vhost(
+    State(s): Api,
+    headers: HeaderMap,
+    Path(vhost): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
     let caller = match auth::caller(&s, &headers) {
         Ok(c) => c,
         Err(r) => return r,
@@ -136,7 +163,11 @@ pub async fn list_vhost(State(s): Api, headers: HeaderMap, Path(vhost): Path<Str
     if let Err(r) = auth::vhost(&s, &caller, &vhost) {
         return r;
     }
-    listing(&vhost, bindings_of(&s, &vhost).into_iter())
+    let all = bindings_of(&s, &vhost)
+        .into_iter()
+        .map(|b| (vhost.clone(), b))
+        .collect();
+    paged_listing(all, &params)
 }
 
 /// The bindings of `vhost` that `keep` keeps, once the caller may see the vhost.

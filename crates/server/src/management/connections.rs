@@ -1,15 +1,19 @@
-//! `/api/connections` (and closing one), `/api/channels`, `/api/consumers`: this node's AMQP
-//! clients as RabbitMQ's management plugin shows them. A user sees their own connections and
+//! `/api/connections` (and closing one), `/api/channels`, `/api/consumers`: the cluster's AMQP
+//! clients as RabbitMQ's management plugin shows them, every node's (gathered by
+//! [`super::clients`]), each naming its `node`. A user sees their own connections and
 //! channels, a monitor or administrator everyone's; consumers are shown per vhost, like queues.
+//! `/api/connections` and `/api/channels` page as RabbitMQ pages them ([`super::paging`]).
 //!
-//! What is listed comes from the node's [`crate::registry`] (what each connection negotiated)
-//! and its vhosts' channel states; nothing here is counted on the data path, so RabbitMQ's byte
+//! What a node lists comes from its [`crate::registry`] (what each connection negotiated) and
+//! its vhosts' channel states; nothing here is counted on the data path, so RabbitMQ's byte
 //! counters and rates show as 0.
 
 use super::auth::{self, Caller};
+use super::clients::{close_on, cluster_wide};
+use super::paging::paged;
 use super::{error, not_found, table_json, Api, Shared};
 use crate::registry::Entry;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -18,6 +22,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use warren_broker::queue::ConnId;
 use warren_broker::vhost::{ChannelInfo, ConsumerInfo};
+use warren_cluster::messaging::ClientListing;
 
 /// What `DELETE /api/connections/{name}` tells the client without an `X-Reason` header.
 const DEFAULT_CLOSE_REASON: &str = "Closed via management plugin";
@@ -67,23 +72,56 @@ fn connection_json(s: &Shared, e: &Entry, channels: usize) -> Value {
     })
 }
 
-/// The connections `keep` keeps, in RabbitMQ's shape.
+/// This node's connections in RabbitMQ's order (vhost, then name).
+fn sorted_connections(s: &Shared) -> Vec<Arc<Entry>> {
+    let mut all = s.connections.list();
+    all.sort_by(|a, b| (&a.vhost, &a.name).cmp(&(&b.vhost, &b.name)));
+    all
+}
+
+/// The connections `keep` keeps, in RabbitMQ's shape and order.
 fn connections_json(s: &Shared, keep: impl Fn(&Entry) -> bool) -> Vec<Value> {
     let channels = channels_by_conn(s);
-    s.connections
-        .list()
+    sorted_connections(s)
         .iter()
         .filter(|e| keep(e))
         .map(|e| connection_json(s, e, channels.get(&e.id).map_or(0, Vec::len)))
         .collect()
 }
 
-pub async fn list(State(s): Api, headers: HeaderMap) -> Response {
+/// Every item of one of this node's listings, unfiltered: what another node asks for (the
+/// asking node keeps what its caller may see), and this node's part of its own listings.
+pub(crate) fn local_items(s: &Shared, listing: ClientListing) -> Vec<Value> {
+    match listing {
+        ClientListing::Connections => connections_json(s, |_| true),
+        ClientListing::Channels => channels_json(s, |_| true),
+        ClientListing::Consumers => consumers_json(s, |_| true),
+    }
+}
+
+/// The text at `key` of a listed item ("" when absent).
+fn text<'a>(item: &'a Value, key: &str) -> &'a str {
+    item.get(key).and_then(Value::as_str).unwrap_or_default()
+}
+
+/// The cluster's connections the caller may see (their own, or all for a monitor).
+pub(super) async fn visible_connections(s: &Shared, caller: &Caller) -> Vec<Value> {
+    let mut all = cluster_wide(s, ClientListing::Connections).await;
+    all.retain(|c| caller.sees_user(text(c, "user")));
+    all
+}
+
+/// `GET /api/connections`, paged when asked as RabbitMQ pages it (`?page=..`).
+pub async fn list(
+    State(s): Api,
+    headers: HeaderMap,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
     let caller = match auth::caller(&s, &headers) {
         Ok(c) => c,
         Err(r) => return r,
     };
-    Json(connections_json(&s, |e| caller.sees_user(&e.user))).into_response()
+    paged(visible_connections(&s, &caller).await, &params)
 }
 
 pub async fn list_vhost_connections(
@@ -98,17 +136,25 @@ pub async fn list_vhost_connections(
     if let Err(r) = auth::vhost(&s, &caller, &vhost) {
         return r;
     }
-    Json(connections_json(&s, |e| {
-        e.vhost == vhost && caller.sees_user(&e.user)
-    }))
-    .into_response()
+    let mut all = visible_connections(&s, &caller).await;
+    all.retain(|c| text(c, "vhost") == vhost);
+    Json(all).into_response()
 }
 
-/// The connection a path names, if the caller may see it.
-fn named(s: &Shared, caller: &Caller, name: &str) -> Result<Arc<Entry>, Response> {
-    s.connections
-        .by_name(name)
-        .filter(|e| caller.sees_user(&e.user))
+/// The connection a path names, on whichever node it is, if the caller may see it.
+async fn named(s: &Shared, caller: &Caller, name: &str) -> Result<Value, Response> {
+    if let Some(e) = s.connections.by_name(name) {
+        return if caller.sees_user(&e.user) {
+            let channels = channels_by_conn(s).get(&e.id).map_or(0, Vec::len);
+            Ok(connection_json(s, &e, channels))
+        } else {
+            Err(not_found())
+        };
+    }
+    visible_connections(s, caller)
+        .await
+        .into_iter()
+        .find(|c| text(c, "name") == name)
         .ok_or_else(not_found)
 }
 
@@ -117,35 +163,38 @@ pub async fn get_one(State(s): Api, headers: HeaderMap, Path(name): Path<String>
         Ok(c) => c,
         Err(r) => return r,
     };
-    match named(&s, &caller, &name) {
-        Ok(e) => {
-            let channels = channels_by_conn(&s).get(&e.id).map_or(0, Vec::len);
-            Json(connection_json(&s, &e, channels)).into_response()
-        }
+    match named(&s, &caller, &name).await {
+        Ok(c) => Json(c).into_response(),
         Err(r) => r,
     }
 }
 
 /// `DELETE /api/connections/{name}`: the client gets connection.close 320 CONNECTION_FORCED
-/// with the `X-Reason` header as its text. One's own connection, or any for an administrator.
+/// with the `X-Reason` header as its text, whichever node it is connected to. One's own
+/// connection, or any for an administrator.
 pub async fn close(State(s): Api, headers: HeaderMap, Path(name): Path<String>) -> Response {
     let caller = match auth::caller(&s, &headers) {
         Ok(c) => c,
         Err(r) => return r,
     };
-    let e = match named(&s, &caller, &name) {
-        Ok(e) => e,
+    let conn = match named(&s, &caller, &name).await {
+        Ok(c) => c,
         Err(r) => return r,
     };
-    if !caller.is_admin() && e.user != caller.user {
+    if !caller.is_admin() && text(&conn, "user") != caller.user {
         return error(StatusCode::UNAUTHORIZED, "Not administrator user");
     }
     let reason = headers
         .get("x-reason")
         .and_then(|v| v.to_str().ok())
         .unwrap_or(DEFAULT_CLOSE_REASON);
-    e.close(reason);
-    StatusCode::NO_CONTENT.into_response()
+    match s.connections.by_name(&name) {
+        Some(e) => {
+            e.close(reason);
+            StatusCode::NO_CONTENT.into_response()
+        }
+        None => close_on(&s, text(&conn, "node"), &name, reason).await,
+    }
 }
 
 fn channel_name(conn: &Entry, number: u16) -> String {
@@ -182,7 +231,7 @@ fn channel_json(s: &Shared, conn: &Entry, c: &ChannelInfo) -> Value {
 fn channels_json(s: &Shared, keep: impl Fn(&Entry) -> bool) -> Vec<Value> {
     let mut by_conn = channels_by_conn(s);
     let mut out = Vec::new();
-    for conn in s.connections.list().iter().filter(|e| keep(e)) {
+    for conn in sorted_connections(s).iter().filter(|e| keep(e)) {
         for c in by_conn.remove(&conn.id).unwrap_or_default() {
             out.push(channel_json(s, conn, &c));
         }
@@ -190,12 +239,24 @@ fn channels_json(s: &Shared, keep: impl Fn(&Entry) -> bool) -> Vec<Value> {
     out
 }
 
-pub async fn list_channels(State(s): Api, headers: HeaderMap) -> Response {
+/// The cluster's channels the caller may see (of their own connections, or all for a monitor).
+pub(super) async fn visible_channels(s: &Shared, caller: &Caller) -> Vec<Value> {
+    let mut all = cluster_wide(s, ClientListing::Channels).await;
+    all.retain(|c| caller.sees_user(text(c, "user")));
+    all
+}
+
+/// `GET /api/channels`, paged when asked as RabbitMQ pages it (`?page=..`).
+pub async fn list_channels(
+    State(s): Api,
+    headers: HeaderMap,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
     let caller = match auth::caller(&s, &headers) {
         Ok(c) => c,
         Err(r) => return r,
     };
-    Json(channels_json(&s, |e| caller.sees_user(&e.user))).into_response()
+    paged(visible_channels(&s, &caller).await, &params)
 }
 
 pub async fn list_connection_channels(
@@ -207,11 +268,12 @@ pub async fn list_connection_channels(
         Ok(c) => c,
         Err(r) => return r,
     };
-    let conn = match named(&s, &caller, &name) {
-        Ok(e) => e,
-        Err(r) => return r,
-    };
-    Json(channels_json(&s, |e| e.id == conn.id)).into_response()
+    if let Err(r) = named(&s, &caller, &name).await {
+        return r;
+    }
+    let mut all = cluster_wide(&s, ClientListing::Channels).await;
+    all.retain(|c| c["connection_details"]["name"] == name.as_str());
+    Json(all).into_response()
 }
 
 pub async fn get_channel(State(s): Api, headers: HeaderMap, Path(name): Path<String>) -> Response {
@@ -219,15 +281,14 @@ pub async fn get_channel(State(s): Api, headers: HeaderMap, Path(name): Path<Str
         Ok(c) => c,
         Err(r) => return r,
     };
-    let found = channels_json(&s, |e| caller.sees_user(&e.user))
+    let found = visible_channels(&s, &caller)
+        .await
         .into_iter()
-        .find(|c| c["name"] == name.as_str());
+        .find(|c| text(c, "name") == name);
     match found {
         Some(mut c) => {
-            let consumers: Vec<Value> = consumers_json(&s, |_| true)
-                .into_iter()
-                .filter(|k| k["channel_details"]["name"] == name.as_str())
-                .collect();
+            let mut consumers = cluster_wide(&s, ClientListing::Consumers).await;
+            consumers.retain(|k| k["channel_details"]["name"] == name.as_str());
             c["consumer_details"] = Value::Array(consumers);
             c["deliveries"] = json!([]);
             c["publishes"] = json!([]);
@@ -279,12 +340,19 @@ fn consumers_json(s: &Shared, keep: impl Fn(&str) -> bool) -> Vec<Value> {
     out
 }
 
+/// The cluster's consumers in the vhosts `keep` keeps.
+async fn consumers_where(s: &Shared, keep: impl Fn(&str) -> bool) -> Vec<Value> {
+    let mut all = cluster_wide(s, ClientListing::Consumers).await;
+    all.retain(|c| keep(c["queue"]["vhost"].as_str().unwrap_or_default()));
+    all
+}
+
 pub async fn list_consumers(State(s): Api, headers: HeaderMap) -> Response {
     let caller = match auth::caller(&s, &headers) {
         Ok(c) => c,
         Err(r) => return r,
     };
-    Json(consumers_json(&s, |v| caller.sees_vhost(&s, v))).into_response()
+    Json(consumers_where(&s, |v| caller.sees_vhost(&s, v)).await).into_response()
 }
 
 pub async fn list_vhost_consumers(
@@ -299,5 +367,5 @@ pub async fn list_vhost_consumers(
     if let Err(r) = auth::vhost(&s, &caller, &vhost) {
         return r;
     }
-    Json(consumers_json(&s, |v| v == vhost)).into_response()
+    Json(consumers_where(&s, |v| v == vhost).await).into_response()
 }

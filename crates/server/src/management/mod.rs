@@ -13,8 +13,9 @@
 //!   `/api/whoami`), [`policies`] (policies and operator policies), [`access`] (vhost and user
 //!   limits, topic permissions), [`queues`], [`queue_members`] (a quorum queue's members,
 //!   warren's own paths), [`exchanges`], [`bindings`], [`connections`] (connections,
-//!   channels, consumers), [`settings`] (alarm limits, certificate reloads), [`metrics`]
-//!   (RabbitMQ's Prometheus names, read from [`node_stats`]' snapshot); [`paging`]:
+//!   channels, consumers; [`clients`] gathers them from every node), [`settings`] (alarm
+//!   limits, certificate reloads), [`metrics`] (RabbitMQ's Prometheus names, read from
+//!   [`node_stats`]' snapshot); [`paging`]:
 //!   `?page=..&name=..` of listings; [`ui`]: the web UI at `/`;
 //!   [`stats`]: `message_stats` counts and rates.
 //!
@@ -34,6 +35,7 @@
 mod access;
 mod auth;
 pub(crate) mod bindings;
+mod clients;
 mod connections;
 mod exchanges;
 mod health;
@@ -52,6 +54,7 @@ mod users;
 mod vhosts;
 
 pub(crate) use auth::authorize;
+pub(crate) use clients::answer_clients;
 
 /// The calling administrator's name, or the answer refusing the caller.
 pub(crate) fn auth_admin(s: &Shared, headers: &axum::http::HeaderMap) -> Result<String, Response> {

@@ -59,6 +59,10 @@ pub struct RaftFigures {
     pub name: String,
     pub term: u64,
     pub applied: u64,
+    pub commit: u64,
+    /// The highest index durably in this member's log.
+    pub written: u64,
+    pub snapshot_index: u64,
 }
 
 /// Lifetime message counts of the node by queue type (index into [`QUEUE_TYPES`]).
@@ -156,6 +160,9 @@ fn collect(shared: &Shared) -> NodeStats {
                             name: info.name.clone(),
                             term: view.term,
                             applied: view.applied,
+                            commit: view.commit,
+                            written: view.written,
+                            snapshot_index: view.snapshot_index,
                         });
                     }
                 }

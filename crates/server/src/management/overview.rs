@@ -85,12 +85,22 @@ pub async fn overview(State(s): Api, headers: HeaderMap) -> Response {
             .filter(|c| visible_conn(&s, &caller, c.conn))
             .count();
     }
-    let connections = s
+    let mut connections = s
         .connections
         .list()
         .iter()
         .filter(|e| caller.sees_user(&e.user))
         .count();
+    if s.cluster.is_some() {
+        // Every node's clients, as RabbitMQ's totals count the cluster's (and as the
+        // connections and channels pages list them).
+        let (all_connections, all_channels) = tokio::join!(
+            super::connections::visible_connections(&s, &caller),
+            super::connections::visible_channels(&s, &caller),
+        );
+        connections = all_connections.len();
+        channels = all_channels.len();
+    }
     // Publishes are counted by the channels that took them (unroutable ones too), the rest by
     // the queues the caller sees; rates are the queues' (see `stats`).
     counts.publish = s.counters.published.load(Ordering::Relaxed);
