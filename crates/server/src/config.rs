@@ -465,6 +465,42 @@ mod tests {
     }
 
     #[test]
+    fn cluster_tls_is_off_unless_asked_and_takes_the_amqp_files_it_is_not_given() {
+        let parse = |text: &str| toml::from_str::<ServerConfig>(text).unwrap();
+        let amqp = r#"
+            cluster_listen = "127.0.0.1:25672"
+            [tls]
+            cert = "/etc/warren/server.pem"
+            key = "/etc/warren/server.key"
+            ca = "/etc/warren/ca.pem"
+        "#;
+        // The AMQP files alone do not turn it on: all nodes of a cluster switch together.
+        assert_eq!(parse(amqp).cluster_tls(), Ok(None));
+        let files = parse(&format!(
+            "{amqp}\ncluster_ca = \"/etc/warren/nodes-ca.pem\""
+        ))
+        .cluster_tls()
+        .unwrap()
+        .unwrap();
+        assert_eq!(files.cert, PathBuf::from("/etc/warren/server.pem"));
+        assert_eq!(files.key, PathBuf::from("/etc/warren/server.key"));
+        assert_eq!(files.ca, PathBuf::from("/etc/warren/nodes-ca.pem"));
+        let err = parse(
+            "cluster_listen = \"127.0.0.1:25672\"\n[tls]\ncluster = true\ncluster_cert = \"n.pem\"",
+        )
+        .validate()
+        .unwrap_err();
+        assert!(
+            err.contains(
+                "a key (--cluster-tls-key or --tls-key), a CA (--cluster-tls-ca or --tls-ca)"
+            ),
+            "{err}"
+        );
+        let err = parse("[tls]\ncluster = true").validate().unwrap_err();
+        assert!(err.contains("needs --cluster-listen"), "{err}");
+    }
+
+    #[test]
     fn defaults_are_rabbitmqs_and_plain_only() {
         let c: ServerConfig = toml::from_str("").unwrap();
         let loopback: SocketAddr = "127.0.0.1:5672".parse().unwrap();
