@@ -5,6 +5,8 @@
 //! - [`frame`]: the wire format between nodes (hello, ping/pong, batches of Raft messages).
 //! - [`transport`]: one outbound link per peer, batched writes, bounded buffers, per-node
 //!   failure detection by ping.
+//! - [`link_tls`]: mutually authenticated TLS 1.3 on those links (`--cluster-tls-*`), so that
+//!   only nodes whose certificates the cluster's CA signed can speak as nodes.
 //! - [`raft_log`]: a Raft group's log on the node's shared WAL (entries, hard state) and its
 //!   snapshot file.
 //! - [`metadata`]: the metadata group, a Raft group over all nodes whose log is the topology
@@ -41,6 +43,7 @@ pub mod catch_up;
 pub mod frame;
 pub mod groups;
 mod inputs;
+pub mod link_tls;
 pub mod membership;
 pub mod messaging;
 pub mod metadata;
@@ -88,6 +91,9 @@ pub struct ClusterConfig {
     /// Where the node keeps its cluster identity and the metadata snapshot.
     pub dir: PathBuf,
     pub timing: Timing,
+    /// The node's certificate, key and the cluster's CA: every link is then TLS with both
+    /// ends' certificates checked. None: plain TCP, open to anyone who reaches `listen`.
+    pub tls: Option<link_tls::LinkTlsFiles>,
 }
 
 /// Who this node is in the cluster, fixed at its first start.
@@ -152,6 +158,11 @@ impl Cluster {
         broker: Arc<Broker>,
     ) -> Result<Arc<Cluster>, String> {
         let identity = identity(&config)?;
+        let tls = config
+            .tls
+            .clone()
+            .map(link_tls::LinkTls::load)
+            .transpose()?;
         let me = NodeInfo {
             id: identity.id,
             name: config.node_name.clone(),
@@ -177,7 +188,7 @@ impl Cluster {
             messaging_slot.clone(),
             messaging_slot.clone(),
         );
-        let transport = Transport::start(
+        let transport = Transport::start_with_tls(
             me.clone(),
             boot,
             listener,
@@ -222,6 +233,7 @@ impl Cluster {
                     }
                 }),
             },
+            tls,
         );
         let (queue_groups, groups_thread) = {
             let (t1, t2, t3) = (transport.clone(), transport.clone(), transport.clone());
@@ -413,6 +425,12 @@ impl Cluster {
                 ),
             )),
         }
+    }
+
+    /// The cluster links' TLS, when the node has cluster certificates: for `/metrics` and
+    /// certificate reloads.
+    pub fn link_tls(&self) -> Option<&Arc<link_tls::LinkTls>> {
+        self.transport.tls()
     }
 
     pub fn status(&self) -> ClusterStatus {

@@ -256,13 +256,25 @@ fn encode_request(from: u64, request: &Request) -> Message {
     }
 }
 
-/// Sends one join request to `target` over a connection of its own: the transport knows peers
-/// by id, and the joiner does not know the target's.
-async fn send_join_request(target: SocketAddr, me: &NodeInfo) -> Result<(), String> {
-    let mut stream = tokio::time::timeout(JOIN_RETRY, tokio::net::TcpStream::connect(target))
+/// Why a join request did not get through.
+enum JoinSendError {
+    /// No connection (yet): worth asking again.
+    Unreachable(String),
+    /// The member refused this node's certificate: asking again would not change it.
+    Refused(String),
+}
+
+/// Sends one join request to `target` over a connection of its own (TLS when the links are):
+/// the transport knows peers by id, and the joiner does not know the target's.
+async fn send_join_request(
+    transport: &crate::transport::Transport,
+    target: SocketAddr,
+    me: &NodeInfo,
+) -> Result<(), JoinSendError> {
+    let mut stream = transport
+        .open(target)
         .await
-        .map_err(|_| format!("no answer from {target}"))?
-        .map_err(|e| format!("cannot reach {target}: {e}"))?;
+        .map_err(JoinSendError::Unreachable)?;
     let mut out = bytes::BytesMut::new();
     // Boot 0: not a link of the node's own, so no peer takes it for a restart.
     frame::encode_hello(
@@ -281,14 +293,28 @@ async fn send_join_request(target: SocketAddr, me: &NodeInfo) -> Result<(), Stri
     stream
         .write_all(&out)
         .await
-        .map_err(|e| format!("cannot reach {target}: {e}"))?;
+        .map_err(|e| JoinSendError::Unreachable(format!("cannot reach {target}: {e}")))?;
     let _ = stream.shutdown().await;
     // The member closes once it has read what we sent; closing first could reset it unread.
     let mut rest = [0u8; 256];
-    let _ = tokio::time::timeout(JOIN_RETRY, async {
-        while matches!(stream.read(&mut rest).await, Ok(n) if n > 0) {}
+    let read = tokio::time::timeout(JOIN_RETRY, async {
+        loop {
+            match stream.read(&mut rest).await {
+                Ok(0) => return Ok(()),
+                Ok(_) => {}
+                Err(e) => return Err(e),
+            }
+        }
     })
     .await;
+    // In TLS 1.3 the member checks our certificate after the handshake: a refusal shows here.
+    if let Ok(Err(e)) = read {
+        if let Some(why) = crate::link_tls::LinkTls::describe(&e) {
+            return Err(JoinSendError::Refused(format!(
+                "{target} refused this node: the member {why}"
+            )));
+        }
+    }
     Ok(())
 }
 
@@ -324,8 +350,10 @@ impl Cluster {
         let deadline = Instant::now() + JOIN_TIMEOUT;
         let mut last = String::from("no answer");
         loop {
-            if let Err(e) = send_join_request(target, &self.me).await {
-                last = e;
+            match send_join_request(&self.transport, target, &self.me).await {
+                Ok(()) => {}
+                Err(JoinSendError::Unreachable(e)) => last = e,
+                Err(JoinSendError::Refused(e)) => return Err(MembershipError::Conflict(e)),
             }
             let asked = Instant::now();
             while asked.elapsed() < JOIN_RETRY && Instant::now() < deadline {

@@ -18,15 +18,20 @@
 //!
 //! Data frames are never dropped while a link is up: their senders hold off instead when a
 //! peer's buffer is past [`crate::messaging::CONGESTED_BYTES`].
+//!
+//! With `--cluster-tls-*` ([`crate::link_tls`]), each link is a TLS 1.3 stream with both
+//! nodes' certificates checked before the first frame: the framing, batching and pings above
+//! run unchanged over it (the reader and writer are generic over the stream's halves).
 
 use crate::frame::{self, Frame, Hello, NodeInfo};
+use crate::link_tls::LinkTls;
 use bytes::{Bytes, BytesMut};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
@@ -129,7 +134,13 @@ struct Inner {
     epoch: Instant,
     peers: Mutex<HashMap<u64, Arc<Peer>>>,
     callbacks: Callbacks,
+    /// Mutual TLS on every link, when the node has cluster certificates.
+    tls: Option<Arc<LinkTls>>,
 }
+
+/// A stream a one-off connection to a peer (a join request) is written to: plain TCP, or TLS.
+pub trait LinkStream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> LinkStream for T {}
 
 /// The node's links to its peers.
 #[derive(Clone)]
@@ -138,12 +149,25 @@ pub struct Transport {
 }
 
 impl Transport {
-    /// Accepts peers' links on `listener`; what they send goes to `callbacks`.
+    /// Accepts peers' links on `listener`; what they send goes to `callbacks`. Links are plain
+    /// TCP: see [`Transport::start_with_tls`].
     pub fn start(
         me: NodeInfo,
         boot: u64,
         listener: TcpListener,
         callbacks: Callbacks,
+    ) -> Transport {
+        Transport::start_with_tls(me, boot, listener, callbacks, None)
+    }
+
+    /// As [`Transport::start`], with every link (both ways) over mutually authenticated TLS
+    /// when `tls` is given: a peer without a certificate the cluster's CA signed is refused.
+    pub fn start_with_tls(
+        me: NodeInfo,
+        boot: u64,
+        listener: TcpListener,
+        callbacks: Callbacks,
+        tls: Option<Arc<LinkTls>>,
     ) -> Transport {
         let t = Transport {
             inner: Arc::new(Inner {
@@ -152,15 +176,16 @@ impl Transport {
                 epoch: Instant::now(),
                 peers: Mutex::new(HashMap::new()),
                 callbacks,
+                tls,
             }),
         };
         let accepting = t.clone();
         tokio::spawn(async move {
             loop {
                 match listener.accept().await {
-                    Ok((stream, _)) => {
+                    Ok((stream, addr)) => {
                         let t = accepting.clone();
-                        tokio::spawn(async move { t.serve_inbound(stream).await });
+                        tokio::spawn(async move { t.accept_link(stream, addr).await });
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "cluster accept failed");
@@ -170,6 +195,42 @@ impl Transport {
             }
         });
         t
+    }
+
+    /// The node's cluster TLS, if its links use it.
+    pub fn tls(&self) -> Option<&Arc<LinkTls>> {
+        self.inner.tls.as_ref()
+    }
+
+    /// Opens a one-off connection to the node at `addr` (TLS when the links are), for a
+    /// request to a node whose id is not known yet.
+    pub async fn open(&self, addr: SocketAddr) -> Result<Box<dyn LinkStream>, String> {
+        let stream = tokio::time::timeout(DOWN_AFTER, TcpStream::connect(addr))
+            .await
+            .map_err(|_| format!("no answer from {addr}"))?
+            .map_err(|e| format!("cannot reach {addr}: {e}"))?;
+        let _ = stream.set_nodelay(true);
+        match &self.inner.tls {
+            None => Ok(Box::new(stream)),
+            Some(tls) => Ok(Box::new(tls.dial(stream, addr).await?)),
+        }
+    }
+
+    /// A link a peer opened: its TLS handshake if the links use TLS, then its frames.
+    async fn accept_link(self, stream: TcpStream, addr: SocketAddr) {
+        let _ = stream.set_nodelay(true);
+        match self.inner.tls.clone() {
+            None => {
+                let (rd, wr) = stream.into_split();
+                self.serve_inbound(rd, wr).await
+            }
+            Some(tls) => {
+                if let Some(stream) = tls.accept(stream, addr).await {
+                    let (rd, wr) = tokio::io::split(stream);
+                    self.serve_inbound(rd, wr).await
+                }
+            }
+        }
     }
 
     fn clock_us(&self) -> u64 {
@@ -311,6 +372,8 @@ impl Transport {
     /// Keeps the outbound link to one peer up: dial, hello, then write batches and pings until
     /// the connection fails; then dial again.
     async fn run_link(self, id: u64, peer: Arc<Peer>) {
+        // The last TLS failure logged, so that a peer refusing us is said once, not per dial.
+        let mut last_failure: Option<String> = None;
         loop {
             let addr = *peer.addr.lock().expect("addr lock");
             let Some(addr) = addr else {
@@ -320,14 +383,47 @@ impl Transport {
             if let Ok(Ok(stream)) = tokio::time::timeout(DOWN_AFTER, TcpStream::connect(addr)).await
             {
                 let _ = stream.set_nodelay(true);
-                tracing::info!(peer = id, %addr, "cluster link up");
-                let was_up = self.drive_link(stream, id, &peer).await;
+                let (was_up, refusal) = match self.inner.tls.clone() {
+                    None => {
+                        tracing::info!(peer = id, %addr, "cluster link up");
+                        let (rd, wr) = stream.into_split();
+                        self.drive_link(rd, wr, id, &peer).await
+                    }
+                    Some(tls) => match tls.dial(stream, addr).await {
+                        Ok(stream) => {
+                            if last_failure.is_none() {
+                                tracing::info!(peer = id, %addr, "cluster link up (TLS)");
+                            }
+                            let (rd, wr) = tokio::io::split(stream);
+                            self.drive_link(rd, wr, id, &peer).await
+                        }
+                        Err(e) => {
+                            if last_failure.as_ref() != Some(&e) {
+                                tracing::warn!(peer = id, %addr, "cluster link not opened: {e}");
+                                last_failure = Some(e);
+                            }
+                            tokio::time::sleep(RECONNECT_DELAY).await;
+                            continue;
+                        }
+                    },
+                };
                 {
                     let mut buffer = peer.buffer.lock().expect("buffer lock");
                     peer.connected.store(false, Ordering::Relaxed);
                     buffer.clear();
                 }
-                tracing::info!(peer = id, %addr, "cluster link down");
+                match refusal {
+                    Some(why) => {
+                        if last_failure.as_ref() != Some(&why) {
+                            tracing::warn!(peer = id, %addr, "cluster link refused: the peer {why}");
+                            last_failure = Some(why);
+                        }
+                    }
+                    None => {
+                        last_failure = None;
+                        tracing::info!(peer = id, %addr, "cluster link down")
+                    }
+                }
                 if was_up {
                     (self.inner.callbacks.link_broken)(id);
                 }
@@ -336,9 +432,19 @@ impl Transport {
         }
     }
 
-    /// Runs one outbound connection; true if it got as far as being used.
-    async fn drive_link(&self, stream: TcpStream, id: u64, peer: &Arc<Peer>) -> bool {
-        let (mut rd, mut wr) = stream.into_split();
+    /// Runs one outbound connection: whether it got as far as being used, and why the peer
+    /// refused it if it did (a TLS alert).
+    async fn drive_link<R, W>(
+        &self,
+        mut rd: R,
+        mut wr: W,
+        id: u64,
+        peer: &Arc<Peer>,
+    ) -> (bool, Option<String>)
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin,
+    {
         let mut hello = BytesMut::new();
         frame::encode_hello(
             &mut hello,
@@ -348,7 +454,7 @@ impl Transport {
             },
         );
         if wr.write_all(&hello).await.is_err() {
-            return false;
+            return (false, None);
         }
         {
             let _buffer = peer.buffer.lock().expect("buffer lock");
@@ -365,7 +471,9 @@ impl Transport {
                 let mut buf = BytesMut::with_capacity(4096);
                 loop {
                     match rd.read_buf(&mut buf).await {
-                        Ok(0) | Err(_) => return,
+                        Ok(0) => return None,
+                        // TLS 1.3: a peer that refuses our certificate says so here.
+                        Err(e) => return LinkTls::describe(&e),
                         Ok(_) => {}
                     }
                     loop {
@@ -378,7 +486,7 @@ impl Transport {
                             }
                             Ok(Some(_)) => {}
                             Ok(None) => break,
-                            Err(_) => return,
+                            Err(_) => return None,
                         }
                     }
                 }
@@ -426,15 +534,22 @@ impl Transport {
                 _ = tokio::time::sleep_until(next_ping.into()) => {}
             }
         }
-        reading.abort();
-        true
+        let refusal = if reading.is_finished() {
+            reading.await.ok().flatten()
+        } else {
+            reading.abort();
+            None
+        };
+        (true, refusal)
     }
 
     /// Reads one peer's inbound link: hello first, then frames for the node; pings are answered
     /// on the same connection.
-    async fn serve_inbound(self, stream: TcpStream) {
-        let _ = stream.set_nodelay(true);
-        let (mut rd, mut wr) = stream.into_split();
+    async fn serve_inbound<R, W>(self, mut rd: R, mut wr: W)
+    where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin,
+    {
         let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
         let mut from: Option<(u64, Arc<Peer>)> = None;
         let mut generation = 0;

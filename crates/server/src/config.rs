@@ -186,6 +186,20 @@ pub struct TlsConfig {
     pub management_cert: Option<PathBuf>,
     /// The HTTPS listener's own private key [default: key].
     pub management_key: Option<PathBuf>,
+    /// Links between cluster nodes over TLS 1.3 with mutual authentication, using the
+    /// `cluster_*` files or, for those not given, `cert`, `key` and `ca` (RabbitMQ's
+    /// inter-node TLS reuses `ssl_options` the same way). Any `cluster_*` file turns it on too.
+    /// Never implied by the AMQP settings alone: a node with TLS links and one without cannot
+    /// talk, so a cluster switches on all its nodes together.
+    pub cluster: bool,
+    /// The node's certificate for its cluster links [default: cert]. It must allow both TLS
+    /// server and client authentication: every node accepts links and opens them.
+    pub cluster_cert: Option<PathBuf>,
+    /// Its private key [default: key].
+    pub cluster_key: Option<PathBuf>,
+    /// The CA every node's certificate must chain to [default: ca]: any certificate it signed
+    /// is a node, so it is best a CA that signs nodes only.
+    pub cluster_ca: Option<PathBuf>,
 }
 
 impl Default for TlsConfig {
@@ -202,6 +216,10 @@ impl Default for TlsConfig {
             management_listen: None,
             management_cert: None,
             management_key: None,
+            cluster: false,
+            cluster_cert: None,
+            cluster_key: None,
+            cluster_ca: None,
         }
     }
 }
@@ -346,7 +364,48 @@ impl ServerConfig {
         if self.handshake_timeout_ms == 0 {
             return Err("--handshake-timeout must be more than 0".into());
         }
+        self.cluster_tls()?;
         Ok(())
+    }
+
+    /// The files of the cluster links' TLS, if it is on; an error names the missing ones.
+    pub fn cluster_tls(&self) -> Result<Option<warren_cluster::link_tls::LinkTlsFiles>, String> {
+        let t = &self.tls;
+        let on = t.cluster
+            || t.cluster_cert.is_some()
+            || t.cluster_key.is_some()
+            || t.cluster_ca.is_some();
+        if !on {
+            return Ok(None);
+        }
+        if self.cluster_listen.is_none() {
+            return Err("cluster TLS (--cluster-tls*) needs --cluster-listen".into());
+        }
+        let cert = t.cluster_cert.as_ref().or(t.cert.as_ref());
+        let key = t.cluster_key.as_ref().or(t.key.as_ref());
+        let ca = t.cluster_ca.as_ref().or(t.ca.as_ref());
+        let missing: Vec<&str> = [
+            (
+                cert.is_none(),
+                "a certificate (--cluster-tls-cert or --tls-cert)",
+            ),
+            (key.is_none(), "a key (--cluster-tls-key or --tls-key)"),
+            (ca.is_none(), "a CA (--cluster-tls-ca or --tls-ca)"),
+        ]
+        .into_iter()
+        .filter_map(|(absent, what)| absent.then_some(what))
+        .collect();
+        match (cert, key, ca) {
+            (Some(cert), Some(key), Some(ca)) => Ok(Some(warren_cluster::link_tls::LinkTlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: ca.clone(),
+            })),
+            _ => Err(format!(
+                "cluster TLS needs {}: every node presents a certificate its peers' CA signed",
+                missing.join(", ")
+            )),
+        }
     }
 
     pub fn handshake_timeout(&self) -> std::time::Duration {
@@ -403,6 +462,42 @@ mod tests {
         assert_eq!(c.handshake_timeout_ms, 2500);
         assert!(c.tls.verify_peer && c.tls.fail_if_no_peer_cert);
         assert_eq!(c.validate(), Ok(()));
+    }
+
+    #[test]
+    fn cluster_tls_is_off_unless_asked_and_takes_the_amqp_files_it_is_not_given() {
+        let parse = |text: &str| toml::from_str::<ServerConfig>(text).unwrap();
+        let amqp = r#"
+            cluster_listen = "127.0.0.1:25672"
+            [tls]
+            cert = "/etc/warren/server.pem"
+            key = "/etc/warren/server.key"
+            ca = "/etc/warren/ca.pem"
+        "#;
+        // The AMQP files alone do not turn it on: all nodes of a cluster switch together.
+        assert_eq!(parse(amqp).cluster_tls(), Ok(None));
+        let files = parse(&format!(
+            "{amqp}\ncluster_ca = \"/etc/warren/nodes-ca.pem\""
+        ))
+        .cluster_tls()
+        .unwrap()
+        .unwrap();
+        assert_eq!(files.cert, PathBuf::from("/etc/warren/server.pem"));
+        assert_eq!(files.key, PathBuf::from("/etc/warren/server.key"));
+        assert_eq!(files.ca, PathBuf::from("/etc/warren/nodes-ca.pem"));
+        let err = parse(
+            "cluster_listen = \"127.0.0.1:25672\"\n[tls]\ncluster = true\ncluster_cert = \"n.pem\"",
+        )
+        .validate()
+        .unwrap_err();
+        assert!(
+            err.contains(
+                "a key (--cluster-tls-key or --tls-key), a CA (--cluster-tls-ca or --tls-ca)"
+            ),
+            "{err}"
+        );
+        let err = parse("[tls]\ncluster = true").validate().unwrap_err();
+        assert!(err.contains("needs --cluster-listen"), "{err}");
     }
 
     #[test]

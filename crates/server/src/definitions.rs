@@ -103,6 +103,18 @@ async fn post(s: Arc<Shared>, headers: HeaderMap, vhost: Option<String>, body: B
     }
 }
 
+/// The definitions document of the whole node (`vhost` None) or of one vhost, as
+/// `GET /api/definitions` answers it.
+pub fn export(s: &Shared, vhost: Option<&str>) -> Value {
+    document(
+        s,
+        match vhost {
+            None => Scope::All,
+            Some(v) => Scope::Vhost(v),
+        },
+    )
+}
+
 fn bad_request(reason: &str) -> Response {
     let body = json!({ "error": "bad_request", "reason": reason });
     (StatusCode::BAD_REQUEST, Json(body)).into_response()

@@ -63,6 +63,9 @@ enum Entity {
 #[derive(Default)]
 struct Plan {
     meta: Vec<MetaRecord>,
+    /// Users given a plain `password` rather than a hash: their record's hash has a fresh salt,
+    /// so whether the node has them already is asked of the password.
+    passwords: std::collections::HashMap<String, String>,
     policies: Vec<MetaRecord>,
     entities: Vec<(String, Entity)>,
 }
@@ -133,6 +136,7 @@ fn plan(doc: &Value, only: Option<&str>) -> Result<Plan, String> {
                     h.clone()
                 }
                 (_, Some(Value::String(password))) => {
+                    p.passwords.insert(name.clone(), password.clone());
                     let mut scratch = warren_broker::users::Users::default();
                     scratch.add_user(&name, password, vec![]);
                     scratch.password_hash(&name).unwrap_or_default()
@@ -234,7 +238,12 @@ fn plan(doc: &Value, only: Option<&str>) -> Result<Plan, String> {
 }
 
 /// Whether `record` would change nothing on this node (re-importing the same document).
-fn already(s: &Shared, record: &MetaRecord) -> bool {
+/// `passwords`: the plain passwords of users the document gave one (see [`Plan::passwords`]).
+fn already(
+    s: &Shared,
+    record: &MetaRecord,
+    passwords: &std::collections::HashMap<String, String>,
+) -> bool {
     let users = || s.broker.users.read().expect("users lock");
     match record {
         MetaRecord::AddVhost { name } => s.broker.vhost(name).is_some(),
@@ -244,7 +253,11 @@ fn already(s: &Shared, record: &MetaRecord) -> bool {
             tags,
         } => {
             let users = users();
-            users.password_hash(name).as_ref() == Some(password_hash) && users.tags(name) == *tags
+            let same_password = match passwords.get(name) {
+                Some(password) => users.authenticate(name, password),
+                None => users.password_hash(name).as_ref() == Some(password_hash),
+            };
+            same_password && users.tags(name) == *tags
         }
         MetaRecord::SetPermissions {
             user,
@@ -324,12 +337,12 @@ pub async fn import(
         }
     }
     for record in plan.meta {
-        if !already(s, &record) {
+        if !already(s, &record, &plan.passwords) {
             apply_meta(s, record).await?;
         }
     }
     for record in plan.policies {
-        if !already(s, &record) {
+        if !already(s, &record, &plan.passwords) {
             policies::change(s, record).await.map_err(|(_, why)| why)?;
         }
     }

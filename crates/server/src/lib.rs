@@ -115,6 +115,37 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// A node's shared state without listeners, journal, store or cluster: what the definitions
+    /// import and export work on, for tests and the `definitions` fuzz target, which run the
+    /// very code `POST /api/definitions` runs on a fresh broker each time.
+    pub fn standalone(config: ServerConfig, broker: Arc<Broker>) -> Arc<Shared> {
+        let alarms = Arc::new(alarms::Alarms::new(
+            config.memory_high_watermark_bytes,
+            config.disk_free_limit_bytes,
+            Vec::new(),
+        ));
+        let (_, shutdown) = watch::channel(false);
+        Arc::new(Shared {
+            broker,
+            config,
+            shutdown,
+            next_conn: AtomicU64::new(1),
+            next_channel: AtomicU64::new(1),
+            connections_open: AtomicUsize::new(0),
+            connections: registry::Registry::default(),
+            rates: management::stats::Rates::default(),
+            node_stats: management::node_stats::Board::default(),
+            counters: Counters::default(),
+            alarms,
+            tls: None,
+            journal: None,
+            store: None,
+            durability: Default::default(),
+            cluster: None,
+            quorum: Default::default(),
+        })
+    }
+
     /// Stops the node's writes for good after a failed fsync (of the WAL or the metadata
     /// journal): publishers are blocked by the storage alarm, durable changes are refused.
     /// Safe to call under a vhost or journal lock: it takes neither.

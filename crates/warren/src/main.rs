@@ -41,7 +41,8 @@ struct ServerArgs {
     /// message_memory_bytes, management_listen, auth_mechanisms, handshake_timeout_ms,
     /// load_definitions, and a
     /// [tls] table: listen, cert, key, ca, verify_peer, fail_if_no_peer_cert, versions,
-    /// cert_login_from, management_listen, management_cert, management_key; see docs/tls.md).
+    /// cert_login_from, management_listen, management_cert, management_key, cluster,
+    /// cluster_cert, cluster_key, cluster_ca; see docs/tls.md).
     #[arg(long, env = "WARREN_CONFIG")]
     config: Option<PathBuf>,
     /// Address to accept plain AMQP connections on, repeated for several (IPv6 as
@@ -92,6 +93,23 @@ struct ServerArgs {
     /// The HTTPS listener's private key, PEM [default: --tls-key].
     #[arg(long, env = "WARREN_MANAGEMENT_TLS_KEY")]
     management_tls_key: Option<PathBuf>,
+    /// Links between cluster nodes over TLS 1.3, each node presenting a certificate the CA
+    /// signed (mutual authentication), with --tls-cert, --tls-key and --tls-ca unless the
+    /// --cluster-tls-* files are given (any of which turns this on too). All nodes of a
+    /// cluster need it, or none.
+    #[arg(long, env = "WARREN_CLUSTER_TLS")]
+    cluster_tls: bool,
+    /// This node's certificate for cluster links, PEM; it must allow both TLS server and client
+    /// authentication [default: --tls-cert].
+    #[arg(long, env = "WARREN_CLUSTER_TLS_CERT")]
+    cluster_tls_cert: Option<PathBuf>,
+    /// Its private key, PEM [default: --tls-key].
+    #[arg(long, env = "WARREN_CLUSTER_TLS_KEY")]
+    cluster_tls_key: Option<PathBuf>,
+    /// The CA, PEM, every node's certificate must chain to: any certificate it signed is
+    /// trusted as a node [default: --tls-ca].
+    #[arg(long, env = "WARREN_CLUSTER_TLS_CA")]
+    cluster_tls_ca: Option<PathBuf>,
     /// Directory holding the node's data [default: ./warren-data].
     #[arg(long, env = "WARREN_DATA_DIR")]
     data_dir: Option<PathBuf>,
@@ -237,6 +255,18 @@ impl ServerArgs {
         }
         if let Some(v) = &self.management_tls_key {
             c.tls.management_key = Some(v.clone());
+        }
+        if self.cluster_tls {
+            c.tls.cluster = true;
+        }
+        if let Some(v) = &self.cluster_tls_cert {
+            c.tls.cluster_cert = Some(v.clone());
+        }
+        if let Some(v) = &self.cluster_tls_key {
+            c.tls.cluster_key = Some(v.clone());
+        }
+        if let Some(v) = &self.cluster_tls_ca {
+            c.tls.cluster_ca = Some(v.clone());
         }
         if let Some(v) = &self.data_dir {
             c.data_dir = v.clone();
@@ -418,13 +448,20 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
         tracing::info!(listen = %listen, tls_listen = %show(config.tls.listen), data_dir = %config.data_dir.display(), "warren started");
         // SIGHUP reloads the TLS certificates, as people rotate short-lived ones.
         let reloading = listeners.tls.clone();
+        let cluster_reloading: Arc<std::sync::OnceLock<Arc<warren_cluster::Cluster>>> = Arc::default();
+        let cluster_reload = cluster_reloading.clone();
         tokio::spawn(async move {
             let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).expect("SIGHUP handler");
             while hup.recv().await.is_some() {
+                let cluster_tls = cluster_reload.get().and_then(|c| c.link_tls());
+                if let Some(tls) = cluster_tls {
+                    let _ = tls.reload();
+                }
                 match &reloading {
                     Some(tls) => {
                         let _ = tls.reload();
                     }
+                    None if cluster_tls.is_some() => {}
                     None => tracing::info!("SIGHUP: no TLS listener, no certificates to reload"),
                 }
             }
@@ -502,6 +539,7 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
                         ),
                         ..Default::default()
                     },
+                    tls: config.cluster_tls().expect("validate() checked the cluster TLS files"),
                 };
                 broker.set_local_node(&cluster_config.node_name);
                 match warren_cluster::Cluster::start(cluster_config, store.clone(), broker.clone()).await {
@@ -509,6 +547,7 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
                         // Queues must exist again before their stored messages are put back.
                         c.wait_replayed().await;
                         warren_server::replicated::forget_previous_life(&c, &broker);
+                        let _ = cluster_reloading.set(c.clone());
                         Some(c)
                     }
                     Err(e) => {

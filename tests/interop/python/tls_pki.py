@@ -80,6 +80,23 @@ def issue(directory, stem, ca, subject, server=False, not_before=None, not_after
     return Issued(directory, stem, builder.sign(ca.key_obj, hashes.SHA256()), key)
 
 
+def issue_node(directory, stem, ca, name):
+    """A cluster node's certificate signed by `ca`: a node both accepts links and opens them,
+    so it is valid for TLS server and client authentication."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder()
+            .subject_name(_name((NameOID.COMMON_NAME, name))).issuer_name(ca.cert_obj.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(_now() - datetime.timedelta(days=1))
+            .not_valid_after(_now() + datetime.timedelta(days=30))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
+                                                  ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca.key_obj, hashes.SHA256()))
+    return Issued(directory, stem, cert, key)
+
+
 def issue_server(directory, stem, ca):
     """A server certificate for localhost and 127.0.0.1 signed by `ca`."""
     return issue(directory, stem, ca, _name((NameOID.COMMON_NAME, "localhost")), server=True)

@@ -53,6 +53,9 @@ fn render(s: &Arc<Shared>, per_object: bool) -> Response {
     }
     if let Some(cluster) = &s.cluster {
         warren_cluster::metrics::write_prometheus(&cluster.status(), &mut out);
+        if let Some(tls) = cluster.link_tls() {
+            tls.write_prometheus(&mut out);
+        }
     }
     (
         [(

@@ -65,18 +65,30 @@ pub async fn put_disk_free_limit(
     StatusCode::NO_CONTENT.into_response()
 }
 
-/// Reads the TLS certificate, key and CA files again (`warren ctl reload_certificates`, as
-/// SIGHUP does): 204 once new connections get them, 400 naming the bad file (the old ones
-/// stay), 404 when the node has no TLS listener.
+/// Reads the TLS certificate, key and CA files again, the listeners' and the cluster links'
+/// (`warren ctl reload_certificates`, as SIGHUP does): 204 once new connections get them, 400
+/// naming the bad file (the old ones stay), 404 when the node has no TLS at all.
 pub async fn reload_certificates(State(s): Api, headers: HeaderMap) -> Response {
     if let Err(r) = authorize(&s, &headers) {
         return r;
     }
-    let Some(tls) = &s.tls else {
+    let cluster_tls = s.cluster.as_ref().and_then(|c| c.link_tls());
+    if s.tls.is_none() && cluster_tls.is_none() {
         return error(StatusCode::NOT_FOUND, "TLS is not configured on this node");
-    };
-    match tls.reload() {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => error(StatusCode::BAD_REQUEST, &e.to_string()),
+    }
+    let mut faults = Vec::new();
+    if let Some(tls) = &s.tls {
+        if let Err(e) = tls.reload() {
+            faults.push(e.to_string());
+        }
+    }
+    if let Some(tls) = cluster_tls {
+        if let Err(e) = tls.reload() {
+            faults.push(format!("cluster links: {e}"));
+        }
+    }
+    match faults.is_empty() {
+        true => StatusCode::NO_CONTENT.into_response(),
+        false => error(StatusCode::BAD_REQUEST, &faults.join("; ")),
     }
 }
