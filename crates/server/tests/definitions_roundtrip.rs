@@ -149,9 +149,12 @@ async fn a_user_given_by_password_is_left_alone_when_imported_again() {
     let first = export(&node, None);
     import(&node, &doc, None, "guest").await.unwrap();
     assert_eq!(export(&node, None), first);
-    let users = node.broker.users.read().unwrap();
-    assert!(users.authenticate("alice", "s3cret"));
-    drop(users);
+    assert!(node
+        .broker
+        .users
+        .read()
+        .unwrap()
+        .authenticate("alice", "s3cret"));
     // A changed password is a change.
     let doc = json!({"users": [{"name": "alice", "password": "other", "tags": "management"}]});
     import(&node, &doc, None, "guest").await.unwrap();
