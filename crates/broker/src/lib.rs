@@ -35,6 +35,7 @@ pub mod command;
 pub mod definitions;
 pub mod error;
 pub mod exchange;
+pub mod held_dead_letters;
 pub mod limits;
 pub mod message;
 pub mod outbox;

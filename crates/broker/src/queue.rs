@@ -88,6 +88,9 @@ pub struct Queue {
     /// Waiting in the vhost's list for [`crate::backlog::Backlog::page_out`].
     pub page_out_due: bool,
     pub stats: QueueStats,
+    /// A single node's at-least-once quorum queue: messages that died and wait for their
+    /// dead-letter targets ([`crate::held_dead_letters`]).
+    pub dead_letters: crate::held_dead_letters::HeldDeadLetters,
     /// The policy and operator policy that apply to it (their names); `config` is its
     /// arguments merged with them.
     pub policy: Option<String>,
@@ -177,6 +180,21 @@ impl Queue {
         }
     }
 
+    /// Whether the queue keeps its dead letters until its targets have them
+    /// (`x-dead-letter-strategy=at-least-once`) on this node: a quorum queue that is not
+    /// replicated, with a dead-letter exchange and x-overflow=reject-publish, which RabbitMQ
+    /// requires (drop-head would drop what it promised to keep; otherwise it falls back to
+    /// at most once). A replicated queue's group keeps them instead.
+    pub fn holds_dead_letters(&self) -> bool {
+        let c = &self.config;
+        c.queue_type == crate::queue_type::QueueType::Quorum
+            && c.dead_letter_at_least_once
+            && c.dead_letter_exchange.is_some()
+            && c.overflow == crate::args::Overflow::RejectPublish
+            && self.log_id.is_some()
+            && !self.is_replicated()
+    }
+
     /// Whether a message is written to this queue's log: persistent messages in durable
     /// queues, and every message of a quorum queue, as RabbitMQ does.
     pub fn stores(&self, persistent: bool) -> bool {
@@ -215,6 +233,7 @@ impl Queue {
             released: ReleaseTracker::default(),
             page_out_due: false,
             stats: QueueStats::default(),
+            dead_letters: Default::default(),
             policy: None,
             operator_policy: None,
         }
@@ -271,12 +290,11 @@ impl Queue {
         let len_over = self.config.max_length.is_some_and(|m| {
             self.config
                 .queue_type
-                .length_over(self.backlog.len() as u64, m)
+                .length_over((self.backlog.len() + self.dead_letters.len()) as u64, m)
         });
-        let bytes_over = self
-            .config
-            .max_length_bytes
-            .is_some_and(|m| (self.backlog.bytes() + extra_bytes) as u64 > m);
+        let bytes_over = self.config.max_length_bytes.is_some_and(|m| {
+            (self.backlog.bytes() + self.dead_letters.bytes() + extra_bytes) as u64 > m
+        });
         len_over || bytes_over
     }
 

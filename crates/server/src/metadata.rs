@@ -278,6 +278,51 @@ impl PayloadSource for StorePayloads {
     }
 }
 
+/// Reads the live entries of an at-least-once quorum queue's log for the dead letters it held
+/// before the restart (flagged entries), puts those back among its held dead letters and
+/// returns the others, its ready messages. This reads every body of such a queue once at
+/// startup, a page at a time: only these queues pay it, and only there can an entry be a dead
+/// letter (anywhere else the flag is never written).
+fn restore_dead_letters(
+    store: &Store,
+    v: &mut VHost,
+    queue: &str,
+    log: u64,
+    entries: Vec<(u64, u32)>,
+) -> Result<Vec<(u64, u32)>, String> {
+    const PAGE_BYTES: usize = 16 << 20;
+    let (Some(&(first, _)), Some(&(last, _))) = (entries.first(), entries.last()) else {
+        return Ok(entries);
+    };
+    let mut held = std::collections::HashSet::new();
+    let mut from = first;
+    while from <= last {
+        let page = store
+            .read_range(log, from, last + 1, PAGE_BYTES)
+            .map_err(|e| e.to_string())?;
+        let Some(end) = page.last().map(|e| e.index) else {
+            break;
+        };
+        for e in page {
+            if v.restore_dead_letter(queue, e.index, &e.payload) {
+                held.insert(e.index);
+            }
+        }
+        from = end + 1;
+    }
+    if !held.is_empty() {
+        tracing::info!(
+            queue,
+            dead_letters = held.len(),
+            "held dead letters recovered"
+        );
+    }
+    Ok(entries
+        .into_iter()
+        .filter(|(i, _)| !held.contains(i))
+        .collect())
+}
+
 /// Puts every durable queue's stored messages back after a restart, bodies left on disk
 /// (read back as consumers reach them), and drops queue logs whose queue no longer exists
 /// (deleted while the deletion's log record was not yet durable).
@@ -299,6 +344,9 @@ pub fn recover_messages(store: &Store, broker: &Broker) -> Result<(), String> {
                 let Some(&(last, _)) = page.last() else { break };
                 entries.extend(page);
                 from = last + 1;
+            }
+            if v.holds_dead_letters(&queue) {
+                entries = restore_dead_letters(store, &mut v, &queue, log, entries)?;
             }
             restored += entries.len();
             v.restore_stored(&queue, info.last_index + 1, &entries);

@@ -5,7 +5,7 @@ import time
 import pika
 import pytest
 
-from conftest import BROKER_KIND, IN_CLUSTER_RUN
+from conftest import BROKER_KIND
 from helpers import drain, expect_channel_error, expect_connection_error, get, message_count, \
     wait_for, wait_message_count
 
@@ -169,9 +169,7 @@ def test_quorum_queue_rejected_message_is_dead_lettered(ch, name):
 AT_LEAST_ONCE_RETRY_S = 200 if BROKER_KIND == "rabbitmq" else 15
 
 
-@pytest.mark.skipif(BROKER_KIND == "warren" and not IN_CLUSTER_RUN,
-                    reason="a single warren node's quorum queue is not replicated and dead-letters "
-                           "at most once")
+@pytest.mark.timeout(2 * AT_LEAST_ONCE_RETRY_S + 30)
 def test_at_least_once_dead_letter_waits_for_a_route_and_counts_against_the_limit(ch, name):
     dlx, dlq = name + ".dlx", name + ".dlq"
     ch.exchange_declare(dlx, "fanout")
@@ -196,14 +194,28 @@ def test_at_least_once_dead_letter_waits_for_a_route_and_counts_against_the_limi
     death = props.headers["x-death"][0]
     assert (death["reason"], death["queue"], death["count"]) == ("rejected", name, 1)
 
-    def fits():
+    def fits(body):
         try:
-            ch.basic_publish("", name, b"4", persistent)
+            ch.basic_publish("", name, body, persistent)
             return True
         except pika.exceptions.NackError:
             return False
-    wait_for(fits, timeout=AT_LEAST_ONCE_RETRY_S, interval=0.2, what="the dead letter settled")
-    assert [get(ch, name)[2] for _ in range(3)] == [b"1", b"2", b"4"]
+    assert [get(ch, name)[2] for _ in range(2)] == [b"1", b"2"]
+
+    def room_for_three():
+        """Publishes until a nack and takes them out again: with the dead letter let go the
+        queue takes three before it is over its limit of two; still held, the letter leaves
+        room for two. (RabbitMQ settles it a moment after the target has it, and refuses
+        publishes once over the limit until the queue is below 80 % of it, rabbit_fifo's soft
+        limit: emptying it each time lets it take publishes again.)"""
+        taken = 0
+        while taken < 4 and fits(b"%d" % taken):
+            taken += 1
+        for _ in range(taken):
+            get(ch, name)
+        return taken == 3
+    wait_for(room_for_three, timeout=AT_LEAST_ONCE_RETRY_S, interval=0.2,
+             what="the dead letter settled")
     for q in (name, dlq):
         ch.queue_delete(q)
     ch.exchange_delete(dlx)

@@ -2,6 +2,7 @@
 //! go to the queue's dead-letter exchange with RabbitMQ's x-death bookkeeping.
 
 use super::*;
+use crate::held_dead_letters::{HeldDeadLetter, RETRY_AFTER_MS, RETRY_BATCH_MAX};
 
 impl VHost {
     // ---- dead-lettering --------------------------------------------------------------------
@@ -53,6 +54,17 @@ impl VHost {
             };
             let batch = std::mem::take(&mut work);
             for d in batch {
+                let holds = d.message.store_index.is_some()
+                    && self
+                        .queues_by_name
+                        .get(&d.queue)
+                        .and_then(|id| self.queues.get(id))
+                        .is_some_and(|q| q.holds_dead_letters());
+                if holds {
+                    let route = self.route_dead_letter(&d, &[], outcome, &mut work, now_ms);
+                    self.release_or_hold(d, route, now_ms);
+                    continue;
+                }
                 // It left its queue for good, whether or not it goes on to a DLX.
                 if let Some(index) = d.message.store_index {
                     let q = self
@@ -63,79 +75,242 @@ impl VHost {
                         q.release_stored(index, &mut self.store_ops);
                     }
                 }
-                let Some(dlx) = d.config.dead_letter_exchange.clone() else {
-                    continue;
-                };
-                let Ok(props) = Properties::decode(&d.message.msg.properties) else {
-                    continue;
-                };
-                let (msg, props) = dead_lettered_message(&d, &props, now_ms);
-                let mut targets = Vec::new();
-                if self.route(&dlx, &msg, &props, &mut targets).is_err() {
-                    continue;
-                }
-                let deaths = props.headers_table().ok().flatten();
-                let routed = targets.len();
-                targets.retain(|t| {
-                    !self
-                        .queues
-                        .get(t)
-                        .is_some_and(|q| is_cycle(deaths.as_ref(), &q.name))
-                });
-                outcome.cycles += routed - targets.len();
-                outcome.targets += targets.len();
-                let msg = Arc::new(msg);
-                let mut elsewhere = Vec::new();
-                let mut replicated = Vec::new();
-                for qid in targets {
-                    let Some(q) = self.queues.get_mut(&qid) else {
-                        continue;
-                    };
-                    if let Some(target) = super::publish::quorum_target(&self.local_node, q) {
-                        replicated.push(target);
-                        continue;
-                    }
-                    if !super::hosts(&self.local_node, q) {
-                        let node = q.home_node.clone().expect("hosted elsewhere has a home");
-                        elsewhere.push((node, q.name.clone()));
-                        continue;
-                    }
-                    if q.over_limit(msg.size_bytes()) && q.config.overflow != Overflow::DropHead {
-                        outcome.refused += 1;
-                        // A full reject-publish-dlx queue dead-letters whatever it refuses,
-                        // dead letters included (maybe_deliver_or_enqueue).
-                        if q.config.overflow == Overflow::RejectPublishDlx {
-                            work.push(DeadLetter {
-                                queue: q.name.clone(),
-                                config: q.config.clone(),
-                                message: QueuedMessage {
-                                    msg: msg.clone(),
-                                    redelivered: false,
-                                    delivery_count: 0,
-                                    expires_at_ms: None,
-                                    seq: 0,
-                                    store_index: None,
-                                },
-                                reason: "maxlen",
-                            });
-                        }
-                        continue;
-                    }
-                    self.enqueue(qid, &msg, now_ms, &mut work);
-                }
-                if !elsewhere.is_empty() {
-                    self.forward(elsewhere, &msg);
-                }
-                if !replicated.is_empty() {
-                    self.remote.push(RemoteEffect::Propose {
-                        queues: replicated,
-                        message: msg.clone(),
-                    });
-                }
+                self.route_dead_letter(&d, &[], outcome, &mut work, now_ms);
             }
         }
         first
     }
+
+    /// Routes one dead letter to its exchange's queues (leaving out those in `skip`, which
+    /// took it before, and those it would cycle back to) and enqueues it in the local ones
+    /// that take it; what they dead-letter in turn goes to `work`. Says whether it is
+    /// delivered, as far as an at-least-once source is concerned.
+    fn route_dead_letter(
+        &mut self,
+        d: &DeadLetter,
+        skip: &[QueueId],
+        outcome: &mut DeadLettered,
+        work: &mut Vec<DeadLetter>,
+        now_ms: u64,
+    ) -> Route {
+        let mut result = Route {
+            delivered: true,
+            taken_by: Vec::new(),
+        };
+        let Some(dlx) = d.config.dead_letter_exchange.clone() else {
+            return result;
+        };
+        let Ok(props) = Properties::decode(&d.message.msg.properties) else {
+            return result;
+        };
+        let (msg, props) = dead_lettered_message(d, &props, now_ms);
+        let mut targets = Vec::new();
+        if self.route(&dlx, &msg, &props, &mut targets).is_err() {
+            // No such exchange (yet): an at-least-once source waits for it, as RabbitMQ's
+            // worker does.
+            result.delivered = false;
+            return result;
+        }
+        let deaths = props.headers_table().ok().flatten();
+        let routed = targets.len();
+        targets.retain(|t| {
+            !self
+                .queues
+                .get(t)
+                .is_some_and(|q| is_cycle(deaths.as_ref(), &q.name))
+        });
+        let cycles = routed - targets.len();
+        outcome.cycles += cycles;
+        targets.retain(|t| !skip.contains(t));
+        if targets.is_empty() && skip.is_empty() && cycles == 0 {
+            // Unroutable: waits for a binding.
+            result.delivered = false;
+        }
+        outcome.targets += targets.len();
+        let msg = Arc::new(msg);
+        let mut elsewhere = Vec::new();
+        let mut replicated = Vec::new();
+        for qid in targets {
+            let Some(q) = self.queues.get_mut(&qid) else {
+                continue;
+            };
+            if let Some(target) = super::publish::quorum_target(&self.local_node, q) {
+                replicated.push(target);
+                continue;
+            }
+            if !super::hosts(&self.local_node, q) {
+                let node = q.home_node.clone().expect("hosted elsewhere has a home");
+                elsewhere.push((node, q.name.clone()));
+                continue;
+            }
+            if q.over_limit(msg.size_bytes()) && q.config.overflow != Overflow::DropHead {
+                outcome.refused += 1;
+                result.delivered = false;
+                // A full reject-publish-dlx queue dead-letters whatever it refuses,
+                // dead letters included (maybe_deliver_or_enqueue).
+                if q.config.overflow == Overflow::RejectPublishDlx {
+                    work.push(DeadLetter {
+                        queue: q.name.clone(),
+                        config: q.config.clone(),
+                        message: QueuedMessage {
+                            msg: msg.clone(),
+                            redelivered: false,
+                            delivery_count: 0,
+                            expires_at_ms: None,
+                            seq: 0,
+                            store_index: None,
+                        },
+                        reason: "maxlen",
+                    });
+                }
+                continue;
+            }
+            self.enqueue(qid, &msg, now_ms, work);
+            result.taken_by.push(qid);
+        }
+        if !elsewhere.is_empty() {
+            self.forward(elsewhere, &msg);
+        }
+        if !replicated.is_empty() {
+            self.remote.push(RemoteEffect::Propose {
+                queues: replicated,
+                message: msg.clone(),
+            });
+        }
+        result
+    }
+
+    /// An at-least-once source's dead letter after routing: released once delivered (its
+    /// release appended after the targets' appends, so durable only once they are), else
+    /// held, flagged in the source's log so that a restart holds it again.
+    fn release_or_hold(&mut self, d: DeadLetter, route: Route, now_ms: u64) {
+        let Some(q) = self
+            .queues_by_name
+            .get(&d.queue)
+            .and_then(|id| self.queues.get_mut(id))
+        else {
+            return;
+        };
+        let index = d
+            .message
+            .store_index
+            .expect("an at-least-once source stores");
+        if route.delivered {
+            q.release_stored(index, &mut self.store_ops);
+            return;
+        }
+        let log = q.log_id.expect("an at-least-once source stores");
+        let held_at = q.next_index;
+        q.next_index += 1;
+        q.released.appended(held_at);
+        let death = crate::message::StoredDeath {
+            reason: d.reason,
+            delivery_count: d.message.delivery_count,
+        };
+        self.store_ops.push(StoreOp::Append {
+            log,
+            index: held_at,
+            payload: crate::message::encode_stored_dead_letter(&d.message.msg, death),
+        });
+        // After the flagged copy: a crash between the two leaves the message twice (ready
+        // and held), never lost.
+        q.release_stored(index, &mut self.store_ops);
+        let mut message = d.message;
+        message.store_index = Some(held_at);
+        message.expires_at_ms = None;
+        q.dead_letters.hold(
+            HeldDeadLetter {
+                message,
+                reason: d.reason,
+                taken_by: route.taken_by,
+            },
+            now_ms,
+        );
+    }
+
+    /// Routes a queue's held dead letters again (the oldest [`RETRY_BATCH_MAX`]); those
+    /// every target took are released, the others wait [`RETRY_AFTER_MS`] more.
+    pub(super) fn retry_dead_letters(&mut self, qid: QueueId, now_ms: u64) {
+        let Some(q) = self.queues.get_mut(&qid) else {
+            return;
+        };
+        q.dead_letters.retry_at_ms = now_ms + RETRY_AFTER_MS;
+        let letters = q.dead_letters.take_oldest(RETRY_BATCH_MAX);
+        let (queue, config) = (q.name.clone(), q.config.clone());
+        let mut work = Vec::new();
+        let mut outcome = DeadLettered::default();
+        for mut letter in letters {
+            let d = DeadLetter {
+                queue: queue.clone(),
+                config: config.clone(),
+                message: letter.message.clone(),
+                reason: letter.reason,
+            };
+            let route =
+                self.route_dead_letter(&d, &letter.taken_by, &mut outcome, &mut work, now_ms);
+            let Some(q) = self.queues.get_mut(&qid) else {
+                break;
+            };
+            let index = letter
+                .message
+                .store_index
+                .expect("a held dead letter is stored");
+            if route.delivered {
+                q.release_stored(index, &mut self.store_ops);
+            } else {
+                letter.taken_by.extend(route.taken_by);
+                q.dead_letters.put_back(letter);
+            }
+        }
+        self.dead_letter(work, now_ms);
+    }
+
+    /// Whether `queue` keeps its dead letters on this node until they are delivered
+    /// (recovery reads its log for the ones it held).
+    pub fn holds_dead_letters(&self, queue: &str) -> bool {
+        self.queues_by_name
+            .get(queue)
+            .and_then(|id| self.queues.get(id))
+            .is_some_and(|q| q.holds_dead_letters())
+    }
+
+    /// Puts back a dead letter `queue` held before a restart: `payload` is its flagged entry
+    /// at `index`. False when it is not one (or the queue is gone).
+    pub fn restore_dead_letter(&mut self, queue: &str, index: u64, payload: &Bytes) -> bool {
+        let Some(q) = self
+            .queues_by_name
+            .get(queue)
+            .and_then(|id| self.queues.get_mut(id))
+        else {
+            return false;
+        };
+        let Some((msg, _, Some(death))) = crate::message::decode_stored_with_death(payload) else {
+            return false;
+        };
+        q.dead_letters.hold(
+            HeldDeadLetter {
+                message: QueuedMessage {
+                    msg: Arc::new(msg),
+                    redelivered: false,
+                    delivery_count: death.delivery_count,
+                    expires_at_ms: None,
+                    seq: 0,
+                    store_index: Some(index),
+                },
+                reason: death.reason,
+                taken_by: Vec::new(),
+            },
+            // Due at once: its targets may have been there all along.
+            0,
+        );
+        true
+    }
+}
+
+/// Whether a dead letter reached every queue it was routed to, and which local ones took it.
+struct Route {
+    delivered: bool,
+    taken_by: Vec<QueueId>,
 }
 
 /// Where dead letters went: what an at-least-once quorum queue needs to know before it lets

@@ -634,7 +634,11 @@ impl VHost {
     pub fn tick(&mut self, now_ms: u64) {
         let mut expired = Vec::new();
         let mut due = Vec::new();
+        let mut dead_letters_due = Vec::new();
         for (id, q) in &self.queues {
+            if q.dead_letters.due(now_ms) {
+                dead_letters_due.push(*id);
+            }
             if q.config.expires_ms.is_none() && q.backlog.is_empty() {
                 continue;
             }
@@ -659,6 +663,9 @@ impl VHost {
         }
         for id in expired {
             self.delete_queue_on_its_own(id);
+        }
+        for id in dead_letters_due {
+            self.retry_dead_letters(id, now_ms);
         }
         for id in due {
             let Some(q) = self.queues.get_mut(&id) else {

@@ -55,7 +55,12 @@ impl VHost {
         };
         debug_assert!(self.paging.is_some(), "restore needs a store to read from");
         q.next_index = q.next_index.max(next_index);
-        let live: Vec<u64> = entries.iter().map(|(i, _)| *i).collect();
+        // Dead letters it held (restored first, from their flagged entries) are live too.
+        let mut live: Vec<u64> = entries.iter().map(|(i, _)| *i).collect();
+        if !q.dead_letters.is_empty() {
+            live.extend(q.dead_letters.indexes());
+            live.sort_unstable();
+        }
         q.released = crate::queue::ReleaseTracker::recovered(&live, q.next_index);
         q.backlog.restore(entries);
         true
