@@ -91,6 +91,9 @@ pub struct Queue {
     /// A single node's at-least-once quorum queue: messages that died and wait for their
     /// dead-letter targets ([`crate::held_dead_letters`]).
     pub dead_letters: crate::held_dead_letters::HeldDeadLetters,
+    /// A quorum queue with x-overflow=reject-publish went over a limit and refuses publishes
+    /// until back to 80 % of it ([`Queue::refuses_publish`]).
+    pub refusing: bool,
     /// The policy and operator policy that apply to it (their names); `config` is its
     /// arguments merged with them.
     pub policy: Option<String>,
@@ -234,6 +237,7 @@ impl Queue {
             page_out_due: false,
             stats: QueueStats::default(),
             dead_letters: Default::default(),
+            refusing: false,
             policy: None,
             operator_policy: None,
         }
@@ -296,6 +300,31 @@ impl Queue {
             (self.backlog.bytes() + self.dead_letters.bytes() + extra_bytes) as u64 > m
         });
         len_over || bytes_over
+    }
+
+    /// Whether a new message of `extra_bytes` meets the overflow rule: [`Queue::over_limit`],
+    /// and for a reject-publish quorum queue, as RabbitMQ's (rabbit_fifo's soft limit), every
+    /// message from when it is over a limit until it is back to 80 % of it.
+    pub fn refuses_publish(&mut self, extra_bytes: usize) -> bool {
+        let over = self.over_limit(extra_bytes);
+        if self.config.queue_type != crate::queue_type::QueueType::Quorum
+            || self.config.overflow != crate::args::Overflow::RejectPublish
+        {
+            return over;
+        }
+        let len = (self.backlog.len() + self.dead_letters.len()) as u64;
+        let bytes = (self.backlog.bytes() + self.dead_letters.bytes()) as u64;
+        let (max_len, max_bytes) = (self.config.max_length, self.config.max_length_bytes);
+        if self.refusing
+            && max_len.is_none_or(|m| len <= m * 4 / 5)
+            && max_bytes.is_none_or(|m| bytes <= m * 4 / 5)
+        {
+            self.refusing = false;
+        }
+        if max_len.is_some_and(|m| len > m) || max_bytes.is_some_and(|m| bytes > m) {
+            self.refusing = true;
+        }
+        self.refusing || over
     }
 
     /// Whether the length limits are exceeded right now (after an enqueue, for drop-head).

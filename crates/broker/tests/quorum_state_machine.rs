@@ -491,6 +491,35 @@ fn reject_publish_refuses_once_the_queue_is_already_over_its_length() {
 }
 
 #[test]
+fn reject_publish_refuses_from_over_the_limit_until_back_to_80_percent_of_it() {
+    // rabbit_fifo's soft limit: making room for one message does not let one more in.
+    let mut log = Log::new(QuorumConfig {
+        max_length: Some(5),
+        overflow: OverflowMode::RejectPublish,
+        ..config()
+    });
+    let mut publish = |log: &mut Log| match log.publish_sized(1, None).1[..] {
+        [Effect::Confirm { .. }] => "ack",
+        [Effect::Reject { .. }] => "nack",
+        _ => "other",
+    };
+    let filled: Vec<&str> = (0..7).map(|_| publish(&mut log)).collect();
+    assert_eq!(filled, ["ack", "ack", "ack", "ack", "ack", "ack", "nack"]);
+    assert!(got(&log.get("n1", 1, true)).is_some());
+    assert_eq!(log.q.ready_count(), 5);
+    assert_eq!(
+        publish(&mut log),
+        "nack",
+        "5 of 5 is over 80 % of the limit"
+    );
+    assert!(got(&log.get("n1", 1, true)).is_some());
+    assert_eq!(log.q.ready_count(), 4);
+    assert_eq!(publish(&mut log), "ack", "4 of 5 is back to 80 %");
+    assert_eq!(publish(&mut log), "ack");
+    assert_eq!(publish(&mut log), "nack");
+}
+
+#[test]
 fn reject_publish_refuses_a_message_that_would_exceed_the_byte_limit() {
     let mut log = Log::new(QuorumConfig {
         max_length_bytes: Some(10),
@@ -828,7 +857,10 @@ fn waiting_dead_letters_count_against_the_length_limit() {
     assert_eq!(outcome(&mut log), "nack");
     let id = log.q.discards().next().unwrap().0;
     log.apply(Op::SettleDeadLetters { ids: vec![id] });
-    assert_eq!(outcome(&mut log), "ack", "settled, it no longer counts");
+    // Settled, it no longer counts; the ready one alone is still over 80 % of the limit.
+    assert_eq!(outcome(&mut log), "nack");
+    assert!(got(&log.get("n1", 1, true)).is_some());
+    assert_eq!(outcome(&mut log), "ack", "empty: back under the soft limit");
 }
 
 #[test]

@@ -142,6 +142,28 @@ def test_quorum_queue_reject_publish_nacks_once_the_queue_is_over_its_limit(conn
     ch.queue_delete(name)
 
 
+def test_quorum_queue_reject_publish_refuses_until_back_to_80_percent_of_its_limit(conn, name):
+    # rabbit_fifo's soft limit: once over, a consumer making room for one message does not
+    # let one more in; publishes are refused until the queue is back to 80 % of its limit.
+    ch = conn.channel()
+    declare(ch, name, **{"x-max-length": 5, "x-overflow": "reject-publish"})
+    ch.confirm_delivery()
+
+    def publish():
+        try:
+            ch.basic_publish("", name, b"m")
+            return "ack"
+        except pika.exceptions.NackError:
+            return "nack"
+
+    assert [publish() for _ in range(7)] == ["ack"] * 6 + ["nack"]
+    assert get(ch, name)[0] is not None  # 5 left: over 80 % of 5
+    assert publish() == "nack"
+    assert get(ch, name)[0] is not None  # 4 left: back to 80 %
+    assert [publish() for _ in range(3)] == ["ack", "ack", "nack"]
+    ch.queue_delete(name)
+
+
 def test_quorum_queue_max_length_drop_head(ch, name):
     declare(ch, name, **{"x-max-length": 2})
     for i in range(4):

@@ -47,6 +47,10 @@ pub struct QuorumQueue {
     /// indexes are in `delivered`, so the release cursor keeps their bodies.
     #[serde(default)]
     pub(super) discards: Discards,
+    /// x-overflow=reject-publish refuses publishes from when the queue went over its limit
+    /// until it is back to 80 % of it ([`QuorumQueue::refuses`]), as rabbit_fifo's soft limit.
+    #[serde(default)]
+    pub(super) refusing: bool,
 }
 
 impl QuorumQueue {
@@ -63,6 +67,7 @@ impl QuorumQueue {
             last_active_ms: created_ms,
             enqueuers: BTreeMap::new(),
             discards: Discards::default(),
+            refusing: false,
         }
     }
 
@@ -164,8 +169,7 @@ impl QuorumQueue {
                 }
             }
         }
-        if self.config.overflow == OverflowMode::RejectPublish && self.over_limit(header.size_bytes)
-        {
+        if self.config.overflow == OverflowMode::RejectPublish && self.refuses(header.size_bytes) {
             if let Some(publisher) = publisher {
                 effects.push(Effect::Reject { publisher, seq });
             }
@@ -438,6 +442,35 @@ impl QuorumQueue {
             .max_length_bytes
             .is_some_and(|max| bytes + size_bytes as u64 > max);
         len_over || bytes_over
+    }
+
+    /// Whether a reject-publish queue refuses a publish of `size_bytes`: one that does not
+    /// fit ([`QuorumQueue::over_limit`]), and, once the queue is over a limit, every one until
+    /// it is back to 80 % of it, as RabbitMQ's quorum queues (a queue at its limit does not
+    /// take one more each time a consumer makes room for one).
+    fn refuses(&mut self, size_bytes: u32) -> bool {
+        if self.refusing && self.within_soft_limit() {
+            self.refusing = false;
+        }
+        let len = (self.ready.len() + self.discards.len()) as u64;
+        let bytes = self.ready.bytes() + self.discards.bytes();
+        if self.config.max_length.is_some_and(|max| len > max)
+            || self.config.max_length_bytes.is_some_and(|max| bytes > max)
+        {
+            self.refusing = true;
+        }
+        self.refusing || self.over_limit(size_bytes)
+    }
+
+    /// At most 80 % of x-max-length and of x-max-length-bytes (rounded down, as rabbit_fifo).
+    fn within_soft_limit(&self) -> bool {
+        let len = (self.ready.len() + self.discards.len()) as u64;
+        let bytes = self.ready.bytes() + self.discards.bytes();
+        self.config.max_length.is_none_or(|max| len <= max * 4 / 5)
+            && self
+                .config
+                .max_length_bytes
+                .is_none_or(|max| bytes <= max * 4 / 5)
     }
 
     fn drop_head_over_limit(&mut self, effects: &mut Vec<Effect>) {

@@ -143,7 +143,7 @@ impl VHost {
                 elsewhere.push((node, q.name.clone()));
                 continue;
             }
-            if q.over_limit(msg.size_bytes()) && q.config.overflow != Overflow::DropHead {
+            if q.refuses_publish(msg.size_bytes()) && q.config.overflow != Overflow::DropHead {
                 outcome.refused += 1;
                 result.delivered = false;
                 // A full reject-publish-dlx queue dead-letters whatever it refuses,

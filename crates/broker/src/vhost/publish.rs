@@ -264,7 +264,7 @@ impl VHost {
                 elsewhere.push((node, q.name.clone()));
                 continue;
             }
-            if q.over_limit(msg.size_bytes()) && q.config.overflow != Overflow::DropHead {
+            if q.refuses_publish(msg.size_bytes()) && q.config.overflow != Overflow::DropHead {
                 outcome.rejected = true;
                 if q.config.overflow == Overflow::RejectPublishDlx {
                     let qm = QueuedMessage {
