@@ -498,7 +498,7 @@ fn reject_publish_refuses_from_over_the_limit_until_back_to_80_percent_of_it() {
         overflow: OverflowMode::RejectPublish,
         ..config()
     });
-    let mut publish = |log: &mut Log| match log.publish_sized(1, None).1[..] {
+    let publish = |log: &mut Log| match log.publish_sized(1, None).1[..] {
         [Effect::Confirm { .. }] => "ack",
         [Effect::Reject { .. }] => "nack",
         _ => "other",
