@@ -69,6 +69,11 @@ const LEAVE_QUIET: Duration = Duration::from_secs(5);
 /// How a group's messages reach a peer node; false if the link is down.
 pub type SendRaft = Arc<dyn Fn(u64, u64, &[Message]) -> bool + Send + Sync>;
 
+mod failover;
+mod syncer;
+use failover::{elect_without, stand_again};
+use syncer::start_syncer;
+
 /// How the loop reaches other nodes, and learns which are up.
 pub struct Links {
     pub send: SendRaft,
@@ -1029,33 +1034,6 @@ fn may_sleep(g: &Group, is_up: &IsUp) -> bool {
     }
 }
 
-/// The thread that waits for the WAL on the loop's behalf: for each request it syncs once for
-/// every round asked for so far, then reports the newest one done.
-fn start_syncer(
-    store: Arc<Store>,
-    inputs: Sender<Input>,
-    syncs: Arc<AtomicU64>,
-) -> Result<(Sender<u64>, std::thread::JoinHandle<()>), String> {
-    let (tx, rx) = std::sync::mpsc::channel::<u64>();
-    let thread = std::thread::Builder::new()
-        .name("queue-groups-sync".into())
-        .spawn(move || {
-            while let Ok(mut round) = rx.recv() {
-                while let Ok(later) = rx.try_recv() {
-                    round = later;
-                }
-                let result = store.sync().map(|()| round).map_err(|e| e.to_string());
-                syncs.fetch_add(1, Ordering::Relaxed);
-                let failed = result.is_err();
-                if inputs.send(Input::Synced(Synced(result))).is_err() || failed {
-                    return;
-                }
-            }
-        })
-        .map_err(|e| e.to_string())?;
-    Ok((tx, thread))
-}
-
 fn send(send: &SendRaft, group: u64, messages: Vec<Message>, raw: &mut RawNode<RaftLog>) {
     if messages.is_empty() {
         return;
@@ -1113,38 +1091,6 @@ fn apply(g: &mut Group, entries: Vec<raft::eraftpb::Entry>) {
             // Never proposed: changes go one node at a time.
             EntryType::EntryConfChangeV2 => {}
         }
-    }
-}
-
-/// The group's leader's node went down (its link broke): rather than wait out an election
-/// timeout (1 to 2 s), the group elects another at once, as Ra does on a nodedown. Every
-/// member that saw it drop the leader's lease, so it grants a vote now; the lowest of the
-/// other voters stands (one candidate, no split vote). Pre-vote keeps this harmless when the
-/// leader is in fact alive: members still hearing from it refuse, and nobody's term moves.
-fn elect_without(g: &mut Group, me: u64, down: u64) {
-    let raft = &mut g.raw.raft;
-    if raft.state != StateRole::Follower || !g.voters.contains(&me) {
-        return;
-    }
-    raft.election_elapsed = raft.election_elapsed.max(raft.election_timeout());
-    let first = g.voters.iter().copied().find(|v| *v != down);
-    if first == Some(me) {
-        g.standing_for = Some(down);
-        let _ = g.raw.campaign();
-    }
-}
-
-/// Stands again for a leader whose node is down ([`Group::standing_for`]) until some leader
-/// is known or the node is back.
-fn stand_again(g: &mut Group, is_up: &IsUp) {
-    let Some(down) = g.standing_for else {
-        return;
-    };
-    let raft = &g.raw.raft;
-    if raft.leader_id != raft::INVALID_ID && raft.leader_id != down || is_up(down) {
-        g.standing_for = None;
-    } else if raft.state != StateRole::Candidate {
-        let _ = g.raw.campaign();
     }
 }
 
