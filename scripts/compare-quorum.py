@@ -22,6 +22,11 @@ as JSON (--json).
 
   scripts/compare-quorum.py [--seconds 20] [--cases leader,follower,...] [--json FILE]
                             [--brokers warren,rabbitmq] [--warren-args "--wal-commit-window-us 500"]
+                            [--confirm-window N]
+
+--confirm-window N replaces -c 1000 by -c N: each producer then waits on round trips rather
+than on the CPU, which is how to see on a 2-core machine whether throughput grows with the
+queues (4q/leader) when one queue does not already keep every core busy.
 """
 
 import argparse
@@ -255,7 +260,11 @@ def main():
     p.add_argument("--brokers", default="warren,rabbitmq",
                    help="which of the two to measure (one alone: no ratios)")
     p.add_argument("--warren-args", default="", help="extra arguments for every warren node")
+    p.add_argument("--confirm-window", type=int,
+                   help="unconfirmed publishes per producer (PerfTest -c) instead of 1000")
     args = p.parse_args()
+    if args.confirm_window:
+        RATE_FLAGS[RATE_FLAGS.index("-c") + 1] = str(args.confirm_window)
     cases = [c for c in args.cases.split(",") if c]
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "warren"], cwd=ROOT, check=True)
     wdir = tempfile.mkdtemp(prefix="warren-compare-quorum.")
@@ -301,7 +310,7 @@ def main():
         print(line)
     for name in ("warren", "rabbitmq"):
         lead = results.get("leader", {}).get(name)
-        for other in ("follower", "w2"):
+        for other in ("follower", "w2", "4q"):
             o = results.get(other, {}).get(name)
             if lead and o:
                 print(f"{name:9} {other}/leader rate {o['sent'] / max(1, lead['sent']):.2f}x")

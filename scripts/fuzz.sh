@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every coverage-guided fuzz target (fuzz/fuzz_targets, libFuzzer via cargo-fuzz) for
-# SECONDS each (default 60), one after another, single-threaded, and prints a table of each
-# target's executions and coverage. Exits non-zero when a target crashed; the input that did it
+# SECONDS each (default 60), one after another, single-threaded, in this process (so runs of
+# different targets may go side by side: each writes only its own log), and prints a table of
+# each target's executions and coverage. Exits non-zero when a target crashed; the input that did it
 # is in target/fuzz-artifacts/TARGET/ (make it a regression test in the crate's own tests).
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
@@ -41,18 +42,13 @@ for t in "${targets[@]}"; do
   echo "[fuzz] $t for ${SECONDS_EACH}s" >&2
   # -timeout: an input that takes 10 s is a hang; -rss_limit_mb: bounded memory is a property.
   if cargo +nightly fuzz run --sanitizer "$SANITIZER" "$t" "$corpus" "fuzz/corpus/$t" -- \
-      -max_total_time="$SECONDS_EACH" -jobs=1 -workers=1 -timeout=10 -rss_limit_mb=2048 \
+      -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 \
       -artifact_prefix="$artifacts/" -print_final_stats=1 >"$log" 2>&1; then
     verdict=ok
   else
     verdict=CRASHED
     failed=1
     tail -40 "$log" >&2
-  fi
-  # With -jobs=1 libFuzzer writes the run's own output to fuzz-0.log in the working directory.
-  if [ -f fuzz-0.log ]; then
-    cat fuzz-0.log >>"$log"
-    rm -f fuzz-0.log
   fi
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
   cov=$(grep -Eo 'cov: [0-9]+ ft: [0-9]+' "$log" | tail -1)
