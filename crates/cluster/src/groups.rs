@@ -69,6 +69,7 @@ const LEAVE_QUIET: Duration = Duration::from_secs(5);
 /// How a group's messages reach a peer node; false if the link is down.
 pub type SendRaft = Arc<dyn Fn(u64, u64, &[Message]) -> bool + Send + Sync>;
 
+mod commit_latency;
 mod failover;
 mod syncer;
 use failover::{elect_without, stand_again};
@@ -205,6 +206,9 @@ pub struct GroupView {
     pub written: u64,
     /// The index of this member's latest snapshot (`raft_log_snapshot_index`).
     pub snapshot_index: u64,
+    /// How long the latest of its entries timed took to commit while this member led
+    /// (`raft_entry_commit_latency_seconds`); `None` if it never led.
+    pub commit_latency: Option<Duration>,
 }
 
 /// A handle on the node's groups.
@@ -342,6 +346,7 @@ struct Group {
     /// ([`elect_without`]): it stands again each tick while no leader is known and that
     /// node is still down, since a voter that has not heard of the loss yet refuses it.
     standing_for: Option<u64>,
+    commit_timer: commit_latency::CommitTimer,
 }
 
 impl Group {
@@ -727,6 +732,7 @@ impl Runner {
                 waiting: Vec::new(),
                 fetching,
                 standing_for: None,
+                commit_timer: Default::default(),
             },
         );
         Ok(())
@@ -851,8 +857,16 @@ impl Runner {
             g.applied = snapshot.get_metadata().index;
             g.snapshot_index = g.applied;
         }
+        if g.raw.raft.state == StateRole::Leader {
+            if let Some(last) = rd.entries().last() {
+                g.commit_timer.appended(last.index, Instant::now());
+            }
+        }
         // Committed entries are durable here already: raft-rs hands out only those this
         // member has persisted.
+        if let Some(last) = rd.committed_entries().last() {
+            g.commit_timer.applied(last.index, Instant::now());
+        }
         apply(g, rd.take_committed_entries());
         // A changed commit index alone need not be durable now (raft-rs: must_sync).
         *wrote |= rd.must_sync();
@@ -880,6 +894,7 @@ impl Runner {
         let leader = (g.raw.raft.leader_id, g.raw.raft.term);
         if leader != g.leader_seen {
             g.leader_seen = leader;
+            g.commit_timer.forget_rounds();
             g.machine.leader_changed(leader.0, leader.1);
             propose_waiting(g);
         }
@@ -932,6 +947,7 @@ impl Runner {
                 commit: g.raw.raft.raft_log.committed,
                 written: g.raw.raft.raft_log.persisted,
                 snapshot_index: g.snapshot_index,
+                commit_latency: g.commit_timer.latest(),
             };
             if views.get(&id) != Some(&view) {
                 views.insert(id, view);

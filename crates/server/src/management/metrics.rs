@@ -528,8 +528,8 @@ impl Node {
     /// Quorum queues' Raft groups of which this node is a member, as the groups report them:
     /// the term, and the commit, last written (durable), applied and snapshot indexes, so the
     /// Raft dashboard's committed-entries rate, uncommitted entries (written - commit) and log
-    /// size (written - snapshot) panels are drawn. RabbitMQ's entry commit latency is not
-    /// measured by the groups, so that series is absent rather than made up.
+    /// size (written - snapshot) panels are drawn, and the entry commit latency of the groups
+    /// this node has led ([`encode_commit_latency`](Self::encode_commit_latency)).
     fn encode_raft(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
         let raft = &self.stats.raft;
         type Field = fn(&super::node_stats::RaftFigures) -> u64;
@@ -578,6 +578,38 @@ impl Node {
                 let sum: u64 = raft.iter().map(field).sum();
                 family(enc, name, help, kind, one(sum))?;
             }
+        }
+        self.encode_commit_latency(enc)
+    }
+
+    /// `rabbitmq_raft_entry_commit_latency_seconds`, measured by a group's leader only (see
+    /// `warren_cluster`'s groups/commit_latency.rs), so a member that never led has no sample.
+    /// Summed over the node it would grow with the number of queues: as rabbitmq_prometheus
+    /// does, `/metrics` gives the average of the node's groups.
+    fn encode_commit_latency(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
+        let timed: Vec<_> = self
+            .stats
+            .raft
+            .iter()
+            .filter_map(|g| Some((g, g.commit_latency?.as_secs_f64())))
+            .collect();
+        if timed.is_empty() {
+            return Ok(());
+        }
+        let mut metric = enc.encode_descriptor(
+            "rabbitmq_raft_entry_commit_latency_seconds",
+            "Time taken for a log entry to be committed",
+            None,
+            MetricType::Gauge,
+        )?;
+        if self.per_object {
+            for (g, seconds) in &timed {
+                let labels = [("vhost", g.vhost.as_str()), ("queue", g.name.as_str())];
+                ConstGauge::new(*seconds).encode(metric.encode_family(&labels)?)?;
+            }
+        } else {
+            let mean = timed.iter().map(|(_, s)| s).sum::<f64>() / timed.len() as f64;
+            ConstGauge::new(mean).encode(metric.encode_family(&[] as &NoLabels)?)?;
         }
         Ok(())
     }

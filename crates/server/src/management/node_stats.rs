@@ -63,6 +63,8 @@ pub struct RaftFigures {
     /// The highest index durably in this member's log.
     pub written: u64,
     pub snapshot_index: u64,
+    /// While this member led: how long its latest timed entries took to commit.
+    pub commit_latency: Option<std::time::Duration>,
 }
 
 /// Lifetime message counts of the node by queue type (index into [`QUEUE_TYPES`]).
@@ -163,6 +165,7 @@ fn collect(shared: &Shared) -> NodeStats {
                             commit: view.commit,
                             written: view.written,
                             snapshot_index: view.snapshot_index,
+                            commit_latency: view.commit_latency,
                         });
                     }
                 }
