@@ -215,6 +215,83 @@ def test_per_object_queue_series_measure_each_queue(broker, scrape, name):
     ch2.connection.close()
 
 
+DETAILED_QUEUE = {
+    "rabbitmq_detailed_queue_messages_ready": ("gauge", {"vhost", "queue"}),
+    "rabbitmq_detailed_queue_messages_unacked": ("gauge", {"vhost", "queue"}),
+    "rabbitmq_detailed_queue_messages": ("gauge", {"vhost", "queue"}),
+    "rabbitmq_detailed_queue_consumers": ("gauge", {"vhost", "queue"}),
+}
+
+
+def detailed_names(families):
+    return {n for n in families if n.startswith("rabbitmq_detailed_")}
+
+
+def test_detailed_serves_the_families_asked_for_and_no_others(broker, scrape, name):
+    """`/metrics/detailed` as RabbitMQ 3.10's: per-object series of the families in the query
+    only, named rabbitmq_detailed_*, the queue families limited to the vhosts asked for."""
+    conn = broker.connect()
+    ch = conn.channel()
+    ch.queue_declare(name)
+    ch.confirm_delivery()
+    for _ in range(3):
+        ch.basic_publish("", name, b"x")
+    host = host_base(broker, name)
+    coarse = "/metrics/detailed?family=queue_coarse_metrics&family=queue_consumer_count"
+    try:
+        families = wait_for(
+            lambda: (value(f := scrape(coarse, host), "rabbitmq_detailed_queue_messages",
+                           vhost="/", queue=name) == 3) and f,
+            timeout=STATS_WAIT_S, interval=0.5, what=f"{name} in /metrics/detailed")
+        check(families, DETAILED_QUEUE)
+        # RabbitMQ adds its queue processes' reductions, an Erlang figure.
+        assert detailed_names(families) - set(DETAILED_QUEUE) <= {
+            "rabbitmq_detailed_queue_process_reductions"}, detailed_names(families)
+        assert value(families, "rabbitmq_detailed_queue_messages_ready", queue=name) == 3
+        assert value(families, "rabbitmq_detailed_queue_messages_unacked", queue=name) == 0
+        assert "rabbitmq_queue_messages_ready" not in families
+        assert "rabbitmq_identity_info" in families
+
+        # Nothing asked, nothing served but who the node is.
+        families = scrape("/metrics/detailed", host)
+        assert detailed_names(families) == set()
+        assert "rabbitmq_identity_info" in families and "rabbitmq_connections" not in families
+
+        # Another vhost: the families, without this queue.
+        families = scrape(coarse + "&vhost=no-such-vhost", host)
+        assert value(families, "rabbitmq_detailed_queue_messages", queue=name) == 0
+        families = scrape(coarse + "&vhost=%2F", host)
+        assert value(families, "rabbitmq_detailed_queue_messages", queue=name) == 3
+
+        # queue_consumer_count is a subset of queue_metrics: asked with it, served once.
+        with urllib.request.urlopen(
+                host + "/metrics/detailed?family=queue_metrics&family=queue_consumer_count",
+                timeout=10) as r:
+            raw = r.read().decode()
+        assert raw.count("# TYPE rabbitmq_detailed_queue_consumers gauge") == 1
+
+        # The node's families; a family nobody knows is ignored.
+        families = scrape("/metrics/detailed?family=node_metrics&family=node_coarse_metrics"
+                          "&family=connection_churn_metrics&family=vhost_status"
+                          "&family=no_such_family", host)
+        check(families, {
+            "rabbitmq_detailed_process_max_fds": ("gauge", set()),
+            "rabbitmq_detailed_resident_memory_limit_bytes": ("gauge", set()),
+            "rabbitmq_detailed_process_resident_memory_bytes": ("gauge", set()),
+            "rabbitmq_detailed_process_open_fds": ("gauge", set()),
+            "rabbitmq_detailed_connections_opened": ("counter", set()),
+            "rabbitmq_detailed_channels_closed": ("counter", set()),
+            "rabbitmq_cluster_vhost_status": ("gauge", {"vhost"}),
+        })
+        assert value(families, "rabbitmq_detailed_connections_opened") >= 1
+        assert value(families, "rabbitmq_detailed_process_resident_memory_bytes") > 0
+        assert value(families, "rabbitmq_cluster_vhost_status", vhost="/") == 1
+        assert not any(n.startswith("rabbitmq_detailed_queue_") for n in families)
+    finally:
+        ch.queue_delete(name)
+        conn.close()
+
+
 def test_global_counters_count_what_clients_did(broker, scrape, name):
     """Publishes count where the client is connected, deliveries where the queue lives."""
     classic = {"queue_type": "rabbit_classic_queue"}
@@ -343,6 +420,11 @@ def test_every_member_reports_the_raft_dashboards_indexes(cluster, name):  # noq
         summed = read_metrics(base)
         for metric in RAFT:
             assert value(summed, metric) == got[metric], (node.name, metric)
+        # /metrics/detailed's ra_metrics: the same, whatever vhost is asked (as 3.10).
+        det = read_metrics(base, "/metrics/detailed?family=ra_metrics&vhost=no-such-vhost")
+        for metric in RAFT:
+            detailed = metric.replace("rabbitmq_", "rabbitmq_detailed_", 1)
+            assert value(det, detailed, queue=name) == got[metric], (node.name, detailed)
         # The commit latency only where the queue was led (declared on n1, led there:
         # client-local); /metrics has the average of the node's groups, here the one.
         terms.add(got["rabbitmq_raft_term"])

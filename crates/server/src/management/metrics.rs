@@ -1,5 +1,6 @@
-//! Prometheus metrics: `/metrics` (the node's totals) and `/metrics/per-object` (queues and
-//! Raft groups one by one), in the names, labels and types of RabbitMQ 3.10's
+//! Prometheus metrics: `/metrics` (the node's totals), `/metrics/per-object` (queues and
+//! Raft groups one by one) and `/metrics/detailed` (the families asked for, in
+//! [`detailed`]), in the names, labels and types of RabbitMQ 3.10's
 //! `rabbitmq_prometheus` plugin, so its Grafana dashboards ("RabbitMQ-Overview",
 //! "RabbitMQ-Quorum-Queues-Raft") work unchanged; warren's own engine metrics keep `warren_`
 //! names. Unauthenticated, as RabbitMQ's plugin is.
@@ -9,7 +10,7 @@
 //! Prometheus text format 0.0.4, RabbitMQ's, from a [`Collector`] that streams each family
 //! straight from the snapshot (no per-scrape registry of 10,000 queues' gauges).
 
-use super::node_stats::{NodeStats, QUEUE_TYPES};
+use super::node_stats::{NodeStats, QueueFigures, RaftFigures, QUEUE_TYPES};
 use super::Api;
 use crate::Shared;
 use axum::extract::State;
@@ -24,6 +25,9 @@ use prometheus_client::registry::Registry;
 use std::fmt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+
+mod detailed;
+pub use detailed::metrics_detailed;
 
 /// The RabbitMQ release whose plugin's metrics these are (as clients are told, see README).
 const RABBITMQ_VERSION: &str = "3.10.8";
@@ -41,28 +45,39 @@ pub async fn metrics_per_object(State(s): Api) -> Response {
 }
 
 fn render(s: &Arc<Shared>, per_object: bool) -> Response {
-    let mut registry = Registry::default();
-    registry.register_collector(Box::new(Node {
+    let node = Node {
         stats: s.node_stats.latest(),
         readings: Readings::take(s),
         per_object,
-    }));
-    let mut out = String::new();
-    if prometheus_client::encoding::prometheus_text::encode(&mut out, &registry).is_err() {
+    };
+    let Some(mut out) = encode(node) else {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
-    }
+    };
     if let Some(cluster) = &s.cluster {
         warren_cluster::metrics::write_prometheus(&cluster.status(), &mut out);
         if let Some(tls) = cluster.link_tls() {
             tls.write_prometheus(&mut out);
         }
     }
+    text(out)
+}
+
+/// The Prometheus text of one collector's families.
+fn encode(collector: impl Collector + 'static) -> Option<String> {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(collector));
+    let mut out = String::new();
+    prometheus_client::encoding::prometheus_text::encode(&mut out, &registry).ok()?;
+    Some(out)
+}
+
+fn text(body: String) -> Response {
     (
         [(
             "content-type",
             prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
         )],
-        out,
+        body,
     )
         .into_response()
 }
@@ -207,6 +222,187 @@ fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> fmt::
     family(enc, name, help, MetricType::Counter, one(v))
 }
 
+const DISK_FREE_HELP: &str = "Disk space available in bytes";
+
+type QueueField = fn(&QueueFigures) -> u64;
+
+/// RabbitMQ's per-queue series, named after their prefix (`rabbitmq_`, or `rabbitmq_detailed_`
+/// on `/metrics/detailed`), with the family `/metrics/detailed` serves them in ("": none, as
+/// in 3.10, whose published count there is per channel).
+const QUEUE_SERIES: [(&str, &str, MetricType, QueueField, &str); 7] = [
+    (
+        "queue_messages_ready",
+        "Messages ready to be delivered to consumers",
+        MetricType::Gauge,
+        |q| q.messages_ready,
+        "queue_coarse_metrics",
+    ),
+    (
+        "queue_messages_unacked",
+        "Messages delivered to consumers but not yet acknowledged",
+        MetricType::Gauge,
+        |q| q.messages_unacked,
+        "queue_coarse_metrics",
+    ),
+    (
+        "queue_messages",
+        "Sum of ready and unacknowledged messages - total queue depth",
+        MetricType::Gauge,
+        |q| q.messages_ready + q.messages_unacked,
+        "queue_coarse_metrics",
+    ),
+    (
+        "queue_consumers",
+        "Consumers on a queue",
+        MetricType::Gauge,
+        |q| q.consumers,
+        "queue_metrics",
+    ),
+    (
+        "queue_messages_ready_bytes",
+        "Size in bytes of ready messages",
+        MetricType::Gauge,
+        |q| q.message_bytes_ready,
+        "queue_metrics",
+    ),
+    (
+        "queue_messages_paged_out",
+        "Messages paged out to disk",
+        MetricType::Gauge,
+        |q| q.messages_paged_out,
+        "queue_metrics",
+    ),
+    (
+        "queue_messages_published",
+        "Total number of messages published to queues",
+        MetricType::Counter,
+        |q| q.stats.publish,
+        "",
+    ),
+];
+
+type RaftField = fn(&RaftFigures) -> u64;
+
+/// A quorum queue's Raft group as one member sees it (`ra_metrics` on `/metrics/detailed`).
+const RAFT_SERIES: [(&str, &str, MetricType, RaftField); 5] = [
+    (
+        "raft_term",
+        "Current Raft term number",
+        MetricType::Counter,
+        |g| g.term,
+    ),
+    (
+        "raft_log_snapshot_index",
+        "Raft log snapshot index",
+        MetricType::Gauge,
+        |g| g.snapshot_index,
+    ),
+    (
+        "raft_log_last_applied_index",
+        "Raft log last applied index",
+        MetricType::Gauge,
+        |g| g.applied,
+    ),
+    (
+        "raft_log_commit_index",
+        "Raft log commit index",
+        MetricType::Gauge,
+        |g| g.commit,
+    ),
+    (
+        "raft_log_last_written_index",
+        "Raft log last written index",
+        MetricType::Gauge,
+        |g| g.written,
+    ),
+];
+
+/// The node's churn counters and process figures, with their `/metrics/detailed` family.
+/// Free disk space is not among them: it is absent when unknown.
+fn node_series(r: &Readings) -> [(&'static str, &'static str, MetricType, u64, &'static str); 11] {
+    use MetricType::{Counter, Gauge};
+    let churn = "connection_churn_metrics";
+    [
+        (
+            "connections_opened",
+            "Total number of connections opened",
+            Counter,
+            r.connections_opened,
+            churn,
+        ),
+        (
+            "connections_closed",
+            "Total number of connections closed or terminated",
+            Counter,
+            r.connections_closed,
+            churn,
+        ),
+        (
+            "channels_opened",
+            "Total number of channels opened",
+            Counter,
+            r.channels_opened,
+            churn,
+        ),
+        (
+            "channels_closed",
+            "Total number of channels closed",
+            Counter,
+            r.channels_closed,
+            churn,
+        ),
+        (
+            "process_resident_memory_bytes",
+            "Memory used in bytes",
+            Gauge,
+            r.rss_bytes,
+            "node_coarse_metrics",
+        ),
+        (
+            "resident_memory_limit_bytes",
+            "Memory high watermark in bytes",
+            Gauge,
+            r.memory_limit_bytes,
+            "node_metrics",
+        ),
+        (
+            "disk_space_available_limit_bytes",
+            "Free disk space low watermark in bytes",
+            Gauge,
+            r.disk_limit_bytes,
+            "node_metrics",
+        ),
+        (
+            "process_open_fds",
+            "Open file descriptors",
+            Gauge,
+            r.open_fds,
+            "node_coarse_metrics",
+        ),
+        (
+            "process_max_fds",
+            "Open file descriptors limit",
+            Gauge,
+            r.max_fds,
+            "node_metrics",
+        ),
+        (
+            "process_open_tcp_sockets",
+            "Open TCP sockets (AMQP connections)",
+            Gauge,
+            r.connections,
+            "node_coarse_metrics",
+        ),
+        (
+            "process_max_tcp_sockets",
+            "Open TCP sockets limit (the file descriptor limit)",
+            Gauge,
+            r.max_fds,
+            "node_metrics",
+        ),
+    ]
+}
+
 impl Collector for Node {
     fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
         self.encode_node(&mut enc)?;
@@ -224,6 +420,66 @@ impl Node {
         let r = &self.readings;
         let s = &self.stats;
         let consumers: u64 = s.queues.iter().map(|q| q.consumers).sum();
+        self.encode_identity(enc)?;
+        gauge(
+            enc,
+            "rabbitmq_connections",
+            "Connections currently open",
+            r.connections,
+        )?;
+        gauge(
+            enc,
+            "rabbitmq_channels",
+            "Channels currently open",
+            s.channels,
+        )?;
+        gauge(
+            enc,
+            "rabbitmq_consumers",
+            "Consumers currently connected",
+            consumers,
+        )?;
+        gauge(
+            enc,
+            "rabbitmq_queues",
+            "Queues available",
+            s.queues.len() as u64,
+        )?;
+        for (name, help, kind, v, _) in node_series(r) {
+            family(enc, &format!("rabbitmq_{name}"), help, kind, one(v))?;
+        }
+        if let Some(free) = r.disk_free_bytes {
+            gauge(
+                enc,
+                "rabbitmq_disk_space_available_bytes",
+                DISK_FREE_HELP,
+                free,
+            )?;
+        }
+        for (name, on) in r.alarms.iter().take(2) {
+            let help = format!("is 1 if the {name} alarm is in effect");
+            let metric = format!("rabbitmq_alarms_{name}");
+            family(
+                enc,
+                &metric,
+                &help,
+                MetricType::Unknown,
+                one(u64::from(*on)),
+            )?;
+        }
+        family(
+            enc,
+            "rabbitmq_alarms_file_descriptor_limit",
+            "is 1 if file descriptor limit alarm is in effect (warren raises none)",
+            MetricType::Unknown,
+            one(0),
+        )
+    }
+
+    /// Which node of which cluster, and which release: every endpoint has them, so that a
+    /// dashboard joins any series to its node.
+    fn encode_identity(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
+        let r = &self.readings;
         family(
             enc,
             "rabbitmq_identity_info",
@@ -251,170 +507,14 @@ impl Node {
                 ],
                 1,
             )],
-        )?;
-        gauge(
-            enc,
-            "rabbitmq_connections",
-            "Connections currently open",
-            r.connections,
-        )?;
-        gauge(
-            enc,
-            "rabbitmq_channels",
-            "Channels currently open",
-            s.channels,
-        )?;
-        gauge(
-            enc,
-            "rabbitmq_consumers",
-            "Consumers currently connected",
-            consumers,
-        )?;
-        gauge(
-            enc,
-            "rabbitmq_queues",
-            "Queues available",
-            s.queues.len() as u64,
-        )?;
-        let totals = [
-            (
-                "rabbitmq_connections_opened",
-                "Total number of connections opened",
-                r.connections_opened,
-            ),
-            (
-                "rabbitmq_connections_closed",
-                "Total number of connections closed or terminated",
-                r.connections_closed,
-            ),
-            (
-                "rabbitmq_channels_opened",
-                "Total number of channels opened",
-                r.channels_opened,
-            ),
-            (
-                "rabbitmq_channels_closed",
-                "Total number of channels closed",
-                r.channels_closed,
-            ),
-        ];
-        for (name, help, v) in totals {
-            counter(enc, name, help, v)?;
-        }
-        for (name, on) in r.alarms.iter().take(2) {
-            let help = format!("is 1 if the {name} alarm is in effect");
-            let metric = format!("rabbitmq_alarms_{name}");
-            family(
-                enc,
-                &metric,
-                &help,
-                MetricType::Unknown,
-                one(u64::from(*on)),
-            )?;
-        }
-        family(
-            enc,
-            "rabbitmq_alarms_file_descriptor_limit",
-            "is 1 if file descriptor limit alarm is in effect (warren raises none)",
-            MetricType::Unknown,
-            one(0),
-        )?;
-        let process = [
-            (
-                "rabbitmq_process_resident_memory_bytes",
-                "Memory used in bytes",
-                r.rss_bytes,
-            ),
-            (
-                "rabbitmq_resident_memory_limit_bytes",
-                "Memory high watermark in bytes",
-                r.memory_limit_bytes,
-            ),
-            (
-                "rabbitmq_disk_space_available_limit_bytes",
-                "Free disk space low watermark in bytes",
-                r.disk_limit_bytes,
-            ),
-            (
-                "rabbitmq_process_open_fds",
-                "Open file descriptors",
-                r.open_fds,
-            ),
-            (
-                "rabbitmq_process_max_fds",
-                "Open file descriptors limit",
-                r.max_fds,
-            ),
-            (
-                "rabbitmq_process_open_tcp_sockets",
-                "Open TCP sockets (AMQP connections)",
-                r.connections,
-            ),
-            (
-                "rabbitmq_process_max_tcp_sockets",
-                "Open TCP sockets limit (the file descriptor limit)",
-                r.max_fds,
-            ),
-        ];
-        for (name, help, v) in process {
-            gauge(enc, name, help, v)?;
-        }
-        if let Some(free) = r.disk_free_bytes {
-            gauge(
-                enc,
-                "rabbitmq_disk_space_available_bytes",
-                "Disk space available in bytes",
-                free,
-            )?;
-        }
-        Ok(())
+        )
     }
 
     /// Queue depths: summed over the node, or one sample per queue.
     fn encode_queues(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
-        type Field = fn(&super::node_stats::QueueFigures) -> u64;
-        let gauges: [(&str, &str, Field); 7] = [
-            (
-                "rabbitmq_queue_messages_ready",
-                "Messages ready to be delivered to consumers",
-                |q| q.messages_ready,
-            ),
-            (
-                "rabbitmq_queue_messages_unacked",
-                "Messages delivered to consumers but not yet acknowledged",
-                |q| q.messages_unacked,
-            ),
-            (
-                "rabbitmq_queue_messages",
-                "Sum of ready and unacknowledged messages - total queue depth",
-                |q| q.messages_ready + q.messages_unacked,
-            ),
-            ("rabbitmq_queue_consumers", "Consumers on a queue", |q| {
-                q.consumers
-            }),
-            (
-                "rabbitmq_queue_messages_ready_bytes",
-                "Size in bytes of ready messages",
-                |q| q.message_bytes_ready,
-            ),
-            (
-                "rabbitmq_queue_messages_paged_out",
-                "Messages paged out to disk",
-                |q| q.messages_paged_out,
-            ),
-            (
-                "rabbitmq_queue_messages_published",
-                "Total number of messages published to queues",
-                |q| q.stats.publish,
-            ),
-        ];
         let queues = &self.stats.queues;
-        for (name, help, field) in gauges {
-            let kind = if name.ends_with("_published") {
-                MetricType::Counter
-            } else {
-                MetricType::Gauge
-            };
+        for (suffix, help, kind, field, _) in QUEUE_SERIES {
+            let name = format!("rabbitmq_{suffix}");
             if self.per_object {
                 let samples = queues.iter().map(|q| {
                     (
@@ -422,14 +522,14 @@ impl Node {
                         field(q),
                     )
                 });
-                family(enc, name, help, kind, samples)?;
-            } else if name.ends_with("_published") {
+                family(enc, &name, help, kind, samples)?;
+            } else if matches!(kind, MetricType::Counter) {
                 // Summed over the queues there are now would go down when one is deleted.
                 let all = self.stats.totals.all().publish;
-                family(enc, name, help, kind, one(all))?;
+                family(enc, &name, help, kind, one(all))?;
             } else {
                 let sum: u64 = queues.iter().map(field).sum();
-                family(enc, name, help, kind, one(sum))?;
+                family(enc, &name, help, kind, one(sum))?;
             }
         }
         Ok(())
@@ -532,40 +632,8 @@ impl Node {
     /// this node has led ([`encode_commit_latency`](Self::encode_commit_latency)).
     fn encode_raft(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
         let raft = &self.stats.raft;
-        type Field = fn(&super::node_stats::RaftFigures) -> u64;
-        let series: [(&str, &str, MetricType, Field); 5] = [
-            (
-                "rabbitmq_raft_term",
-                "Current Raft term number",
-                MetricType::Counter,
-                |g| g.term,
-            ),
-            (
-                "rabbitmq_raft_log_snapshot_index",
-                "Raft log snapshot index",
-                MetricType::Gauge,
-                |g| g.snapshot_index,
-            ),
-            (
-                "rabbitmq_raft_log_last_applied_index",
-                "Raft log last applied index",
-                MetricType::Gauge,
-                |g| g.applied,
-            ),
-            (
-                "rabbitmq_raft_log_commit_index",
-                "Raft log commit index",
-                MetricType::Gauge,
-                |g| g.commit,
-            ),
-            (
-                "rabbitmq_raft_log_last_written_index",
-                "Raft log last written index",
-                MetricType::Gauge,
-                |g| g.written,
-            ),
-        ];
-        for (name, help, kind, field) in series {
+        for (suffix, help, kind, field) in RAFT_SERIES {
+            let name = &format!("rabbitmq_{suffix}");
             if self.per_object {
                 let samples = raft.iter().map(|g| {
                     (
@@ -579,14 +647,14 @@ impl Node {
                 family(enc, name, help, kind, one(sum))?;
             }
         }
-        self.encode_commit_latency(enc)
+        self.encode_commit_latency(enc, "rabbitmq_")
     }
 
     /// `rabbitmq_raft_entry_commit_latency_seconds`, measured by a group's leader only (see
     /// `warren_cluster`'s groups/commit_latency.rs), so a member that never led has no sample.
     /// Summed over the node it would grow with the number of queues: as rabbitmq_prometheus
     /// does, `/metrics` gives the average of the node's groups.
-    fn encode_commit_latency(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
+    fn encode_commit_latency(&self, enc: &mut DescriptorEncoder, prefix: &str) -> fmt::Result {
         let timed: Vec<_> = self
             .stats
             .raft
@@ -596,8 +664,9 @@ impl Node {
         if timed.is_empty() {
             return Ok(());
         }
+        let name = format!("{prefix}raft_entry_commit_latency_seconds");
         let mut metric = enc.encode_descriptor(
-            "rabbitmq_raft_entry_commit_latency_seconds",
+            &name,
             "Time taken for a log entry to be committed",
             None,
             MetricType::Gauge,

@@ -247,7 +247,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
             post(settings::reload_certificates),
         )
         .route("/metrics", get(metrics::metrics))
-        .route("/metrics/per-object", get(metrics::metrics_per_object));
+        .route("/metrics/per-object", get(metrics::metrics_per_object))
+        .route("/metrics/detailed", get(metrics::metrics_detailed));
     router = router
         .merge(crate::cluster_admin::routes())
         .merge(ui::routes());

@@ -103,6 +103,8 @@ pub struct NodeStats {
     /// as in RabbitMQ, so summing over nodes counts each queue once.
     pub queues: Vec<QueueFigures>,
     pub raft: Vec<RaftFigures>,
+    /// Every vhost of the broker (`rabbitmq_cluster_vhost_status`).
+    pub vhosts: Vec<String>,
     /// Channels open on this node's vhosts (the management API's own included).
     pub channels: u64,
     pub totals: Totals,
@@ -147,6 +149,7 @@ fn collect(shared: &Shared) -> NodeStats {
     let me = shared.node_name();
     let mut out = NodeStats::default();
     for (vhost, v) in shared.broker.vhosts() {
+        out.vhosts.push(vhost.clone());
         let (infos, channels) = {
             let v = v.lock().expect("vhost lock");
             (v.queue_infos(), v.channel_count())
