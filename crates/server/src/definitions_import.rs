@@ -18,7 +18,7 @@
 
 use crate::management::bindings::bind_method;
 use crate::management::session::Session;
-use crate::management::{json_table, policies};
+use crate::management::{json_table, policies, short_string};
 use crate::Shared;
 use serde_json::Value;
 use std::sync::Arc;
@@ -367,15 +367,19 @@ pub async fn import(
                 arguments,
             } => (
                 format!("queue '{name}'"),
-                AMQPClass::Queue(queue::AMQPMethod::Declare(queue::Declare {
-                    queue: name.as_str().into(),
-                    passive: false,
-                    durable,
-                    exclusive: false,
-                    auto_delete,
-                    nowait: false,
-                    arguments: json_table(&arguments),
-                })),
+                short_string("queue name", &name).and_then(|queue| {
+                    Ok(AMQPClass::Queue(queue::AMQPMethod::Declare(
+                        queue::Declare {
+                            queue,
+                            passive: false,
+                            durable,
+                            exclusive: false,
+                            auto_delete,
+                            nowait: false,
+                            arguments: json_table(&arguments)?,
+                        },
+                    )))
+                }),
             ),
             Entity::Exchange {
                 name,
@@ -386,16 +390,20 @@ pub async fn import(
                 arguments,
             } => (
                 format!("exchange '{name}'"),
-                AMQPClass::Exchange(exchange::AMQPMethod::Declare(exchange::Declare {
-                    exchange: name.as_str().into(),
-                    kind: kind.as_str().into(),
-                    passive: false,
-                    durable,
-                    auto_delete,
-                    internal,
-                    nowait: false,
-                    arguments: json_table(&arguments),
-                })),
+                short_string("exchange name", &name).and_then(|exchange| {
+                    Ok(AMQPClass::Exchange(exchange::AMQPMethod::Declare(
+                        exchange::Declare {
+                            exchange,
+                            kind: short_string("exchange type", &kind)?,
+                            passive: false,
+                            durable,
+                            auto_delete,
+                            internal,
+                            nowait: false,
+                            arguments: json_table(&arguments)?,
+                        },
+                    )))
+                }),
             ),
             Entity::Binding {
                 source,
@@ -405,16 +413,12 @@ pub async fn import(
                 arguments,
             } => (
                 format!("binding of '{destination}' to '{source}' with key '{key}'"),
-                bind_method(
-                    true,
-                    to_queue,
-                    &source,
-                    &destination,
-                    &key,
-                    json_table(&arguments),
-                ),
+                json_table(&arguments).and_then(|arguments| {
+                    bind_method(true, to_queue, &source, &destination, &key, arguments)
+                }),
             ),
         };
+        let method = method.map_err(|why| format!("{what} in vhost '{vhost}': {why}"))?;
         session.control(method).await.map_err(|e| {
             format!(
                 "{what} in vhost '{vhost}': {}",

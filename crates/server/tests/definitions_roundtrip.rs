@@ -165,3 +165,38 @@ async fn a_user_given_by_password_is_left_alone_when_imported_again() {
         .unwrap()
         .authenticate("alice", "other"));
 }
+
+/// Found by the `definitions` fuzz target: a queue named with more than 255 bytes panicked the
+/// importer (the AMQP short string conversion), taking the HTTP request's task with it. Every
+/// name, key and table key of a document that becomes an AMQP short string is checked now.
+#[tokio::test]
+async fn names_longer_than_amqp_allows_are_refused_with_a_reason() {
+    let long = "q".repeat(256);
+    let docs = [
+        json!({"queues": [{"name": long, "vhost": "/", "durable": true, "auto_delete": false, "arguments": {}}]}),
+        json!({"queues": [{"name": "q", "vhost": "/", "durable": true, "auto_delete": false, "arguments": {long.clone(): 1}}]}),
+        json!({"exchanges": [{"name": long, "vhost": "/", "type": "direct", "durable": true, "auto_delete": false, "internal": false, "arguments": {}}]}),
+        json!({"queues": [{"name": "q", "vhost": "/", "durable": true, "auto_delete": false, "arguments": {}}],
+               "bindings": [{"source": "amq.direct", "vhost": "/", "destination": "q", "destination_type": "queue", "routing_key": long, "arguments": {}}]}),
+    ];
+    for doc in docs {
+        for only in [None, Some("/")] {
+            let node = fresh();
+            let why = import(&node, &doc, only, "guest").await.unwrap_err();
+            assert!(why.contains("at most 255"), "{why}");
+            let exported = export(&node, None);
+            let named = |section: &str| {
+                exported[section]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|e| e["name"] == long)
+            };
+            assert!(!named("queues") && !named("exchanges"), "{doc}");
+        }
+    }
+    // 255 bytes is a name AMQP carries.
+    let node = fresh();
+    let doc = json!({"queues": [{"name": "q".repeat(255), "vhost": "/", "durable": true, "auto_delete": false, "arguments": {}}]});
+    import(&node, &doc, None, "guest").await.unwrap();
+}

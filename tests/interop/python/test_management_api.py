@@ -171,6 +171,40 @@ def test_an_inequivalent_queue_declare_is_400_with_rabbitmqs_text(api, name):
     api.delete(path)
 
 
+def test_names_longer_than_amqp_carries_are_400_not_a_dropped_request(api, broker, name):
+    """A queue name over 255 bytes is refused as RabbitMQ refuses it. Its other names and keys
+    (exchange names, routing keys, table keys) RabbitMQ takes, though no AMQP client could
+    name them; warren refuses them too, with the reason, rather than store what it could never
+    send (the conversion panicked and the connection dropped without an answer)."""
+    long = "q" * 256
+    r = api.put(f"/api/queues/%2F/{long}", {"durable": True})
+    assert (r.status, r.json) == (400, {
+        "error": "bad_request", "reason": "queue should be less than 255 bytes, actually was 256\n"})
+    assert api.get(f"/api/queues/%2F/{long}").status == 404
+    path = f"/api/queues/%2F/{q(name)}"
+    assert api.put(path, {"durable": True}).status == 201
+    if broker.is_rabbitmq:
+        api.delete(path)
+        return
+    refused = [
+        api.put(f"/api/queues/%2F/{q(name)}.args", {"arguments": {long: 1}}),
+        api.put(f"/api/exchanges/%2F/{long}", {"type": "direct"}),
+        api.post(f"/api/bindings/%2F/e/amq.direct/q/{q(name)}", {"routing_key": long}),
+        api.post("/api/exchanges/%2F/amq.default/publish", {
+            "routing_key": long, "payload": "x", "payload_encoding": "string", "properties": {}}),
+        api.post("/api/exchanges/%2F/amq.default/publish", {
+            "routing_key": name, "payload": "x", "payload_encoding": "string",
+            "properties": {"message_id": long}}),
+    ]
+    for r in refused:
+        assert r.status == 400 and "at most 255" in r.json["reason"], r
+    assert api.get(f"/api/queues/%2F/{q(name)}.args").status == 404
+    assert api.get(f"/api/exchanges/%2F/{long}").status == 404
+    bindings = api.ok("GET", f"/api/queues/%2F/{q(name)}/bindings")
+    assert all(b["routing_key"] != long for b in bindings), bindings
+    api.delete(path)
+
+
 def test_reserved_names_are_refused_as_amqp_refuses_them(api, name):
     assert (lambda r: (r.status, r.json))(api.put(f"/api/queues/%2F/amq.{q(name)}")) == \
         (401, ACCESS_REFUSED)
@@ -352,7 +386,7 @@ def test_exchange_put_list_and_delete(api, ch, name):
     assert (r.status, r.json) == (404, NOT_FOUND)
     r = api.put(f"/api/exchanges/%2F/{q(name)}.bad", {"type": "bogus"})
     assert (r.status, r.json) == (400, {"error": "bad_request",
-                                        "reason": "invalid exchange type 'bogus'"})
+                                        "reason": "unknown exchange type 'bogus'"})
 
 
 # ---------------------------------------------------------------- bindings

@@ -94,7 +94,7 @@ pub enum ExchangeKind {
 
 impl ExchangeKind {
     /// The kind for an `exchange.declare` type; `None` is RabbitMQ's 503 COMMAND_INVALID
-    /// ("invalid exchange type"), for plugin types such as `x-consistent-hash` too.
+    /// ("unknown exchange type"), for plugin types such as `x-consistent-hash` too.
     pub fn from_name(name: &str) -> Option<ExchangeKind> {
         match name {
             "direct" => Some(ExchangeKind::Direct),

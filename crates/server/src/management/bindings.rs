@@ -12,7 +12,9 @@
 
 use super::exchanges::from_path;
 use super::queues::session_for_change;
-use super::{amqp_error, auth, json_table, not_found, table_json, Api, Body, Shared};
+use super::{
+    amqp_error, auth, error, json_table, not_found, short_string, table_json, Api, Body, Shared,
+};
 use amq_protocol_types::FieldTable;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -283,7 +285,8 @@ pub struct BindBody {
     arguments: Value,
 }
 
-/// The AMQP method binding (or unbinding) `source` to `destination`.
+/// The AMQP method binding (or unbinding) `source` to `destination`; a name or key longer
+/// than AMQP allows is refused.
 pub(crate) fn bind_method(
     bind: bool,
     to_queue: bool,
@@ -291,9 +294,11 @@ pub(crate) fn bind_method(
     destination: &str,
     key: &str,
     arguments: FieldTable,
-) -> AMQPClass {
-    let (source, destination, key) = (source.into(), destination.into(), key.into());
-    match (to_queue, bind) {
+) -> Result<AMQPClass, String> {
+    let source = short_string("source", source)?;
+    let destination = short_string("destination", destination)?;
+    let key = short_string("routing key", key)?;
+    Ok(match (to_queue, bind) {
         (true, true) => AMQPClass::Queue(queue::AMQPMethod::Bind(queue::Bind {
             queue: destination,
             exchange: source,
@@ -321,7 +326,7 @@ pub(crate) fn bind_method(
             nowait: false,
             arguments,
         })),
-    }
+    })
 }
 
 /// `POST /api/bindings/{vhost}/e/{source}/q|e/{destination}`: queue.bind or exchange.bind;
@@ -343,16 +348,22 @@ pub async fn create(
         Ok(b) => b,
         Err(r) => return r,
     };
-    let arguments = json_table(&body.arguments);
+    let arguments = match json_table(&body.arguments) {
+        Ok(arguments) => arguments,
+        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
+    };
     let key = properties_key(&body.routing_key, &arguments);
-    let method = bind_method(
+    let method = match bind_method(
         true,
         queue,
         from_path(&source),
         &destination,
         &body.routing_key,
         arguments,
-    );
+    ) {
+        Ok(method) => method,
+        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
+    };
     match session.control(method).await {
         Ok(_) => {
             let location = format!("{}/{}", quote_plus(&destination), quote_plus(&key));
@@ -382,14 +393,17 @@ pub async fn delete(
         Ok(session) => session,
         Err(r) => return r,
     };
-    let method = bind_method(
+    let method = match bind_method(
         false,
         b.to_queue,
         &b.source,
         &b.destination,
         &b.routing_key,
         b.arguments,
-    );
+    ) {
+        Ok(method) => method,
+        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
+    };
     match session.control(method).await {
         Ok(_) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => amqp_error(&e),

@@ -4,7 +4,10 @@
 //! method run through a [`super::session::Session`].
 
 use super::queues::session_for_change;
-use super::{amqp_error, auth, error, json_table, not_found, table_json, Api, Body, Shared};
+use super::{
+    amqp_error, auth, check_short, error, json_table, not_found, short_string, table_json, Api,
+    Body, Shared,
+};
 use amq_protocol_types::FieldTable;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -162,16 +165,27 @@ pub async fn put(
         Ok(b) => b,
         Err(r) => return r,
     };
+    let checked = (
+        short_string("exchange name", from_path(&name)),
+        short_string("exchange type", &body.kind),
+        json_table(&body.arguments),
+    );
+    let (exchange, kind, arguments) = match checked {
+        (Ok(exchange), Ok(kind), Ok(arguments)) => (exchange, kind, arguments),
+        (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => {
+            return error(StatusCode::BAD_REQUEST, &why)
+        }
+    };
     let existed = exchange_exists(&s, &vhost, &name);
     let declare = exchange::Declare {
-        exchange: from_path(&name).into(),
-        kind: body.kind.as_str().into(),
+        exchange,
+        kind,
         passive: false,
         durable: body.durable,
         auto_delete: body.auto_delete,
         internal: body.internal,
         nowait: false,
-        arguments: json_table(&body.arguments),
+        arguments,
     };
     match session
         .control(AMQPClass::Exchange(exchange::AMQPMethod::Declare(declare)))
@@ -179,10 +193,10 @@ pub async fn put(
     {
         Ok(_) if existed => StatusCode::NO_CONTENT.into_response(),
         Ok(_) => StatusCode::CREATED.into_response(),
-        // The plugin checks the type itself, in words of its own.
+        // 400 with the channel error's words, as RabbitMQ 3.10.8 answers (measured).
         Err(e) if super::detail(&e).starts_with("unknown exchange type") => error(
             StatusCode::BAD_REQUEST,
-            &format!("invalid exchange type '{}'", body.kind),
+            &format!("unknown exchange type '{}'", body.kind),
         ),
         Err(e) => amqp_error(&e),
     }
@@ -255,6 +269,9 @@ pub async fn publish(
         Ok(p) => p,
         Err(why) => return error(StatusCode::BAD_REQUEST, &why),
     };
+    if let Err(why) = check_short("routing key", &body.routing_key) {
+        return error(StatusCode::BAD_REQUEST, &why);
+    }
     match session
         .publish(from_path(&name), &body.routing_key, &properties, payload)
         .await
@@ -276,12 +293,15 @@ pub fn properties_from_json(v: &Value) -> Result<Properties, String> {
         Value::Null => return Ok(p),
         _ => return Err("properties must be an object".into()),
     };
+    // Every text property is an AMQP short string.
     let text = |k: &str| -> Result<Option<Bytes>, String> {
-        match map.get(k) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(Bytes::from(s.clone()))),
-            Some(other) => Ok(Some(Bytes::from(other.to_string()))),
-        }
+        let s = match map.get(k) {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+        };
+        check_short(k, &s)?;
+        Ok(Some(Bytes::from(s)))
     };
     let int = |k: &str| -> Result<Option<u64>, String> {
         match map.get(k) {
@@ -308,7 +328,7 @@ pub fn properties_from_json(v: &Value) -> Result<Properties, String> {
     p.app_id = text("app_id")?;
     p.cluster_id = text("cluster_id")?;
     if let Some(h) = map.get("headers") {
-        let table: FieldTable = json_table(h);
+        let table: FieldTable = json_table(h)?;
         p.set_headers_table(Some(&table));
     }
     Ok(p)

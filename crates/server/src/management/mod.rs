@@ -62,7 +62,7 @@ pub(crate) fn auth_admin(s: &Shared, headers: &axum::http::HeaderMap) -> Result<
 }
 
 use crate::Shared;
-use amq_protocol_types::{AMQPValue, FieldArray, FieldTable, LongString};
+use amq_protocol_types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 use axum::extract::{FromRequest, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -438,10 +438,29 @@ pub fn table_json(t: &FieldTable) -> Value {
     )
 }
 
+/// A name, key or property from JSON, a URL or a definitions file as the AMQP short string
+/// it becomes. AMQP caps those at 255 bytes, and a longer one cannot be sent to any client:
+/// it is refused with the reason (the conversion the protocol types offer panics instead).
+pub(crate) fn short_string(what: &str, s: &str) -> Result<ShortString, String> {
+    check_short(what, s)?;
+    Ok(ShortString::from(s))
+}
+
+/// [`short_string`]'s check alone, for what is kept as bytes.
+pub(crate) fn check_short(what: &str, s: &str) -> Result<(), String> {
+    if s.len() > u8::MAX as usize {
+        return Err(format!(
+            "{what} is {} bytes long; AMQP allows at most 255",
+            s.len()
+        ));
+    }
+    Ok(())
+}
+
 /// A JSON value as an AMQP field value, with RabbitMQ's mapping: integers are signed 64-bit
 /// (`l`), other numbers doubles, strings long strings, objects tables, null void.
-pub fn json_value(v: &Value) -> AMQPValue {
-    match v {
+pub fn json_value(v: &Value) -> Result<AMQPValue, String> {
+    Ok(match v {
         Value::Null => AMQPValue::Void,
         Value::Bool(b) => AMQPValue::Boolean(*b),
         Value::Number(n) => match n.as_i64() {
@@ -452,23 +471,24 @@ pub fn json_value(v: &Value) -> AMQPValue {
         Value::Array(a) => {
             let mut out = FieldArray::default();
             for item in a {
-                out.push(json_value(item));
+                out.push(json_value(item)?);
             }
             AMQPValue::FieldArray(out)
         }
-        Value::Object(_) => AMQPValue::FieldTable(json_table(v)),
-    }
+        Value::Object(_) => AMQPValue::FieldTable(json_table(v)?),
+    })
 }
 
 /// A JSON object (`arguments`, `headers`) as an AMQP table; anything else is an empty one.
-pub fn json_table(v: &Value) -> FieldTable {
+/// Its keys are short strings: a longer one is refused.
+pub fn json_table(v: &Value) -> Result<FieldTable, String> {
     let mut t = FieldTable::default();
     if let Value::Object(m) = v {
         for (k, item) in m {
-            t.insert(k.as_str().into(), json_value(item));
+            t.insert(short_string("a table key", k)?, json_value(item)?);
         }
     }
-    t
+    Ok(t)
 }
 
 /// 500 for a change that cannot be written since the node's storage failed, before it is

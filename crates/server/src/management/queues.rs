@@ -3,7 +3,9 @@
 //! (`POST .../get`). Every change is the AMQP method run through a [`Session`].
 
 use super::session::{AckMode, Got, Session};
-use super::{amqp_error, auth, error, json_table, not_found, table_json, Api, Body, Shared};
+use super::{
+    amqp_error, auth, error, json_table, not_found, short_string, table_json, Api, Body, Shared,
+};
 use crate::queue_stats::QueueView;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -207,15 +209,30 @@ pub async fn put(
         Ok(b) => b,
         Err(r) => return r,
     };
+    if name.len() > u8::MAX as usize {
+        // RabbitMQ's words, newline included.
+        let why = format!(
+            "queue should be less than 255 bytes, actually was {}\n",
+            name.len()
+        );
+        return error(StatusCode::BAD_REQUEST, &why);
+    }
+    let (queue, arguments) = match (
+        short_string("queue name", &name),
+        json_table(&body.arguments),
+    ) {
+        (Ok(queue), Ok(arguments)) => (queue, arguments),
+        (Err(why), _) | (_, Err(why)) => return error(StatusCode::BAD_REQUEST, &why),
+    };
     let existed = queue_exists(&s, &vhost, &name);
     let declare = queue::Declare {
-        queue: name.as_str().into(),
+        queue,
         passive: false,
         durable: body.durable,
         exclusive: false,
         auto_delete: body.auto_delete,
         nowait: false,
-        arguments: json_table(&body.arguments),
+        arguments,
     };
     match session
         .control(AMQPClass::Queue(queue::AMQPMethod::Declare(declare)))
