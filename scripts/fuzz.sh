@@ -50,8 +50,9 @@ for t in "${targets[@]}"; do
     failed=1
     tail -40 "$log" >&2
   fi
-  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
-  cov=$(grep -Eo 'cov: [0-9]+ ft: [0-9]+' "$log" | tail -1)
+  # -a: a crash's log may hold binary input; a log without the lines is "?", not an exit.
+  execs=$(grep -ao 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1 || true)
+  cov=$(grep -aEo 'cov: [0-9]+ ft: [0-9]+' "$log" | tail -1 || true)
   summary+=("$(printf '%-16s %-8s %12s execs  %s' "$t" "$verdict" "${execs:-?}" "${cov:-?}")")
 done
 echo "target           verdict         executions  coverage (edges, features)"
