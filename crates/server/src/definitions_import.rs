@@ -21,6 +21,7 @@ use crate::management::session::Session;
 use crate::management::{json_table, policies, short_string};
 use crate::Shared;
 use serde_json::Value;
+use std::collections::HashMap;
 use std::sync::Arc;
 use warren_broker::definitions::MetaRecord;
 use warren_broker::policy::PolicyKind;
@@ -117,16 +118,37 @@ fn tags(v: &Value) -> Vec<String> {
     }
 }
 
+/// Adds `record` to `records`, or puts it in the place of an earlier one with the same `key`.
+fn keep_last<K: std::hash::Hash + Eq>(
+    records: &mut Vec<MetaRecord>,
+    at: &mut HashMap<K, usize>,
+    key: K,
+    record: MetaRecord,
+) {
+    match at.get(&key) {
+        Some(&i) => records[i] = record,
+        None => {
+            at.insert(key, records.len());
+            records.push(record);
+        }
+    }
+}
+
 fn plan(doc: &Value, only: Option<&str>) -> Result<Plan, String> {
     if !doc.is_object() {
         return Err("a definitions document is a JSON object".into());
     }
     let mut p = Plan::default();
     if only.is_none() {
+        // A user or grant given twice: applied in order the last would win, and a second
+        // import would then rewrite the user from the first entry (a fresh salt for a plain
+        // password) before the last set it back. So only the last entry of each is kept.
+        let mut users = HashMap::new();
         for u in list(doc, "users")? {
             let name = field(u, "users", "name")?.to_string();
             let password_hash = match (u.get("password_hash"), u.get("password")) {
                 (Some(Value::String(h)), _) if !h.is_empty() => {
+                    p.passwords.remove(&name);
                     let algorithm = u["hashing_algorithm"].as_str().unwrap_or(SHA256);
                     if algorithm != SHA256 {
                         return Err(format!(
@@ -147,30 +169,37 @@ fn plan(doc: &Value, only: Option<&str>) -> Result<Plan, String> {
                     ))
                 }
             };
-            p.meta.push(MetaRecord::PutUser {
-                name,
+            let record = MetaRecord::PutUser {
+                name: name.clone(),
                 password_hash,
                 tags: tags(&u["tags"]),
-            });
+            };
+            keep_last(&mut p.meta, &mut users, name, record);
         }
         for v in list(doc, "vhosts")? {
             p.meta.push(MetaRecord::AddVhost {
                 name: field(v, "vhosts", "name")?.to_string(),
             });
         }
+        let mut grants = HashMap::new();
         for g in list(doc, "permissions")? {
             let pattern = |key: &str| -> Result<String, String> {
                 let s = field(g, "permissions", key)?;
                 Pattern::new(s).map_err(|e| format!("invalid pattern '{s}': {e}"))?;
                 Ok(s.to_string())
             };
-            p.meta.push(MetaRecord::SetPermissions {
-                user: field(g, "permissions", "user")?.to_string(),
-                vhost: field(g, "permissions", "vhost")?.to_string(),
+            let (user, vhost) = (
+                field(g, "permissions", "user")?,
+                field(g, "permissions", "vhost")?,
+            );
+            let record = MetaRecord::SetPermissions {
+                user: user.to_string(),
+                vhost: vhost.to_string(),
                 configure: pattern("configure")?,
                 write: pattern("write")?,
                 read: pattern("read")?,
-            });
+            };
+            keep_last(&mut p.meta, &mut grants, (user, vhost), record);
         }
     }
     for param in list(doc, "parameters")? {

@@ -200,3 +200,40 @@ async fn names_longer_than_amqp_allows_are_refused_with_a_reason() {
     let doc = json!({"queues": [{"name": "q".repeat(255), "vhost": "/", "durable": true, "auto_delete": false, "arguments": {}}]});
     import(&node, &doc, None, "guest").await.unwrap();
 }
+
+/// Found by the `definitions` fuzz target: a user given twice in one document (by a plain
+/// password, with different tags) was rewritten from its first entry by a second import, with
+/// a fresh salt, before the last entry set its tags back: the second import changed the hash.
+/// The last entry of a user or a grant is the one applied, as applying them in order gives.
+#[tokio::test]
+async fn a_user_or_grant_given_twice_is_applied_once_as_its_last_entry() {
+    let doc = json!({
+        "users": [
+            {"name": "b", "password": "s1cret", "tags": "management"},
+            {"name": "b", "password": "s1cret", "tags": "monitoring"},
+        ],
+        "vhosts": [{"name": "/"}],
+        "permissions": [
+            {"user": "b", "vhost": "/", "configure": ".*", "write": ".*", "read": ".*"},
+            {"user": "b", "vhost": "/", "configure": "", "write": "q", "read": ""},
+        ],
+    });
+    let exported = round_trip(&doc).await.unwrap();
+    let b = exported["users"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["name"] == "b")
+        .unwrap();
+    assert_eq!(b["tags"], json!(["monitoring"]));
+    let grant = exported["permissions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["user"] == "b")
+        .unwrap();
+    assert_eq!(
+        (&grant["configure"], &grant["write"]),
+        (&json!(""), &json!("q"))
+    );
+}
