@@ -271,10 +271,11 @@ def test_detailed_serves_the_families_asked_for_and_no_others(broker, scrape, na
             raw = r.read().decode()
         assert raw.count("# TYPE rabbitmq_detailed_queue_consumers gauge") == 1
 
-        # The node's families; a family nobody knows is ignored.
+        # The node's families, of the client's node (the queue's may be another); a family
+        # nobody knows is ignored.
         families = scrape("/metrics/detailed?family=node_metrics&family=node_coarse_metrics"
                           "&family=connection_churn_metrics&family=vhost_status"
-                          "&family=no_such_family", host)
+                          "&family=no_such_family")
         check(families, {
             "rabbitmq_detailed_process_max_fds": ("gauge", set()),
             "rabbitmq_detailed_resident_memory_limit_bytes": ("gauge", set()),
