@@ -129,6 +129,10 @@ class Broker:
                                      stdin=subprocess.DEVNULL)
         log.close()
         wait_port(self.host, self.port, BROKER_START_TIMEOUT_S, self.proc)
+        # The HTTP listener may come up a moment after AMQP's; tests call `ctl` through it
+        # at once (a loaded machine made that "connection refused").
+        if "--management-listen" not in self.extra_args:
+            wait_port(management.hostname, management.port, BROKER_START_TIMEOUT_S, self.proc)
 
     def stop(self, sig=signal.SIGTERM):
         if self.proc is None or self.proc.poll() is not None:
