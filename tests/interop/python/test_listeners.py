@@ -84,6 +84,9 @@ def two_listener_node(broker, tmp_path, request):
     try:
         wait_port("127.0.0.1", v4[1], BROKER_START_TIMEOUT_S, proc)
         wait_port("::1", v6[1], BROKER_START_TIMEOUT_S, proc)
+        # The HTTP listener comes up on its own task, possibly after AMQP's.
+        host, port = mgmt.rsplit(":", 1)
+        wait_port(host, int(port), BROKER_START_TIMEOUT_S, proc)
         yield node, [v4, v6]
     finally:
         node.stop()
