@@ -5,10 +5,10 @@
 //! (one write carries every group's). Committed entries go to the group's [`Machine`].
 //!
 //! The loop never waits for the disk (TiKV's async I/O, raft-rs's `advance_append_async`): a
-//! round's writes are handed to the syncer thread, and the loop goes on stepping what peers
+//! round's writes are handed to the WAL writer, and the loop goes on stepping what peers
 //! send while the WAL syncs. What raft-rs says may leave only once the writes are durable (a
-//! follower's answers, votes) waits in [`Unsynced`] until the syncer reports the sync done
-//! ([`Input::Synced`]). Otherwise an append arriving during another group's sync waited for it
+//! follower's answers, votes) waits in [`Unsynced`] until the WAL writer reports the sync done
+//! ([`Input::Synced`]: `groups/syncer.rs`). Otherwise an append arriving during another group's sync waited for it
 //! whole, at every hop of a publish: under load, the latency of several syncs in a row.
 //!
 //! Idle groups hibernate (TiKV's hibernate regions, Ra's quiet clusters): a group that has had
@@ -73,7 +73,7 @@ mod commit_latency;
 mod failover;
 mod syncer;
 use failover::{elect_without, stand_again};
-use syncer::start_syncer;
+use syncer::Syncer;
 
 /// How the loop reaches other nodes, and learns which are up.
 pub struct Links {
@@ -167,8 +167,8 @@ pub enum Input {
     Retain {
         groups: std::collections::HashSet<u64>,
     },
-    /// The syncer's report: the WAL is synced through a round (sent by the loop's own thread,
-    /// not constructible elsewhere).
+    /// The WAL writer's report: the WAL is synced through a round (sent from the callback the
+    /// loop gave it, not constructible elsewhere).
     Synced(Synced),
     /// The snapshot writer's report on a group's snapshot.
     SnapshotWritten(crate::snapshot_writer::SnapshotWritten),
@@ -238,7 +238,7 @@ impl QueueGroups {
         let (tx, rx) = std::sync::mpsc::channel();
         let views = Arc::new(Mutex::new(HashMap::new()));
         let syncs = Arc::new(AtomicU64::new(0));
-        let (syncer, syncer_thread) = start_syncer(store.clone(), tx.clone(), syncs.clone())?;
+        let syncer = Syncer::new(store.clone(), tx.clone(), syncs.clone());
         let snapshots = crate::snapshot_writer::start(tx.clone())?;
         let (catch_up, catch_up_thread) = crate::catch_up::start(
             store.clone(),
@@ -248,7 +248,6 @@ impl QueueGroups {
         )?;
         let runner = Runner {
             syncer,
-            syncer_thread: Some(syncer_thread),
             snapshots,
             catch_up: catch_up.clone(),
             catch_up_thread: Some(catch_up_thread),
@@ -298,7 +297,7 @@ impl QueueGroups {
         self.views.lock().expect("views lock").get(&group).cloned()
     }
 
-    /// How many times the loop waited for the WAL: once per round that wrote, whatever the
+    /// How many syncs the loop asked the WAL for: once per round that wrote, whatever the
     /// number of groups in it.
     pub fn syncs(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)
@@ -367,9 +366,8 @@ fn is_heartbeat(m: &Message) -> bool {
 }
 
 struct Runner {
-    /// Asks the syncer to make the WAL durable through a round.
-    syncer: Sender<u64>,
-    syncer_thread: Option<std::thread::JoinHandle<()>>,
+    /// Asks the WAL writer to make a round durable and to tell the loop.
+    syncer: Syncer,
     /// Hands snapshots to the snapshot writer.
     snapshots: Sender<crate::snapshot_writer::SnapshotJob>,
     /// Starts and cancels fetches of snapshots' entries.
@@ -409,14 +407,6 @@ impl Drop for Runner {
     fn drop(&mut self) {
         let _ = self.catch_up.send(CatchUpInput::Stop);
         if let Some(thread) = self.catch_up_thread.take() {
-            let _ = thread.join();
-        }
-        // The syncer ends when its channel closes.
-        drop(std::mem::replace(
-            &mut self.syncer,
-            std::sync::mpsc::channel().0,
-        ));
-        if let Some(thread) = self.syncer_thread.take() {
             let _ = thread.join();
         }
     }
@@ -810,9 +800,7 @@ impl Runner {
                 round,
                 readies: held,
             });
-            self.syncer
-                .send(round)
-                .map_err(|_| "the syncer thread is gone".to_string())?;
+            self.syncer.ask(round);
         } else if let Some(last) = self.unsynced.back_mut() {
             // Nothing of its own to sync, but raft-rs's order holds: after what is in flight.
             last.readies.extend(held);

@@ -9,6 +9,7 @@
 //! | `log` | the in-memory index of one log: 16 bytes per entry, terms as runs, a payload cache |
 //! | [`record`] | the record format shared by the WAL and segments, with its crc32c |
 //! | [`wal`] | the WAL files and the writer thread: group commit, rollover, fault handling |
+//! | `sync_waiters` | callers told from the WAL writer's thread once their records are durable ([`Store::sync_then`]) |
 //! | `segment_writer` | the thread settling rolled WAL files (copying their live entries into segments, or adopting mostly-live files in place), deleting and compacting segments and adopted files |
 //! | `adopted` | adopted WAL files: the index sidecar that lets recovery find their entries without reading them |
 //! | [`segment`] | the segment file format: header, index, data |
@@ -46,6 +47,7 @@ mod recovery;
 pub mod segment;
 mod segment_writer;
 pub mod store;
+mod sync_waiters;
 pub mod wal;
 
 pub use config::Config;
@@ -55,3 +57,4 @@ pub use fault::{CrashPoint, Faults};
 pub use store::{
     DurabilityListener, Entry, HardState, LogInfo, NoopListener, Ready, Snapshot, Stats, Store,
 };
+pub use sync_waiters::SyncDone;

@@ -25,6 +25,7 @@ use crate::config::{
 use crate::id_hash::{IdMap, IdSet};
 use crate::log::{Cached, Loc, LogState, Slot};
 use crate::record::{read_entry_at, RecordKind};
+use crate::sync_waiters::{self, SyncDone, SyncWaiters};
 use crate::{recovery, segment, segment_writer, wal, Error, Result};
 
 /// One entry of a log.
@@ -210,6 +211,8 @@ pub(crate) struct State {
     /// compacted), deleted after the next checkpoint; true for those that were adopted.
     pub dead_wal: Vec<(u64, bool)>,
     pub room_wakers: Vec<Waker>,
+    /// Callers of [`Store::sync_then`] not told yet.
+    pub sync_waiters: SyncWaiters,
 }
 
 impl State {
@@ -243,6 +246,7 @@ impl State {
             adopted: BTreeMap::new(),
             dead_wal: Vec::new(),
             room_wakers: Vec::new(),
+            sync_waiters: SyncWaiters::default(),
         }
     }
 
@@ -403,7 +407,7 @@ impl Shared {
 
     /// Marks the engine failed for good and tells everyone waiting.
     pub(crate) fn poison(&self, why: String) {
-        {
+        let waiters = {
             let mut st = self.lock();
             if st.poisoned.is_none() {
                 st.poisoned = Some(why.clone());
@@ -411,7 +415,9 @@ impl Shared {
             st.pending.clear();
             st.pending_bytes = 0;
             st.wake_room_waiters();
-        }
+            st.sync_waiters.take_all()
+        };
+        sync_waiters::tell(waiters, || Err(Error::Poisoned(why.clone())));
         self.listener.on_failure(&Error::Poisoned(why));
         self.synced_cv.notify_all();
         self.room_cv.notify_all();
@@ -961,6 +967,28 @@ impl Store {
                 .wait(st)
                 .unwrap_or_else(|e| e.into_inner());
         }
+    }
+
+    /// Calls `done` once everything submitted before the call is durable (from the WAL
+    /// writer's thread, or from this one when it is already), or with why it never will be. For
+    /// a caller that must not block, such as the queue groups' loop.
+    pub fn sync_then(&self, done: SyncDone) {
+        let mut st = self.shared.lock();
+        if st.poisoned.is_some() || st.shutdown {
+            let why = sync_waiters::stopped(st.poisoned.as_ref());
+            drop(st);
+            return done(Err(why));
+        }
+        let target = st.next_seq - 1;
+        if st.synced_seq >= target {
+            drop(st);
+            return done(Ok(()));
+        }
+        if st.sync_target < target {
+            st.sync_target = target;
+            self.shared.writer_cv.notify_one();
+        }
+        st.sync_waiters.push(target, done);
     }
 
     /// Asks the WAL writer to roll over to a new file now (as if the size limit were reached),

@@ -111,6 +111,14 @@ pub(crate) fn run_writer(shared: Arc<Shared>, wal: WalFile) {
     if result.is_err() {
         shared.poison("WAL writer panicked".into());
     }
+    // Stopped (shut down, gave up on a full disk, or poisoned): nobody will sync for them.
+    let (waiters, poisoned) = {
+        let mut st = shared.lock();
+        (st.sync_waiters.take_all(), st.poisoned.clone())
+    };
+    crate::sync_waiters::tell(waiters, || {
+        Err(crate::sync_waiters::stopped(poisoned.as_ref()))
+    });
 }
 
 fn write_batches(shared: &Arc<Shared>, mut wal: WalFile) {
@@ -281,13 +289,18 @@ fn write_batches(shared: &Arc<Shared>, mut wal: WalFile) {
         }
         // Published after the listener ran, so that a caller of `Store::sync` knows the
         // listener has heard of everything it waited for.
-        if let Some(op) = batch.last() {
-            let mut st = shared.lock();
-            st.synced_seq = op.seq;
-            st.evict(shared.config.cache_bytes_max);
-        }
+        let due = match batch.last() {
+            Some(op) => {
+                let mut st = shared.lock();
+                st.synced_seq = op.seq;
+                st.evict(shared.config.cache_bytes_max);
+                st.sync_waiters.take_due(op.seq)
+            }
+            None => Vec::new(),
+        };
         batch.clear();
         shared.synced_cv.notify_all();
+        crate::sync_waiters::tell(due, || Ok(()));
         shared.idle_cv.notify_all();
     }
 }

@@ -561,3 +561,32 @@ fn compaction_merges_mostly_dead_segments_into_one() {
         assert_eq!(store.read(1, k).unwrap(), expected, "entry {k}");
     }
 }
+
+/// The queue groups' loop learns of a sync this way: the callback must come only once what was
+/// submitted before it is durable (the listener has heard of it), and come at once when it is.
+#[test]
+fn sync_then_tells_once_everything_submitted_before_is_durable() {
+    let dir = TempDir::new("sync-then");
+    let (store, recorder) = open(&store_config(dir.path()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    for i in 1..=50u64 {
+        store.append(1, &[entry(1, i, 1, 100)]).unwrap();
+        let (tx, recorder) = (tx.clone(), recorder.clone());
+        store.sync_then(Box::new(move |r| {
+            tx.send((i, r.is_ok(), recorder.highest(1))).unwrap();
+        }));
+    }
+    for want in 1..=50u64 {
+        let (i, ok, durable) = rx.recv_timeout(std::time::Duration::from_secs(30)).unwrap();
+        assert_eq!((i, ok), (want, true), "told in the order asked, and Ok");
+        assert!(
+            durable >= Some(i),
+            "told of {i} before it was durable ({durable:?})"
+        );
+    }
+    // Nothing new was submitted: told at once, on this thread.
+    let told = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let t = told.clone();
+    store.sync_then(Box::new(move |r| t.store(r.is_ok(), Ordering::SeqCst)));
+    assert!(told.load(Ordering::SeqCst));
+}

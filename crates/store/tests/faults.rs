@@ -136,7 +136,16 @@ fn failed_fsync_poisons_every_later_write() {
         store.sync().unwrap();
         config.faults.fail_sync.store(true, Ordering::Relaxed);
         store.append(1, &[entry(1, 2, 1, 100)]).unwrap();
+        // Callers that asked not to block are told too, not left waiting: one that asked
+        // before the failed fsync, one after.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let before = tx.clone();
+        store.sync_then(Box::new(move |r| before.send(r).unwrap()));
         assert!(matches!(store.sync(), Err(Error::Poisoned(_))));
+        store.sync_then(Box::new(move |r| tx.send(r).unwrap()));
+        for _ in 0..2 {
+            assert!(matches!(rx.recv().unwrap(), Err(Error::Poisoned(_))));
+        }
         assert!(matches!(
             store.append(1, &[entry(1, 3, 1, 100)]),
             Err(Error::Poisoned(_))

@@ -1,5 +1,7 @@
-//! The thread that makes the WAL durable for the groups loop, so the loop goes on stepping
-//! peers' messages while a sync runs.
+//! How the groups loop learns that a round's writes are durable without waiting for the disk:
+//! the WAL writer tells it from its own thread, right after the fsync, with an
+//! [`Input::Synced`] on the loop's channel. A thread of our own parked in `Store::sync` would
+//! cost two more wake-ups per round, and a follower's round is on every publish's path.
 
 use super::{Input, Synced};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -7,29 +9,30 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use warren_store::Store;
 
-/// The thread that waits for the WAL on the loop's behalf: for each request it syncs once for
-/// every round asked for so far, then reports the newest one done.
-pub(super) fn start_syncer(
+pub(super) struct Syncer {
     store: Arc<Store>,
     inputs: Sender<Input>,
-    syncs: Arc<AtomicU64>,
-) -> Result<(Sender<u64>, std::thread::JoinHandle<()>), String> {
-    let (tx, rx) = std::sync::mpsc::channel::<u64>();
-    let thread = std::thread::Builder::new()
-        .name("queue-groups-sync".into())
-        .spawn(move || {
-            while let Ok(mut round) = rx.recv() {
-                while let Ok(later) = rx.try_recv() {
-                    round = later;
-                }
-                let result = store.sync().map(|()| round).map_err(|e| e.to_string());
-                syncs.fetch_add(1, Ordering::Relaxed);
-                let failed = result.is_err();
-                if inputs.send(Input::Synced(Synced(result))).is_err() || failed {
-                    return;
-                }
-            }
-        })
-        .map_err(|e| e.to_string())?;
-    Ok((tx, thread))
+    /// Rounds asked for, all time (what [`super::QueueGroups::syncs`] reports).
+    asked: Arc<AtomicU64>,
+}
+
+impl Syncer {
+    pub(super) fn new(store: Arc<Store>, inputs: Sender<Input>, asked: Arc<AtomicU64>) -> Self {
+        Syncer {
+            store,
+            inputs,
+            asked,
+        }
+    }
+
+    /// Asks for everything written so far to be made durable; the loop hears of it as
+    /// `Synced(round)`, in the order asked.
+    pub(super) fn ask(&self, round: u64) {
+        self.asked.fetch_add(1, Ordering::Relaxed);
+        let inputs = self.inputs.clone();
+        self.store.sync_then(Box::new(move |result| {
+            let synced = result.map(|()| round).map_err(|e| e.to_string());
+            let _ = inputs.send(Input::Synced(Synced(synced)));
+        }));
+    }
 }
