@@ -494,51 +494,65 @@ impl MetadataGroup {
     fn apply(&mut self, entries: Vec<raft::eraftpb::Entry>) -> Result<(), String> {
         for entry in entries {
             self.applied = entry.index;
-            // Before the reply below: whoever is answered finds the entry applied.
+            let reply = self.apply_one(&entry)?;
+            // Published once the entry took effect, and before the reply: whoever waits for
+            // the index (a client's node asking whether the queue's node has a policy change
+            // yet, `Request::Applied`) or is answered finds the change in place.
             self.applied_watch.send_replace(entry.index);
-            if entry.data.is_empty() {
-                // A new leader's empty entry.
-                continue;
-            }
-            match entry.get_entry_type() {
-                EntryType::EntryNormal => {
-                    let e: LogEntry = match serde_json::from_slice(&entry.data) {
-                        Ok(e) => e,
-                        Err(err) => {
-                            tracing::error!(index = entry.index, error = %err, "unreadable metadata entry skipped");
-                            continue;
-                        }
-                    };
-                    let outcome = match e.op {
-                        Op::Broker { .. }
-                            if e.floor > 0
-                                && !self.applied_requests.admit(e.origin, e.request, e.floor) =>
-                        {
-                            tracing::debug!(
-                                origin = e.origin,
-                                request = e.request,
-                                "a second copy of a topology command skipped"
-                            );
-                            continue;
-                        }
-                        Op::Broker { command } => self.execute(&command),
-                        Op::Node { info } => {
-                            self.transport.connect(info.id, info.cluster);
-                            self.members.insert(info.id, info);
-                            Ok(Outcome::Done)
-                        }
-                    };
-                    if e.origin == self.me.id {
-                        if let Some(w) = self.waiting.remove(&e.request) {
-                            let _ = w.reply.send(outcome);
-                        }
-                    }
-                }
-                EntryType::EntryConfChange => self.apply_conf_change(&entry)?,
-                EntryType::EntryConfChangeV2 => {}
+            if let Some((w, outcome)) = reply {
+                let _ = w.reply.send(outcome);
             }
         }
         Ok(())
+    }
+
+    /// Applies one committed entry; the proposal of this node it answers, if any.
+    fn apply_one(
+        &mut self,
+        entry: &raft::eraftpb::Entry,
+    ) -> Result<Option<(Waiting, Result<Outcome, AmqpError>)>, String> {
+        if entry.data.is_empty() {
+            // A new leader's empty entry.
+            return Ok(None);
+        }
+        match entry.get_entry_type() {
+            EntryType::EntryNormal => {
+                let e: LogEntry = match serde_json::from_slice(&entry.data) {
+                    Ok(e) => e,
+                    Err(err) => {
+                        tracing::error!(index = entry.index, error = %err, "unreadable metadata entry skipped");
+                        return Ok(None);
+                    }
+                };
+                let outcome = match e.op {
+                    Op::Broker { .. }
+                        if e.floor > 0
+                            && !self.applied_requests.admit(e.origin, e.request, e.floor) =>
+                    {
+                        tracing::debug!(
+                            origin = e.origin,
+                            request = e.request,
+                            "a second copy of a topology command skipped"
+                        );
+                        return Ok(None);
+                    }
+                    Op::Broker { command } => self.execute(&command),
+                    Op::Node { info } => {
+                        self.transport.connect(info.id, info.cluster);
+                        self.members.insert(info.id, info);
+                        Ok(Outcome::Done)
+                    }
+                };
+                if e.origin == self.me.id {
+                    if let Some(w) = self.waiting.remove(&e.request) {
+                        return Ok(Some((w, outcome)));
+                    }
+                }
+            }
+            EntryType::EntryConfChange => self.apply_conf_change(entry)?,
+            EntryType::EntryConfChangeV2 => {}
+        }
+        Ok(None)
     }
 
     /// Applies one command to this node's broker, and carries out the storage work it asks of

@@ -189,7 +189,8 @@ pub(crate) fn set_counts(info: &mut QueueInfo, c: &QueueCounts) {
     };
 }
 
-async fn futures_join<F>(asks: impl Iterator<Item = F>) -> Vec<F::Output>
+/// Runs the futures side by side; the outputs of those that did not panic.
+pub(crate) async fn futures_join<F>(asks: impl Iterator<Item = F>) -> Vec<F::Output>
 where
     F: std::future::Future + Send + 'static,
     F::Output: Send + 'static,

@@ -203,17 +203,7 @@ pub async fn call(
 /// node creates it before declare-ok), then asks it the queue's counts (`declare`, a passive
 /// declare request) for the declare-ok. Zero counts if it does not answer.
 pub async fn declared_there(cluster: &Arc<Cluster>, peer: u64, declare: Request) -> (u32, u32) {
-    let index = cluster.applied_index();
-    // A peer slow to apply (a loaded machine) answers that it has not caught up yet: asked
-    // again, rather than declare-ok going out before the queue exists there (the client's
-    // next passive declare got 404 from it).
-    for _ in 0..CATCH_UP_ATTEMPTS {
-        if let Ok(Response::Done) =
-            call(cluster.messaging(), peer, Request::Applied { index }).await
-        {
-            break;
-        }
-    }
+    caught_up(cluster, peer, cluster.applied_index()).await;
     match call(cluster.messaging(), peer, declare).await {
         Ok(Response::Declared {
             messages,
@@ -221,6 +211,44 @@ pub async fn declared_there(cluster: &Arc<Cluster>, peer: u64, declare: Request)
         }) => (messages, consumers),
         _ => (0, 0),
     }
+}
+
+/// Waits until `peer` has applied the metadata log up to `index` (false: it did not say so in
+/// time). A peer slow to apply (a loaded machine) answers that it has not caught up yet: asked
+/// again, rather than an answer going out before the change is there (a declare-ok before the
+/// queue exists: the client's next passive declare got 404 from it).
+async fn caught_up(cluster: &Arc<Cluster>, peer: u64, index: u64) -> bool {
+    for _ in 0..CATCH_UP_ATTEMPTS {
+        if let Ok(Response::Done) =
+            call(cluster.messaging(), peer, Request::Applied { index }).await
+        {
+            return true;
+        }
+    }
+    false
+}
+
+/// After a metadata change made through this node: waits until every other running node has
+/// applied it too, so that what it does to the queues those nodes host (a policy's limits,
+/// its dead-lettering) is in place when the change is answered, as with RabbitMQ, whose
+/// metadata store commits on every running node. Without it, a client that cleared a policy
+/// through one node and then published found the old limit still applied on the queue's node.
+/// A node down or cut off is not waited for: it applies the change when it is back.
+pub async fn applied_everywhere(cluster: &Arc<Cluster>) {
+    let index = cluster.applied_index();
+    let me = cluster.node_id();
+    let peers: Vec<u64> = cluster
+        .status()
+        .members
+        .iter()
+        .filter(|m| m.running && m.id != me)
+        .map(|m| m.id)
+        .collect();
+    let asks = peers.into_iter().map(|peer| {
+        let cluster = cluster.clone();
+        async move { caught_up(&cluster, peer, index).await }
+    });
+    crate::queue_stats::futures_join(asks).await;
 }
 
 /// A stand-in's basic.get message, as its client's node is answered.

@@ -373,3 +373,35 @@ def test_a_quorum_queue_declared_as_the_cluster_forms_gets_every_member():
                 assert "its replica stays closed" not in log.read(), n.name
     finally:
         c.close()
+
+
+def test_a_change_made_through_one_node_is_in_force_everywhere_when_it_is_answered(cluster):
+    """As with RabbitMQ, whose metadata store commits on every running node: the management API
+    answers a change once every running node has applied it, so a client on another node
+    finds it in force at once. A policy set through n1 limits, at once, a queue that n3 hosts
+    and a client of n2 publishes to; a user made through n1 logs in on n3 at once. (Before, n3
+    could answer that it had applied the change a moment before it did.)"""
+    n1, n2, n3 = cluster.nodes
+    host = n3.connection()
+    publisher = n2.connection()
+    ch = publisher.channel()
+    ch.confirm_delivery()
+    try:
+        for i in range(60):
+            q = f"capped-{i}"
+            host.channel().queue_declare(q)
+            assert n3.api(f"/api/queues/%2F/{q}")["node"] == n3.name
+            n1.api(f"/api/policies/%2F/{q}", method="PUT", body={
+                "pattern": f"^{q}$", "apply-to": "queues",
+                "definition": {"max-length": 1, "overflow": "reject-publish"}})
+            ch.basic_publish("", q, b"first")
+            with pytest.raises(pika.exceptions.NackError):
+                ch.basic_publish("", q, b"second")
+        for i in range(10):
+            n1.api(f"/api/users/u{i}", method="PUT", body={"password": "pw", "tags": ""})
+            n1.api(f"/api/permissions/%2F/u{i}", method="PUT",
+                   body={"configure": ".*", "write": ".*", "read": ".*"})
+            n3.connection(f"u{i}", "pw").close()
+    finally:
+        publisher.close()
+        host.close()

@@ -506,7 +506,10 @@ async fn replicate(s: &Shared, record: MetaRecord, status: StatusCode) -> Respon
         .execute(warren_broker::command::Command::Meta { record })
         .await
     {
-        Ok(_) => status.into_response(),
+        Ok(_) => {
+            crate::remote::applied_everywhere(cluster).await;
+            status.into_response()
+        }
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.text),
     }
 }

@@ -205,6 +205,7 @@ pub async fn change(s: &Shared, record: MetaRecord) -> Result<(), (StatusCode, S
             .execute(warren_broker::command::Command::Meta { record })
             .await
             .map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, e.text))?;
+        crate::remote::applied_everywhere(cluster).await;
         let mut v = MetaGuard {
             vhost: v.lock().expect("vhost lock"),
             shared: s,
