@@ -121,6 +121,9 @@ pub struct GroupStatus {
 
 pub type Reply = tokio::sync::oneshot::Sender<Result<Outcome, AmqpError>>;
 
+/// A proposal of this node's, applied, with what it is answered.
+type Answer = (Waiting, Result<Outcome, AmqpError>);
+
 /// A proposal waiting to be applied on its node.
 struct Waiting {
     command: Command,
@@ -510,7 +513,7 @@ impl MetadataGroup {
     fn apply_one(
         &mut self,
         entry: &raft::eraftpb::Entry,
-    ) -> Result<Option<(Waiting, Result<Outcome, AmqpError>)>, String> {
+    ) -> Result<Option<Answer>, String> {
         if entry.data.is_empty() {
             // A new leader's empty entry.
             return Ok(None);
