@@ -510,10 +510,7 @@ impl MetadataGroup {
     }
 
     /// Applies one committed entry; the proposal of this node it answers, if any.
-    fn apply_one(
-        &mut self,
-        entry: &raft::eraftpb::Entry,
-    ) -> Result<Option<Answer>, String> {
+    fn apply_one(&mut self, entry: &raft::eraftpb::Entry) -> Result<Option<Answer>, String> {
         if entry.data.is_empty() {
             // A new leader's empty entry.
             return Ok(None);
