@@ -77,10 +77,16 @@ use syncer::Syncer;
 
 /// How the loop reaches other nodes, and learns which are up.
 pub struct Links {
+    /// Queues a group's messages for a peer; they leave at the next `flush`.
     pub send: SendRaft,
+    /// Sends what `send` queued, once per pass of the loop: every group's messages of a round
+    /// to a peer in one write.
+    pub flush: Flush,
     pub send_catch_up: SendCatchUp,
     pub is_up: IsUp,
 }
+/// Sends what [`Links::send`] queued.
+pub type Flush = Arc<dyn Fn() + Send + Sync>;
 /// Whether a peer node is up, as the node-level failure detector sees it.
 pub type IsUp = Arc<dyn Fn(u64) -> bool + Send + Sync>;
 /// Called with the outcome of a proposal as it enters (or fails to enter) the log.
@@ -232,6 +238,7 @@ impl QueueGroups {
     ) -> Result<(QueueGroups, std::thread::JoinHandle<()>), String> {
         let Links {
             send,
+            flush,
             send_catch_up,
             is_up,
         } = links;
@@ -258,6 +265,7 @@ impl QueueGroups {
             store,
             dir: dir.to_path_buf(),
             send,
+            flush,
             is_up,
             timing,
             groups: BTreeMap::new(),
@@ -383,6 +391,7 @@ struct Runner {
     store: Arc<Store>,
     dir: PathBuf,
     send: SendRaft,
+    flush: Flush,
     is_up: IsUp,
     timing: GroupsTiming,
     groups: BTreeMap<u64, Group>,
@@ -437,6 +446,8 @@ impl Runner {
                 tracing::error!(error = %e, "queue groups stopped: their logs cannot be written");
                 return;
             }
+            // Everything this pass sent, to every peer, leaves now: one write per peer.
+            (self.flush)();
             self.publish_views();
         }
     }

@@ -245,7 +245,11 @@ impl Cluster {
                 store.clone(),
                 &config.dir.join("groups"),
                 groups::Links {
-                    send: Arc::new(move |to, group, messages| t1.send_raft(to, group, messages)),
+                    send: Arc::new(move |to, group, messages| t1.queue_raft(to, group, messages)),
+                    flush: {
+                        let t = transport.clone();
+                        Arc::new(move || t.flush_queued())
+                    },
                     send_catch_up: Arc::new(move |to, message| t3.send_catch_up(to, message)),
                     is_up: Arc::new(move |peer| t2.is_up(peer)),
                 },

@@ -6,6 +6,13 @@
 //! go out together in the next one, so a busy link makes few large writes and an idle one costs
 //! nothing but its pings.
 //!
+//! Writing through: the queue groups' loop queues a round's frames for every peer
+//! ([`Transport::queue_raft`]) and then flushes ([`Transport::flush_queued`]). A plain TCP link
+//! whose task is not writing gets them from the loop's own thread, with one non-blocking write
+//! of the socket; only what does not fit (or a TLS link, or one busy writing) wakes the link's
+//! task. A quiet message crosses several links, and at each of them the task's wake-up was a
+//! context switch on its path.
+//!
 //! Flow control: a peer's buffer is bounded ([`PEER_BUFFER_BYTES_MAX`]); past it, frames are
 //! dropped and counted (Raft retransmits what a peer did not acknowledge), and inbound frames are
 //! read only as fast as the node takes them, so TCP pushes back on a peer that sends too much.
@@ -75,10 +82,23 @@ pub enum Inbound {
     },
 }
 
+/// What waits to be written to one peer, and who may write it. The bytes are always the
+/// unwritten tail of the link's stream: whoever writes takes from their head, under the lock,
+/// and never while the link task has a batch in flight.
+#[derive(Default)]
+struct Outbox {
+    bytes: BytesMut,
+    /// The link task is writing a batch taken from `bytes`: nobody else writes until it is done.
+    writing: bool,
+    /// The plain TCP link's socket (a duplicate of the task's, non-blocking like it) while the
+    /// link is up: a flush finding the task idle writes to it itself.
+    socket: Option<std::net::TcpStream>,
+}
+
 /// One peer's link: its send buffer and its counters.
 struct Peer {
     addr: Mutex<Option<SocketAddr>>,
-    buffer: Mutex<BytesMut>,
+    buffer: Mutex<Outbox>,
     wake: Notify,
     connected: AtomicBool,
     /// Microseconds since the transport's epoch of the last pong; 0 if none.
@@ -98,7 +118,7 @@ impl Peer {
     fn new() -> Peer {
         Peer {
             addr: Mutex::new(None),
-            buffer: Mutex::new(BytesMut::new()),
+            buffer: Mutex::new(Outbox::default()),
             wake: Notify::new(),
             connected: AtomicBool::new(false),
             last_pong_us: AtomicU64::new(0),
@@ -267,29 +287,61 @@ impl Transport {
     /// (stale messages piled up for a dead peer would only be replayed to it when it returns).
     pub fn send_raft(&self, to: u64, group: u64, messages: &[raft::eraftpb::Message]) -> bool {
         let peer = self.peer(to);
-        let mut buffer = peer.buffer.lock().expect("buffer lock");
-        if !peer.connected.load(Ordering::Relaxed) || buffer.len() > PEER_BUFFER_BYTES_MAX {
-            peer.dropped
-                .fetch_add(messages.len() as u64, Ordering::Relaxed);
-            return false;
+        let queued = queue_raft(&peer, group, messages);
+        if queued {
+            peer.wake.notify_one();
         }
-        frame::encode_raft(&mut buffer, group, messages);
-        drop(buffer);
-        peer.wake.notify_one();
-        true
+        queued
+    }
+
+    /// As [`Transport::send_raft`], but the frame waits for [`Transport::flush_queued`]: a loop
+    /// sending many groups' messages in a round writes them together at its end.
+    pub fn queue_raft(&self, to: u64, group: u64, messages: &[raft::eraftpb::Message]) -> bool {
+        queue_raft(&self.peer(to), group, messages)
+    }
+
+    /// Sends what waits for each peer: from this thread when the link is plain TCP and its task
+    /// is not writing, with one non-blocking write; what does not fit, and every other link's
+    /// frames, by waking the link's task.
+    pub fn flush_queued(&self) {
+        let peers: Vec<Arc<Peer>> = self
+            .inner
+            .peers
+            .lock()
+            .expect("peers lock")
+            .values()
+            .cloned()
+            .collect();
+        for peer in peers {
+            let mut outbox = peer.buffer.lock().expect("buffer lock");
+            if outbox.bytes.is_empty() {
+                continue;
+            }
+            if !outbox.writing {
+                if let Some(written) = write_through(&mut outbox) {
+                    peer.bytes_out.fetch_add(written as u64, Ordering::Relaxed);
+                    if outbox.bytes.is_empty() {
+                        peer.batches_out.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                }
+            }
+            drop(outbox);
+            peer.wake.notify_one();
+        }
     }
 
     /// Queues a catch-up message for peer `to`; false if the link is down or its buffer full
     /// (the fetch asks again, or asks another member).
     pub fn send_catch_up(&self, to: u64, message: &crate::catch_up::CatchUpMessage) -> bool {
         let peer = self.peer(to);
-        let mut buffer = peer.buffer.lock().expect("buffer lock");
-        if !peer.connected.load(Ordering::Relaxed) || buffer.len() > PEER_BUFFER_BYTES_MAX {
+        let mut outbox = peer.buffer.lock().expect("buffer lock");
+        if !peer.connected.load(Ordering::Relaxed) || outbox.bytes.len() > PEER_BUFFER_BYTES_MAX {
             peer.dropped.fetch_add(1, Ordering::Relaxed);
             return false;
         }
-        frame::encode_catch_up(&mut buffer, message);
-        drop(buffer);
+        frame::encode_catch_up(&mut outbox.bytes, message);
+        drop(outbox);
         peer.wake.notify_one();
         true
     }
@@ -299,12 +351,12 @@ impl Transport {
     /// [`Transport::buffered`] instead.
     pub fn send_data(&self, to: u64, f: impl FnOnce(&mut BytesMut)) -> bool {
         let peer = self.peer(to);
-        let mut buffer = peer.buffer.lock().expect("buffer lock");
+        let mut outbox = peer.buffer.lock().expect("buffer lock");
         if !peer.connected.load(Ordering::Relaxed) {
             return false;
         }
-        f(&mut buffer);
-        drop(buffer);
+        f(&mut outbox.bytes);
+        drop(outbox);
         peer.wake.notify_one();
         true
     }
@@ -318,7 +370,7 @@ impl Transport {
             .expect("peers lock")
             .get(&to)
             .cloned();
-        peer.map_or(0, |p| p.buffer.lock().expect("buffer lock").len())
+        peer.map_or(0, |p| p.buffer.lock().expect("buffer lock").bytes.len())
     }
 
     /// Whether peer `id` answered a ping within [`DOWN_AFTER`].
@@ -386,8 +438,13 @@ impl Transport {
                 let (was_up, refusal) = match self.inner.tls.clone() {
                     None => {
                         tracing::info!(peer = id, %addr, "cluster link up");
+                        // A second handle on the socket for writing through (see Outbox).
+                        let direct = std::os::fd::AsFd::as_fd(&stream)
+                            .try_clone_to_owned()
+                            .ok()
+                            .map(std::net::TcpStream::from);
                         let (rd, wr) = stream.into_split();
-                        self.drive_link(rd, wr, id, &peer).await
+                        self.drive_link(rd, wr, id, &peer, direct).await
                     }
                     Some(tls) => match tls.dial(stream, addr).await {
                         Ok(stream) => {
@@ -395,7 +452,7 @@ impl Transport {
                                 tracing::info!(peer = id, %addr, "cluster link up (TLS)");
                             }
                             let (rd, wr) = tokio::io::split(stream);
-                            self.drive_link(rd, wr, id, &peer).await
+                            self.drive_link(rd, wr, id, &peer, None).await
                         }
                         Err(e) => {
                             if last_failure.as_ref() != Some(&e) {
@@ -408,9 +465,9 @@ impl Transport {
                     },
                 };
                 {
-                    let mut buffer = peer.buffer.lock().expect("buffer lock");
+                    let mut outbox = peer.buffer.lock().expect("buffer lock");
                     peer.connected.store(false, Ordering::Relaxed);
-                    buffer.clear();
+                    *outbox = Outbox::default();
                 }
                 match refusal {
                     Some(why) => {
@@ -440,6 +497,7 @@ impl Transport {
         mut wr: W,
         id: u64,
         peer: &Arc<Peer>,
+        direct: Option<std::net::TcpStream>,
     ) -> (bool, Option<String>)
     where
         R: AsyncRead + Unpin + Send + 'static,
@@ -457,8 +515,9 @@ impl Transport {
             return (false, None);
         }
         {
-            let _buffer = peer.buffer.lock().expect("buffer lock");
+            let mut outbox = peer.buffer.lock().expect("buffer lock");
             peer.connected.store(true, Ordering::Relaxed);
+            outbox.socket = direct;
         }
         // A link that answers no ping for DOWN_AFTER is dropped (counted from now).
         let connected_at = self.clock_us();
@@ -509,20 +568,23 @@ impl Transport {
                 next_ping = Instant::now() + PING_INTERVAL;
             }
             {
-                let mut buffer = peer.buffer.lock().expect("buffer lock");
-                if !buffer.is_empty() {
+                let mut outbox = peer.buffer.lock().expect("buffer lock");
+                if !outbox.bytes.is_empty() {
                     peer.batches_out.fetch_add(1, Ordering::Relaxed);
                     if out.is_empty() {
                         // The usual case: take the batch whole rather than copying it.
-                        std::mem::swap(&mut out, &mut *buffer);
+                        std::mem::swap(&mut out, &mut outbox.bytes);
                     } else {
-                        out.extend_from_slice(&buffer);
-                        buffer.clear();
+                        out.extend_from_slice(&outbox.bytes);
+                        outbox.bytes.clear();
                     }
                 }
+                outbox.writing = !out.is_empty();
             }
             if !out.is_empty() {
-                if wr.write_all(&out).await.is_err() {
+                let written = wr.write_all(&out).await;
+                peer.buffer.lock().expect("buffer lock").writing = false;
+                if written.is_err() {
                     break;
                 }
                 peer.bytes_out
@@ -534,6 +596,7 @@ impl Transport {
                 _ = tokio::time::sleep_until(next_ping.into()) => {}
             }
         }
+        peer.buffer.lock().expect("buffer lock").socket = None;
         let refusal = if reading.is_finished() {
             reading.await.ok().flatten()
         } else {
@@ -644,6 +707,36 @@ impl Transport {
                 }
                 reply.clear();
             }
+        }
+    }
+}
+
+/// Queues one Raft frame for `peer`; false (dropped and counted) if the link is down or its
+/// buffer full.
+fn queue_raft(peer: &Peer, group: u64, messages: &[raft::eraftpb::Message]) -> bool {
+    let mut outbox = peer.buffer.lock().expect("buffer lock");
+    if !peer.connected.load(Ordering::Relaxed) || outbox.bytes.len() > PEER_BUFFER_BYTES_MAX {
+        peer.dropped
+            .fetch_add(messages.len() as u64, Ordering::Relaxed);
+        return false;
+    }
+    frame::encode_raft(&mut outbox.bytes, group, messages);
+    true
+}
+
+/// Writes what it can of the outbox's bytes to its socket without blocking (the socket is
+/// non-blocking, as its link task's), dropping what went out; how many bytes that was, or
+/// `None` when there is no socket to write to or it took nothing. An error is left to the
+/// link task, which meets it on its own next write.
+fn write_through(outbox: &mut Outbox) -> Option<usize> {
+    use bytes::Buf;
+    use std::io::Write;
+    let socket = outbox.socket.as_ref()?;
+    match (&*socket).write(&outbox.bytes) {
+        Ok(0) | Err(_) => None,
+        Ok(n) => {
+            outbox.bytes.advance(n);
+            Some(n)
         }
     }
 }
