@@ -45,6 +45,8 @@ BASIC_CANCEL = (60, 30)
 BASIC_PUBLISH = (60, 40)
 BASIC_DELIVER = (60, 60)
 BASIC_RECOVER_ASYNC = (60, 100)
+CONFIRM_SELECT = (85, 10)
+CONFIRM_SELECT_OK = (85, 11)
 
 
 # ---------------------------------------------------------------- encoding

@@ -8,8 +8,11 @@ the stuck consumer's messages cost no more than twice their bodies.
 The broker stops sending to the consumer that never reads once its connection's outbox is full
 (4 MiB): most of what was published for it stays in its queue, not in a buffer on its way.
 
-Not yet proven here: a PerfTest client's rate ratio, and publishers that never read their
-confirms.
+A publisher that asked for confirms and never reads them (so its confirms pile up unsent)
+costs what it published and little more: every message it sent is in its queue, and the
+broker's memory grows by at most twice what it published, all while the others are served.
+
+Not yet proven here: a PerfTest client's rate ratio.
 
 Bounds here are generous on purpose (a test's verdict must not depend on the machine); the
 figures are printed (pytest -s) for the issue's note."""
@@ -30,6 +33,8 @@ HALF_FRAMES = 20
 ROUND_TRIPS = 200
 STUCK_MESSAGES = 5000
 STUCK_BODY_BYTES = 10_000
+DEAF_MESSAGES = 20_000
+DEAF_BODY_BYTES = 1000
 # What may leave the queue for a consumer that never reads: its connection's outbox (4 MiB),
 # what the kernel's socket buffers take on both ends (4 MiB here to send; the reader's side grows
 # to some MiB before its window closes), and slack.
@@ -117,6 +122,18 @@ def test_broker_stays_responsive_and_bounded_under_hostile_clients(broker, name)
         for _ in range(STUCK_MESSAGES):
             pch.basic_publish("", name + ".stuck", body)
         publisher.close()
+        # A publisher that asks for confirms and never reads a byte of them.
+        deaf = amqp.RawConnection(broker.host, broker.port).open()
+        deaf.open_channel()
+        deaf.send(amqp.method_frame(1, amqp.QUEUE_DECLARE, amqp.queue_declare_args(name + ".deaf")))
+        deaf.expect_method(amqp.QUEUE_DECLARE_OK)
+        deaf.send(amqp.method_frame(1, amqp.CONFIRM_SELECT, b"\x00"))
+        deaf.expect_method(amqp.CONFIRM_SELECT_OK)
+        deaf_body = b"d" * DEAF_BODY_BYTES
+        one = (amqp.method_frame(1, amqp.BASIC_PUBLISH, amqp.basic_publish_args("", name + ".deaf"))
+               + amqp.header_frame(1, len(deaf_body)) + amqp.body_frame(1, deaf_body))
+        for _ in range(DEAF_MESSAGES // 1000):
+            deaf.send(one * 1000)
         # The loris sends its frame a byte at a time while the good client works.
         for b in loris_frame[:200]:
             loris.send(bytes([b]))
@@ -124,6 +141,11 @@ def test_broker_stays_responsive_and_bounded_under_hostile_clients(broker, name)
         rss_after = rss_bytes(pid)
         c = broker.connect()
         stuck_ready = c.channel().queue_declare(name + ".stuck", passive=True).method.message_count
+        deaf_held = 0
+        deadline = time.monotonic() + GOOD_CLIENT_DEADLINE_S
+        while deaf_held < DEAF_MESSAGES and time.monotonic() < deadline:
+            deaf_held = c.channel().queue_declare(name + ".deaf", passive=True).method.message_count
+            time.sleep(0.1)
         c.close()
         print(f"\nidle connection: {idle_cost / 1024:.1f} KiB RSS each; good client "
               f"{ROUND_TRIPS} round trips: {undisturbed_s:.2f} s undisturbed, {disturbed_s:.2f} s "
@@ -136,7 +158,10 @@ def test_broker_stays_responsive_and_bounded_under_hostile_clients(broker, name)
         # What the stuck consumer's messages cost is no more than twice their bodies: held once
         # (in its queue or on its way to it), not copied per write attempt.
         stuck_bytes = STUCK_MESSAGES * STUCK_BODY_BYTES
-        assert rss_after - rss_idle <= 2 * stuck_bytes, f"{rss_after - rss_idle} B for {stuck_bytes}"
+        deaf_bytes = DEAF_MESSAGES * DEAF_BODY_BYTES
+        assert rss_after - rss_idle <= 2 * (stuck_bytes + deaf_bytes), \
+            f"{rss_after - rss_idle} B for {stuck_bytes} B of stuck and {deaf_bytes} B of deaf messages"
+        assert deaf_held == DEAF_MESSAGES, "every message of the deaf publisher is in its queue"
         # The broker stopped sending to it: the rest waits in the queue (a no-ack consumer's
         # messages leave the queue as they are handed to its connection).
         sent_to_stuck = (STUCK_MESSAGES - stuck_ready) * STUCK_BODY_BYTES
@@ -155,6 +180,6 @@ def test_broker_stays_responsive_and_bounded_under_hostile_clients(broker, name)
             s.close()
         for c in locals().get("half_frames", []):
             c.close()
-        for c in ("loris", "flood", "stuck"):
+        for c in ("loris", "flood", "stuck", "deaf"):
             if c in locals():
                 locals()[c].close()
