@@ -12,7 +12,8 @@ A publisher that asked for confirms and never reads them (so its confirms pile u
 costs what it published and little more: every message it sent is in its queue, and the
 broker's memory grows by at most twice what it published, all while the others are served.
 
-Not yet proven here: a PerfTest client's rate ratio.
+A PerfTest client's rate beside the same clients is a benchmark, not a verdict here (it depends
+on the machine): scripts/hostile-perftest.py, figures in docs/limits.md.
 
 Bounds here are generous on purpose (a test's verdict must not depend on the machine); the
 figures are printed (pytest -s) for the issue's note."""
