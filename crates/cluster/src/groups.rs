@@ -24,7 +24,7 @@ use crate::catch_up::{CatchUpInput, CatchUpMessage, FetchJob, SendCatchUp};
 use crate::inputs::take_inputs;
 use crate::raft_log::RaftLog;
 use protobuf::Message as _;
-use raft::eraftpb::{ConfChange, ConfChangeType, EntryType, Message, MessageType, Snapshot};
+use raft::eraftpb::{ConfChange, EntryType, Message, MessageType, Snapshot};
 use raft::{RawNode, StateRole};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -72,8 +72,10 @@ pub type SendRaft = Arc<dyn Fn(u64, u64, &[Message]) -> bool + Send + Sync>;
 mod commit_latency;
 mod failover;
 mod syncer;
+mod voters;
 use failover::{elect_without, stand_again};
 use syncer::Syncer;
+use voters::{change_voters, current_voters};
 
 /// How the loop reaches other nodes, and learns which are up.
 pub struct Links {
@@ -1106,44 +1108,6 @@ fn apply(g: &mut Group, entries: Vec<raft::eraftpb::Entry>) {
             // Never proposed: changes go one node at a time.
             EntryType::EntryConfChangeV2 => {}
         }
-    }
-}
-
-fn current_voters(raw: &RawNode<RaftLog>) -> Vec<u64> {
-    let mut v: Vec<u64> = raw.raft.prs().conf().voters().ids().iter().collect();
-    v.sort_unstable();
-    v
-}
-
-/// On the leader: moves the group's voters one node towards those wanted (RabbitMQ's
-/// add_member and delete_member are one node each too). A leader to be removed hands its
-/// leadership to another voter first, rather than remove itself.
-fn change_voters(g: &mut Group) {
-    let raft = &g.raw.raft;
-    if raft.state != StateRole::Leader || raft.has_pending_conf() || g.wanted.is_empty() {
-        return;
-    }
-    let current = current_voters(&g.raw);
-    let (change_type, node) = if let Some(&add) = g.wanted.iter().find(|n| !current.contains(n)) {
-        (ConfChangeType::AddNode, add)
-    } else if let Some(&remove) = current.iter().find(|n| !g.wanted.contains(n)) {
-        if remove == raft.id {
-            if let Some(&to) = current.iter().find(|n| g.wanted.contains(n)) {
-                g.raw.transfer_leader(to);
-            }
-            return;
-        }
-        (ConfChangeType::RemoveNode, remove)
-    } else {
-        return;
-    };
-    let cc = ConfChange {
-        change_type,
-        node_id: node,
-        ..Default::default()
-    };
-    if let Err(e) = g.raw.propose_conf_change(vec![], cc) {
-        tracing::warn!(node, error = %e, "a queue group's membership change was not proposed");
     }
 }
 

@@ -16,8 +16,9 @@
 //! - [`groups`]: every quorum queue's Raft group on the node, driven by one loop: one WAL sync
 //!   per round for all groups, idle groups asleep until a proposal, a message or a node down.
 //!   Its files `groups/syncer.rs` (the WAL writer tells the loop of each round's sync),
-//!   `groups/commit_latency.rs` (a leader's append-to-apply time) and `groups/failover.rs` (a
-//!   leader's node down: elect another at once).
+//!   `groups/voters.rs` (voters following the queue's members), `groups/commit_latency.rs` (a
+//!   leader's append-to-apply time) and `groups/failover.rs` (a leader's node down: elect
+//!   another at once).
 //!   Beside it, threads that keep slow work off the loop: [`snapshot_writer`] (a group's
 //!   snapshot files) and [`catch_up`] (a member behind a snapshot fetches the entries below
 //!   it in chunks, [`snapshot_transfer`] being what the snapshot carries).
