@@ -516,6 +516,72 @@ impl Connection {
         }
     }
 
+    /// exchange.bind (`bind`) and exchange.unbind: the same permissions (write on the
+    /// destination, read on the source and its topic), then the cluster's command or this
+    /// node's change, then the -ok.
+    fn exchange_binding(
+        &mut self,
+        number: u16,
+        bind: bool,
+        b: exchange::Bind,
+    ) -> Result<(), AmqpError> {
+        let exchange::Bind {
+            destination,
+            source,
+            routing_key,
+            nowait,
+            arguments,
+        } = b;
+        let (destination, source, key) =
+            (destination.as_str(), source.as_str(), routing_key.as_str());
+        use exchange::AMQPMethod as E;
+        self.check(Access::Write, "exchange", destination)?;
+        self.check(Access::Read, "exchange", source)?;
+        self.check_topic(Access::Read, source, key)?;
+        if self.shared.cluster.is_some() {
+            let vhost = self.vhost_name.clone();
+            let (destination, source, key) =
+                (destination.to_string(), source.to_string(), key.to_string());
+            let (reply, command) = if bind {
+                let c = Command::ExchangeBind {
+                    vhost,
+                    destination,
+                    source,
+                    key,
+                    arguments,
+                };
+                (Reply::ExchangeBind, c)
+            } else {
+                let c = Command::ExchangeUnbind {
+                    vhost,
+                    destination,
+                    source,
+                    key,
+                    arguments,
+                };
+                (Reply::ExchangeUnbind, c)
+            };
+            self.propose(number, reply, nowait, command);
+            return Ok(());
+        }
+        let mut v = self.meta_vhost();
+        if bind {
+            v.exchange_bind(destination, source, key, &arguments)?;
+        } else {
+            v.exchange_unbind(destination, source, key, &arguments)?;
+        }
+        v.persist()?;
+        if !nowait {
+            let ok = if bind {
+                E::BindOk(exchange::BindOk {})
+            } else {
+                E::UnbindOk(exchange::UnbindOk {})
+            };
+            ctl(self, number, AMQPClass::Exchange(ok));
+        }
+        Ok(())
+    }
+
     fn exchange_method(&mut self, number: u16, m: exchange::AMQPMethod) -> Result<(), AmqpError> {
         use exchange::AMQPMethod as E;
         match m {
@@ -578,67 +644,17 @@ impl Connection {
                     );
                 }
             }
-            E::Bind(b) => {
-                self.check(Access::Write, "exchange", b.destination.as_str())?;
-                self.check(Access::Read, "exchange", b.source.as_str())?;
-                self.check_topic(Access::Read, b.source.as_str(), b.routing_key.as_str())?;
-                if self.shared.cluster.is_some() {
-                    let command = Command::ExchangeBind {
-                        vhost: self.vhost_name.clone(),
-                        destination: b.destination.as_str().to_string(),
-                        source: b.source.as_str().to_string(),
-                        key: b.routing_key.as_str().to_string(),
-                        arguments: b.arguments,
-                    };
-                    self.propose(number, Reply::ExchangeBind, b.nowait, command);
-                    return Ok(());
-                }
-                let mut v = self.meta_vhost();
-                v.exchange_bind(
-                    b.destination.as_str(),
-                    b.source.as_str(),
-                    b.routing_key.as_str(),
-                    &b.arguments,
-                )?;
-                v.persist()?;
-                if !b.nowait {
-                    ctl(
-                        self,
-                        number,
-                        AMQPClass::Exchange(E::BindOk(exchange::BindOk {})),
-                    );
-                }
-            }
-            E::Unbind(b) => {
-                self.check(Access::Write, "exchange", b.destination.as_str())?;
-                self.check(Access::Read, "exchange", b.source.as_str())?;
-                self.check_topic(Access::Read, b.source.as_str(), b.routing_key.as_str())?;
-                if self.shared.cluster.is_some() {
-                    let command = Command::ExchangeUnbind {
-                        vhost: self.vhost_name.clone(),
-                        destination: b.destination.as_str().to_string(),
-                        source: b.source.as_str().to_string(),
-                        key: b.routing_key.as_str().to_string(),
-                        arguments: b.arguments,
-                    };
-                    self.propose(number, Reply::ExchangeUnbind, b.nowait, command);
-                    return Ok(());
-                }
-                let mut v = self.meta_vhost();
-                v.exchange_unbind(
-                    b.destination.as_str(),
-                    b.source.as_str(),
-                    b.routing_key.as_str(),
-                    &b.arguments,
-                )?;
-                v.persist()?;
-                if !b.nowait {
-                    ctl(
-                        self,
-                        number,
-                        AMQPClass::Exchange(E::UnbindOk(exchange::UnbindOk {})),
-                    );
-                }
+            E::Bind(b) => self.exchange_binding(number, true, b)?,
+            // The same fields: handled as one.
+            E::Unbind(u) => {
+                let b = exchange::Bind {
+                    destination: u.destination,
+                    source: u.source,
+                    routing_key: u.routing_key,
+                    nowait: u.nowait,
+                    arguments: u.arguments,
+                };
+                self.exchange_binding(number, false, b)?
             }
             E::DeclareOk(_) | E::DeleteOk(_) | E::BindOk(_) | E::UnbindOk(_) => {
                 return Err(AmqpError::command_invalid("unimplemented method"));
