@@ -3,6 +3,8 @@
 //! from another CA, and a process that speaks plain TCP with a forged hello, never get a frame
 //! to the node, and each refusal is counted.
 
+mod common;
+
 use bytes::{Bytes, BytesMut};
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
 use std::net::SocketAddr;
@@ -73,13 +75,7 @@ async fn node(id: u64, tls: Option<Arc<LinkTls>>) -> (Transport, SocketAddr, Arc
     let addr = listener.local_addr().unwrap();
     let received = Arc::new(Mutex::new(Received::default()));
     let (r1, r2) = (received.clone(), received.clone());
-    let me = NodeInfo {
-        id,
-        name: format!("n{id}"),
-        cluster: addr,
-        amqp: addr,
-        management: None,
-    };
+    let me = common::node_info(id, addr);
     let transport = Transport::start_with_tls(
         me,
         id * 1000,

@@ -3,11 +3,12 @@
 //! to the link's task share one stream, so they must arrive whole and in the order sent, also
 //! when a write only partly fits the socket.
 
+mod common;
+
 use raft::eraftpb::{Entry, Message};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use warren_cluster::frame::NodeInfo;
 use warren_cluster::transport::{Callbacks, Inbound, Transport};
 
 /// (group, entry bytes) of each Raft frame, in arrival order.
@@ -18,13 +19,7 @@ async fn node(id: u64) -> (Transport, SocketAddr, Arrived) {
     let addr = listener.local_addr().unwrap();
     let arrived: Arrived = Arc::default();
     let a = arrived.clone();
-    let me = NodeInfo {
-        id,
-        name: format!("n{id}"),
-        cluster: addr,
-        amqp: addr,
-        management: None,
-    };
+    let me = common::node_info(id, addr);
     let callbacks = Callbacks {
         inbound: Arc::new(move |inbound| {
             if let Inbound::Raft {
