@@ -212,7 +212,7 @@ pub fn start(
     store: Arc<Store>,
     send: SendCatchUp,
     chunk_bytes: usize,
-    inputs: Sender<Input>,
+    inputs: crate::groups::InputSender,
 ) -> Result<(Sender<CatchUpInput>, std::thread::JoinHandle<()>), String> {
     let (tx, rx) = std::sync::mpsc::channel::<CatchUpInput>();
     let thread = std::thread::Builder::new()
@@ -235,7 +235,7 @@ struct CatchUp {
     store: Arc<Store>,
     send: SendCatchUp,
     chunk_bytes: usize,
-    inputs: Sender<Input>,
+    inputs: crate::groups::InputSender,
     fetches: HashMap<u64, Fetch>,
 }
 

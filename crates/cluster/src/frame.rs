@@ -2,11 +2,13 @@
 //!
 //! ```text
 //! 0  4  length of what follows (kind + payload), little endian, <= FRAME_BYTES_MAX
-//! 4  1  kind: 1 hello, 2 ping, 3 pong, 4 raft, 5 data, 6 catch-up
+//! 4  1  kind: 1 hello, 2 ping, 3 pong, 4 raft, 5 data, 6 catch-up, 7 raft-link hello
 //! 5  .  payload
 //! ```
 //!
 //! - hello: JSON [`Hello`] (who the node is, and its boot id), the first frame of a link.
+//! - raft-link hello: the same, as the first frame of a link that carries only quorum queues'
+//!   Raft frames, read by the groups loop itself ([`crate::transport`] says why).
 //! - ping / pong: 8 bytes, the sender's clock in microseconds, echoed: round trip and liveness.
 //! - raft: 8 group id, then per message 4 length + the protobuf-encoded Raft message. All of a
 //!   round's messages for one peer and group travel in one frame.
@@ -29,6 +31,7 @@ pub const KIND_PONG: u8 = 3;
 pub const KIND_RAFT: u8 = 4;
 pub const KIND_DATA: u8 = 5;
 pub const KIND_CATCH_UP: u8 = 6;
+pub const KIND_RAFT_LINK_HELLO: u8 = 7;
 
 /// The first frame on a link.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,6 +63,7 @@ pub struct NodeInfo {
 #[derive(Debug)]
 pub enum Frame {
     Hello(Hello),
+    RaftLinkHello(Hello),
     Ping(u64),
     Pong(u64),
     Raft { group: u64, messages: Vec<Message> },
@@ -80,7 +84,16 @@ fn finish(out: &mut BytesMut, at: usize) {
 }
 
 pub fn encode_hello(out: &mut BytesMut, hello: &Hello) {
-    let at = begin(out, KIND_HELLO);
+    encode_hello_of_kind(out, KIND_HELLO, hello)
+}
+
+/// The hello of a link for quorum queues' Raft frames only.
+pub fn encode_raft_link_hello(out: &mut BytesMut, hello: &Hello) {
+    encode_hello_of_kind(out, KIND_RAFT_LINK_HELLO, hello)
+}
+
+fn encode_hello_of_kind(out: &mut BytesMut, kind: u8, hello: &Hello) {
+    let at = begin(out, kind);
     out.extend_from_slice(&serde_json::to_vec(hello).expect("node info serialises"));
     finish(out, at);
 }
@@ -150,6 +163,9 @@ pub fn decode(buf: &mut BytesMut) -> Result<Option<Frame>, String> {
         KIND_HELLO => {
             Frame::Hello(serde_json::from_slice(&payload).map_err(|e| format!("bad hello: {e}"))?)
         }
+        KIND_RAFT_LINK_HELLO => Frame::RaftLinkHello(
+            serde_json::from_slice(&payload).map_err(|e| format!("bad hello: {e}"))?,
+        ),
         KIND_PING => Frame::Ping(clock(&mut payload)?),
         KIND_PONG => Frame::Pong(clock(&mut payload)?),
         KIND_RAFT => {

@@ -21,7 +21,6 @@
 //! down (check-quorum).
 
 use crate::catch_up::{CatchUpInput, CatchUpMessage, FetchJob, SendCatchUp};
-use crate::inputs::take_inputs;
 use crate::raft_log::RaftLog;
 use protobuf::Message as _;
 use raft::eraftpb::{ConfChange, EntryType, Message, MessageType, Snapshot};
@@ -71,9 +70,12 @@ pub type SendRaft = Arc<dyn Fn(u64, u64, &[Message]) -> bool + Send + Sync>;
 
 mod commit_latency;
 mod failover;
+mod raft_links;
 mod syncer;
 mod voters;
 use failover::{elect_without, stand_again};
+pub use raft_links::InputSender;
+use raft_links::RaftLinks;
 use syncer::Syncer;
 use voters::{change_voters, current_voters};
 
@@ -150,6 +152,8 @@ pub enum Input {
     },
     /// The failure detector found a node down: its groups here wake.
     PeerDown(u64),
+    /// A peer's raft link, for the loop to read itself ([`raft_links`]).
+    RaftLink(crate::transport::RaftLinkSocket),
     /// The voters a group is to have (its queue's members changed): its leader changes the
     /// group's membership to match, one node at a time.
     SetVoters {
@@ -222,7 +226,7 @@ pub struct GroupView {
 /// A handle on the node's groups.
 #[derive(Clone)]
 pub struct QueueGroups {
-    inputs: Arc<Mutex<Sender<Input>>>,
+    inputs: InputSender,
     catch_up: Arc<Mutex<Sender<CatchUpInput>>>,
     views: Arc<Mutex<HashMap<u64, GroupView>>>,
     syncs: Arc<AtomicU64>,
@@ -245,6 +249,7 @@ impl QueueGroups {
             is_up,
         } = links;
         let (tx, rx) = std::sync::mpsc::channel();
+        let (links, tx) = RaftLinks::new(tx).map_err(|e| format!("cannot set up an epoll: {e}"))?;
         let views = Arc::new(Mutex::new(HashMap::new()));
         let syncs = Arc::new(AtomicU64::new(0));
         let syncer = Syncer::new(store.clone(), tx.clone(), syncs.clone());
@@ -256,6 +261,7 @@ impl QueueGroups {
             tx.clone(),
         )?;
         let runner = Runner {
+            links,
             syncer,
             snapshots,
             catch_up: catch_up.clone(),
@@ -281,7 +287,7 @@ impl QueueGroups {
             .map_err(|e| e.to_string())?;
         Ok((
             QueueGroups {
-                inputs: Arc::new(Mutex::new(tx)),
+                inputs: tx,
                 catch_up: Arc::new(Mutex::new(catch_up)),
                 views,
                 syncs,
@@ -291,7 +297,7 @@ impl QueueGroups {
     }
 
     pub fn send(&self, input: Input) {
-        let _ = self.inputs.lock().expect("inputs lock").send(input);
+        self.inputs.send(input);
     }
 
     /// A catch-up message from peer `from` ([`crate::catch_up`]).
@@ -376,6 +382,8 @@ fn is_heartbeat(m: &Message) -> bool {
 }
 
 struct Runner {
+    /// Where the loop waits: its inputs' doorbell and the peers' raft links.
+    links: RaftLinks,
     /// Asks the WAL writer to make a round durable and to tell the loop.
     syncer: Syncer,
     /// Hands snapshots to the snapshot writer.
@@ -428,15 +436,7 @@ impl Runner {
         let mut next_tick = Instant::now() + self.timing.tick;
         loop {
             let wait = next_tick.saturating_duration_since(Instant::now());
-            let stop = |i: &Input| match i {
-                Input::Stop => true,
-                Input::Synced(Synced(Err(e))) => {
-                    tracing::error!(error = %e, "queue groups stopped: their logs cannot be synced");
-                    true
-                }
-                _ => false,
-            };
-            if !take_inputs(&inputs, wait, stop, |i| self.handle(i)) {
+            if !self.take_inputs(&inputs, wait) {
                 return;
             }
             if Instant::now() >= next_tick {
@@ -454,8 +454,54 @@ impl Runner {
         }
     }
 
+    /// Sleeps until an input, a peer's frame or `wait` (unless something is queued already),
+    /// then takes everything that came meanwhile, so one round handles a whole burst and one
+    /// sync covers it. False once the loop is to stop (a stop input, or every sender gone).
+    fn take_inputs(&mut self, inputs: &Receiver<Input>, wait: Duration) -> bool {
+        let Some(mut took) = self.drain(inputs) else {
+            return false;
+        };
+        if !took {
+            self.links.park();
+            // Anything sent before the doorbell was armed would not ring it.
+            match self.drain(inputs) {
+                None => return false,
+                Some(more) => took = more,
+            }
+        }
+        let mut frames = Vec::new();
+        self.links.wait(
+            if took { Duration::ZERO } else { wait },
+            |group, messages| frames.push((group, messages)),
+        );
+        for (group, messages) in frames {
+            self.handle(Input::Peer { group, messages });
+        }
+        self.drain(inputs).is_some()
+    }
+
+    /// Handles every queued input: whether there was any, `None` to stop.
+    fn drain(&mut self, inputs: &Receiver<Input>) -> Option<bool> {
+        let mut took = false;
+        loop {
+            match inputs.try_recv() {
+                Ok(Input::Stop) | Err(std::sync::mpsc::TryRecvError::Disconnected) => return None,
+                Ok(Input::Synced(Synced(Err(e)))) => {
+                    tracing::error!(error = %e, "queue groups stopped: their logs cannot be synced");
+                    return None;
+                }
+                Ok(input) => {
+                    took = true;
+                    self.handle(input);
+                }
+                Err(std::sync::mpsc::TryRecvError::Empty) => return Some(took),
+            }
+        }
+    }
+
     fn handle(&mut self, input: Input) {
         match input {
+            Input::RaftLink(link) => self.links.add(link),
             Input::Create {
                 group,
                 voters,

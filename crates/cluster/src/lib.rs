@@ -4,7 +4,8 @@
 //! The map:
 //! - [`frame`]: the wire format between nodes (hello, ping/pong, batches of Raft messages).
 //! - [`transport`]: one outbound link per peer, batched writes, bounded buffers, per-node
-//!   failure detection by ping.
+//!   failure detection by ping; beside it a raft link per peer for quorum queues' Raft frames,
+//!   read by the peer's groups loop itself (`groups/raft_links.rs`).
 //! - [`link_tls`]: mutually authenticated TLS 1.3 on those links (`--cluster-tls-*`), so that
 //!   only nodes whose certificates the cluster's CA signed can speak as nodes.
 //! - [`raft_log`]: a Raft group's log on the node's shared WAL (entries, hard state) and its
@@ -15,7 +16,9 @@
 //!   after a leader change) takes effect once.
 //! - [`groups`]: every quorum queue's Raft group on the node, driven by one loop: one WAL sync
 //!   per round for all groups, idle groups asleep until a proposal, a message or a node down.
-//!   Its files `groups/syncer.rs` (the WAL writer tells the loop of each round's sync),
+//!   Its files `groups/raft_links.rs` (what the loop waits on: its inputs and the peers'
+//!   raft links, in one epoll), `groups/syncer.rs` (the WAL writer tells the loop of each
+//!   round's sync),
 //!   `groups/voters.rs` (voters following the queue's members), `groups/commit_latency.rs` (a
 //!   leader's append-to-apply time) and `groups/failover.rs` (a leader's node down: elect
 //!   another at once).
@@ -181,7 +184,11 @@ impl Cluster {
         let deliver_tx = Mutex::new(tx.clone());
         // Quorum queues' groups, once the loop runs (it needs the transport to send).
         let groups_slot: Arc<std::sync::OnceLock<QueueGroups>> = Arc::default();
-        let (g1, g2) = (groups_slot.clone(), groups_slot.clone());
+        let (g1, g2, g3) = (
+            groups_slot.clone(),
+            groups_slot.clone(),
+            groups_slot.clone(),
+        );
         let boot = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_millis() as u64);
@@ -227,6 +234,11 @@ impl Cluster {
                         m.link_up(peer, boot);
                     }
                 }),
+                raft_link: Some(Arc::new(move |link| {
+                    if let Some(groups) = g3.get() {
+                        groups.send(groups::Input::RaftLink(link));
+                    }
+                })),
                 link_broken: Arc::new(move |peer| {
                     if let Some(m) = m3.get() {
                         m.link_broken(peer);

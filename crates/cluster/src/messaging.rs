@@ -902,6 +902,7 @@ mod tests {
                 data: Arc::new(|_, _| Ok(())),
                 link_up: Arc::new(|_, _| {}),
                 link_broken: Arc::new(|_| {}),
+                raft_link: None,
             },
         );
         let messaging = Messaging::new(transport, 1);

@@ -32,17 +32,14 @@ pub struct SnapshotWritten {
 }
 
 /// Starts the writer thread; it reports to the loop's `inputs`.
-pub fn start(inputs: Sender<Input>) -> Result<Sender<SnapshotJob>, String> {
+pub fn start(inputs: crate::groups::InputSender) -> Result<Sender<SnapshotJob>, String> {
     let (tx, rx) = std::sync::mpsc::channel::<SnapshotJob>();
     std::thread::Builder::new()
         .name("queue-groups-snapshots".into())
         .spawn(move || {
             while let Ok(job) = rx.recv() {
                 let result = job.file.write(&job.snapshot);
-                if inputs
-                    .send(Input::SnapshotWritten(SnapshotWritten { job, result }))
-                    .is_err()
-                {
+                if !inputs.send(Input::SnapshotWritten(SnapshotWritten { job, result })) {
                     return;
                 }
             }

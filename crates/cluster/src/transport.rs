@@ -13,6 +13,10 @@
 //! task. A quiet message crosses several links, and at each of them the task's wake-up was a
 //! context switch on its path.
 //!
+//! The raft link ([`RaftLinkOut`]): quorum queues' Raft frames take a second plain TCP
+//! connection to the peer, which the peer's groups loop reads itself
+//! ([`RaftLinkSocket`]), so a frame costs the peer one wake-up rather than two.
+//!
 //! Flow control: a peer's buffer is bounded ([`PEER_BUFFER_BYTES_MAX`]); past it, frames are
 //! dropped and counted (Raft retransmits what a peer did not acknowledge), and inbound frames are
 //! read only as fast as the node takes them, so TCP pushes back on a peer that sends too much.
@@ -65,6 +69,19 @@ pub struct Callbacks {
     pub link_up: Arc<dyn Fn(u64, Option<u64>) + Send + Sync>,
     /// A link with the peer (either direction) ended after it was up.
     pub link_broken: Arc<dyn Fn(u64) + Send + Sync>,
+    /// Takes a peer's raft link (see [`RaftLinkSocket`]); `None`: the node opens none, and
+    /// quorum queues' Raft frames travel on the main links.
+    pub raft_link: Option<Arc<dyn Fn(RaftLinkSocket) + Send + Sync>>,
+}
+
+/// A peer's inbound raft link, handed over to the queue groups' loop, which reads it itself:
+/// its socket (non-blocking) and what was read past the hello.
+pub struct RaftLinkSocket {
+    pub from: u64,
+    pub socket: std::net::TcpStream,
+    pub buffered: BytesMut,
+    /// Counts what the reader took from it (bytes, frames) in the peer's link statistics.
+    pub count_in: Box<dyn Fn(u64, u64) + Send>,
 }
 
 /// What arrives from peers, for the node's loop.
@@ -112,6 +129,22 @@ struct Peer {
     started: AtomicBool,
     /// Counts the peer's inbound links: only the newest one ending is a broken link.
     inbound: AtomicU64,
+    /// Counts the outbound link's connections: the raft link lives and dies with one of them.
+    generation: AtomicU64,
+    raft_link: RaftLinkOut,
+}
+
+/// The outbound raft link to a peer: a second plain TCP connection that carries only quorum
+/// queues' Raft frames, from the groups loop to the peer's groups loop, which reads it
+/// itself. A frame on the main link is read by a task of the peer's runtime and handed to
+/// its loop: two wake-ups, where the raft link costs one. A publish to a quorum queue crosses
+/// links three times (append, answer, commit), each a context switch on its path.
+#[derive(Default)]
+struct RaftLinkOut {
+    buffer: Mutex<Outbox>,
+    wake: Notify,
+    connected: AtomicBool,
+    started: AtomicBool,
 }
 
 impl Peer {
@@ -130,6 +163,8 @@ impl Peer {
             dropped: AtomicU64::new(0),
             started: AtomicBool::new(false),
             inbound: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
+            raft_link: RaftLinkOut::default(),
         }
     }
 }
@@ -146,6 +181,8 @@ pub struct LinkStats {
     pub bytes_in: u64,
     pub frames_in: u64,
     pub dropped: u64,
+    /// Quorum queues' Raft frames to the peer take its raft link ([`RaftLinkOut`]).
+    pub raft_link: bool,
 }
 
 struct Inner {
@@ -241,13 +278,34 @@ impl Transport {
         let _ = stream.set_nodelay(true);
         match self.inner.tls.clone() {
             None => {
-                let (rd, wr) = stream.into_split();
-                self.serve_inbound(rd, wr).await
+                let (mut rd, mut wr) = stream.into_split();
+                let raft_link = self.clone().serve_inbound(&mut rd, &mut wr).await;
+                if let (Some((from, buffered)), Some(take)) =
+                    (raft_link, &self.inner.callbacks.raft_link)
+                {
+                    if let Ok(socket) = rd
+                        .reunite(wr)
+                        .map_err(drop)
+                        .and_then(|s| s.into_std().map_err(drop))
+                    {
+                        let peer = self.peer(from);
+                        take(RaftLinkSocket {
+                            from,
+                            socket,
+                            buffered,
+                            count_in: Box::new(move |bytes, frames| {
+                                peer.bytes_in.fetch_add(bytes, Ordering::Relaxed);
+                                peer.frames_in.fetch_add(frames, Ordering::Relaxed);
+                            }),
+                        });
+                    }
+                }
             }
             Some(tls) => {
                 if let Some(stream) = tls.accept(stream, addr).await {
-                    let (rd, wr) = tokio::io::split(stream);
-                    self.serve_inbound(rd, wr).await
+                    let (mut rd, mut wr) = tokio::io::split(stream);
+                    // Raft links are plain TCP only: a TLS one is dropped.
+                    let _ = self.serve_inbound(&mut rd, &mut wr).await;
                 }
             }
         }
@@ -296,8 +354,21 @@ impl Transport {
 
     /// As [`Transport::send_raft`], but the frame waits for [`Transport::flush_queued`]: a loop
     /// sending many groups' messages in a round writes them together at its end.
+    /// They take the peer's raft link when it is up, the main link otherwise.
     pub fn queue_raft(&self, to: u64, group: u64, messages: &[raft::eraftpb::Message]) -> bool {
-        queue_raft(&self.peer(to), group, messages)
+        let peer = self.peer(to);
+        let link = &peer.raft_link;
+        if link.connected.load(Ordering::Relaxed) {
+            let mut outbox = link.buffer.lock().expect("buffer lock");
+            if outbox.bytes.len() > PEER_BUFFER_BYTES_MAX {
+                peer.dropped
+                    .fetch_add(messages.len() as u64, Ordering::Relaxed);
+                return false;
+            }
+            frame::encode_raft(&mut outbox.bytes, group, messages);
+            return true;
+        }
+        queue_raft(&peer, group, messages)
     }
 
     /// Sends what waits for each peer: from this thread when the link is plain TCP and its task
@@ -313,21 +384,12 @@ impl Transport {
             .cloned()
             .collect();
         for peer in peers {
-            let mut outbox = peer.buffer.lock().expect("buffer lock");
-            if outbox.bytes.is_empty() {
-                continue;
+            if flush_outbox(&peer.raft_link.buffer, &peer) {
+                peer.raft_link.wake.notify_one();
             }
-            if !outbox.writing {
-                if let Some(written) = write_through(&mut outbox) {
-                    peer.bytes_out.fetch_add(written as u64, Ordering::Relaxed);
-                    if outbox.bytes.is_empty() {
-                        peer.batches_out.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                }
+            if flush_outbox(&peer.buffer, &peer) {
+                peer.wake.notify_one();
             }
-            drop(outbox);
-            peer.wake.notify_one();
         }
     }
 
@@ -415,6 +477,7 @@ impl Transport {
                 bytes_in: p.bytes_in.load(Ordering::Relaxed),
                 frames_in: p.frames_in.load(Ordering::Relaxed),
                 dropped: p.dropped.load(Ordering::Relaxed),
+                raft_link: p.raft_link.connected.load(Ordering::Relaxed),
             })
             .collect();
         out.sort_by_key(|l| l.peer);
@@ -514,10 +577,20 @@ impl Transport {
         if wr.write_all(&hello).await.is_err() {
             return (false, None);
         }
+        let plain = direct.is_some();
         {
             let mut outbox = peer.buffer.lock().expect("buffer lock");
             peer.connected.store(true, Ordering::Relaxed);
+            peer.generation.fetch_add(1, Ordering::AcqRel);
             outbox.socket = direct;
+        }
+        if plain
+            && self.inner.callbacks.raft_link.is_some()
+            && !peer.raft_link.started.swap(true, Ordering::AcqRel)
+        {
+            let t = self.clone();
+            let peer = peer.clone();
+            tokio::spawn(async move { t.run_raft_link(id, peer).await });
         }
         // A link that answers no ping for DOWN_AFTER is dropped (counted from now).
         let connected_at = self.clock_us();
@@ -606,9 +679,96 @@ impl Transport {
         (true, refusal)
     }
 
+    /// Keeps the raft link to a peer up beside its main link (see [`RaftLinkOut`]): dialled
+    /// once the main link is up, dropped when that one drops or is replaced, so a peer that
+    /// went away and came back gets a fresh raft link with its fresh main link rather than
+    /// one stuck in TCP's retransmission backoff. The peer never writes to it: a read that
+    /// ends means the peer closed it.
+    async fn run_raft_link(self, id: u64, peer: Arc<Peer>) {
+        let link = &peer.raft_link;
+        loop {
+            tokio::time::sleep(RECONNECT_DELAY).await;
+            let generation = peer.generation.load(Ordering::Acquire);
+            let addr = *peer.addr.lock().expect("addr lock");
+            let Some(addr) = addr.filter(|_| peer.connected.load(Ordering::Relaxed)) else {
+                continue;
+            };
+            let Ok(Ok(stream)) = tokio::time::timeout(DOWN_AFTER, TcpStream::connect(addr)).await
+            else {
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            let direct = std::os::fd::AsFd::as_fd(&stream)
+                .try_clone_to_owned()
+                .ok()
+                .map(std::net::TcpStream::from);
+            let (mut rd, mut wr) = stream.into_split();
+            let mut out = BytesMut::new();
+            frame::encode_raft_link_hello(
+                &mut out,
+                &Hello {
+                    info: self.inner.me.clone(),
+                    boot: self.inner.boot,
+                },
+            );
+            if wr.write_all(&out).await.is_err() || direct.is_none() {
+                continue;
+            }
+            out.clear();
+            {
+                let mut outbox = link.buffer.lock().expect("buffer lock");
+                outbox.socket = direct;
+                link.connected.store(true, Ordering::Relaxed);
+            }
+            tracing::debug!(peer = id, %addr, "raft link up");
+            let mut closed = tokio::spawn(async move {
+                let mut buf = [0u8; 64];
+                while let Ok(1..) = rd.read(&mut buf).await {}
+            });
+            loop {
+                if closed.is_finished()
+                    || !peer.connected.load(Ordering::Relaxed)
+                    || peer.generation.load(Ordering::Acquire) != generation
+                {
+                    break;
+                }
+                {
+                    let mut outbox = link.buffer.lock().expect("buffer lock");
+                    if !outbox.bytes.is_empty() {
+                        peer.batches_out.fetch_add(1, Ordering::Relaxed);
+                        std::mem::swap(&mut out, &mut outbox.bytes);
+                    }
+                    outbox.writing = !out.is_empty();
+                }
+                if !out.is_empty() {
+                    // A peer cut off stops reading; its main link notices within DOWN_AFTER.
+                    let written = tokio::time::timeout(DOWN_AFTER, wr.write_all(&out)).await;
+                    link.buffer.lock().expect("buffer lock").writing = false;
+                    if !matches!(written, Ok(Ok(()))) {
+                        break;
+                    }
+                    peer.bytes_out
+                        .fetch_add(out.len() as u64, Ordering::Relaxed);
+                    out.clear();
+                }
+                tokio::select! {
+                    _ = link.wake.notified() => {}
+                    _ = &mut closed => {}
+                    _ = tokio::time::sleep(PING_INTERVAL) => {}
+                }
+            }
+            closed.abort();
+            let mut outbox = link.buffer.lock().expect("buffer lock");
+            link.connected.store(false, Ordering::Relaxed);
+            // Dropped with the link: Raft sends again what was not acknowledged.
+            *outbox = Outbox::default();
+        }
+    }
+
     /// Reads one peer's inbound link: hello first, then frames for the node; pings are answered
-    /// on the same connection.
-    async fn serve_inbound<R, W>(self, mut rd: R, mut wr: W)
+    /// on the same connection. A raft link's hello ends it here: the peer's id and what was
+    /// read past the hello, for the caller to hand the connection over.
+    async fn serve_inbound<R, W>(self, rd: &mut R, wr: &mut W) -> Option<(u64, BytesMut)>
     where
         R: AsyncRead + Unpin,
         W: AsyncWrite + Unpin,
@@ -625,6 +785,7 @@ impl Transport {
                     (self.inner.callbacks.link_broken)(*id);
                 }
             }
+            None
         };
         loop {
             // Peers ping every PING_INTERVAL: silence this long means the link is dead.
@@ -662,13 +823,16 @@ impl Transport {
                         from = Some((info.id, peer));
                         (self.inner.callbacks.inbound)(Inbound::Hello(info));
                     }
-                    (Frame::Hello(_), Some(_)) => {
+                    (Frame::RaftLinkHello(hello), None) => {
+                        return Some((hello.info.id, buf));
+                    }
+                    (Frame::Hello(_) | Frame::RaftLinkHello(_), Some(_)) => {
                         tracing::warn!("cluster peer sent a second hello, dropping link");
                         return ended(&from, generation);
                     }
                     (_, None) => {
                         tracing::warn!("cluster peer sent frames before hello, dropping link");
-                        return;
+                        return None;
                     }
                     (Frame::Data(payload), Some((id, p))) => {
                         p.frames_in.fetch_add(1, Ordering::Relaxed);
@@ -676,7 +840,7 @@ impl Transport {
                             || p.inbound.load(Ordering::Relaxed) != generation
                         {
                             // A newer link from the peer replaced this one.
-                            return;
+                            return None;
                         }
                         if let Err(e) = (self.inner.callbacks.data)(*id, payload) {
                             tracing::warn!(error = %e, "bad data frame from a cluster peer, dropping link");
@@ -721,6 +885,25 @@ fn queue_raft(peer: &Peer, group: u64, messages: &[raft::eraftpb::Message]) -> b
         return false;
     }
     frame::encode_raft(&mut outbox.bytes, group, messages);
+    true
+}
+
+/// Writes what waits in `outbox` from this thread if its task is not writing; whether the
+/// task must be woken for the rest.
+fn flush_outbox(outbox: &Mutex<Outbox>, peer: &Peer) -> bool {
+    let mut outbox = outbox.lock().expect("buffer lock");
+    if outbox.bytes.is_empty() {
+        return false;
+    }
+    if !outbox.writing {
+        if let Some(written) = write_through(&mut outbox) {
+            peer.bytes_out.fetch_add(written as u64, Ordering::Relaxed);
+            if outbox.bytes.is_empty() {
+                peer.batches_out.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
+        }
+    }
     true
 }
 

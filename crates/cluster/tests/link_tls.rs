@@ -95,6 +95,7 @@ async fn node(id: u64, tls: Option<Arc<LinkTls>>) -> (Transport, SocketAddr, Arc
             }),
             link_up: Arc::new(|_, _| {}),
             link_broken: Arc::new(|_| {}),
+            raft_link: None,
         },
         tls,
     );

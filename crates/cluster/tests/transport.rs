@@ -9,15 +9,25 @@ use raft::eraftpb::{Entry, Message};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use warren_cluster::transport::{Callbacks, Inbound, Transport};
+use warren_cluster::frame::{self, Frame};
+use warren_cluster::transport::{Callbacks, Inbound, RaftLinkSocket, Transport};
 
 /// (group, entry bytes) of each Raft frame, in arrival order.
 type Arrived = Arc<Mutex<Vec<(u64, usize)>>>;
 
 async fn node(id: u64) -> (Transport, SocketAddr, Arrived) {
+    let (t, addr, arrived, _) = node_taking_raft_links(id, false).await;
+    (t, addr, arrived)
+}
+
+/// Raft links the node was handed (when it takes them at all).
+type Taken = Arc<Mutex<Vec<RaftLinkSocket>>>;
+
+async fn node_taking_raft_links(id: u64, takes: bool) -> (Transport, SocketAddr, Arrived, Taken) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let arrived: Arrived = Arc::default();
+    let taken: Taken = Arc::default();
     let a = arrived.clone();
     let me = common::node_info(id, addr);
     let callbacks = Callbacks {
@@ -33,11 +43,16 @@ async fn node(id: u64) -> (Transport, SocketAddr, Arrived) {
         data: Arc::new(|_, _| Ok(())),
         link_up: Arc::new(|_, _| {}),
         link_broken: Arc::new(|_| {}),
+        raft_link: takes.then(|| {
+            let taken = taken.clone();
+            Arc::new(move |link| taken.lock().unwrap().push(link)) as Arc<_>
+        }),
     };
     (
         Transport::start(me, id * 1000, listener, callbacks),
         addr,
         arrived,
+        taken,
     )
 }
 
@@ -97,4 +112,76 @@ async fn flushed_and_task_written_frames_arrive_whole_and_in_order() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(*arrived.lock().unwrap(), sent);
+}
+
+async fn until(what: &str, mut f: impl FnMut() -> bool) {
+    for _ in 0..200 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{what}: not within 10 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_groups_frames_take_the_raft_link_once_it_is_up_and_its_taker_reads_them() {
+    let (a, _, _, _) = node_taking_raft_links(1, true).await;
+    let (_b, b_addr, arrived, taken) = node_taking_raft_links(2, true).await;
+    a.connect(2, b_addr);
+    until("the raft link came up", || {
+        a.links().iter().any(|l| l.peer == 2 && l.raft_link)
+    })
+    .await;
+    until("the peer took it", || taken.lock().unwrap().len() == 1).await;
+    let link = taken.lock().unwrap().pop().unwrap();
+    assert_eq!(link.from, 1);
+    for group in [41, 42] {
+        assert!(a.queue_raft(2, group, &[message(300)]));
+    }
+    a.flush_queued();
+    let mut socket = link.socket;
+    socket.set_nonblocking(false).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = link.buffered;
+    let mut frames = Vec::new();
+    while frames.len() < 2 {
+        match frame::decode(&mut buf).unwrap() {
+            Some(Frame::Raft { group, messages }) => frames.push((group, messages.len())),
+            Some(other) => panic!("a raft link carried {other:?}"),
+            None => {
+                let mut chunk = [0u8; 4096];
+                let n = std::io::Read::read(&mut socket, &mut chunk).unwrap();
+                assert!(n > 0, "the raft link ended");
+                buf.extend_from_slice(&chunk[..n]);
+            }
+        }
+    }
+    assert_eq!(frames, vec![(41, 1), (42, 1)]);
+    assert!(
+        arrived
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|(g, _)| *g != 41 && *g != 42),
+        "none of them came by the main link"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_taker_at_the_dialling_end_no_raft_link_is_opened() {
+    let (a, _, _, _) = node_taking_raft_links(1, false).await;
+    let (_b, b_addr, arrived, taken) = node_taking_raft_links(2, true).await;
+    a.connect(2, b_addr);
+    until("the link came up", || a.is_up(2)).await;
+    assert!(a.queue_raft(2, 43, &[message(10)]));
+    a.flush_queued();
+    until("the frame came by the main link", || {
+        arrived.lock().unwrap().iter().any(|(g, _)| *g == 43)
+    })
+    .await;
+    assert!(taken.lock().unwrap().is_empty());
+    assert!(a.links().iter().all(|l| !l.raft_link));
 }

@@ -5,19 +5,22 @@
 
 use super::{Input, Synced};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use warren_store::Store;
 
 pub(super) struct Syncer {
     store: Arc<Store>,
-    inputs: Sender<Input>,
+    inputs: super::InputSender,
     /// Rounds asked for, all time (what [`super::QueueGroups::syncs`] reports).
     asked: Arc<AtomicU64>,
 }
 
 impl Syncer {
-    pub(super) fn new(store: Arc<Store>, inputs: Sender<Input>, asked: Arc<AtomicU64>) -> Self {
+    pub(super) fn new(
+        store: Arc<Store>,
+        inputs: super::InputSender,
+        asked: Arc<AtomicU64>,
+    ) -> Self {
         Syncer {
             store,
             inputs,
@@ -32,7 +35,7 @@ impl Syncer {
         let inputs = self.inputs.clone();
         self.store.sync_then(Box::new(move |result| {
             let synced = result.map(|()| round).map_err(|e| e.to_string());
-            let _ = inputs.send(Input::Synced(Synced(synced)));
+            inputs.send(Input::Synced(Synced(synced)));
         }));
     }
 }
