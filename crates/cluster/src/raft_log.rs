@@ -218,8 +218,9 @@ impl RaftLog {
             })
             .collect();
         for chunk in stored.chunks(warren_store::config::APPEND_ENTRIES_MAX) {
+            // The loop syncs at the end of its round: that wakes the WAL writer.
             self.store
-                .append_blocking(self.log_id, chunk)
+                .append_blocking_for_sync(self.log_id, chunk)
                 .map_err(|e| e.to_string())?;
         }
         let mut cache = self.cache.lock().expect("cache lock");
@@ -266,7 +267,7 @@ impl RaftLog {
 
     pub fn set_hard_state(&self, hs: &HardState) -> Result<(), String> {
         self.store
-            .set_hard_state(
+            .set_hard_state_for_sync(
                 self.log_id,
                 warren_store::HardState {
                     term: hs.term,
@@ -329,8 +330,9 @@ impl RaftLog {
             })
             .collect();
         for chunk in stored.chunks(warren_store::config::APPEND_ENTRIES_MAX) {
+            // The loop syncs at the end of its round: that wakes the WAL writer.
             self.store
-                .append_blocking(self.log_id, chunk)
+                .append_blocking_for_sync(self.log_id, chunk)
                 .map_err(err)?;
         }
         let mut plain = snapshot.clone();

@@ -501,6 +501,10 @@ impl Store {
     /// back. Never blocks: answers [`Error::Backpressure`] when the WAL writer is behind, and
     /// [`Error::DiskFull`] while the disk is full.
     pub fn append(&self, log_id: u64, entries: &[Entry]) -> Result<()> {
+        self.queue_append(log_id, entries, true)
+    }
+
+    fn queue_append(&self, log_id: u64, entries: &[Entry], wake_writer: bool) -> Result<()> {
         if entries.is_empty() {
             return Ok(());
         }
@@ -581,16 +585,32 @@ impl Store {
             .counters
             .appends
             .fetch_add(entries.len() as u64, Ordering::Relaxed);
-        self.shared.writer_cv.notify_one();
+        if wake_writer {
+            self.shared.writer_cv.notify_one();
+        }
         Ok(())
     }
 
     /// Like [`Store::append`], but waits (blocking the thread) while the WAL writer is behind.
     /// For threads that are not async tasks: tests, benches, tools.
     pub fn append_blocking(&self, log_id: u64, entries: &[Entry]) -> Result<()> {
+        self.append_blocking_waking(log_id, entries, true)
+    }
+
+    /// [`Store::append_blocking`] without waking the WAL writer: for a Raft loop that asks for
+    /// a sync ([`Store::sync_then`], [`Store::sync`]) once its round's appends and hard states
+    /// are all queued. Woken at the first of them, the writer would take the round in pieces,
+    /// a sync each, and meet the loop's thread on the store's lock meanwhile.
+    pub fn append_blocking_for_sync(&self, log_id: u64, entries: &[Entry]) -> Result<()> {
+        self.append_blocking_waking(log_id, entries, false)
+    }
+
+    fn append_blocking_waking(&self, log_id: u64, entries: &[Entry], wake: bool) -> Result<()> {
         loop {
-            match self.append(log_id, entries) {
+            match self.queue_append(log_id, entries, wake) {
                 Err(Error::Backpressure) => {
+                    // What fills the queue may all have been queued without a wake-up.
+                    self.shared.writer_cv.notify_one();
                     let st = self.shared.lock();
                     if !st.has_room() && st.poisoned.is_none() && !st.shutdown {
                         drop(self.shared.room_cv.wait(st));
@@ -707,6 +727,16 @@ impl Store {
     /// it), so [`Store::sync`] or the durability listener of a later append says when. Creates
     /// the log if it does not exist (a group that voted before it had any entry).
     pub fn set_hard_state(&self, log_id: u64, hard_state: HardState) -> Result<()> {
+        self.queue_hard_state(log_id, hard_state, true)
+    }
+
+    /// [`Store::set_hard_state`] without waking the WAL writer, as
+    /// [`Store::append_blocking_for_sync`].
+    pub fn set_hard_state_for_sync(&self, log_id: u64, hard_state: HardState) -> Result<()> {
+        self.queue_hard_state(log_id, hard_state, false)
+    }
+
+    fn queue_hard_state(&self, log_id: u64, hard_state: HardState, wake_writer: bool) -> Result<()> {
         let mut guard = self.shared.lock();
         let st = &mut *guard;
         self.control_op(st)?;
@@ -728,7 +758,9 @@ impl Store {
             st.push_op(kind, log_id, commit, term, vote);
         }
         drop(guard);
-        self.shared.writer_cv.notify_one();
+        if wake_writer {
+            self.shared.writer_cv.notify_one();
+        }
         Ok(())
     }
 

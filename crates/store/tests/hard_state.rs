@@ -141,3 +141,45 @@ fn a_new_term_or_vote_is_written_without_waiting_for_a_sync_call() {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
+
+#[test]
+fn a_round_queued_for_one_sync_is_durable_after_it_and_a_full_queue_wakes_the_writer_itself() {
+    let dir = TempDir::new("hs-for-sync");
+    let config = Config::new(dir.path());
+    {
+        let (store, _) = open(&config);
+        let store = std::sync::Arc::new(store);
+        // More entries than the pending queue holds, none of them waking the writer: the
+        // append that finds the queue full must wake it, or it waits forever.
+        let total = warren_store::config::PENDING_ENTRIES_MAX as u64 + 5_000;
+        let s = store.clone();
+        let filler = std::thread::spawn(move || {
+            let chunk = warren_store::config::APPEND_ENTRIES_MAX as u64;
+            let mut next = 1;
+            while next <= total {
+                let last = (next + chunk - 1).min(total);
+                let entries: Vec<_> = (next..=last).map(|k| entry(7, k, 3, 10)).collect();
+                s.append_blocking_for_sync(7, &entries).unwrap();
+                next = last + 1;
+            }
+        });
+        let waited = std::time::Instant::now();
+        while !filler.is_finished() {
+            assert!(
+                waited.elapsed() < std::time::Duration::from_secs(120),
+                "appends for a sync stalled on a full queue"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        filler.join().unwrap();
+        store.append_blocking_for_sync(8, &[entry(8, 1, 3, 10)]).unwrap();
+        store.set_hard_state_for_sync(8, A).unwrap();
+        store.sync().unwrap();
+    }
+    let (store, _) = open(&config);
+    assert_eq!(store.hard_state(8), Some(A));
+    assert_eq!(store.log_info(7).map(|i| i.last_index), Some(
+        warren_store::config::PENDING_ENTRIES_MAX as u64 + 5_000
+    ));
+    assert_eq!(store.log_info(8).map(|i| i.last_index), Some(1));
+}
