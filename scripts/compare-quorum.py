@@ -308,6 +308,7 @@ def main():
         if not w or not q or "sent" not in w:
             continue
         line = (f"{case:9} warren/RabbitMQ rate {w['sent'] / max(1, q['sent']):.2f}x, "
+                f"received {w['received'] / max(1, q['received']):.2f}x, "
                 f"CPU per message {w['cpu_us_per_msg'] / max(1e-9, q['cpu_us_per_msg']):.3f}x")
         if "lat_p99_us" in w and "lat_p99_us" in q:
             line += f", p99 {w['lat_p99_us']} us vs {q['lat_p99_us']} us"
@@ -319,7 +320,8 @@ def main():
         for other in ("follower", "w2", "4q"):
             o = results.get(other, {}).get(name)
             if lead and o:
-                print(f"{name:9} {other}/leader rate {o['sent'] / max(1, lead['sent']):.2f}x")
+                print(f"{name:9} {other}/leader rate {o['sent'] / max(1, lead['sent']):.2f}x, "
+                      f"received {o['received'] / max(1, lead['received']):.2f}x")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
