@@ -736,7 +736,12 @@ impl Store {
         self.queue_hard_state(log_id, hard_state, false)
     }
 
-    fn queue_hard_state(&self, log_id: u64, hard_state: HardState, wake_writer: bool) -> Result<()> {
+    fn queue_hard_state(
+        &self,
+        log_id: u64,
+        hard_state: HardState,
+        wake_writer: bool,
+    ) -> Result<()> {
         let mut guard = self.shared.lock();
         let st = &mut *guard;
         self.control_op(st)?;

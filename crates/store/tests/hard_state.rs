@@ -172,14 +172,17 @@ fn a_round_queued_for_one_sync_is_durable_after_it_and_a_full_queue_wakes_the_wr
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         filler.join().unwrap();
-        store.append_blocking_for_sync(8, &[entry(8, 1, 3, 10)]).unwrap();
+        store
+            .append_blocking_for_sync(8, &[entry(8, 1, 3, 10)])
+            .unwrap();
         store.set_hard_state_for_sync(8, A).unwrap();
         store.sync().unwrap();
     }
     let (store, _) = open(&config);
     assert_eq!(store.hard_state(8), Some(A));
-    assert_eq!(store.log_info(7).map(|i| i.last_index), Some(
-        warren_store::config::PENDING_ENTRIES_MAX as u64 + 5_000
-    ));
+    assert_eq!(
+        store.log_info(7).map(|i| i.last_index),
+        Some(warren_store::config::PENDING_ENTRIES_MAX as u64 + 5_000)
+    );
     assert_eq!(store.log_info(8).map(|i| i.last_index), Some(1));
 }
