@@ -640,29 +640,8 @@ impl Transport {
                 frame::encode_ping(&mut out, frame::KIND_PING, self.clock_us());
                 next_ping = Instant::now() + PING_INTERVAL;
             }
-            {
-                let mut outbox = peer.buffer.lock().expect("buffer lock");
-                if !outbox.bytes.is_empty() {
-                    peer.batches_out.fetch_add(1, Ordering::Relaxed);
-                    if out.is_empty() {
-                        // The usual case: take the batch whole rather than copying it.
-                        std::mem::swap(&mut out, &mut outbox.bytes);
-                    } else {
-                        out.extend_from_slice(&outbox.bytes);
-                        outbox.bytes.clear();
-                    }
-                }
-                outbox.writing = !out.is_empty();
-            }
-            if !out.is_empty() {
-                let written = wr.write_all(&out).await;
-                peer.buffer.lock().expect("buffer lock").writing = false;
-                if written.is_err() {
-                    break;
-                }
-                peer.bytes_out
-                    .fetch_add(out.len() as u64, Ordering::Relaxed);
-                out.clear();
+            if !write_pending(&mut wr, &mut out, &peer.buffer, peer, || true).await {
+                break;
             }
             tokio::select! {
                 _ = peer.wake.notified() => {}
@@ -732,24 +711,13 @@ impl Transport {
                 {
                     break;
                 }
-                {
-                    let mut outbox = link.buffer.lock().expect("buffer lock");
-                    if !outbox.bytes.is_empty() {
-                        peer.batches_out.fetch_add(1, Ordering::Relaxed);
-                        std::mem::swap(&mut out, &mut outbox.bytes);
-                    }
-                    outbox.writing = !out.is_empty();
-                }
-                if !out.is_empty() {
-                    // A peer cut off stops reading; its main link notices within DOWN_AFTER.
-                    let written = tokio::time::timeout(DOWN_AFTER, wr.write_all(&out)).await;
-                    link.buffer.lock().expect("buffer lock").writing = false;
-                    if !matches!(written, Ok(Ok(()))) {
-                        break;
-                    }
-                    peer.bytes_out
-                        .fetch_add(out.len() as u64, Ordering::Relaxed);
-                    out.clear();
+                let wanted = || {
+                    peer.connected.load(Ordering::Relaxed)
+                        && peer.generation.load(Ordering::Acquire) == generation
+                };
+                // A peer cut off stops reading: the write is given up once the main link drops.
+                if !write_pending(&mut wr, &mut out, &link.buffer, &peer, wanted).await {
+                    break;
                 }
                 tokio::select! {
                     _ = link.wake.notified() => {}
@@ -873,6 +841,52 @@ impl Transport {
             }
         }
     }
+}
+
+/// Writes what waits in `outbox` (after what `out` holds already, such as a ping) from the
+/// link's task, flushes from other threads holding off meanwhile; false if the write failed,
+/// or if `wanted` says no more while it is pending (checked every [`PING_INTERVAL`]).
+async fn write_pending<W: AsyncWrite + Unpin>(
+    wr: &mut W,
+    out: &mut BytesMut,
+    outbox: &Mutex<Outbox>,
+    peer: &Peer,
+    wanted: impl Fn() -> bool,
+) -> bool {
+    {
+        let mut outbox = outbox.lock().expect("buffer lock");
+        if !outbox.bytes.is_empty() {
+            peer.batches_out.fetch_add(1, Ordering::Relaxed);
+            if out.is_empty() {
+                // The usual case: take the batch whole rather than copying it.
+                std::mem::swap(out, &mut outbox.bytes);
+            } else {
+                out.extend_from_slice(&outbox.bytes);
+                outbox.bytes.clear();
+            }
+        }
+        outbox.writing = !out.is_empty();
+    }
+    if out.is_empty() {
+        return true;
+    }
+    let written = {
+        let mut write = std::pin::pin!(wr.write_all(out));
+        loop {
+            match tokio::time::timeout(PING_INTERVAL, &mut write).await {
+                Ok(result) => break result.is_ok(),
+                Err(_) if wanted() => {}
+                Err(_) => break false,
+            }
+        }
+    };
+    outbox.lock().expect("buffer lock").writing = false;
+    if written {
+        peer.bytes_out
+            .fetch_add(out.len() as u64, Ordering::Relaxed);
+        out.clear();
+    }
+    written
 }
 
 /// Queues one Raft frame for `peer`; false (dropped and counted) if the link is down or its

@@ -102,16 +102,6 @@ async fn node(id: u64, tls: Option<Arc<LinkTls>>) -> (Transport, SocketAddr, Arc
     (transport, addr, received)
 }
 
-async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    for _ in 0..100 {
-        if check() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
-
 fn refused(tls: &LinkTls, reason: &str) -> u64 {
     tls.refused()
         .into_iter()
@@ -155,11 +145,11 @@ async fn trusted_nodes_exchange_frames_and_strangers_are_refused() {
     let (b, b_addr, b_got) = node(2, Some(tls_b.clone())).await;
     a.connect(2, b_addr);
     b.connect(1, a_addr);
-    eventually("the TLS links both ways", || a.is_up(2) && b.is_up(1)).await;
+    common::eventually("the TLS links both ways", || a.is_up(2) && b.is_up(1)).await;
     assert!(a.send_data(2, |buf| frame::encode_data(buf, |b| b
         .extend_from_slice(b"over tls"))));
     assert!(a.send_raft(2, 7, &[raft::eraftpb::Message::default()]));
-    eventually("B receives A's data and Raft frames", || {
+    common::eventually("B receives A's data and Raft frames", || {
         let r = b_got.lock().unwrap();
         r.data
             .iter()
@@ -175,7 +165,7 @@ async fn trusted_nodes_exchange_frames_and_strangers_are_refused() {
     let stranger_tls = stranger_tls(&dir, &other_ca, &cluster_ca);
     let (c, _, c_got) = node(3, Some(stranger_tls)).await;
     c.connect(2, b_addr);
-    eventually("B refuses the stranger's certificate", || {
+    common::eventually("B refuses the stranger's certificate", || {
         refused(&tls_b, "untrusted_certificate") >= 2
     })
     .await;

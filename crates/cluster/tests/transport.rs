@@ -114,26 +114,16 @@ async fn flushed_and_task_written_frames_arrive_whole_and_in_order() {
     assert_eq!(*arrived.lock().unwrap(), sent);
 }
 
-async fn until(what: &str, mut f: impl FnMut() -> bool) {
-    for _ in 0..200 {
-        if f() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{what}: not within 10 s");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_groups_frames_take_the_raft_link_once_it_is_up_and_its_taker_reads_them() {
     let (a, _, _, _) = node_taking_raft_links(1, true).await;
     let (_b, b_addr, arrived, taken) = node_taking_raft_links(2, true).await;
     a.connect(2, b_addr);
-    until("the raft link came up", || {
+    common::eventually("the raft link came up", || {
         a.links().iter().any(|l| l.peer == 2 && l.raft_link)
     })
     .await;
-    until("the peer took it", || taken.lock().unwrap().len() == 1).await;
+    common::eventually("the peer took it", || taken.lock().unwrap().len() == 1).await;
     let link = taken.lock().unwrap().pop().unwrap();
     assert_eq!(link.from, 1);
     for group in [41, 42] {
@@ -175,10 +165,10 @@ async fn without_a_taker_at_the_dialling_end_no_raft_link_is_opened() {
     let (a, _, _, _) = node_taking_raft_links(1, false).await;
     let (_b, b_addr, arrived, taken) = node_taking_raft_links(2, true).await;
     a.connect(2, b_addr);
-    until("the link came up", || a.is_up(2)).await;
+    common::eventually("the link came up", || a.is_up(2)).await;
     assert!(a.queue_raft(2, 43, &[message(10)]));
     a.flush_queued();
-    until("the frame came by the main link", || {
+    common::eventually("the frame came by the main link", || {
         arrived.lock().unwrap().iter().any(|(g, _)| *g == 43)
     })
     .await;
