@@ -58,10 +58,6 @@ pub trait Machine: Send {
     fn flush(&mut self, _caught_up: bool) {}
 }
 
-/// How long a proposal to a group without a known leader waits for one (an election, a
-/// restart) before it is dropped: confirms pause through a failover rather than fail.
-const LEADERLESS_PROPOSAL_WAIT: Duration = Duration::from_secs(3);
-
 /// How long a member leaving its group waits, unspoken to, before it closes anyway.
 const LEAVE_QUIET: Duration = Duration::from_secs(5);
 
@@ -70,10 +66,12 @@ pub type SendRaft = Arc<dyn Fn(u64, u64, &[Message]) -> bool + Send + Sync>;
 
 mod commit_latency;
 mod failover;
+mod proposals;
 mod raft_links;
 mod syncer;
 mod voters;
 use failover::{elect_without, stand_again};
+use proposals::{propose, propose_waiting};
 pub use raft_links::InputSender;
 use raft_links::RaftLinks;
 use syncer::Syncer;
@@ -1003,9 +1001,6 @@ impl Runner {
     }
 }
 
-/// Proposes `data`, or keeps it until the group knows a leader (raft-rs drops a proposal
-/// made without one). Behind proposals that wait already, so that a publisher's messages
-/// reach the log in the order it sent them even when the leader becomes known between two.
 /// Asks the catch-up thread for the entries below `r`'s snapshot, from `sender` first (0:
 /// none), then the snapshot's other voters.
 fn fetch(
@@ -1030,43 +1025,6 @@ fn fetch(
         to_term: meta.term,
         sources,
     }));
-}
-
-fn propose(g: &mut Group, data: Vec<u8>, done: Option<Proposed>) {
-    if g.raw.raft.leader_id == raft::INVALID_ID {
-        g.waiting.push((Instant::now(), data, done));
-        return;
-    }
-    if !g.waiting.is_empty() {
-        g.waiting.push((Instant::now(), data, done));
-        propose_waiting(g);
-        return;
-    }
-    let result = g.raw.propose(vec![], data).map_err(|e| e.to_string());
-    if let Some(done) = done {
-        done(result);
-    }
-}
-
-/// Proposes what waited for a leader once there is one; drops what waited too long.
-fn propose_waiting(g: &mut Group) {
-    if g.waiting.is_empty() {
-        return;
-    }
-    let known = g.raw.raft.leader_id != raft::INVALID_ID;
-    let now = Instant::now();
-    for (since, data, done) in std::mem::take(&mut g.waiting) {
-        if known {
-            let result = g.raw.propose(vec![], data).map_err(|e| e.to_string());
-            if let Some(done) = done {
-                done(result);
-            }
-        } else if now.duration_since(since) < LEADERLESS_PROPOSAL_WAIT {
-            g.waiting.push((since, data, done));
-        } else if let Some(done) = done {
-            done(Err("the queue's group has no leader".into()));
-        }
-    }
 }
 
 /// Whether a quiet group may stop ticking: a leader whose followers have every entry and who

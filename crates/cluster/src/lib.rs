@@ -17,8 +17,8 @@
 //! - [`groups`]: every quorum queue's Raft group on the node, driven by one loop: one WAL sync
 //!   per round for all groups, idle groups asleep until a proposal, a message or a node down.
 //!   Its files `groups/raft_links.rs` (what the loop waits on: its inputs and the peers'
-//!   raft links, in one epoll), `groups/syncer.rs` (the WAL writer tells the loop of each
-//!   round's sync),
+//!   raft links, in one epoll), `groups/proposals.rs` (proposals waiting for a leader),
+//!   `groups/syncer.rs` (the WAL writer tells the loop of each round's sync),
 //!   `groups/voters.rs` (voters following the queue's members), `groups/commit_latency.rs` (a
 //!   leader's append-to-apply time) and `groups/failover.rs` (a leader's node down: elect
 //!   another at once).

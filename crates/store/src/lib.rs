@@ -6,6 +6,7 @@
 //! | module | concept |
 //! |---|---|
 //! | [`store`] | [`Store`], the public API: append, read, truncate, release, release a prefix, delete |
+//! | `read` | reading entries back: cache, else the WAL file or segment holding them, planned under the lock and read after it |
 //! | `log` | the in-memory index of one log: 16 bytes per entry, terms as runs, a payload cache |
 //! | [`record`] | the record format shared by the WAL and segments, with its crc32c |
 //! | [`wal`] | the WAL files and the writer thread: group commit, rollover, fault handling |
@@ -42,6 +43,7 @@ mod fault;
 mod id_hash;
 pub mod journal;
 mod log;
+mod read;
 pub mod record;
 mod recovery;
 pub mod segment;
