@@ -38,15 +38,16 @@
 //! of live entries must match it, so a damaged WAL file still fails the open with `Corrupt`.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::config::{PAYLOAD_BYTES_MAX, RECOVERY_READ_BYTES};
+use crate::config::PAYLOAD_BYTES_MAX;
 use crate::id_hash::IdMap;
-use crate::record::{decode, Decoded, RecordKind, RECORD_HEADER_BYTES};
+use crate::record::{RecordKind, RECORD_HEADER_BYTES};
 use crate::wal::WAL_HEADER_BYTES;
+use crate::wal_reader::WalReader;
 use crate::Result;
 
 const MAGIC: &[u8; 8] = b"WRNIDX01";
@@ -275,37 +276,22 @@ fn parse(bytes: &[u8], seq: u64, entries: u64, wal_len: u64) -> Option<Vec<Run>>
 /// Rebuilds the runs of WAL file `seq` from its append records, checksum verified: what
 /// recovery does when the sidecar is unusable. Stops at the first bad record (what follows is
 /// not trusted; recovery's live count decides whether anything needed was there).
-pub(crate) fn scan_wal(file: &File) -> Result<Vec<Run>> {
-    let mut reader = BufReader::with_capacity(RECOVERY_READ_BYTES, file);
-    reader.seek(SeekFrom::Start(WAL_HEADER_BYTES))?;
-    let mut offset = WAL_HEADER_BYTES;
-    let mut rec: Vec<u8> = Vec::new();
+pub(crate) fn scan_wal(file: &File, seq: u64) -> Result<Vec<Run>> {
     let mut runs: Vec<Run> = Vec::new();
-    loop {
-        rec.resize(RECORD_HEADER_BYTES, 0);
-        if reader.read_exact(&mut rec).is_err() {
-            break;
-        }
-        let len = crate::record::payload_len(&rec);
-        if len > PAYLOAD_BYTES_MAX {
-            break;
-        }
-        rec.resize(RECORD_HEADER_BYTES + len, 0);
-        if reader.read_exact(&mut rec[RECORD_HEADER_BYTES..]).is_err() {
-            break;
-        }
-        let Decoded::Record(h, _) = decode(&rec) else {
-            break;
-        };
-        if h.kind == RecordKind::Append {
-            let entry = (offset as u32, h.len);
+    let Some(mut reader) = WalReader::open(file, seq)? else {
+        return Ok(runs);
+    };
+    while let Some(batch) = reader.next_batch()? {
+        for r in batch.iter().filter(|r| r.header.kind == RecordKind::Append) {
+            let h = &r.header;
+            let entry = (r.offset as u32, h.len);
             match runs.last_mut() {
-                Some(r)
-                    if r.log_id == h.log_id
-                        && r.term == h.term
-                        && r.first_index + r.entries.len() as u64 == h.index =>
+                Some(run)
+                    if run.log_id == h.log_id
+                        && run.term == h.term
+                        && run.first_index + run.entries.len() as u64 == h.index =>
                 {
-                    r.entries.push(entry)
+                    run.entries.push(entry)
                 }
                 _ => runs.push(Run {
                     log_id: h.log_id,
@@ -315,7 +301,6 @@ pub(crate) fn scan_wal(file: &File) -> Result<Vec<Run>> {
                 }),
             }
         }
-        offset += h.record_bytes() as u64;
     }
     Ok(runs)
 }

@@ -16,6 +16,10 @@ pub const WAL_FILE_BYTES_MIN: u64 = 4 << 10;
 /// Largest accepted rollover size: WAL offsets are kept as `u32` in the per-entry index, and a
 /// file may exceed the rollover size by one batch.
 pub const WAL_FILE_BYTES_MAX: u64 = 1 << 30;
+/// Most settled WAL files kept to be recycled as later ones (see `wal`): one is enough for a
+/// steady stream, as each file is settled long before the next one fills; the second covers a
+/// burst that rolls files faster than the segment writer settles them.
+pub const WAL_SPARE_FILES_MAX: usize = 2;
 /// Largest payload of one entry: what the record header's 28-bit length holds. It must take a
 /// broker's largest message whole (RabbitMQ's max_message_size defaults to 128 MiB) with its
 /// envelope; an entry above the pending budget is written in a batch of its own.

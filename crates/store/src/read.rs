@@ -38,7 +38,9 @@ impl Store {
         to: u64,
         max_bytes: usize,
     ) -> Result<Vec<Entry>> {
-        // A segment may be compacted away between planning and reading: plan again then.
+        // Between planning and reading, a segment may be compacted away (not found), or a
+        // settled WAL file recycled and written over (its records no longer match): the entry
+        // has moved, so plan again. Real damage fails every attempt.
         let mut attempts = 0;
         loop {
             attempts += 1;
@@ -46,6 +48,7 @@ impl Store {
                 Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound && attempts < 4 => {
                     continue
                 }
+                Err(Error::Corrupt(_)) if attempts < 4 => continue,
                 other => return other,
             }
         }

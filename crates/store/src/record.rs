@@ -7,8 +7,11 @@
 //!  0     4    crc32c of bytes 4..32 followed by the payload
 //!  4     4    kind (top 4 bits: 1 append, 2 truncate, 3 release, 4 release prefix,
 //!             5 delete log, 6 release range: entries `index` to `term` inclusive,
-//!             7 padding: zeros up to the next page boundary, skipped,
-//!             8 hard state: Raft's term in `term`, commit in `index`, vote in the payload)
+//!             7 padding: zeros up to the next page boundary, skipped (WAL version 2),
+//!             8 hard state: Raft's term in `term`, commit in `index`, vote in the payload,
+//!             9 batch end: the WAL file's sequence in `log id`, the batch's first byte in
+//!             `index`, the crc32c of the batch's records in `term`, then zeros up to the
+//!             next page boundary)
 //!             and payload length in bytes (low 28 bits)
 //!  8     8    log id
 //! 16     8    index
@@ -47,13 +50,20 @@ pub enum RecordKind {
     /// acknowledged: the WAL writer's coalescing of a run of [`RecordKind::Release`]s, so that
     /// consumers acking in order cost one record per group commit instead of one per message.
     ReleaseRange = 6,
-    /// Zeros that end a WAL batch on a page boundary, so that the next batch starts on a page
-    /// of its own (see `wal`); says nothing.
+    /// Zeros that ended a WAL batch on a page boundary in WAL files of version 2; says
+    /// nothing. Version 3 ends batches with [`RecordKind::BatchEnd`] instead.
     Padding = 7,
     /// A Raft group's hard state: `term` is its current term, `index` its commit index, the
     /// payload (8 bytes, little endian) the node it voted for. Kept in the WAL beside the
     /// group's entries so that one fsync makes both durable.
     HardState = 8,
+    /// The end of a WAL batch: `log_id` is the WAL file's sequence, `index` the file offset of
+    /// the batch's first record, `term` the crc32c of the batch's records; zeros follow up to
+    /// the next page boundary, so that the next batch starts on a page of its own. A recycled
+    /// WAL file still holds valid records of its previous life past its current ones: replay
+    /// takes a batch only when its end names this file and the checksum matches (see
+    /// `wal_reader`).
+    BatchEnd = 9,
 }
 
 impl RecordKind {
@@ -67,6 +77,7 @@ impl RecordKind {
             6 => RecordKind::ReleaseRange,
             7 => RecordKind::Padding,
             8 => RecordKind::HardState,
+            9 => RecordKind::BatchEnd,
             _ => return None,
         })
     }

@@ -7,9 +7,11 @@
 //!    their records. The live entries found must be as many as the checkpoint says. Segment
 //!    files, WAL files up to `wal_flushed_seq` and sidecars it does not name are leftovers of a
 //!    crash or of deleted logs, and are deleted.
-//! 3. Replay every WAL file newer than the checkpoint's `wal_flushed_seq`, in order, record by
-//!    record, verifying each checksum. The first torn or corrupt record ends the file: the file
-//!    is truncated there, so that nothing after it is ever handed out.
+//! 3. Replay every WAL file newer than the checkpoint's `wal_flushed_seq`, in order, batch by
+//!    batch, verifying each record's checksum and each batch's end (`wal_reader`). The first
+//!    torn or corrupt record, or batch nothing vouches for, ends the file: the file is truncated
+//!    there, so that nothing after it is ever handed out. Settled WAL files still there, and
+//!    spare ones, become the spares to recycle.
 //! 4. Hand the replayed WAL files to the segment writer and start a new WAL file.
 //!
 //! Cost: payloads are never read (only segment indexes, sidecars and WAL files younger than the
@@ -18,19 +20,20 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::io;
 use std::sync::Arc;
 use std::time::Instant;
 
 use crate::adopted::{self, AdoptedFile};
 use crate::checkpoint::{self, LogCheckpoint};
-use crate::config::{Config, PAYLOAD_BYTES_MAX, RECOVERY_READ_BYTES};
+use crate::config::{Config, WAL_SPARE_FILES_MAX};
 use crate::id_hash::IdMap;
 use crate::log::{Loc, LogState, Slot, SnapshotMeta};
-use crate::record::{decode, Decoded, RecordHeader, RecordKind, RECORD_HEADER_BYTES};
+use crate::record::{RecordHeader, RecordKind, RECORD_HEADER_BYTES};
 use crate::segment;
 use crate::store::State;
 use crate::wal::{self, WalFile, WAL_HEADER_BYTES};
+use crate::wal_reader::WalReader;
 use crate::{Error, Result};
 
 pub(crate) struct Recovered {
@@ -123,10 +126,18 @@ pub(crate) fn recover(config: &Config) -> Result<Recovered> {
                 continue;
             }
             if seq <= cp.wal_flushed_seq {
-                fs::remove_file(entry.path())?;
+                // Settled before the crash, and not yet retired.
+                keep_spare_or_remove(
+                    &mut state,
+                    entry.path(),
+                    wal::spare_path(&config.wal_dir, seq),
+                    seq,
+                )?;
             } else {
                 seqs.push(seq);
             }
+        } else if let Some(seq) = name.and_then(wal::parse_spare_name) {
+            keep_spare_or_remove(&mut state, entry.path(), entry.path(), seq)?;
         } else if let Some(seq) = name.and_then(adopted::parse_sidecar_name) {
             // A sidecar not named: its file was flushed or emptied, or its adoption never
             // reached a checkpoint (the file is replayed and settled again).
@@ -141,16 +152,15 @@ pub(crate) fn recover(config: &Config) -> Result<Recovered> {
         let is_last = n + 1 == seqs.len();
         let path = wal::wal_path(&config.wal_dir, *seq);
         let file = OpenOptions::new().read(true).write(true).open(&path)?;
-        if !has_header(&file, *seq)? {
+        if !replay(&mut state, &file, *seq)? {
             if is_last {
-                // Torn while being created: it holds nothing durable.
+                // Torn while being created, or recycled: it holds nothing durable.
                 drop(file);
                 fs::remove_file(&path)?;
                 continue;
             }
             return Err(Error::Corrupt(format!("WAL file {seq}: bad header")));
         }
-        replay(&mut state, &file, *seq)?;
         state.wal_files.insert(*seq, Arc::new(file));
         state.flush_queue.push_back(*seq);
         last_seq = *seq;
@@ -158,7 +168,15 @@ pub(crate) fn recover(config: &Config) -> Result<Recovered> {
     for log in state.logs.values_mut() {
         log.durable_index = log.last_index();
     }
-    let active = wal::create(&config.wal_dir, last_seq + 1)?;
+    let (dir, seq) = (&config.wal_dir, last_seq + 1);
+    let recycled = state
+        .spare_wal
+        .pop()
+        .and_then(|old| wal::recycle(dir, seq, old));
+    let active = match recycled {
+        Some(active) => active,
+        None => wal::create(dir, seq)?,
+    };
     state.wal_files.insert(active.seq, active.file.clone());
     state.active_wal_seq = active.seq;
     Ok(Recovered {
@@ -172,10 +190,26 @@ fn has_header(file: &File, seq: u64) -> Result<bool> {
     use std::os::unix::fs::FileExt;
     let mut h = [0u8; WAL_HEADER_BYTES as usize];
     match file.read_exact_at(&mut h, 0) {
-        Ok(()) => Ok(h == wal::header(seq)),
+        Ok(()) => Ok(wal::header_version(&h, seq).is_some()),
         Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(false),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Keeps the settled WAL file at `path` as spare `seq` (at `spare`) while the pool has room,
+/// else deletes it.
+fn keep_spare_or_remove(
+    state: &mut State,
+    path: std::path::PathBuf,
+    spare: std::path::PathBuf,
+    seq: u64,
+) -> Result<()> {
+    if state.spare_wal.len() < WAL_SPARE_FILES_MAX && fs::rename(&path, &spare).is_ok() {
+        state.spare_wal.push(seq);
+        return Ok(());
+    }
+    fs::remove_file(&path)?;
+    Ok(())
 }
 
 fn load_log(config: &Config, state: &mut State, cp: &LogCheckpoint) -> Result<LogState> {
@@ -254,7 +288,7 @@ fn load_adopted(
             eprintln!(
                 "warren-store: the index sidecar of adopted WAL file {seq} is missing or damaged; rebuilding it from the WAL file"
             );
-            let runs = adopted::scan_wal(&file)?;
+            let runs = adopted::scan_wal(&file, seq)?;
             let count = runs.iter().map(|r| r.entries.len() as u64).sum();
             if let Err(e) = adopted::write_runs(&config.wal_dir, seq, &runs) {
                 // Only a speed-up: the next open scans the WAL file again.
@@ -314,56 +348,27 @@ fn load_adopted(
     Ok(())
 }
 
-/// Reads as many bytes as the file has, up to `buf.len()`.
-fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match reader.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+/// Replays WAL file `seq` into `state`, truncating the file where its valid records end, so
+/// that nothing after them is ever handed out. False when its header is not that file's.
+fn replay(state: &mut State, file: &File, seq: u64) -> Result<bool> {
+    let Some(mut reader) = WalReader::open(file, seq)? else {
+        return Ok(false);
+    };
+    while let Some(batch) = reader.next_batch()? {
+        for r in batch {
+            apply(state, &r.header, &r.payload, seq, r.offset as u32);
         }
     }
-    Ok(n)
-}
-
-fn replay(state: &mut State, file: &File, seq: u64) -> Result<()> {
-    let mut reader = BufReader::with_capacity(RECOVERY_READ_BYTES, file);
-    reader.seek(SeekFrom::Start(WAL_HEADER_BYTES))?;
-    let mut offset = WAL_HEADER_BYTES;
-    let mut rec: Vec<u8> = vec![0; RECORD_HEADER_BYTES];
-    let end = loop {
-        rec.resize(RECORD_HEADER_BYTES, 0);
-        let n = read_full(&mut reader, &mut rec[..RECORD_HEADER_BYTES])?;
-        if n == 0 {
-            break None;
+    let end = reader.end();
+    if end < file.metadata()?.len() {
+        // A version 3 file normally ends so: a recycled file's earlier life follows its records.
+        if let (2, Some(why)) = (reader.version(), reader.stopped()) {
+            eprintln!("warren-store: WAL file {seq}: {why} at offset {end}; truncating the tail");
         }
-        if n < RECORD_HEADER_BYTES {
-            break Some("torn record header");
-        }
-        let len = crate::record::payload_len(&rec);
-        if len > PAYLOAD_BYTES_MAX {
-            break Some("impossible record length");
-        }
-        rec.resize(RECORD_HEADER_BYTES + len, 0);
-        if read_full(&mut reader, &mut rec[RECORD_HEADER_BYTES..])? < len {
-            break Some("torn record payload");
-        }
-        match decode(&rec) {
-            Decoded::Record(h, payload) => {
-                apply(state, &h, payload, seq, offset as u32);
-                offset += h.record_bytes() as u64;
-            }
-            _ => break Some("corrupt record"),
-        }
-    };
-    if let Some(why) = end {
-        eprintln!("warren-store: WAL file {seq}: {why} at offset {offset}; truncating the tail");
-        file.set_len(offset)?;
+        file.set_len(end)?;
         file.sync_all()?;
     }
-    Ok(())
+    Ok(true)
 }
 
 fn apply(state: &mut State, h: &RecordHeader, payload: &[u8], seq: u64, offset: u32) {
@@ -397,7 +402,7 @@ fn apply(state: &mut State, h: &RecordHeader, payload: &[u8], seq: u64, offset: 
                 log.release(h.index);
             }
         }
-        RecordKind::Padding => {}
+        RecordKind::Padding | RecordKind::BatchEnd => {}
         RecordKind::HardState => {
             if !state.logs.contains_key(&h.log_id) {
                 let log = state.new_log(h.log_id);

@@ -979,12 +979,8 @@ fn collect(shared: &Shared, forced: bool) -> Result<()> {
     }
     for (n, (seq, was_adopted)) in dead_wal.iter().enumerate() {
         shared.lock().wal_files.remove(seq);
-        let removed = match std::fs::remove_file(crate::wal::wal_path(&shared.config.wal_dir, *seq))
-        {
-            Ok(()) => adopted::remove(&shared.config.wal_dir, *seq),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e),
-        };
+        let removed = crate::wal::retire(shared, *seq)
+            .and_then(|()| adopted::remove(&shared.config.wal_dir, *seq));
         if let Err(e) = removed {
             // The checkpoint no longer names them; recovery would delete them too, but try
             // again at the next pass rather than leave disk behind until a restart.

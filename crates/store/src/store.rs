@@ -115,6 +115,8 @@ pub struct Stats {
     pub segment_bytes: u64,
     /// Rolled WAL files whose live entries were copied into segments (the file then deleted).
     pub wal_files_flushed: u64,
+    /// WAL files started by writing over a settled one rather than creating a new one.
+    pub wal_files_recycled: u64,
     /// Segment files deleted because nothing in them was live.
     pub segments_deleted: u64,
     /// Segment files rewritten by compaction.
@@ -142,6 +144,7 @@ pub(crate) struct Counters {
     pub wal_bytes: AtomicU64,
     pub segment_bytes: AtomicU64,
     pub wal_files_flushed: AtomicU64,
+    pub wal_files_recycled: AtomicU64,
     pub segments_deleted: AtomicU64,
     pub segments_compacted: AtomicU64,
     pub wal_files_adopted: AtomicU64,
@@ -209,6 +212,8 @@ pub(crate) struct State {
     /// WAL files nothing points into any more (flushed, or adopted and since emptied or
     /// compacted), deleted after the next checkpoint; true for those that were adopted.
     pub dead_wal: Vec<(u64, bool)>,
+    /// Settled WAL files kept to be recycled, by their old sequence (see `wal`).
+    pub spare_wal: Vec<u64>,
     pub room_wakers: Vec<Waker>,
     /// Callers of [`Store::sync_then`] not told yet.
     pub sync_waiters: SyncWaiters,
@@ -244,6 +249,7 @@ impl State {
             dead_segments: Vec::new(),
             adopted: BTreeMap::new(),
             dead_wal: Vec::new(),
+            spare_wal: Vec::new(),
             room_wakers: Vec::new(),
             sync_waiters: SyncWaiters::default(),
         }
@@ -951,6 +957,7 @@ impl Store {
             wal_bytes: c.wal_bytes.load(Ordering::Relaxed),
             segment_bytes: c.segment_bytes.load(Ordering::Relaxed),
             wal_files_flushed: c.wal_files_flushed.load(Ordering::Relaxed),
+            wal_files_recycled: c.wal_files_recycled.load(Ordering::Relaxed),
             segments_deleted: c.segments_deleted.load(Ordering::Relaxed),
             segments_compacted: c.segments_compacted.load(Ordering::Relaxed),
             wal_files_adopted: c.wal_files_adopted.load(Ordering::Relaxed),

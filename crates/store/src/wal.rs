@@ -2,25 +2,35 @@
 //!
 //! Group commit: the writer takes every pending record of every log (up to
 //! [`BATCH_ENTRIES_MAX`] records and [`BATCH_BYTES_MAX`] bytes), encodes them into one buffer,
-//! writes it with one `pwrite`, then one `fdatasync`, and only then marks the entries durable and
-//! calls the listener. While it syncs, new records pile up, so batches grow with the load.
+//! ends it with a [`RecordKind::BatchEnd`] record on a page boundary, writes it with one
+//! `pwrite`, then one `fdatasync`, and only then marks the entries durable and calls the
+//! listener. While it syncs, new records pile up, so batches grow with the load.
 //!
 //! File `wal/<seq as 16 hex digits>.wal`:
 //!
 //! ```text
 //!  0  8  magic "WRNWAL01"
-//!  8  4  version (1)
+//!  8  4  version (3; 2 is still read)
 //! 12  4  zero
 //! 16  8  sequence number (same as the name)
 //! 24  4  zero
 //! 28  4  crc32c of bytes 0..28
-//! 32  .. records (see `record`), back to back
+//! 32  .. batches of records (see `record`), each ended by a batch end record
 //! ```
+//!
+//! Recycling: a settled WAL file is not deleted but renamed `wal/<seq>.spare` (up to
+//! [`WAL_SPARE_FILES_MAX`] of them), and the next roll renames a spare to the new file's name
+//! and writes over it from the start. An `fdatasync` after overwriting blocks the file already
+//! has changes no metadata, so the file system commits no journal transaction for it; growing
+//! a file makes every sync do that too. This is PostgreSQL's `wal_recycle`. Records of the
+//! file's previous life lie past the current ones, which is why each batch ends with a record
+//! naming the file and the batch's checksum (`wal_reader` takes only what those vouch for).
 //!
 //! Faults: a failed fdatasync poisons the engine (the kernel may have dropped the dirty pages,
 //! so retrying could report lost data as durable). A write failing with ENOSPC truncates the
-//! file back to its last durable length, answers [`crate::Error::DiskFull`] to new appends and
-//! retries every [`DISK_FULL_RETRY_MS`] until space returns; nothing already durable is touched.
+//! file back to its last durable length, deletes the spare files, answers
+//! [`crate::Error::DiskFull`] to new appends and retries every [`DISK_FULL_RETRY_MS`] until
+//! space returns; nothing already durable is touched.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -31,7 +41,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::checkpoint::sync_dir;
-use crate::config::{BATCH_BYTES_MAX, BATCH_ENTRIES_MAX, DISK_FULL_RETRY_MS};
+use crate::config::{BATCH_BYTES_MAX, BATCH_ENTRIES_MAX, DISK_FULL_RETRY_MS, WAL_SPARE_FILES_MAX};
 use crate::fault::is_disk_full;
 use crate::id_hash::IdMap;
 use crate::log::{Loc, FILE_ID_MAX};
@@ -39,8 +49,11 @@ use crate::record::{self, RecordKind, RECORD_HEADER_BYTES};
 use crate::store::{Op, Shared};
 
 const MAGIC: &[u8; 8] = b"WRNWAL01";
-/// 2: 32-byte record headers (version 1 had 40).
-const VERSION: u32 = 2;
+/// 3: batches end with a batch end record, so files can be recycled. 2: 32-byte record headers
+/// (version 1 had 40).
+const VERSION: u32 = 3;
+/// The oldest version still read: its files were never recycled, so replay needs no batch ends.
+const VERSION_READ_MIN: u32 = 2;
 /// Size of the WAL file header.
 pub const WAL_HEADER_BYTES: u64 = 32;
 
@@ -66,26 +79,68 @@ pub fn parse_wal_name(name: &str) -> Option<u64> {
     u64::from_str_radix(stem, 16).ok()
 }
 
-pub(crate) fn header(seq: u64) -> [u8; WAL_HEADER_BYTES as usize] {
+/// The path of spare WAL file `seq` (settled, kept to be recycled).
+pub(crate) fn spare_path(dir: &Path, seq: u64) -> PathBuf {
+    dir.join(format!("{seq:016x}.spare"))
+}
+
+/// The sequence number a spare WAL file's name stands for.
+pub(crate) fn parse_spare_name(name: &str) -> Option<u64> {
+    let stem = name.strip_suffix(".spare")?;
+    if stem.len() != 16 {
+        return None;
+    }
+    u64::from_str_radix(stem, 16).ok()
+}
+
+pub(crate) fn header_of_version(seq: u64, version: u32) -> [u8; WAL_HEADER_BYTES as usize] {
     let mut h = [0u8; WAL_HEADER_BYTES as usize];
     h[0..8].copy_from_slice(MAGIC);
-    h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    h[8..12].copy_from_slice(&version.to_le_bytes());
     h[16..24].copy_from_slice(&seq.to_le_bytes());
     let crc = crc32c::crc32c(&h[..28]);
     h[28..32].copy_from_slice(&crc.to_le_bytes());
     h
 }
 
+pub(crate) fn header(seq: u64) -> [u8; WAL_HEADER_BYTES as usize] {
+    header_of_version(seq, VERSION)
+}
+
+/// The format version of WAL file `seq` whose first bytes are `h`, if they are its header in
+/// a version this build reads.
+pub(crate) fn header_version(h: &[u8; WAL_HEADER_BYTES as usize], seq: u64) -> Option<u32> {
+    let version = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes"));
+    (VERSION_READ_MIN..=VERSION)
+        .contains(&version)
+        .then_some(version)
+        .filter(|v| *h == header_of_version(seq, *v))
+}
+
 /// Creates WAL file `seq` with its header, durably (file and directory entry synced), so that
 /// records written into it later are found after a crash.
 pub(crate) fn create(dir: &Path, seq: u64) -> io::Result<WalFile> {
-    assert!(seq <= FILE_ID_MAX, "WAL sequence space exhausted");
     let file = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(true)
         .open(wal_path(dir, seq))?;
+    start(dir, seq, file)
+}
+
+/// Makes spare file `spare` WAL file `seq`, durably, to be written over from its start (see
+/// the module's doc); `None` if it cannot, and a new file is made instead.
+pub(crate) fn recycle(dir: &Path, seq: u64, spare: u64) -> Option<WalFile> {
+    let path = wal_path(dir, seq);
+    std::fs::rename(spare_path(dir, spare), &path).ok()?;
+    let file = OpenOptions::new().read(true).write(true).open(&path).ok()?;
+    start(dir, seq, file).ok()
+}
+
+/// Writes the header of WAL file `seq` and syncs the file and its directory entry.
+fn start(dir: &Path, seq: u64, file: File) -> io::Result<WalFile> {
+    assert!(seq <= FILE_ID_MAX, "WAL sequence space exhausted");
     file.write_all_at(&header(seq), 0)?;
     file.sync_all()?;
     sync_dir(dir)?;
@@ -94,6 +149,37 @@ pub(crate) fn create(dir: &Path, seq: u64) -> io::Result<WalFile> {
         file: Arc::new(file),
         len: WAL_HEADER_BYTES,
     })
+}
+
+/// Keeps settled WAL file `seq` as a spare to be recycled, or deletes it when there are
+/// [`WAL_SPARE_FILES_MAX`] spares already. The caller has made sure nothing points into it.
+pub(crate) fn retire(shared: &Shared, seq: u64) -> io::Result<()> {
+    let dir = &shared.config.wal_dir;
+    let mut st = shared.lock();
+    if st.spare_wal.len() < WAL_SPARE_FILES_MAX {
+        match std::fs::rename(wal_path(dir, seq), spare_path(dir, seq)) {
+            Ok(()) => {
+                st.spare_wal.push(seq);
+                return Ok(());
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            // Deleting it below frees the disk all the same.
+            Err(_) => {}
+        }
+    }
+    drop(st);
+    match std::fs::remove_file(wal_path(dir, seq)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Deletes every spare WAL file: on a full disk, their space is worth more than their speed.
+fn drop_spares(shared: &Shared) {
+    let spares = std::mem::take(&mut shared.lock().spare_wal);
+    for seq in spares {
+        let _ = std::fs::remove_file(spare_path(&shared.config.wal_dir, seq));
+    }
 }
 
 enum WriteOutcome {
@@ -197,7 +283,7 @@ fn write_batches(shared: &Arc<Shared>, mut wal: WalFile) {
                     }
                 }
             }
-            pad_to_page(&mut buf, wal.len);
+            end_batch(&mut buf, wal.len, wal.seq);
             match write_and_sync(shared, &mut wal, &buf) {
                 WriteOutcome::Durable => {}
                 WriteOutcome::GaveUp | WriteOutcome::Poisoned => return,
@@ -265,7 +351,22 @@ fn write_batches(shared: &Arc<Shared>, mut wal: WalFile) {
             st.roll_requested && st.roll_after_seq <= written_through
         };
         if asked || wal.len >= wal_bytes_max {
-            match create(&shared.config.wal_dir, wal.seq + 1) {
+            // A recycled file rolled early still has its previous life's bytes past this one's:
+            // cut them, so that the file's size is its records' (the segment writer weighs
+            // what is live against it). Not synced: replay ignores them either way.
+            if wal.file.metadata().is_ok_and(|m| m.len() > wal.len) {
+                let _ = wal.file.set_len(wal.len);
+            }
+            let (dir, seq) = (&shared.config.wal_dir, wal.seq + 1);
+            let spare = shared.lock().spare_wal.pop();
+            let recycled = spare.and_then(|old| recycle(dir, seq, old));
+            if recycled.is_some() {
+                shared
+                    .counters
+                    .wal_files_recycled
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            match recycled.map(Ok).unwrap_or_else(|| create(dir, seq)) {
                 Ok(next) => {
                     {
                         let mut st = shared.lock();
@@ -342,25 +443,20 @@ const STREAM_BATCH_BYTES: usize = 128 << 10;
 /// The page size the batches are aligned to: the kernel's unit of dirtying and writeback.
 pub(crate) const PAGE_BYTES: u64 = 4096;
 
-/// Ends the batch in `buf`, to be written at file offset `at`, on a page boundary with a
-/// [`RecordKind::Padding`] record.
+/// Ends the batch in `buf`, to be written at file offset `at` of WAL file `seq`, with a
+/// [`RecordKind::BatchEnd`] record that vouches for it and fills the rest of its last page.
 ///
-/// Each fdatasync writes whole pages. Without padding, the page a batch ends in is written
+/// Each fdatasync writes whole pages. Without the fill, the page a batch ends in is written
 /// again, whole, by the next batch: 4 KiB more per sync, which at moderate rates (20 messages
 /// of 1 KB per sync) is 20 % more bytes written than the messages themselves. With it, a batch
 /// costs only the zeros of its last page (2 KiB on average), and file space, not writes.
-fn pad_to_page(buf: &mut Vec<u8>, at: u64) {
-    let end = at + buf.len() as u64;
-    let mut gap = (PAGE_BYTES - end % PAGE_BYTES) % PAGE_BYTES;
-    if gap == 0 {
-        return;
-    }
-    if gap < RECORD_HEADER_BYTES as u64 {
-        gap += PAGE_BYTES;
-    }
-    let zeros = [0u8; 2 * PAGE_BYTES as usize];
-    let len = gap as usize - RECORD_HEADER_BYTES;
-    record::encode(buf, RecordKind::Padding, 0, 0, 0, &zeros[..len]);
+pub(crate) fn end_batch(buf: &mut Vec<u8>, at: u64, seq: u64) {
+    let crc = crc32c::crc32c(buf);
+    let end = at + (buf.len() + RECORD_HEADER_BYTES) as u64;
+    let gap = (PAGE_BYTES - end % PAGE_BYTES) % PAGE_BYTES;
+    let zeros = [0u8; PAGE_BYTES as usize];
+    let kind = RecordKind::BatchEnd;
+    record::encode(buf, kind, seq, at, u64::from(crc), &zeros[..gap as usize]);
 }
 
 /// In [`coalesce_releases`]'s plan: this release is written as part of a later range record.
@@ -428,6 +524,7 @@ fn write_and_sync(shared: &Shared, wal: &mut WalFile, buf: &[u8]) -> WriteOutcom
                 // Drop whatever part of the batch reached the file so the next attempt (and
                 // recovery) sees the file end at its last durable record.
                 let _ = wal.file.set_len(wal.len);
+                drop_spares(shared);
                 {
                     let mut st = shared.lock();
                     st.disk_full = true;
@@ -464,29 +561,30 @@ mod tests {
     use bytes::Bytes;
 
     #[test]
-    fn batches_end_on_a_page_boundary() {
+    fn batches_end_on_a_page_boundary_with_a_record_vouching_for_them() {
         for (at, len) in [
             (32, 0),
             (32, 100),
             (4096, 4064),
+            (4096, 4032),
             (8000, 4000),
             (0, 4095),
             (4096, 1),
         ] {
             let mut buf = vec![1u8; len];
-            pad_to_page(&mut buf, at);
+            let crc = crc32c::crc32c(&buf);
+            end_batch(&mut buf, at, 9);
             assert_eq!((at + buf.len() as u64) % PAGE_BYTES, 0, "at {at} len {len}");
-            assert!(buf.len() - len < 2 * PAGE_BYTES as usize);
-            if buf.len() > len {
-                match record::decode(&buf[len..]) {
-                    record::Decoded::Record(h, _) => assert_eq!(h.kind, RecordKind::Padding),
-                    other => panic!("{other:?}"),
-                }
+            assert!(buf.len() - len >= RECORD_HEADER_BYTES);
+            assert!(buf.len() - len < PAGE_BYTES as usize + RECORD_HEADER_BYTES);
+            match record::decode(&buf[len..]) {
+                record::Decoded::Record(h, _) => assert_eq!(
+                    (h.kind, h.log_id, h.index, h.term),
+                    (RecordKind::BatchEnd, 9, at, u64::from(crc))
+                ),
+                other => panic!("{other:?}"),
             }
         }
-        let mut aligned = vec![1u8; 4064];
-        pad_to_page(&mut aligned, 32);
-        assert_eq!(aligned.len(), 4064, "nothing added at a boundary");
     }
 
     #[test]

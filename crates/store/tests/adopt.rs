@@ -60,19 +60,6 @@ fn roll(store: &Store) {
     store.wait_idle().unwrap();
 }
 
-fn files_with(dir: &std::path::Path, ext: &str) -> usize {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .path()
-                .extension()
-                .is_some_and(|x| x == ext)
-        })
-        .count()
-}
-
 /// Checks that `log` holds `from..=to` of `term` and `size`, except the `released` ones.
 fn check(
     store: &Store,
@@ -158,9 +145,14 @@ fn fully_released_adopted_files_are_deleted_with_their_sidecars() {
         );
         assert_eq!(files_with(&config.wal_dir, "idx"), 0);
         assert_eq!(
-            file_count(&config.wal_dir),
+            files_with(&config.wal_dir, "wal"),
             1,
             "only the active WAL file remains"
+        );
+        assert_eq!(
+            file_count(&config.wal_dir),
+            1 + warren_store::config::WAL_SPARE_FILES_MAX,
+            "beside the spares kept to recycle"
         );
     }
     let (store, infos) = open_infos(&config);

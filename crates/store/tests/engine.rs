@@ -165,6 +165,45 @@ fn in_order_releases_cost_a_record_per_batch_and_survive_reopen() {
 }
 
 #[test]
+fn settled_wal_files_are_recycled_and_replay_takes_only_their_new_records() {
+    let dir = TempDir::new("recycle");
+    let config = segments_config(&dir);
+    {
+        let (store, _) = open(&config);
+        // Log 1 fills a few files, a batch per page; once settled, they are kept as spares
+        // (some recycled already).
+        for i in 1..=40 {
+            store.append_blocking(1, &[entry(1, i, 1, 400)]).unwrap();
+            store.sync().unwrap();
+        }
+        store.roll_wal();
+        store.wait_idle().unwrap();
+        assert!(files_with(&config.wal_dir, "spare") >= 1);
+        // Log 1 is deleted in the active file; the next one is a spare written over, the last
+        // one settled: its earlier life's batches of log 1 lie past what is written now, each
+        // starting on a page as the new ones do.
+        store.delete_log(1).unwrap();
+        let recycled = store.stats().wal_files_recycled;
+        store.roll_wal();
+        store.wait_idle().unwrap();
+        assert_eq!(store.stats().wal_files_recycled, recycled + 1);
+        for i in 1..=5 {
+            store.append_blocking(2, &[entry(2, i, 1, 100)]).unwrap();
+            store.sync().unwrap();
+        }
+    }
+    let (store, _) = open(&config);
+    assert!(
+        store.log_info(1).is_none(),
+        "log 1 came back from the recycled file's earlier life"
+    );
+    assert_eq!(store.log_info(2).unwrap().last_index, 5);
+    for i in 1..=5 {
+        assert_eq!(store.read(2, i).unwrap(), Some(entry(2, i, 1, 100)));
+    }
+}
+
+#[test]
 fn rolled_wal_files_move_to_segments_and_are_deleted() {
     let dir = TempDir::new("rollover");
     let config = segments_config(&dir);
@@ -182,9 +221,16 @@ fn rolled_wal_files_move_to_segments_and_are_deleted() {
         assert!(flushed >= 1, "{flushed}");
         assert!(dir_bytes(&config.segment_dir) > n * 200);
         assert_eq!(
-            file_count(&config.wal_dir),
+            files_with(&config.wal_dir, "wal"),
             1,
             "only the active WAL file remains"
+        );
+        // Beside settled ones kept to recycle: the last roll may have taken one the settling of
+        // the rolled file then gave back.
+        let spares = files_with(&config.wal_dir, "spare");
+        assert!(
+            (1..=warren_store::config::WAL_SPARE_FILES_MAX).contains(&spares),
+            "{spares}"
         );
         for log in 0..4 {
             let last = store.log_info(log).unwrap().last_index;

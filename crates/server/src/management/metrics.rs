@@ -808,6 +808,7 @@ fn encode_store(enc: &mut DescriptorEncoder, st: &warren_store::Stats) -> fmt::R
         ("checkpoint_written_bytes", st.checkpoint_bytes),
         ("wal_files_copied", st.wal_files_flushed),
         ("wal_files_adopted", st.wal_files_adopted),
+        ("wal_files_recycled", st.wal_files_recycled),
         ("adopted_files_deleted", st.adopted_files_deleted),
         ("adopted_files_compacted", st.adopted_files_compacted),
         ("segments_deleted", st.segments_deleted),

@@ -130,6 +130,19 @@ pub fn dir_bytes(dir: &Path) -> u64 {
         .unwrap_or(0)
 }
 
+pub fn files_with(dir: &Path, ext: &str) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == ext)
+        })
+        .count()
+}
+
 pub fn file_count(dir: &Path) -> usize {
     std::fs::read_dir(dir).map(|it| it.count()).unwrap_or(0)
 }
