@@ -94,11 +94,13 @@ impl Durability {
         let stream = r.quorum.entry((channel, group)).or_insert_with(|| {
             *next += 2;
             Stream {
-                log: REMOTE_LOGS + *next,
+                log: QUORUM_STREAMS + *next,
                 assigned: 0,
                 confirmed: 0,
+                answered: 0,
             }
         });
+        r.stream_of_log.insert(stream.log, (channel, group));
         stream.assigned += 1;
         (stream.log, stream.assigned)
     }
@@ -126,10 +128,9 @@ impl Durability {
                 confirmed = seq;
             }
             r.rejected.extend(refused);
-            r.quorum
-                .get_mut(&(channel, group))
-                .expect("found above")
-                .confirmed = confirmed;
+            let stream = r.quorum.get_mut(&(channel, group)).expect("found above");
+            stream.confirmed = confirmed;
+            stream.answered = stream.answered.max(confirmed);
             (log, confirmed)
         };
         self.on_durable_now(log, upto);
@@ -152,6 +153,7 @@ impl Durability {
             if upto > stream.confirmed {
                 refused.extend((stream.confirmed + 1..=upto).map(|s| (stream.log, s)));
             }
+            stream.answered = stream.answered.max(upto);
         }
         if refused.is_empty() {
             return;
@@ -180,6 +182,9 @@ impl Durability {
                 .filter_map(|k| r.quorum.remove(k))
                 .map(|s| s.log)
                 .collect();
+            for log in &logs {
+                r.stream_of_log.remove(log);
+            }
             let gone: std::collections::HashSet<u64> = logs.iter().copied().collect();
             r.rejected.retain(|(log, _)| !gone.contains(log));
             logs
@@ -191,6 +196,16 @@ impl Durability {
             }
         }
         groups
+    }
+
+    /// The group of quorum stream `log`, and how many of its publishes up to `newest` the group
+    /// has not answered yet (applied, or refused by a leader change); `None` for a stream gone
+    /// (its channel closed).
+    pub fn quorum_unanswered(&self, log: u64, newest: u64) -> Option<(u64, u64)> {
+        let r = self.remote.lock().expect("remote lock");
+        let key = r.stream_of_log.get(&log)?;
+        let stream = r.quorum.get(key)?;
+        Some((key.1, newest.saturating_sub(stream.answered)))
     }
 
     /// Whether any of `waits` was refused (rejected by a peer, or its epoch ended first).
@@ -243,6 +258,14 @@ impl Durability {
 
 /// Pseudo logs of forwarded publishes start here.
 const REMOTE_LOGS: u64 = 1 << 62;
+/// Pseudo logs of publishes to quorum queues (a range of the forwards' own, so that what
+/// treats every pseudo log alike still does).
+const QUORUM_STREAMS: u64 = REMOTE_LOGS + (1 << 61);
+
+/// Whether pseudo log `log` is a channel's stream of publishes to a quorum queue.
+pub fn is_quorum_stream(log: u64) -> bool {
+    log >= QUORUM_STREAMS
+}
 
 /// What is known of forwards to other nodes.
 #[derive(Default)]
@@ -256,6 +279,8 @@ struct Remote {
     /// Publishes to quorum queues, per (channel, group): ordered so that a closing channel
     /// finds its own streams without walking every channel's.
     quorum: std::collections::BTreeMap<(u64, u64), Stream>,
+    /// Each quorum stream's key by its pseudo log.
+    stream_of_log: HashMap<u64, (u64, u64)>,
 }
 
 /// A channel's publishes to one quorum queue group.
@@ -265,6 +290,9 @@ struct Stream {
     assigned: u64,
     /// The last one the group applied (or that was refused): the pseudo log's durable index.
     confirmed: u64,
+    /// The last one answered either way, refusals for a leader change included: what the
+    /// publisher's flow control counts as no longer in flight.
+    answered: u64,
 }
 
 impl DurabilityListener for Durability {

@@ -19,12 +19,26 @@
 //! one emptiness check. The reader adds one comparison per frame. Nothing here takes a lock or an atomic
 //! unless the bound was crossed.
 //!
+//! Publishes to a quorum queue whose consumers fall behind (more than [`QUORUM_BACKLOG_MIN`]
+//! messages ready while it has consumers) are held to [`QUORUM_IN_FLIGHT_MAX`] proposed and not
+//! yet answered by its group, per connection: past it, the reader stops until the groups have
+//! answered all but [`QUORUM_IN_FLIGHT_RESUME`]. When the CPU is saturated, each confirming
+//! publisher keeps its whole confirm window (PerfTest's `-c 1000`) inside the broker: the
+//! group's Raft pipeline grows that deep, and every command waits behind it. A consumer's
+//! prefetch is refilled only once its acks went through that pipeline (and, from a follower's
+//! node, to the leader and back), so with a prefetch no larger than the publisher's window it
+//! takes fewer messages per round trip than the publisher puts in, and the backlog grows for
+//! good. Bounding the publisher shortens the pipeline until the consumer catches up.
+//! RabbitMQ bounds every channel (`quorum_commands_soft_limit`); bounding only publishers of
+//! queues that fall behind keeps a lone publisher's full pipeline, which is most of its rate
+//! (measured in `docs/quorum-queues.md`).
+//!
 //! What it does not bound: transient messages held in a queue's memory (RabbitMQ neither: those
-//! are bounded by the memory alarm), and quorum queues' proposals (their Raft log has its own
-//! bounds).
+//! are bounded by the memory alarm), and publishes to quorum queues without confirms (nothing
+//! answers them one by one; their Raft log has its own bounds).
 
 use crate::connection::Connection;
-use crate::durability::Durability;
+use crate::durability::{is_quorum_stream, Durability};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use warren_store::Store;
@@ -37,6 +51,14 @@ pub const FLOW_BYTES_MAX: u64 = 8 << 20;
 /// Messages a connection may have handed to the engine and not seen synced: one WAL batch's
 /// entries (`warren_store::config::BATCH_ENTRIES_MAX`), for the same reason.
 pub const FLOW_MESSAGES_MAX: u64 = 8192;
+/// Publishes to quorum queues whose consumers fall behind that a connection may have proposed
+/// and not seen answered: a quarter of the prefetch PerfTest and many clients use (1000), so
+/// that a consumer takes more per round trip than the publisher puts in.
+pub const QUORUM_IN_FLIGHT_MAX: u64 = 256;
+/// Ready messages past which a quorum queue with consumers counts as falling behind.
+pub const QUORUM_BACKLOG_MIN: u64 = 4 * QUORUM_IN_FLIGHT_MAX;
+/// Unanswered publishes to quorum queues below which a connection held back reads again.
+pub const QUORUM_IN_FLIGHT_RESUME: u64 = QUORUM_IN_FLIGHT_MAX / 2;
 /// How long a connection keeps showing `flow` after its last throttle: RabbitMQ's
 /// `credit_flow` reports flow for a second after it was last blocked
 /// (`?STATE_CHANGE_INTERVAL`), so a poller sees a connection that is throttled again and again
@@ -53,30 +75,47 @@ pub struct Flow {
     pending: Vec<(u64, u64)>,
     bytes: u64,
     messages: u64,
+    /// The newest sequence per quorum stream (channel and group) published to.
+    quorum: Vec<(u64, u64)>,
+    /// Publishes to quorum queues counted in flight: since the last look, plus those to queues
+    /// falling behind that were unanswered then.
+    quorum_messages: u64,
 }
 
 impl Flow {
     /// A publish of `bytes` was appended at `appended` (log, index) pairs.
     #[inline]
     pub fn handed(&mut self, appended: &[(u64, u64)], bytes: u64) {
-        if appended.is_empty() {
-            return;
-        }
-        self.bytes += bytes;
-        self.messages += 1;
+        let (mut engine, mut quorum) = (false, false);
         for &(log, index) in appended {
-            if let Some(p) = self.pending.iter_mut().find(|(l, _)| *l == log) {
+            let tracked = if is_quorum_stream(log) {
+                quorum = true;
+                &mut self.quorum
+            } else {
+                engine = true;
+                &mut self.pending
+            };
+            if let Some(p) = tracked.iter_mut().find(|(l, _)| *l == log) {
                 p.1 = p.1.max(index);
-            } else if self.pending.len() < FLOW_LOGS_MAX {
-                self.pending.push((log, index));
+            } else if tracked.len() < FLOW_LOGS_MAX {
+                tracked.push((log, index));
             }
+        }
+        if engine {
+            self.bytes += bytes;
+            self.messages += 1;
+        }
+        if quorum {
+            self.quorum_messages += 1;
         }
     }
 
     /// Whether the connection has handed more than its bound: read no further frames.
     #[inline]
     pub fn over(&self) -> bool {
-        self.bytes > FLOW_BYTES_MAX || self.messages > FLOW_MESSAGES_MAX
+        self.bytes > FLOW_BYTES_MAX
+            || self.messages > FLOW_MESSAGES_MAX
+            || self.quorum_messages > QUORUM_IN_FLIGHT_MAX
     }
 
     /// Forgets what the engine has synced (all of it, or nothing: one look at the newest index
@@ -85,17 +124,47 @@ impl Flow {
     /// true once the engine stopped, as nothing more will sync. Forwards to other nodes (pseudo
     /// logs the engine does not know) count as taken here: [`Connection::wait_for_peer`] holds
     /// those back.
-    fn caught_up(&mut self, store: Option<&Store>, durability: &Durability) -> bool {
+    fn caught_up(
+        &mut self,
+        store: Option<&Store>,
+        durability: &Durability,
+        behind: impl Fn(u64) -> bool,
+    ) -> bool {
         let synced = |&(log, index): &(u64, u64)| {
             store
                 .and_then(|s| s.log_info(log))
                 .is_none_or(|info| info.durable_index >= index)
         };
-        if durability.has_failed() || self.pending.iter().all(synced) {
-            *self = Flow::default();
-            return true;
+        let engine = durability.has_failed() || self.pending.iter().all(synced);
+        if engine {
+            self.pending.clear();
+            self.bytes = 0;
+            self.messages = 0;
         }
-        false
+        engine && self.quorum_caught_up(durability, behind)
+    }
+
+    /// Whether the groups of quorum queues falling behind (`behind(group)`) answered all but
+    /// [`QUORUM_IN_FLIGHT_RESUME`] of the connection's publishes to them; then counts only
+    /// those still in flight. Publishes to other queues count only until this look.
+    fn quorum_caught_up(&mut self, durability: &Durability, behind: impl Fn(u64) -> bool) -> bool {
+        let mut in_flight = 0;
+        self.quorum.retain(
+            |&(log, newest)| match durability.quorum_unanswered(log, newest) {
+                Some((group, unanswered)) if unanswered > 0 => {
+                    if behind(group) {
+                        in_flight += unanswered;
+                    }
+                    true
+                }
+                _ => false,
+            },
+        );
+        if in_flight > QUORUM_IN_FLIGHT_RESUME {
+            return false;
+        }
+        self.quorum_messages = in_flight;
+        true
     }
 }
 
@@ -145,21 +214,23 @@ fn now_ms() -> u64 {
 }
 
 impl Connection {
-    /// Stops reading until the storage engine has synced what this connection handed it.
+    /// Stops reading until the storage engine has synced what this connection handed it, and
+    /// the groups of quorum queues falling behind answered most of its publishes to them.
     /// False if the connection is to end (the node shuts down).
     pub(crate) async fn wait_for_queues(
         &mut self,
         durable: &mut tokio::sync::watch::Receiver<u64>,
         shutdown: &mut tokio::sync::watch::Receiver<bool>,
     ) -> bool {
+        // Publishes to quorum queues that keep up cost only this look, and no flow state.
+        if self.flow_caught_up() {
+            return true;
+        }
         if let Some(entry) = &self.registered {
             entry.flow.throttle();
         }
         let mut carry_on = true;
-        while !self
-            .flow
-            .caught_up(self.shared.store.as_deref(), &self.shared.durability)
-        {
+        while !self.flow_caught_up() {
             tokio::select! {
                 r = durable.changed() => if r.is_err() { carry_on = false; break },
                 _ = shutdown.changed() => {
@@ -173,6 +244,17 @@ impl Connection {
             entry.flow.release();
         }
         carry_on
+    }
+
+    fn flow_caught_up(&mut self) -> bool {
+        let shared = &self.shared;
+        self.flow
+            .caught_up(shared.store.as_deref(), &shared.durability, |group| {
+                shared.quorum.replica(group).is_some_and(|r| {
+                    r.ready.load(Ordering::Relaxed) > QUORUM_BACKLOG_MIN
+                        && r.consumers.load(Ordering::Relaxed) > 0
+                })
+            })
     }
 }
 
@@ -250,13 +332,73 @@ mod tests {
         f.handed(&[(3, 2), (5, 1)], FLOW_BYTES_MAX + 1);
         // Log 5 is unknown to the engine (deleted, or a forward's pseudo log): taken.
         store.sync().unwrap();
-        assert!(f.caught_up(Some(&store), &d));
+        assert!(f.caught_up(Some(&store), &d, |_| true));
         assert!(!f.over());
         f.handed(&[(3, 3)], FLOW_BYTES_MAX + 1);
-        assert!(!f.caught_up(Some(&store), &d), "index 3 was never appended");
+        assert!(
+            !f.caught_up(Some(&store), &d, |_| true),
+            "index 3 was never appended"
+        );
         assert!(f.over());
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn publishes_to_a_quorum_queue_falling_behind_count_until_its_group_answers_them() {
+        let d = Durability::default();
+        let mut f = Flow::default();
+        let mut waits = Vec::new();
+        for _ in 0..=QUORUM_IN_FLIGHT_MAX {
+            assert!(!f.over());
+            let w = d.quorum_next(1, 7);
+            f.handed(&[w], 1 << 10);
+            waits.push(w);
+        }
+        assert!(f.over(), "one past the bound");
+        assert!(
+            f.caught_up(None, &d, |_| false),
+            "its queue keeps up: the look is all it costs"
+        );
+        assert!(!f.over());
+        for _ in 0..=QUORUM_IN_FLIGHT_MAX {
+            let w = d.quorum_next(1, 7);
+            f.handed(&[w], 1 << 10);
+            waits.push(w);
+        }
+        let behind = |group| group == 7;
+        assert!(!f.caught_up(None, &d, behind), "nothing answered");
+        // Applied up to all but the resume mark: the reader goes on, counting those.
+        let answered = waits.len() as u64 - QUORUM_IN_FLIGHT_RESUME;
+        d.quorum_applied(1, 7, &[(answered - 1, false)]);
+        assert!(
+            !f.caught_up(None, &d, behind),
+            "one more in flight than the resume mark"
+        );
+        d.quorum_applied(1, 7, &[(answered, false)]);
+        assert!(f.caught_up(None, &d, behind));
+        assert!(!f.over());
+        for _ in 0..QUORUM_IN_FLIGHT_MAX - QUORUM_IN_FLIGHT_RESUME {
+            f.handed(&[d.quorum_next(1, 7)], 1);
+        }
+        assert!(!f.over(), "the bound counts what is still in flight");
+        let last = d.quorum_next(1, 7);
+        f.handed(&[last], 1);
+        assert!(f.over());
+        // A leader change refuses what was in flight: answered too.
+        d.quorum_abandon(7, None, 0);
+        assert_eq!(d.quorum_unanswered(last.0, last.1), Some((7, 0)));
+        assert!(f.caught_up(None, &d, behind));
+    }
+
+    #[test]
+    fn quorum_publishes_do_not_count_as_engine_bytes() {
+        let d = Durability::default();
+        let mut f = Flow::default();
+        for _ in 0..QUORUM_IN_FLIGHT_MAX {
+            f.handed(&[d.quorum_next(1, 7)], FLOW_BYTES_MAX);
+        }
+        assert!(!f.over());
     }
 
     #[test]
