@@ -262,9 +262,10 @@ const REMOTE_LOGS: u64 = 1 << 62;
 /// treats every pseudo log alike still does).
 const QUORUM_STREAMS: u64 = REMOTE_LOGS + (1 << 61);
 
-/// Whether pseudo log `log` is a channel's stream of publishes to a quorum queue.
+/// Whether `log` is a channel's stream of publishes to a quorum queue. Queue logs are random
+/// odd numbers, so they reach into this range too: pseudo logs are even.
 pub fn is_quorum_stream(log: u64) -> bool {
-    log >= QUORUM_STREAMS
+    log.is_multiple_of(2) && log >= QUORUM_STREAMS
 }
 
 /// What is known of forwards to other nodes.

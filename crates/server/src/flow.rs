@@ -402,6 +402,16 @@ mod tests {
     }
 
     #[test]
+    fn queue_logs_anywhere_in_their_random_range_count_as_engine_bytes() {
+        // Queue logs are random odd numbers; quorum streams' pseudo logs sit high up.
+        for log in [3, (1 << 62) + 1, u64::MAX] {
+            let mut f = Flow::default();
+            f.handed(&[(log, 1)], FLOW_BYTES_MAX + 1);
+            assert!(f.over(), "log {log:#x}");
+        }
+    }
+
+    #[test]
     fn state_shows_flow_while_throttled_and_for_a_while_after() {
         let s = FlowState::default();
         assert_eq!(s.state(), "running");

@@ -152,14 +152,15 @@ fn start(dir: &Path, seq: u64, file: File) -> io::Result<WalFile> {
 }
 
 /// Keeps settled WAL file `seq` as a spare to be recycled, or deletes it when there are
-/// [`WAL_SPARE_FILES_MAX`] spares already. The caller has made sure nothing points into it.
+/// [`WAL_SPARE_FILES_MAX`] spares already. The caller (the segment writer, the only thread
+/// that adds spares) has made sure nothing points into it.
 pub(crate) fn retire(shared: &Shared, seq: u64) -> io::Result<()> {
     let dir = &shared.config.wal_dir;
-    let mut st = shared.lock();
-    if st.spare_wal.len() < WAL_SPARE_FILES_MAX {
+    // No other thread adds spares (the WAL writer only takes them): the room seen stays.
+    if shared.lock().spare_wal.len() < WAL_SPARE_FILES_MAX {
         match std::fs::rename(wal_path(dir, seq), spare_path(dir, seq)) {
             Ok(()) => {
-                st.spare_wal.push(seq);
+                shared.lock().spare_wal.push(seq);
                 return Ok(());
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
@@ -167,7 +168,6 @@ pub(crate) fn retire(shared: &Shared, seq: u64) -> io::Result<()> {
             Err(_) => {}
         }
     }
-    drop(st);
     match std::fs::remove_file(wal_path(dir, seq)) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),
