@@ -135,7 +135,20 @@ pub(crate) fn recycle(dir: &Path, seq: u64, spare: u64) -> Option<WalFile> {
     let path = wal_path(dir, seq);
     std::fs::rename(spare_path(dir, spare), &path).ok()?;
     let file = OpenOptions::new().read(true).write(true).open(&path).ok()?;
+    forget_cached_pages(&file);
     start(dir, seq, file).ok()
+}
+
+/// Drops what the page cache holds of a spare's previous life: nobody reads it again, and
+/// the kernel reads a settled file back in large folios (readahead), which each batch written
+/// over them would dirty, and the process be charged for, whole: `write_bytes` in
+/// `/proc/<pid>/io` showed 1.5 bytes per byte written, where the disk wrote 1.
+fn forget_cached_pages(file: &File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: posix_fadvise on a valid, owned file descriptor only advises the kernel.
+    unsafe {
+        libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+    }
 }
 
 /// Writes the header of WAL file `seq` and syncs the file and its directory entry.
