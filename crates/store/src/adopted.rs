@@ -96,11 +96,7 @@ pub(crate) fn sidecar_path(dir: &Path, seq: u64) -> PathBuf {
 
 /// The WAL sequence number a sidecar name stands for.
 pub(crate) fn parse_sidecar_name(name: &str) -> Option<u64> {
-    let stem = name.strip_suffix(".idx")?;
-    if stem.len() != 16 {
-        return None;
-    }
-    u64::from_str_radix(stem, 16).ok()
+    crate::wal::parse_seq_name(name, ".idx")
 }
 
 fn header(seq: u64, runs: u64, entries: u64, body_len: u64, body_crc: u32) -> [u8; 64] {

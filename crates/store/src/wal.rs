@@ -72,7 +72,12 @@ pub fn wal_path(dir: &Path, seq: u64) -> PathBuf {
 
 /// The sequence number a WAL file name stands for.
 pub fn parse_wal_name(name: &str) -> Option<u64> {
-    let stem = name.strip_suffix(".wal")?;
+    parse_seq_name(name, ".wal")
+}
+
+/// The sequence number in a name of the WAL directory's files: 16 hex digits, then `suffix`.
+pub(crate) fn parse_seq_name(name: &str, suffix: &str) -> Option<u64> {
+    let stem = name.strip_suffix(suffix)?;
     if stem.len() != 16 {
         return None;
     }
@@ -86,11 +91,7 @@ pub(crate) fn spare_path(dir: &Path, seq: u64) -> PathBuf {
 
 /// The sequence number a spare WAL file's name stands for.
 pub(crate) fn parse_spare_name(name: &str) -> Option<u64> {
-    let stem = name.strip_suffix(".spare")?;
-    if stem.len() != 16 {
-        return None;
-    }
-    u64::from_str_radix(stem, 16).ok()
+    parse_seq_name(name, ".spare")
 }
 
 pub(crate) fn header_of_version(seq: u64, version: u32) -> [u8; WAL_HEADER_BYTES as usize] {
@@ -672,5 +673,8 @@ mod tests {
             Some(0x1f)
         );
         assert_eq!(parse_wal_name("checkpoint"), None);
+        assert_eq!(parse_spare_name("000000000000001f.spare"), Some(0x1f));
+        assert_eq!(parse_spare_name("000000000000001f.wal"), None);
+        assert_eq!(parse_spare_name("1f.spare"), None);
     }
 }
