@@ -34,6 +34,7 @@ import base64
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -302,6 +303,8 @@ def main():
                 print(f"{case:9} {b.name:9} {r}", flush=True)
         finally:
             b.stop()
+    # Each run's nodes write gigabytes; fifty runs filled this machine's disk.
+    shutil.rmtree(wdir, ignore_errors=True)
     print()
     for case, r in results.items():
         w, q = r.get("warren"), r.get("rabbitmq")

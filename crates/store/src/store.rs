@@ -27,6 +27,12 @@ use crate::record::RecordKind;
 use crate::sync_waiters::{self, SyncDone, SyncWaiters};
 use crate::{recovery, segment_writer, wal, Error, Result};
 
+/// The most records [`Store::sync_here`] writes on its caller's thread: more look like a load
+/// the writer thread batches better, syncing while the caller goes on.
+const SYNC_HERE_RECORDS_MAX: usize = 4;
+/// The most payload bytes [`Store::sync_here`] writes on its caller's thread.
+const SYNC_HERE_BYTES_MAX: usize = 16 << 10;
+
 /// One entry of a log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
@@ -403,11 +409,18 @@ pub(crate) struct Shared {
     pub idle_cv: Condvar,
     pub listener: Arc<dyn DurabilityListener>,
     pub counters: Counters,
+    /// The active WAL file and what writes to it: the writer thread's, lent to
+    /// [`Store::sync_here`] while the thread is idle. Locked before `state`, never after.
+    pub writer: Mutex<Option<wal::Writer>>,
 }
 
 impl Shared {
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn writer(&self) -> MutexGuard<'_, Option<wal::Writer>> {
+        self.writer.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Marks the engine failed for good and tells everyone waiting.
@@ -459,6 +472,7 @@ impl Store {
             .filter_map(|id| recovered.state.log_info(*id))
             .collect();
         infos.sort_by_key(|i| i.log_id);
+        let wal_bytes_max = config.wal_file_bytes();
         let shared = Arc::new(Shared {
             config,
             state: Mutex::new(recovered.state),
@@ -469,13 +483,13 @@ impl Store {
             idle_cv: Condvar::new(),
             listener,
             counters: Counters::default(),
+            writer: Mutex::new(Some(wal::Writer::new(recovered.active, wal_bytes_max))),
         });
         let writer = {
             let shared = shared.clone();
-            let active = recovered.active;
             std::thread::Builder::new()
                 .name("warren-wal".into())
-                .spawn(move || wal::run_writer(shared, active))?
+                .spawn(move || wal::run_writer(shared))?
         };
         let segments = {
             let shared = shared.clone();
@@ -894,6 +908,49 @@ impl Store {
             self.shared.writer_cv.notify_one();
         }
         st.sync_waiters.push(target, done);
+    }
+
+    /// Makes everything submitted so far durable on the calling thread, when the WAL writer
+    /// thread is idle and little is pending; false when it is not, and then the caller asks
+    /// [`Store::sync_then`] as usual.
+    ///
+    /// For a caller whose next step waits for the sync anyway, such as the queue groups' loop
+    /// at a low rate: handing one small batch to the writer thread and hearing back costs two
+    /// thread wake-ups, more than the write itself. Under load the writer is busy or records
+    /// stream in, and this declines, so the caller keeps working while the writer syncs.
+    pub fn sync_here(&self) -> Result<bool> {
+        let mut writer = match self.shared.writer.try_lock() {
+            Ok(writer) => writer,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return Ok(false),
+        };
+        let Some(w) = writer.as_mut() else {
+            return Ok(false);
+        };
+        {
+            let mut st = self.shared.lock();
+            if let Some(why) = &st.poisoned {
+                return Err(Error::Poisoned(why.clone()));
+            }
+            if st.synced_seq >= st.next_seq - 1 {
+                return Ok(true);
+            }
+            let small = st.pending.len() <= SYNC_HERE_RECORDS_MAX
+                && st.pending_bytes <= SYNC_HERE_BYTES_MAX;
+            if !small || st.shutdown || st.disk_full || self.shared.config.faults.writer_held() {
+                return Ok(false);
+            }
+            w.take(&mut st);
+            debug_assert!(st.pending.is_empty(), "a small pending queue is one batch");
+        }
+        match w.write(&self.shared, true) {
+            wal::Written::Durable => Ok(true),
+            wal::Written::GivenBack => Ok(false),
+            wal::Written::Stopped => Err(match &self.shared.lock().poisoned {
+                Some(why) => Error::Poisoned(why.clone()),
+                None => Error::Closed,
+            }),
+        }
     }
 
     /// Asks the WAL writer to roll over to a new file now (as if the size limit were reached),

@@ -46,7 +46,7 @@ use crate::fault::is_disk_full;
 use crate::id_hash::IdMap;
 use crate::log::{Loc, FILE_ID_MAX};
 use crate::record::{self, RecordKind, RECORD_HEADER_BYTES};
-use crate::store::{Op, Shared};
+use crate::store::{Op, Shared, State};
 
 const MAGIC: &[u8; 8] = b"WRNWAL01";
 /// 3: batches end with a batch end record, so files can be recycled. 2: 32-byte record headers
@@ -198,6 +198,8 @@ fn drop_spares(shared: &Shared) {
 
 enum WriteOutcome {
     Durable,
+    /// The disk is full, and the caller is not the writer thread: it gives the batch back.
+    Requeued,
     /// Shut down while the disk was full: the batch was never durable nor acknowledged.
     GaveUp,
     Poisoned,
@@ -205,9 +207,8 @@ enum WriteOutcome {
 
 /// The WAL writer thread. A panic in it (a bug) poisons the engine, so that callers get errors
 /// instead of waiting forever for durability.
-pub(crate) fn run_writer(shared: Arc<Shared>, wal: WalFile) {
-    let result =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write_batches(&shared, wal)));
+pub(crate) fn run_writer(shared: Arc<Shared>) {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write_batches(&shared)));
     if result.is_err() {
         shared.poison("WAL writer panicked".into());
     }
@@ -221,15 +222,227 @@ pub(crate) fn run_writer(shared: Arc<Shared>, wal: WalFile) {
     });
 }
 
-fn write_batches(shared: &Arc<Shared>, mut wal: WalFile) {
-    let wal_bytes_max = shared.config.wal_file_bytes();
-    let mut batch: Vec<Op> = Vec::new();
-    let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
-    let mut offsets: Vec<u32> = Vec::new();
-    let mut durable: IdMap<u64> = IdMap::default();
-    let mut notes: Vec<(u64, u64)> = Vec::new();
-    let mut release_from: Vec<u64> = Vec::new();
-    let mut open_runs: IdMap<(u64, usize)> = IdMap::default();
+/// What writes batches: the active WAL file and the scratch space of encoding one. It lives in
+/// [`Shared::writer`], taken by the writer thread for each batch, or by a caller of
+/// [`crate::Store::sync_here`] that finds the writer idle and writes its own batch.
+pub(crate) struct Writer {
+    wal: WalFile,
+    wal_bytes_max: u64,
+    batch: Vec<Op>,
+    buf: Vec<u8>,
+    offsets: Vec<u32>,
+    durable: IdMap<u64>,
+    notes: Vec<(u64, u64)>,
+    release_from: Vec<u64>,
+    open_runs: IdMap<(u64, usize)>,
+}
+
+impl Writer {
+    pub(crate) fn new(wal: WalFile, wal_bytes_max: u64) -> Writer {
+        Writer {
+            wal,
+            wal_bytes_max,
+            batch: Vec::new(),
+            buf: Vec::with_capacity(1 << 20),
+            offsets: Vec::new(),
+            durable: IdMap::default(),
+            notes: Vec::new(),
+            release_from: Vec::new(),
+            open_runs: IdMap::default(),
+        }
+    }
+
+    /// Takes the oldest pending records (within the batch limits) as the next batch.
+    pub(crate) fn take(&mut self, st: &mut State) {
+        take_batch(&mut st.pending, &mut self.batch);
+        st.lazy_pending = st.pending.iter().filter(|op| op.lazy).count();
+        st.pending_bytes -= self.batch.iter().map(|op| op.payload.len()).sum::<usize>();
+        st.wake_room_waiters();
+    }
+
+    /// Gives the taken batch back, in front of what was queued since: a caller writing for
+    /// itself does not wait out a full disk, the writer thread does.
+    fn give_back(&mut self, shared: &Shared) {
+        let mut st = shared.lock();
+        st.pending_bytes += self.batch.iter().map(|op| op.payload.len()).sum::<usize>();
+        let later = std::mem::take(&mut st.pending);
+        st.pending = self.batch.drain(..).chain(later).collect();
+        st.lazy_pending = st.pending.iter().filter(|op| op.lazy).count();
+        drop(st);
+        shared.writer_cv.notify_one();
+    }
+
+    /// Writes and syncs the taken batch (if any), marks its entries durable and tells the
+    /// listener, rolls the file when due, then tells whoever waited for the batch. `here`: the
+    /// caller is not the writer thread, and gets a full disk back ([`Written::GivenBack`])
+    /// rather than waiting for space. [`Written::Stopped`]: the engine is poisoned or shut
+    /// down.
+    pub(crate) fn write(&mut self, shared: &Shared, here: bool) -> Written {
+        if !self.batch.is_empty() {
+            self.buf.clear();
+            self.offsets.clear();
+            coalesce_releases(&self.batch, &mut self.release_from, &mut self.open_runs);
+            for (op, from) in self.batch.iter().zip(&self.release_from) {
+                let offset = self.wal.len + self.buf.len() as u64;
+                self.offsets
+                    .push(u32::try_from(offset).expect("WAL files stay below 4 GiB"));
+                match (op.kind, *from) {
+                    (RecordKind::Release, MERGED_LATER) => {}
+                    (RecordKind::Release, from) if from < op.index => {
+                        let kind = RecordKind::ReleaseRange;
+                        record::encode(&mut self.buf, kind, op.log_id, from, op.index, b"");
+                    }
+                    _ => {
+                        let (kind, log, index, term) = (op.kind, op.log_id, op.index, op.term);
+                        record::encode(&mut self.buf, kind, log, index, term, &op.payload);
+                    }
+                }
+            }
+            end_batch(&mut self.buf, self.wal.len, self.wal.seq);
+            match write_and_sync(shared, &mut self.wal, &self.buf, here) {
+                WriteOutcome::Durable => {}
+                WriteOutcome::GaveUp | WriteOutcome::Poisoned => return Written::Stopped,
+                WriteOutcome::Requeued => {
+                    self.give_back(shared);
+                    return Written::GivenBack;
+                }
+            }
+            shared.counters.wal_syncs.fetch_add(1, Ordering::Relaxed);
+            shared
+                .counters
+                .wal_bytes
+                .fetch_add(self.buf.len() as u64, Ordering::Relaxed);
+
+            self.durable.clear();
+            self.notes.clear();
+            {
+                let mut guard = shared.lock();
+                let st = &mut *guard;
+                let touched = st.wal_touched.entry(self.wal.seq).or_default();
+                let mut last_log = None;
+                for (op, offset) in self.batch.iter().zip(&self.offsets) {
+                    if op.kind != RecordKind::Append {
+                        continue;
+                    }
+                    if last_log != Some(op.log_id) {
+                        touched.insert(op.log_id);
+                        last_log = Some(op.log_id);
+                    }
+                    let Some(log) = st.logs.get_mut(&op.log_id) else {
+                        continue;
+                    };
+                    // An entry released with a prefix before it was written is still reported
+                    // durable: the broker confirms publishes from these notifications.
+                    if op.index >= log.first_index {
+                        let Some(slot) = log.slot_mut(op.index) else {
+                            continue;
+                        };
+                        // A truncated or re-appended entry has another submission number.
+                        if slot.loc != (Loc::Pending { seq: op.seq }).pack() {
+                            continue;
+                        }
+                        slot.loc = Loc::Wal {
+                            seq: self.wal.seq,
+                            offset: *offset,
+                        }
+                        .pack();
+                    }
+                    if op.index > log.durable_index {
+                        log.durable_index = op.index;
+                        self.durable.insert(op.log_id, op.index);
+                    }
+                }
+            }
+            self.notes
+                .extend(self.durable.iter().map(|(l, i)| (*l, *i)));
+            for (log_id, index) in &self.notes {
+                shared.listener.on_durable(*log_id, *index);
+            }
+        }
+
+        // Roll before publishing the batch as synced, so that a caller who waited for it
+        // (`Store::wait_idle`) finds the rolled file already queued for the segment writer.
+        let written_through = match self.batch.last() {
+            Some(op) => op.seq,
+            None => shared.lock().next_seq - 1,
+        };
+        let asked = {
+            let st = shared.lock();
+            st.roll_requested && st.roll_after_seq <= written_through
+        };
+        if asked || self.wal.len >= self.wal_bytes_max {
+            // A recycled file rolled early still has its previous life's bytes past this one's:
+            // cut them, so that the file's size is its records' (the segment writer weighs
+            // what is live against it). Not synced: replay ignores them either way.
+            if self
+                .wal
+                .file
+                .metadata()
+                .is_ok_and(|m| m.len() > self.wal.len)
+            {
+                let _ = self.wal.file.set_len(self.wal.len);
+            }
+            let (dir, seq) = (&shared.config.wal_dir, self.wal.seq + 1);
+            let spare = shared.lock().spare_wal.pop();
+            let recycled = spare.and_then(|old| recycle(dir, seq, old));
+            if recycled.is_some() {
+                shared
+                    .counters
+                    .wal_files_recycled
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            match recycled.map(Ok).unwrap_or_else(|| create(dir, seq)) {
+                Ok(next) => {
+                    {
+                        let mut st = shared.lock();
+                        st.wal_files.insert(next.seq, next.file.clone());
+                        st.active_wal_seq = next.seq;
+                        st.flush_queue.push_back(self.wal.seq);
+                        if st.roll_requested && st.roll_after_seq <= written_through {
+                            st.roll_requested = false;
+                        }
+                    }
+                    self.wal = next;
+                    shared.segment_writer_cv.notify_one();
+                }
+                // Keep writing the current file; the roll is tried again after the next
+                // batch.
+                Err(e) if is_disk_full(&e) => {}
+                Err(e) => {
+                    shared.poison(format!("creating WAL file {}: {e}", self.wal.seq + 1));
+                    return Written::Stopped;
+                }
+            }
+        }
+        // Published after the listener ran, so that a caller of `Store::sync` knows the
+        // listener has heard of everything it waited for.
+        let due = match self.batch.last() {
+            Some(op) => {
+                let mut st = shared.lock();
+                st.synced_seq = op.seq;
+                st.evict(shared.config.cache_bytes_max);
+                st.sync_waiters.take_due(op.seq)
+            }
+            None => Vec::new(),
+        };
+        self.batch.clear();
+        shared.synced_cv.notify_all();
+        crate::sync_waiters::tell(due, || Ok(()));
+        shared.idle_cv.notify_all();
+        Written::Durable
+    }
+}
+
+/// How [`Writer::write`] ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Written {
+    Durable,
+    /// The disk is full: the batch is pending again, for the writer thread.
+    GivenBack,
+    Stopped,
+}
+
+fn write_batches(shared: &Arc<Shared>) {
     let window = Duration::from_micros(shared.config.commit_window_us);
     let mut last_sync_started = Instant::now() - window;
     loop {
@@ -268,155 +481,22 @@ fn write_batches(shared: &Arc<Shared>, mut wal: WalFile) {
             if since < window && !st.shutdown && streaming(st.pending.len(), st.pending_bytes) {
                 drop(st);
                 std::thread::sleep(window - since);
-                st = shared.lock();
             }
-            last_sync_started = Instant::now();
-            take_batch(&mut st.pending, &mut batch);
-            st.lazy_pending = st.pending.iter().filter(|op| op.lazy).count();
-            st.pending_bytes -= batch.iter().map(|op| op.payload.len()).sum::<usize>();
-            st.wake_room_waiters();
         }
+        // Taken after the engine's lock was let go (the lock order is writer, then engine): a
+        // caller writing its own batch meanwhile may have taken what woke this thread, and
+        // then this batch is empty.
+        let mut writer = shared.writer();
+        let Some(w) = writer.as_mut() else {
+            return;
+        };
+        last_sync_started = Instant::now();
+        w.take(&mut shared.lock());
         shared.room_cv.notify_all();
-
-        if !batch.is_empty() {
-            buf.clear();
-            offsets.clear();
-            coalesce_releases(&batch, &mut release_from, &mut open_runs);
-            for (op, from) in batch.iter().zip(&release_from) {
-                let offset = wal.len + buf.len() as u64;
-                offsets.push(u32::try_from(offset).expect("WAL files stay below 4 GiB"));
-                match (op.kind, *from) {
-                    (RecordKind::Release, MERGED_LATER) => {}
-                    (RecordKind::Release, from) if from < op.index => {
-                        let kind = RecordKind::ReleaseRange;
-                        record::encode(&mut buf, kind, op.log_id, from, op.index, b"");
-                    }
-                    _ => {
-                        let (kind, log, index, term) = (op.kind, op.log_id, op.index, op.term);
-                        record::encode(&mut buf, kind, log, index, term, &op.payload);
-                    }
-                }
-            }
-            end_batch(&mut buf, wal.len, wal.seq);
-            match write_and_sync(shared, &mut wal, &buf) {
-                WriteOutcome::Durable => {}
-                WriteOutcome::GaveUp | WriteOutcome::Poisoned => return,
-            }
-            shared.counters.wal_syncs.fetch_add(1, Ordering::Relaxed);
-            shared
-                .counters
-                .wal_bytes
-                .fetch_add(buf.len() as u64, Ordering::Relaxed);
-
-            durable.clear();
-            notes.clear();
-            {
-                let mut guard = shared.lock();
-                let st = &mut *guard;
-                let touched = st.wal_touched.entry(wal.seq).or_default();
-                let mut last_log = None;
-                for (op, offset) in batch.iter().zip(&offsets) {
-                    if op.kind != RecordKind::Append {
-                        continue;
-                    }
-                    if last_log != Some(op.log_id) {
-                        touched.insert(op.log_id);
-                        last_log = Some(op.log_id);
-                    }
-                    let Some(log) = st.logs.get_mut(&op.log_id) else {
-                        continue;
-                    };
-                    // An entry released with a prefix before it was written is still reported
-                    // durable: the broker confirms publishes from these notifications.
-                    if op.index >= log.first_index {
-                        let Some(slot) = log.slot_mut(op.index) else {
-                            continue;
-                        };
-                        // A truncated or re-appended entry has another submission number.
-                        if slot.loc != (Loc::Pending { seq: op.seq }).pack() {
-                            continue;
-                        }
-                        slot.loc = Loc::Wal {
-                            seq: wal.seq,
-                            offset: *offset,
-                        }
-                        .pack();
-                    }
-                    if op.index > log.durable_index {
-                        log.durable_index = op.index;
-                        durable.insert(op.log_id, op.index);
-                    }
-                }
-            }
-            notes.extend(durable.iter().map(|(l, i)| (*l, *i)));
-            for (log_id, index) in &notes {
-                shared.listener.on_durable(*log_id, *index);
-            }
+        match w.write(shared, false) {
+            Written::Durable => {}
+            Written::GivenBack | Written::Stopped => return,
         }
-
-        // Roll before publishing the batch as synced, so that a caller who waited for it
-        // (`Store::wait_idle`) finds the rolled file already queued for the segment writer.
-        let written_through = match batch.last() {
-            Some(op) => op.seq,
-            None => shared.lock().next_seq - 1,
-        };
-        let asked = {
-            let st = shared.lock();
-            st.roll_requested && st.roll_after_seq <= written_through
-        };
-        if asked || wal.len >= wal_bytes_max {
-            // A recycled file rolled early still has its previous life's bytes past this one's:
-            // cut them, so that the file's size is its records' (the segment writer weighs
-            // what is live against it). Not synced: replay ignores them either way.
-            if wal.file.metadata().is_ok_and(|m| m.len() > wal.len) {
-                let _ = wal.file.set_len(wal.len);
-            }
-            let (dir, seq) = (&shared.config.wal_dir, wal.seq + 1);
-            let spare = shared.lock().spare_wal.pop();
-            let recycled = spare.and_then(|old| recycle(dir, seq, old));
-            if recycled.is_some() {
-                shared
-                    .counters
-                    .wal_files_recycled
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            match recycled.map(Ok).unwrap_or_else(|| create(dir, seq)) {
-                Ok(next) => {
-                    {
-                        let mut st = shared.lock();
-                        st.wal_files.insert(next.seq, next.file.clone());
-                        st.active_wal_seq = next.seq;
-                        st.flush_queue.push_back(wal.seq);
-                        if st.roll_requested && st.roll_after_seq <= written_through {
-                            st.roll_requested = false;
-                        }
-                    }
-                    wal = next;
-                    shared.segment_writer_cv.notify_one();
-                }
-                // Keep writing the current file; the roll is tried again after the next batch.
-                Err(e) if is_disk_full(&e) => {}
-                Err(e) => {
-                    shared.poison(format!("creating WAL file {}: {e}", wal.seq + 1));
-                    return;
-                }
-            }
-        }
-        // Published after the listener ran, so that a caller of `Store::sync` knows the
-        // listener has heard of everything it waited for.
-        let due = match batch.last() {
-            Some(op) => {
-                let mut st = shared.lock();
-                st.synced_seq = op.seq;
-                st.evict(shared.config.cache_bytes_max);
-                st.sync_waiters.take_due(op.seq)
-            }
-            None => Vec::new(),
-        };
-        batch.clear();
-        shared.synced_cv.notify_all();
-        crate::sync_waiters::tell(due, || Ok(()));
-        shared.idle_cv.notify_all();
     }
 }
 
@@ -526,7 +606,7 @@ fn take_batch(pending: &mut Vec<Op>, batch: &mut Vec<Op>) {
     }
 }
 
-fn write_and_sync(shared: &Shared, wal: &mut WalFile, buf: &[u8]) -> WriteOutcome {
+fn write_and_sync(shared: &Shared, wal: &mut WalFile, buf: &[u8], here: bool) -> WriteOutcome {
     let faults = &shared.config.faults;
     loop {
         let written = faults
@@ -545,6 +625,9 @@ fn write_and_sync(shared: &Shared, wal: &mut WalFile, buf: &[u8]) -> WriteOutcom
                     if st.shutdown {
                         return WriteOutcome::GaveUp;
                     }
+                }
+                if here {
+                    return WriteOutcome::Requeued;
                 }
                 std::thread::sleep(Duration::from_millis(DISK_FULL_RETRY_MS));
             }
