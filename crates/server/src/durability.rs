@@ -296,8 +296,19 @@ struct Stream {
     answered: u64,
 }
 
+/// Whether a store log is one of the cluster's own Raft logs (the metadata group's, a quorum
+/// queue's group log): queue logs are odd, the cluster's are even. No confirm waits on them.
+fn is_raft_log(log_id: u64) -> bool {
+    log_id.is_multiple_of(2)
+}
+
 impl DurabilityListener for Durability {
     fn on_durable(&self, log_id: u64, durable_index: u64) {
+        // A Raft log's sync would wake every connection with a confirm pending for nothing:
+        // a quorum queue's confirms wait on its stream, which the group's apply advances.
+        if is_raft_log(log_id) {
+            return;
+        }
         self.on_durable_now(log_id, durable_index);
     }
 
@@ -315,5 +326,28 @@ impl DurabilityListener for Durability {
             f.get_or_insert(why);
             first
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_queue_logs_syncs_wake_the_connections_waiting_for_confirms() {
+        let durability = Durability::default();
+        let mut watching = durability.subscribe();
+        watching.mark_unchanged();
+        // A quorum queue's group log (its odd queue log plus one) and the metadata group's.
+        for raft_log in [0x1234_5679 + 1, 2] {
+            durability.on_durable(raft_log, 10);
+            assert!(
+                !watching.has_changed().unwrap(),
+                "woken by Raft log {raft_log}"
+            );
+        }
+        durability.on_durable(0x1234_5679, 10);
+        assert!(watching.has_changed().unwrap());
+        assert!(durability.all_durable(&[(0x1234_5679, 10)]));
     }
 }
