@@ -4,8 +4,8 @@
 //! sync covers them all; each group's messages leave in the transport's next write to that peer
 //! (one write carries every group's). Committed entries go to the group's [`Machine`].
 //!
-//! The loop never waits for the disk (TiKV's async I/O, raft-rs's `advance_append_async`): a
-//! round's writes are handed to the WAL writer, and the loop goes on stepping what peers
+//! Under load the loop does not wait for the disk (TiKV's async I/O, raft-rs's
+//! `advance_append_async`): a round's writes are handed to the WAL writer, and the loop goes on stepping what peers
 //! send while the WAL syncs. What raft-rs says may leave only once the writes are durable (a
 //! follower's answers, votes) waits in [`Unsynced`] until the WAL writer reports the sync done
 //! ([`Input::Synced`]: `groups/syncer.rs`). Otherwise an append arriving during another group's sync waited for it
