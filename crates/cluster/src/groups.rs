@@ -68,11 +68,13 @@ pub type SendRaft = Arc<dyn Fn(u64, u64, &[Message]) -> bool + Send + Sync>;
 
 mod commit_latency;
 mod failover;
+mod hibernation;
 mod proposals;
 mod raft_links;
 mod syncer;
 mod voters;
 use failover::{elect_without, stand_again};
+use hibernation::{is_heartbeat, may_sleep};
 use proposals::{propose, propose_waiting};
 pub use raft_links::InputSender;
 use raft_links::RaftLinks;
@@ -371,15 +373,6 @@ impl Group {
         self.asleep = false;
         self.quiet_ticks = 0;
     }
-}
-
-/// Heartbeats and their answers are what an idle group exchanges: they tick the group again
-/// but do not keep it from falling asleep.
-fn is_heartbeat(m: &Message) -> bool {
-    matches!(
-        m.get_msg_type(),
-        raft::eraftpb::MessageType::MsgHeartbeat | raft::eraftpb::MessageType::MsgHeartbeatResponse
-    )
 }
 
 struct Runner {
@@ -1056,34 +1049,6 @@ fn fetch(
         to_term: meta.term,
         sources,
     }));
-}
-
-/// Whether a quiet group may stop ticking: a leader whose followers have every entry and who
-/// has applied them; a follower that knows a leader the failure detector sees up.
-fn may_sleep(g: &Group, is_up: &IsUp) -> bool {
-    let raft = &g.raw.raft;
-    let last = raft.raft_log.last_index();
-    let settled = raft.raft_log.committed == last && raft.raft_log.applied == last;
-    if !g.waiting.is_empty() || g.leaving.is_some() {
-        return false;
-    }
-    match raft.state {
-        StateRole::Leader => {
-            settled
-                && (g.wanted.is_empty()
-                    || (g.wanted.iter().all(|n| g.voters.contains(n))
-                        && g.voters.iter().all(|n| g.wanted.contains(n))))
-                && !raft.has_pending_conf()
-                && raft
-                    .prs()
-                    .iter()
-                    .all(|(id, p)| *id == raft.id || p.matched == last)
-        }
-        StateRole::Follower => {
-            raft.leader_id != raft::INVALID_ID && is_up(raft.leader_id) && settled
-        }
-        StateRole::Candidate | StateRole::PreCandidate => false,
-    }
 }
 
 fn send(send: &SendRaft, group: u64, messages: Vec<Message>, raw: &mut RawNode<RaftLog>) {

@@ -20,8 +20,8 @@
 //!   raft links, in one epoll), `groups/proposals.rs` (proposals waiting for a leader),
 //!   `groups/syncer.rs` (the WAL writer tells the loop of each round's sync),
 //!   `groups/voters.rs` (voters following the queue's members), `groups/commit_latency.rs` (a
-//!   leader's append-to-apply time) and `groups/failover.rs` (a leader's node down: elect
-//!   another at once).
+//!   leader's append-to-apply time), `groups/failover.rs` (a leader's node down: elect
+//!   another at once) and `groups/hibernation.rs` (when a quiet group stops ticking).
 //!   Beside it, threads that keep slow work off the loop: [`snapshot_writer`] (a group's
 //!   snapshot files) and [`catch_up`] (a member behind a snapshot fetches the entries below
 //!   it in chunks, [`snapshot_transfer`] being what the snapshot carries).
