@@ -24,8 +24,10 @@
 //! - [`persistence`]: the storage work a command asks for (appends, releases), as effects.
 //! - [`relay`]: messages that cross nodes in a cluster as values: forwarded publishes,
 //!   deliveries to consumers connected elsewhere, their acks.
-//! - [`outbox`]: where delivered frames wait for a connection's writer; the only way this
-//!   crate talks to sockets, so everything here is testable without them.
+//! - [`outbox`]: where delivered frames wait for a connection's writer (or, at a low rate,
+//!   are written through to the socket by the thread that made them, with a write function
+//!   the server hands it); the only way this crate talks to sockets, so everything here is
+//!   testable without them.
 
 pub mod args;
 pub mod backlog;

@@ -5,13 +5,14 @@
 //! (one write carries every group's). Committed entries go to the group's [`Machine`].
 //!
 //! Under load the loop does not wait for the disk (TiKV's async I/O, raft-rs's
-//! `advance_append_async`): a round's writes are handed to the WAL writer, and the loop goes on stepping what peers
-//! send while the WAL syncs. What raft-rs says may leave only once the writes are durable (a
-//! follower's answers, votes) waits in [`Unsynced`] until the WAL writer reports the sync done
-//! ([`Input::Synced`]: `groups/syncer.rs`). Otherwise an append arriving during another group's sync waited for it
-//! whole, at every hop of a publish: under load, the latency of several syncs in a row. At a
-//! low rate, when the WAL writer is idle and the round wrote little, the loop syncs the round
-//! itself once its messages left (`Store::sync_here`): two thread wake-ups fewer per hop.
+//! `advance_append_async`): a round's writes are handed to the WAL writer, and the loop goes
+//! on stepping what peers send while the WAL syncs. What raft-rs says may leave only once the
+//! writes are durable (a follower's answers, votes) waits in [`Unsynced`] until the WAL writer
+//! reports the sync done ([`Input::Synced`]: `groups/syncer.rs`). Otherwise an append arriving
+//! during another group's sync waited for it whole, at every hop of a publish. At a low rate,
+//! when the WAL writer is idle and the round wrote little, the loop syncs the round itself
+//! once its messages left (`Store::sync_here`), and writes its deliveries to the consumers'
+//! sockets itself (`warren_broker::outbox::WriteThrough`): a thread wake-up fewer per hop.
 //!
 //! Idle groups hibernate (TiKV's hibernate regions, Ra's quiet clusters): a group that has had
 //! nothing to do for a few heartbeats stops ticking, so 10,000 idle queues cost no timers and
@@ -444,12 +445,10 @@ impl Runner {
                 self.tick();
                 self.close_left();
             }
-            if let Err(e) = self.on_ready() {
+            if let Err(e) = self.ready_and_send() {
                 tracing::error!(error = %e, "queue groups stopped: their logs cannot be written");
                 return;
             }
-            // Everything this pass sent, to every peer, leaves now: one write per peer.
-            (self.flush)();
             if let Err(e) = self.sync_round() {
                 tracing::error!(error = %e, "queue groups stopped: their logs cannot be synced");
                 return;
@@ -969,9 +968,20 @@ impl Runner {
                 return Ok(());
             }
             self.synced(round);
-            self.on_ready()?;
-            (self.flush)();
+            self.ready_and_send()?;
         }
+        Ok(())
+    }
+
+    /// Handles every ready group, then sends the pass's messages (one write per peer) and its
+    /// deliveries: at a low rate written through to the clients' sockets on this thread
+    /// (`warren_broker::outbox`); under load the connections' writer tasks batch them.
+    fn ready_and_send(&mut self) -> Result<(), String> {
+        let light = self.syncer.lightly_loaded();
+        let deliveries = light.then(warren_broker::outbox::WriteThrough::begin);
+        self.on_ready()?;
+        (self.flush)();
+        drop(deliveries);
         Ok(())
     }
 

@@ -20,7 +20,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use warren_broker::broker::SharedVHost;
 use warren_broker::error::{erlang_binary, AmqpError};
-use warren_broker::outbox::Outbox;
+use warren_broker::outbox::{Outbox, WriteNow};
 use warren_broker::queue::ConnId;
 use warren_broker::users::Permissions;
 use warren_protocol::amqp::{connection, AMQPClass};
@@ -102,33 +102,78 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let deadline = Instant::now() + shared.config.handshake_timeout();
     let _ = stream.set_nodelay(true);
     let local = stream.local_addr().ok();
+    let write_now = write_now_for(&stream);
     let (rd, wr) = stream.into_split();
-    serve_stream(rd, wr, peer, local, None, deadline, shared).await
+    serve_stream(
+        rd,
+        wr,
+        peer,
+        local,
+        StreamKind::Plain(write_now),
+        deadline,
+        shared,
+    )
+    .await
 }
 
-/// Serves one connection over any stream (plain TCP halves, or TLS ones with the client's
-/// certificate in `tls`) until it closes; the AMQP handshake must be over by `deadline`.
-/// `local` is the address the client reached, which of several listeners it was.
+/// How an [`Outbox`] writes through to this socket (see `warren_broker::outbox`): with a
+/// descriptor of its own, so that a write after the connection closed can never land on
+/// another socket that reused the number.
+fn write_now_for(stream: &TcpStream) -> Option<WriteNow> {
+    use std::os::fd::{AsFd, AsRawFd};
+    let fd = stream.as_fd().try_clone_to_owned().ok()?;
+    Some(Box::new(move |bytes: &[u8]| {
+        // SAFETY: a non-blocking send on a descriptor this closure owns, from a live buffer.
+        let sent = unsafe {
+            libc::send(
+                fd.as_raw_fd(),
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        usize::try_from(sent).unwrap_or(0)
+    }))
+}
+
+/// What a connection's stream is beyond its halves.
+pub enum StreamKind {
+    /// Plain TCP, with how its outbox may write to the socket itself.
+    Plain(Option<WriteNow>),
+    /// TLS, with the client's certificate.
+    Tls(crate::tls::TlsPeer),
+}
+
+/// Serves one connection over any stream (plain TCP halves, or TLS ones) until it closes;
+/// the AMQP handshake must be over by `deadline`. `local` is the address the client reached,
+/// which of several listeners it was.
 pub async fn serve_stream<R, W>(
     mut rd: R,
     wr: W,
     peer: SocketAddr,
     local: Option<SocketAddr>,
-    tls: Option<crate::tls::TlsPeer>,
+    kind: StreamKind,
     deadline: Instant,
     shared: Arc<Shared>,
 ) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    let (tls, write_now) = match kind {
+        StreamKind::Plain(write_now) => (None, write_now),
+        StreamKind::Tls(peer) => (Some(peer), None),
+    };
     let mut header = [0u8; 8];
     let got = tokio::time::timeout_at(deadline, rd.read_exact(&mut header)).await;
     let notify = Arc::new(Notify::new());
     let wake_notify = notify.clone();
-    let outbox = Arc::new(Outbox::new(
+    let outbox = Outbox::new(
         shared.config.frame_max_bytes,
         Box::new(move || wake_notify.notify_one()),
-    ));
+    );
+    if let Some(write_now) = write_now {
+        outbox.set_write_now(write_now);
+    }
     let heartbeat = Arc::new(AtomicU32::new(0));
     let vhost_slot: Arc<OnceLock<(SharedVHost, ConnId)>> = Arc::new(OnceLock::new());
     let resume_slot = vhost_slot.clone();

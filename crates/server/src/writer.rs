@@ -36,7 +36,11 @@ impl<W: AsyncWrite + Unpin> Writer<W> {
             tokio::select! {
                 _ = self.notify.notified() => {}
                 _ = tokio::time::sleep_until(last_write + idle_limit) => {
-                    if hb != 0 {
+                    // Frames written through by another thread (see `Outbox`) broke the
+                    // silence a heartbeat is for.
+                    if self.outbox.take_wrote_through() {
+                        last_write = Instant::now();
+                    } else if hb != 0 {
                         self.outbox.push(warren_protocol::frame::encode_heartbeat);
                     }
                 }

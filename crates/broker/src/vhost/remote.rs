@@ -562,7 +562,7 @@ impl VHost {
             return;
         }
         // Never written to: the relay takes the deliveries.
-        let outbox = Arc::new(Outbox::new(0, Box::new(|| {})));
+        let outbox = Outbox::new(0, Box::new(|| {}));
         let mut ch = ChannelState::new(key, conn, number, outbox, user.to_string());
         ch.relay = Some(relay);
         ch.relayed_to = Some(node);

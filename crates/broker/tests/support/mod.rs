@@ -199,7 +199,7 @@ impl Harness {
         let key = self.next_key;
         self.next_key += 1;
         let number = (key % 2000) as u16 + 1;
-        let outbox = Arc::new(Outbox::new(frame_max, Box::new(|| {})));
+        let outbox = Outbox::new(frame_max, Box::new(|| {}));
         self.vh
             .channel_open(key, conn, number, outbox.clone(), "guest");
         self.outboxes.insert(key, (number, outbox));

@@ -18,6 +18,8 @@ use warren_store::Store;
 /// for [`SLOW_SYNC_BACKOFF`].
 const SLOW_SYNC: Duration = Duration::from_millis(20);
 const SLOW_SYNC_BACKOFF: Duration = Duration::from_secs(1);
+/// Rounds in a row synced on the loop's thread that make it [`Syncer::lightly_loaded`].
+const LIGHT_LOAD_STREAK: u32 = 8;
 
 pub(super) struct Syncer {
     store: Arc<Store>,
@@ -26,6 +28,8 @@ pub(super) struct Syncer {
     asked: Arc<AtomicU64>,
     /// No syncs on the loop's thread before this (one was slow).
     not_here_until: Option<Instant>,
+    /// Rounds in a row synced on the loop's thread.
+    here_streak: u32,
 }
 
 impl Syncer {
@@ -39,6 +43,7 @@ impl Syncer {
             inputs,
             asked,
             not_here_until: None,
+            here_streak: 0,
         }
     }
 
@@ -50,6 +55,11 @@ impl Syncer {
             return Ok(false);
         }
         let here = self.store.sync_here().map_err(|e| e.to_string())?;
+        self.here_streak = if here {
+            self.here_streak.saturating_add(1)
+        } else {
+            0
+        };
         if here {
             self.asked.fetch_add(1, Ordering::Relaxed);
             if now.elapsed() > SLOW_SYNC {
@@ -59,9 +69,17 @@ impl Syncer {
         Ok(here)
     }
 
+    /// Whether the last rounds were all synced on the loop's thread: they are small and the
+    /// WAL writer idle, so the loop has time to spare for work it would otherwise hand over.
+    /// (Under load some rounds still find the writer idle; a streak tells the two apart.)
+    pub(super) fn lightly_loaded(&self) -> bool {
+        self.here_streak >= LIGHT_LOAD_STREAK
+    }
+
     /// Asks for everything written so far to be made durable; the loop hears of it as
     /// `Synced(round)`, in the order asked.
-    pub(super) fn ask(&self, round: u64) {
+    pub(super) fn ask(&mut self, round: u64) {
+        self.here_streak = 0;
         self.asked.fetch_add(1, Ordering::Relaxed);
         let inputs = self.inputs.clone();
         self.store.sync_then(Box::new(move |result| {

@@ -103,11 +103,11 @@ impl Session {
         permissions: warren_broker::users::Permissions,
     ) -> Option<Session> {
         let vhost = s.broker.vhost(vhost_name)?;
-        let outbox = Arc::new(Outbox::new(
+        let outbox = Outbox::new(
             s.config.frame_max_bytes,
             // Nobody writes this outbox to a socket: the session reads it after each method.
             Box::new(|| {}),
-        ));
+        );
         let mut conn = Connection::internal(
             s.clone(),
             user.to_string(),

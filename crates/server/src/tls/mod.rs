@@ -460,8 +460,16 @@ pub async fn serve_amqps(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared
                     .map(|c| c.clone().into_owned()),
             };
             let (rd, wr) = tokio::io::split(stream);
-            crate::connection::serve_stream(rd, wr, peer, local, Some(tls_peer), deadline, shared)
-                .await;
+            crate::connection::serve_stream(
+                rd,
+                wr,
+                peer,
+                local,
+                crate::connection::StreamKind::Tls(tls_peer),
+                deadline,
+                shared,
+            )
+            .await;
         }
     }
 }
