@@ -22,7 +22,12 @@ as JSON (--json).
 
   scripts/compare-quorum.py [--seconds 20] [--cases leader,follower,...] [--json FILE]
                             [--brokers warren,rabbitmq] [--warren-args "--wal-commit-window-us 500"]
-                            [--confirm-window N]
+                            [--confirm-window N] [--warmup-seconds 20]
+
+Before the first case, each broker runs the leader case's load unmeasured for --warmup-seconds
+(default 20; 0 skips) on a queue of its own, so that the first measured case does not pay for
+a fresh cluster alone: PerfTest's JIT, and a fresh warren node's first WAL files, which grow
+(three disk round trips per sync) where later ones are recycled (one).
 
 --confirm-window N replaces -c 1000 by -c N: each producer then waits on round trips rather
 than on the CPU, which is how to see on a 2-core machine whether throughput grows with the
@@ -211,6 +216,17 @@ def case_rate(broker, seconds, case):
     raise ValueError(case)
 
 
+def warm_up(broker, seconds):
+    """The leader case's load on a queue of its own, unmeasured, then deleted."""
+    declare(broker.ports[0], "cq-warmup")
+    perftest(broker, [broker.uri(1)], seconds, ["-u", "cq-warmup", "-x", "1", "-y", "1"]
+             + RATE_FLAGS)
+    conn = connect(broker.ports[0])
+    conn.channel().queue_delete("cq-warmup")
+    conn.close()
+    log(f"{broker.name}: warmed up for {seconds} s")
+
+
 def case_failover(broker, seconds):
     """Kills the leader's node (node 1) -9 a third into the run while PerfTest loads a queue
     it leads and a probe publishes to another one with confirms, both through node 2."""
@@ -267,6 +283,8 @@ def main():
     p.add_argument("--brokers", default="warren,rabbitmq",
                    help="which of the two to measure (one alone: no ratios)")
     p.add_argument("--warren-args", default="", help="extra arguments for every warren node")
+    p.add_argument("--warmup-seconds", type=int, default=20,
+                   help="the leader case's load, unmeasured, before the first case (0: none)")
     p.add_argument("--confirm-window", type=int,
                    help="unconfirmed publishes per producer (PerfTest -c) instead of 1000")
     args = p.parse_args()
@@ -296,6 +314,8 @@ def main():
         try:
             b.start()
             log(f"{b.name}: load before: {open('/proc/loadavg').read().split()[:3]}")
+            if args.warmup_seconds > 0:
+                warm_up(b, args.warmup_seconds)
             for case in cases:
                 r = case_failover(b, args.seconds) if case == "failover" \
                     else case_rate(b, args.seconds, case)
