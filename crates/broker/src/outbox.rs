@@ -139,14 +139,21 @@ impl Outbox {
         (self.wake)();
     }
 
-    /// Adds this outbox to the thread's open scope, if there is one.
+    /// Adds this outbox to the thread's open scope, if there is one (every push asks: no
+    /// reference is taken unless a scope is open).
     fn hold(&self) -> bool {
-        HELD.with(|h| match (&mut *h.borrow_mut(), self.me.upgrade()) {
-            (Some(held), Some(me)) => {
-                held.push(me);
-                true
+        HELD.with(|h| {
+            let mut h = h.borrow_mut();
+            let Some(held) = h.as_mut() else {
+                return false;
+            };
+            match self.me.upgrade() {
+                Some(me) => {
+                    held.push(me);
+                    true
+                }
+                None => false,
             }
-            _ => false,
         })
     }
 
