@@ -487,9 +487,14 @@ impl Store {
         });
         let writer = {
             let shared = shared.clone();
-            std::thread::Builder::new()
+            let (started, writer_started) = std::sync::mpsc::channel();
+            let thread = std::thread::Builder::new()
                 .name("warren-wal".into())
-                .spawn(move || wal::run_writer(shared))?
+                .spawn(move || wal::run_writer(shared, started))?;
+            // An error means the thread ended before its first wait: the engine is poisoned
+            // and says so on the first call.
+            let _ = writer_started.recv();
+            thread
         };
         let segments = {
             let shared = shared.clone();

@@ -207,8 +207,15 @@ enum WriteOutcome {
 
 /// The WAL writer thread. A panic in it (a bug) poisons the engine, so that callers get errors
 /// instead of waiting forever for durability.
-pub(crate) fn run_writer(shared: Arc<Shared>) {
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write_batches(&shared)));
+///
+/// `started` hears once this thread holds the engine's lock for its first wait, so that
+/// [`crate::Store::open`] returns only then: a record queued afterwards without a wake-up
+/// ([`crate::Store::append_blocking_for_sync`]) stays pending until someone asks for a sync,
+/// rather than racing a thread that is still starting.
+pub(crate) fn run_writer(shared: Arc<Shared>, started: std::sync::mpsc::Sender<()>) {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        write_batches(&shared, started)
+    }));
     if result.is_err() {
         shared.poison("WAL writer panicked".into());
     }
@@ -442,12 +449,16 @@ pub(crate) enum Written {
     Stopped,
 }
 
-fn write_batches(shared: &Arc<Shared>) {
+fn write_batches(shared: &Arc<Shared>, started: std::sync::mpsc::Sender<()>) {
     let window = Duration::from_micros(shared.config.commit_window_us);
     let mut last_sync_started = Instant::now() - window;
+    let mut started = Some(started);
     loop {
         {
             let mut st = shared.lock();
+            if let Some(started) = started.take() {
+                let _ = started.send(());
+            }
             let mut lazy_deadline = None;
             while !must_write(&st) {
                 if st.pending.is_empty() {
