@@ -291,6 +291,7 @@ impl MetadataGroup {
             if Instant::now() >= next_tick {
                 next_tick = Instant::now() + self.timing.tick;
                 self.raw.tick();
+                self.stand_first_if_founding();
                 self.register_if_needed();
                 self.retry_proposals();
                 self.retry_membership_changes();
@@ -403,6 +404,29 @@ impl MetadataGroup {
             .min()
             .copied()
             .unwrap_or(self.next_request)
+    }
+
+    /// On a cluster that never had a leader, the first founder stands for election as soon as
+    /// it reaches a majority of the founders, instead of waiting out an election timeout
+    /// (1-2 s) as every node does after a leader is lost: a fresh cluster forms in a tick.
+    /// Only one node does so, so there is no split vote; standing early is safe in Raft at
+    /// any time, and term 0 means nobody of this group has stood or led yet.
+    fn stand_first_if_founding(&mut self) {
+        let raft = &self.raw.raft;
+        if raft.term != 0 || raft.leader_id != raft::INVALID_ID {
+            return;
+        }
+        let voters: Vec<u64> = raft.prs().conf().voters().ids().iter().collect();
+        if voters.iter().min() != Some(&self.me.id) {
+            return;
+        }
+        let up = voters
+            .iter()
+            .filter(|id| self.transport.is_up(**id))
+            .count();
+        if up > voters.len() / 2 {
+            let _ = self.raw.campaign();
+        }
     }
 
     /// Once a leader is known, makes sure the member table says who this node is. Soon: a

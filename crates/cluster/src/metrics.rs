@@ -99,6 +99,7 @@ mod tests {
             bytes_in: 2000,
             frames_in: 20,
             dropped: 3,
+            dials_failed: 0,
             raft_link: true,
         };
         let status = ClusterStatus {

@@ -117,6 +117,10 @@ struct Peer {
     addr: Mutex<Option<SocketAddr>>,
     buffer: Mutex<Outbox>,
     wake: Notify,
+    /// Cuts the pause before the next dial short: the peer just dialled us, so it is up, and
+    /// what we send it (such as the answer to the request it sent on that link) has no link
+    /// to go on until ours is up too.
+    redial: Notify,
     connected: AtomicBool,
     /// Microseconds since the transport's epoch of the last pong; 0 if none.
     last_pong_us: AtomicU64,
@@ -126,6 +130,8 @@ struct Peer {
     bytes_in: AtomicU64,
     frames_in: AtomicU64,
     dropped: AtomicU64,
+    /// Dials that reached nobody (refused, unreachable, timed out).
+    dials_failed: AtomicU64,
     started: AtomicBool,
     /// Counts the peer's inbound links: only the newest one ending is a broken link.
     inbound: AtomicU64,
@@ -153,6 +159,7 @@ impl Peer {
             addr: Mutex::new(None),
             buffer: Mutex::new(Outbox::default()),
             wake: Notify::new(),
+            redial: Notify::new(),
             connected: AtomicBool::new(false),
             last_pong_us: AtomicU64::new(0),
             rtt_us: AtomicU64::new(0),
@@ -161,6 +168,7 @@ impl Peer {
             bytes_in: AtomicU64::new(0),
             frames_in: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
+            dials_failed: AtomicU64::new(0),
             started: AtomicBool::new(false),
             inbound: AtomicU64::new(0),
             generation: AtomicU64::new(0),
@@ -181,6 +189,7 @@ pub struct LinkStats {
     pub bytes_in: u64,
     pub frames_in: u64,
     pub dropped: u64,
+    pub dials_failed: u64,
     /// Quorum queues' Raft frames to the peer take its raft link ([`RaftLinkOut`]).
     pub raft_link: bool,
 }
@@ -193,6 +202,8 @@ struct Inner {
     callbacks: Callbacks,
     /// Mutual TLS on every link, when the node has cluster certificates.
     tls: Option<Arc<LinkTls>>,
+    /// [`RECONNECT_DELAY`] in ms, unless a test stretched it.
+    reconnect_delay_ms: AtomicU64,
 }
 
 /// A stream a one-off connection to a peer (a join request) is written to: plain TCP, or TLS.
@@ -234,6 +245,7 @@ impl Transport {
                 peers: Mutex::new(HashMap::new()),
                 callbacks,
                 tls,
+                reconnect_delay_ms: AtomicU64::new(RECONNECT_DELAY.as_millis() as u64),
             }),
         };
         let accepting = t.clone();
@@ -255,6 +267,14 @@ impl Transport {
     }
 
     /// The node's cluster TLS, if its links use it.
+    /// Stretches the pause between dials to a peer: tests set it past their deadline to show
+    /// what does not wait for it.
+    pub fn set_reconnect_delay(&self, delay: Duration) {
+        self.inner
+            .reconnect_delay_ms
+            .store(delay.as_millis() as u64, Ordering::Relaxed);
+    }
+
     pub fn tls(&self) -> Option<&Arc<LinkTls>> {
         self.inner.tls.as_ref()
     }
@@ -334,6 +354,9 @@ impl Transport {
         let peer = self.peer(id);
         *peer.addr.lock().expect("addr lock") = Some(addr);
         if peer.started.swap(true, Ordering::AcqRel) {
+            if !peer.connected.load(Ordering::Relaxed) {
+                peer.redial.notify_one();
+            }
             return;
         }
         let t = self.clone();
@@ -477,6 +500,7 @@ impl Transport {
                 bytes_in: p.bytes_in.load(Ordering::Relaxed),
                 frames_in: p.frames_in.load(Ordering::Relaxed),
                 dropped: p.dropped.load(Ordering::Relaxed),
+                dials_failed: p.dials_failed.load(Ordering::Relaxed),
                 raft_link: p.raft_link.connected.load(Ordering::Relaxed),
             })
             .collect();
@@ -492,7 +516,7 @@ impl Transport {
         loop {
             let addr = *peer.addr.lock().expect("addr lock");
             let Some(addr) = addr else {
-                tokio::time::sleep(RECONNECT_DELAY).await;
+                self.pause_before_dial(&peer).await;
                 continue;
             };
             if let Ok(Ok(stream)) = tokio::time::timeout(DOWN_AFTER, TcpStream::connect(addr)).await
@@ -522,7 +546,7 @@ impl Transport {
                                 tracing::warn!(peer = id, %addr, "cluster link not opened: {e}");
                                 last_failure = Some(e);
                             }
-                            tokio::time::sleep(RECONNECT_DELAY).await;
+                            self.pause_before_dial(&peer).await;
                             continue;
                         }
                     },
@@ -547,8 +571,20 @@ impl Transport {
                 if was_up {
                     (self.inner.callbacks.link_broken)(id);
                 }
+            } else {
+                peer.dials_failed.fetch_add(1, Ordering::Relaxed);
             }
-            tokio::time::sleep(RECONNECT_DELAY).await;
+            self.pause_before_dial(&peer).await;
+        }
+    }
+
+    /// Waits [`RECONNECT_DELAY`] before the next dial to `peer`, or less if it dialled us
+    /// meanwhile.
+    async fn pause_before_dial(&self, peer: &Peer) {
+        let delay = self.inner.reconnect_delay_ms.load(Ordering::Relaxed);
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(delay)) => {}
+            _ = peer.redial.notified() => {}
         }
     }
 

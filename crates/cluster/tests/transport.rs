@@ -25,6 +25,14 @@ type Taken = Arc<Mutex<Vec<RaftLinkSocket>>>;
 
 async fn node_taking_raft_links(id: u64, takes: bool) -> (Transport, SocketAddr, Arrived, Taken) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    node_on(id, takes, listener)
+}
+
+fn node_on(
+    id: u64,
+    takes: bool,
+    listener: tokio::net::TcpListener,
+) -> (Transport, SocketAddr, Arrived, Taken) {
     let addr = listener.local_addr().unwrap();
     let arrived: Arrived = Arc::default();
     let taken: Taken = Arc::default();
@@ -64,6 +72,30 @@ fn message(bytes: usize) -> Message {
     let mut m = Message::default();
     m.set_entries(vec![entry].into());
     m
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_dials_us_is_dialled_back_at_once_not_after_the_pause_between_dials() {
+    // Node 2's address, with nothing listening there yet: node 1's first dial is refused.
+    let b_addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let (a, a_addr, _) = node(1).await;
+    // A pause past the test's deadline: only a redial that skips it brings the link up.
+    a.set_reconnect_delay(Duration::from_secs(3600));
+    a.connect(2, b_addr);
+    common::eventually("node 1's dial to be refused", || {
+        a.links().iter().any(|l| l.peer == 2 && l.dials_failed > 0)
+    })
+    .await;
+    let (b, _, _, _) = node_on(
+        2,
+        false,
+        tokio::net::TcpListener::bind(b_addr).await.unwrap(),
+    );
+    b.connect(1, a_addr);
+    common::eventually("node 1's link to node 2", || a.is_up(2)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

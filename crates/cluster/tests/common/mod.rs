@@ -1,5 +1,8 @@
 //! What the cluster crate's integration tests share.
 
+// Each test file uses some of these.
+#![allow(dead_code)]
+
 use std::net::SocketAddr;
 use std::time::Duration;
 use warren_cluster::frame::NodeInfo;
