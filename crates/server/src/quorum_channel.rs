@@ -187,7 +187,7 @@ impl Connection {
             nowait,
             reply: Reply::QueueDelete,
             answer: Box::pin(async move {
-                match cluster.execute(command).await? {
+                match crate::remote::execute_everywhere(&cluster, command).await? {
                     Outcome::QueueDeleted(_) => Ok(Outcome::QueueDeleted(messages)),
                     other => Ok(other),
                 }

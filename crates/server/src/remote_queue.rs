@@ -125,7 +125,7 @@ impl Connection {
                         )));
                     }
                 }
-                match cluster.execute(command).await? {
+                match crate::remote::execute_everywhere(&cluster, command).await? {
                     Outcome::QueueDeleted(_) => Ok(Outcome::QueueDeleted(match counts {
                         Response::Declared { messages, .. } => messages,
                         _ => 0,

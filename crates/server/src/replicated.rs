@@ -159,7 +159,7 @@ impl Connection {
                 {
                     *members = crate::placement::members(node, cluster.voter_names().await, size)?;
                 }
-                let mut outcome = cluster.execute(command).await?;
+                let mut outcome = crate::remote::execute_everywhere(&cluster, command).await?;
                 if let (Some((queue, conn)), Outcome::QueueDeclared(ok)) = (declared, &mut outcome)
                 {
                     let log = vhost.lock().expect("vhost lock").quorum_log(&queue);

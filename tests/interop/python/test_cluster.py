@@ -405,3 +405,34 @@ def test_a_change_made_through_one_node_is_in_force_everywhere_when_it_is_answer
     finally:
         publisher.close()
         host.close()
+
+
+def test_a_declare_answered_through_one_node_is_found_through_every_other_at_once(cluster):
+    """RabbitMQ 3.10's metadata store commits a declare on every running node before
+    declare-ok, so a setup script that declares through one node and starts workers on the
+    others never sees 404. Answered once a majority had it, about 3 % of these passive
+    declares through another node got 404 (the node had not applied it yet)."""
+    n1, n2, n3 = cluster.nodes
+    declarer = n1.connection()
+    others = [n2.connection(), n3.connection()]
+    ch = declarer.channel()
+    try:
+        for i in range(200):
+            ch.exchange_declare(f"setup-x{i}", "fanout")
+            for conn in others:
+                c = conn.channel()
+                c.exchange_declare(f"setup-x{i}", passive=True)
+                c.close()
+            ch.queue_declare(f"setup-q{i}")
+            for conn in others:
+                c = conn.channel()
+                c.queue_declare(f"setup-q{i}", passive=True)
+                c.close()
+            ch.queue_delete(f"setup-q{i}")
+            for conn in others:
+                with pytest.raises(pika.exceptions.ChannelClosedByBroker) as gone:
+                    conn.channel().queue_declare(f"setup-q{i}", passive=True)
+                assert gone.value.reply_code == 404
+    finally:
+        for conn in others + [declarer]:
+            conn.close()
