@@ -320,15 +320,15 @@ impl Connection {
             let mut stored = crate::metadata::apply_store_ops(&self.shared, ops);
             v.page_out();
             if v.has_remote() {
-                // Bound for queues on other nodes: confirmed once they have it.
+                // Bound for queues on other nodes: confirmed once they have it. Publishes to
+                // quorum queues are numbered even without confirms, so that flow control
+                // bounds what the channel has in the groups' pipelines.
                 let effects = v.take_remote();
-                let confirming =
-                    (self.channels[&number].confirm || self.tx_waits.is_some()).then_some(key);
                 let carried = crate::remote::carry_out_for(
                     &self.shared,
                     &self.vhost_name,
                     effects,
-                    confirming,
+                    Some(key),
                 );
                 if let Some(tx) = &mut self.tx_waits {
                     tx.extend(carried.waits.iter().copied());

@@ -33,9 +33,14 @@
 //! queues that fall behind keeps a lone publisher's full pipeline, which is most of its rate
 //! (measured in `docs/quorum-queues.md`).
 //!
+//! Every connection is also held to [`QUORUM_UNANSWERED_MAX`] publishes (and [`FLOW_BYTES_MAX`]
+//! bytes) to quorum queues not yet answered by their groups, whatever their queues' state: a publisher without confirms has no
+//! window of its own, and one faster than the groups filled the node's memory with proposals
+//! (2.3 GB in 20 s, and most of them lost). A confirming publisher's window (PerfTest's
+//! `-c 1000`) stays well inside this bound, so it never meets it.
+//!
 //! What it does not bound: transient messages held in a queue's memory (RabbitMQ neither: those
-//! are bounded by the memory alarm), and publishes to quorum queues without confirms (nothing
-//! answers them one by one; their Raft log has its own bounds).
+//! are bounded by the memory alarm).
 
 use crate::connection::Connection;
 use crate::durability::{is_quorum_stream, Durability};
@@ -55,6 +60,15 @@ pub const FLOW_MESSAGES_MAX: u64 = 8192;
 /// and not seen answered: a quarter of the prefetch PerfTest and many clients use (1000), so
 /// that a consumer takes more per round trip than the publisher puts in.
 pub const QUORUM_IN_FLIGHT_MAX: u64 = 256;
+/// Publishes to any quorum queues a connection may have proposed and not seen answered, counted
+/// since the reader's last look: as many as the engine's bound ([`FLOW_MESSAGES_MAX`]), so a
+/// publisher without confirms keeps a pipeline as deep as one to a classic queue. A look (every
+/// [`QUORUM_IN_FLIGHT_MAX`] publishes) that finds more than [`QUORUM_UNANSWERED_RESUME`] holds the
+/// reader back until no more are.
+pub const QUORUM_UNANSWERED_MAX: u64 = FLOW_MESSAGES_MAX;
+/// Unanswered publishes to quorum queues past which a connection is held back, and at or below
+/// which it reads again.
+pub const QUORUM_UNANSWERED_RESUME: u64 = QUORUM_UNANSWERED_MAX / 2;
 /// Ready messages past which a quorum queue with consumers counts as falling behind.
 pub const QUORUM_BACKLOG_MIN: u64 = 4 * QUORUM_IN_FLIGHT_MAX;
 /// Unanswered publishes to quorum queues below which a connection held back reads again.
@@ -80,6 +94,13 @@ pub struct Flow {
     /// Publishes to quorum queues counted in flight: since the last look, plus those to queues
     /// falling behind that were unanswered then.
     quorum_messages: u64,
+    /// Publishes to quorum queues since the last look, plus all those unanswered then.
+    quorum_unanswered: u64,
+    /// Their bytes: those since the last look, plus the unanswered ones' then (their count
+    /// times the connection's mean size of a publish to quorum queues).
+    quorum_bytes: u64,
+    /// Every publish to quorum queues so far, for that mean.
+    quorum_handed: (u64, u64),
 }
 
 impl Flow {
@@ -107,6 +128,10 @@ impl Flow {
         }
         if quorum {
             self.quorum_messages += 1;
+            self.quorum_unanswered += 1;
+            self.quorum_bytes += bytes;
+            self.quorum_handed.0 += bytes;
+            self.quorum_handed.1 += 1;
         }
     }
 
@@ -116,6 +141,8 @@ impl Flow {
         self.bytes > FLOW_BYTES_MAX
             || self.messages > FLOW_MESSAGES_MAX
             || self.quorum_messages > QUORUM_IN_FLIGHT_MAX
+            || self.quorum_unanswered > QUORUM_UNANSWERED_MAX
+            || self.quorum_bytes > FLOW_BYTES_MAX
     }
 
     /// Forgets what the engine has synced (all of it, or nothing: one look at the newest index
@@ -145,25 +172,34 @@ impl Flow {
     }
 
     /// Whether the groups of quorum queues falling behind (`behind(group)`) answered all but
-    /// [`QUORUM_IN_FLIGHT_RESUME`] of the connection's publishes to them; then counts only
-    /// those still in flight. Publishes to other queues count only until this look.
+    /// [`QUORUM_IN_FLIGHT_RESUME`] of the connection's publishes to them, and all groups all
+    /// but [`QUORUM_UNANSWERED_RESUME`] and half of [`FLOW_BYTES_MAX`]; then counts only those
+    /// still in flight.
     fn quorum_caught_up(&mut self, durability: &Durability, behind: impl Fn(u64) -> bool) -> bool {
-        let mut in_flight = 0;
+        let (mut in_flight, mut all) = (0, 0);
         self.quorum.retain(
             |&(log, newest)| match durability.quorum_unanswered(log, newest) {
                 Some((group, unanswered)) if unanswered > 0 => {
                     if behind(group) {
                         in_flight += unanswered;
                     }
+                    all += unanswered;
                     true
                 }
                 _ => false,
             },
         );
-        if in_flight > QUORUM_IN_FLIGHT_RESUME {
+        let (bytes, count) = self.quorum_handed;
+        let all_bytes = all * bytes.checked_div(count).unwrap_or(0);
+        if in_flight > QUORUM_IN_FLIGHT_RESUME
+            || all > QUORUM_UNANSWERED_RESUME
+            || all_bytes > FLOW_BYTES_MAX / 2
+        {
             return false;
         }
         self.quorum_messages = in_flight;
+        self.quorum_unanswered = all;
+        self.quorum_bytes = all_bytes;
         true
     }
 }
@@ -392,13 +428,56 @@ mod tests {
     }
 
     #[test]
-    fn quorum_publishes_do_not_count_as_engine_bytes() {
+    fn publishes_to_quorum_queues_that_keep_up_are_bounded_until_their_groups_answer_them() {
         let d = Durability::default();
         let mut f = Flow::default();
-        for _ in 0..QUORUM_IN_FLIGHT_MAX {
-            f.handed(&[d.quorum_next(1, 7)], FLOW_BYTES_MAX);
-        }
+        let keeps_up = |_| false;
+        let mut looks = 0;
+        // The reader looks when the count since its last look passes a bound, and is held
+        // when a look finds more unanswered than the resume mark.
+        let newest = loop {
+            let newest = d.quorum_next(1, 7);
+            f.handed(&[newest], 1 << 10);
+            if f.over() {
+                if !f.caught_up(None, &d, keeps_up) {
+                    break newest;
+                }
+                looks += 1;
+            }
+            assert!(newest.1 <= QUORUM_UNANSWERED_MAX + 1, "never held back");
+        };
+        assert!(looks > 0);
+        assert!(newest.1 > QUORUM_UNANSWERED_RESUME);
+        d.quorum_applied(1, 7, &[(newest.1 - QUORUM_UNANSWERED_RESUME - 1, false)]);
+        assert!(
+            !f.caught_up(None, &d, keeps_up),
+            "one more than the resume mark"
+        );
+        d.quorum_applied(1, 7, &[(newest.1 - QUORUM_UNANSWERED_RESUME, false)]);
+        assert!(f.caught_up(None, &d, keeps_up));
         assert!(!f.over());
+    }
+
+    #[test]
+    fn quorum_publishes_bytes_count_until_their_groups_answer_them_not_as_engine_bytes() {
+        let d = Durability::default();
+        let mut f = Flow::default();
+        let first = d.quorum_next(1, 7);
+        f.handed(&[first], FLOW_BYTES_MAX / 2);
+        assert!(!f.over());
+        let second = d.quorum_next(1, 7);
+        f.handed(&[second], FLOW_BYTES_MAX / 2 + 1);
+        assert!(f.over());
+        assert!(!f.caught_up(None, &d, |_| false), "nothing answered");
+        d.quorum_applied(1, 7, &[(first.1, false)]);
+        assert!(
+            f.caught_up(None, &d, |_| false),
+            "half the bound unanswered: the engine has none of it"
+        );
+        assert!(!f.over());
+        d.quorum_applied(1, 7, &[(second.1, false)]);
+        assert!(f.caught_up(None, &d, |_| false));
+        assert_eq!(f.quorum_bytes, 0);
     }
 
     #[test]

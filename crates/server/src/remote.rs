@@ -39,7 +39,8 @@ pub fn carry_out(shared: &Shared, vhost: &str, effects: Vec<RemoteEffect>) -> Ca
 }
 
 /// Carries out a vhost's work for other nodes, in order; `publisher` is the channel whose
-/// publish this is when it waits for confirms.
+/// publish this is: its publishes to quorum queues are numbered, and the groups answer each
+/// (confirms, transactions and flow control wait on those answers).
 pub fn carry_out_for(
     shared: &Shared,
     vhost: &str,
