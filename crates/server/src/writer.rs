@@ -45,6 +45,11 @@ impl<W: AsyncWrite + Unpin> Writer<W> {
                     }
                 }
             }
+            // Read before the drain: what was pushed before the close (the close-ok, often)
+            // is then in this drain. Read after it, a push and close landing between the last
+            // take and the check were shut down unwritten, and the client saw EOF where it
+            // waited for close-ok. A close after this read wakes the next pass.
+            let closing = self.outbox.is_closed();
             loop {
                 let buf = self.outbox.take();
                 if buf.is_empty() {
@@ -62,11 +67,83 @@ impl<W: AsyncWrite + Unpin> Writer<W> {
             if self.flush_each_batch && self.socket.flush().await.is_err() {
                 return;
             }
-            if self.outbox.is_closed() {
+            if closing {
                 let _ = self.socket.flush().await;
                 let _ = self.socket.shutdown().await;
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+    use tokio::io::AsyncReadExt;
+
+    /// A socket that runs `hook` at its first flush: the connection's task acting while the
+    /// writer is between its drain and its look at whether the outbox was closed.
+    struct FlushHook<W> {
+        inner: W,
+        hook: Option<Box<dyn FnOnce() + Send>>,
+    }
+
+    impl<W: AsyncWrite + Unpin> AsyncWrite for FlushHook<W> {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            Pin::new(&mut self.inner).poll_write(cx, buf)
+        }
+
+        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            if let Some(hook) = self.hook.take() {
+                hook();
+            }
+            Pin::new(&mut self.inner).poll_flush(cx)
+        }
+
+        fn poll_shutdown(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.inner).poll_shutdown(cx)
+        }
+    }
+
+    /// The connection pushes its last frame (close-ok) and closes the outbox at once, wherever
+    /// the writer is in its pass: the client reads the frame before end of stream, never end
+    /// of stream alone.
+    #[tokio::test]
+    async fn what_was_pushed_before_the_close_is_written_before_the_socket_is_shut() {
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let notify = Arc::new(Notify::new());
+        let wake = notify.clone();
+        let outbox = Outbox::new(4096, Box::new(move || wake.notify_one()));
+        let closing = outbox.clone();
+        let writer = Writer {
+            socket: FlushHook {
+                inner: server,
+                hook: Some(Box::new(move || {
+                    closing.push(|b| b.extend_from_slice(b"close-ok"));
+                    closing.close();
+                })),
+            },
+            // TLS's writer flushes after each pass's drain.
+            flush_each_batch: true,
+            outbox: outbox.clone(),
+            notify,
+            heartbeat_s: Arc::new(std::sync::atomic::AtomicU32::new(0)),
+            resume: Arc::new(|| {}),
+        };
+        let task = tokio::spawn(writer.run());
+        outbox.push(|b| b.extend_from_slice(b"frames;"));
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"frames;close-ok");
+        task.await.unwrap();
     }
 }
