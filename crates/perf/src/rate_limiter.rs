@@ -34,8 +34,14 @@ impl RateLimiter {
     pub fn available(&mut self) -> u64 {
         let now = Instant::now();
         let cap = (self.rate * RATE_BURST_S).max(1.0);
-        self.tokens =
-            (self.tokens + self.rate * now.duration_since(self.last).as_secs_f64()).min(cap);
+        let tokens = self.tokens + self.rate * now.duration_since(self.last).as_secs_f64();
+        // Past the cap only whole messages are forgone: the fraction is the producer's phase,
+        // kept so that producers held up together do not come out of it in step.
+        self.tokens = if tokens > cap {
+            cap + (tokens - cap).fract()
+        } else {
+            tokens
+        };
         self.last = now;
         if self.tokens < self.batch_min() {
             return 0;
@@ -75,5 +81,23 @@ mod tests {
         assert_eq!(fast.available(), 0);
         fast.tokens = 12.0;
         assert_eq!(fast.available(), 12);
+    }
+
+    /// 40 producers at 10 msg/s held up together (a pause of the client's runtime) came out of
+    /// it in step when the cap dropped their phase: a burst of many messages every 100 ms from
+    /// then on, and `warren perf`'s 40-queue median rose from 1.2 to 2.5 ms over a minute.
+    #[test]
+    fn a_late_producer_keeps_its_phase() {
+        let mut l = RateLimiter::new(10.0);
+        l.tokens = 0.0;
+        // Its message was due 30 ms ago.
+        l.last = Instant::now() - Duration::from_millis(130);
+        assert_eq!(l.available(), 1, "one message, no burst");
+        l.take(1);
+        assert!(
+            l.wait() <= Duration::from_millis(70),
+            "the next is due on the old schedule, not 100 ms from now: {:?}",
+            l.wait()
+        );
     }
 }
