@@ -29,6 +29,17 @@ Before the first case, each broker runs the leader case's load unmeasured for --
 a fresh cluster alone: PerfTest's JIT, and a fresh warren node's first WAL files, which grow
 (three disk round trips per sync) where later ones are recycled (one).
 
+--trace-disk records every fsync and fdatasync on the machine (`perf record -a`, root) during
+the 40-queue cases and adds, per broker and case, how many times the disk stalled (syncs of
+10 ms or more, overlapping ones counted once) and the longest sync. This machine's virtual disk
+stalls every node's syncs at once, for 10-100 ms, about once a minute, with or without a broker
+running (an fdatasync loop alone sees it too): one stall in a case's window decides its p99.9.
+
+--warren-disk-stalls EVERY_MS,STALL_MS[,SYNC_MS] starts the warren nodes with fault injection and
+makes their WAL syncs stall the same way, together, every EVERY_MS for STALL_MS (or, with
+SYNC_MS, each sync in that spell SYNC_MS slower): how warren's tail rides out the stalls above,
+the same ones for every build compared (RabbitMQ has no such switch; measure it alone).
+
 --confirm-window N replaces -c 1000 by -c N: each producer then waits on round trips rather
 than on the CPU, which is how to see on a 2-core machine whether throughput grows with the
 queues (4q/leader) when one queue does not already keep every core busy.
@@ -107,6 +118,17 @@ class Broker:
                        stderr=subprocess.DEVNULL)
 
 
+def stall_disks(spec):
+    """Every warren node's WAL syncs stall as `spec` (EVERY_MS,STALL_MS[,SYNC_MS]) says."""
+    every, stall, *sync = spec.split(",")
+    query = f"every_ms={every}&stall_ms={stall}&sync_ms={sync[0] if sync else 0}"
+    for port in (15672, 15673, 15674):
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/api/warren/faults/disk-stalls?{query}", method="POST")
+        req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+        urllib.request.urlopen(req, timeout=5)
+
+
 def wait_formed(deadline_s=60):
     """Until node 1 sees a metadata leader and all three members running: topology changes
     are refused before."""
@@ -171,7 +193,64 @@ def perftest(broker, uris, seconds, args):
     return result
 
 
-def case_rate(broker, seconds, case):
+class DiskTrace:
+    """Every sync syscall on the machine while a case runs: the disk's stalls in its window."""
+    STALL_S = 0.010
+    EVENTS = ",".join(f"syscalls:sys_{k}_{c}" for c in ("fdatasync", "fsync")
+                      for k in ("enter", "exit"))
+
+    def __init__(self, enabled):
+        self.enabled = enabled
+
+    def __enter__(self):
+        if self.enabled:
+            self.out = tempfile.mktemp(suffix=".perf")
+            self.proc = subprocess.Popen(["perf", "record", "-q", "-a", "-o", self.out, "-e",
+                                          self.EVENTS], stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL)
+        return self
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.proc.send_signal(signal.SIGINT)
+            self.proc.wait()
+
+    def summary(self):
+        """{disk_stalls, slowest_sync_ms, syncs}, or {} when not traced."""
+        if not self.enabled:
+            return {}
+        text = subprocess.run(["perf", "script", "-i", self.out, "-F", "tid,time,event"],
+                              capture_output=True, text=True).stdout
+        os.unlink(self.out)
+        began, slow, syncs, slowest = {}, [], 0, 0.0
+        for m in re.finditer(r"(\d+)\s+([\d.]+):\s+syscalls:sys_(enter|exit)_", text):
+            tid, t, kind = m.group(1), float(m.group(2)), m.group(3)
+            if kind == "enter":
+                began[tid] = t
+            elif tid in began:
+                start = began.pop(tid)
+                syncs += 1
+                slowest = max(slowest, t - start)
+                if t - start >= self.STALL_S:
+                    slow.append((start, t))
+        stalls, end = 0, None
+        for start, stop in sorted(slow):
+            if end is None or start > end:
+                stalls += 1
+                end = stop
+            else:
+                end = max(end, stop)
+        return {"disk_stalls": stalls, "slowest_sync_ms": round(slowest * 1e3, 1),
+                "syncs": syncs}
+
+
+def case_rate(broker, seconds, case, trace_disk=False):
+    if case in ("40q", "40q-tail"):
+        with DiskTrace(trace_disk) as trace:
+            result = case_latency(broker, seconds, case)
+        if result is not None:
+            result.update(trace.summary())
+        return result
     if case in ("leader", "follower", "w2"):
         queue = f"cq-{case}"
         declare(broker.ports[0], queue, 1 if case == "w2" else 3)
@@ -185,6 +264,10 @@ def case_rate(broker, seconds, case):
         return perftest(broker, uris, seconds,
                         ["--queue-pattern", "cq-4q-%d", "--queue-pattern-from", "1",
                          "--queue-pattern-to", "4", "-x", "4", "-y", "4"] + RATE_FLAGS)
+    raise ValueError(case)
+
+
+def case_latency(broker, seconds, case):
     if case == "40q":
         for i in range(1, 41):
             declare(broker.ports[(i - 1) % 3], f"cq-40q-{i}")
@@ -285,12 +368,18 @@ def main():
     p.add_argument("--warren-args", default="", help="extra arguments for every warren node")
     p.add_argument("--warmup-seconds", type=int, default=20,
                    help="the leader case's load, unmeasured, before the first case (0: none)")
+    p.add_argument("--trace-disk", action="store_true",
+                   help="count the disk's stalls during the 40-queue cases (perf, root)")
+    p.add_argument("--warren-disk-stalls", metavar="EVERY_MS,STALL_MS[,SYNC_MS]",
+                   help="warren's WAL syncs stall together this way (fault injection)")
     p.add_argument("--confirm-window", type=int,
                    help="unconfirmed publishes per producer (PerfTest -c) instead of 1000")
     args = p.parse_args()
     if args.confirm_window:
         RATE_FLAGS[RATE_FLAGS.index("-c") + 1] = str(args.confirm_window)
     cases = [c for c in args.cases.split(",") if c]
+    if args.warren_disk_stalls:
+        args.warren_args = f"{args.warren_args} --fault-injection".strip()
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "warren"], cwd=ROOT, check=True)
     wdir = tempfile.mkdtemp(prefix="warren-compare-quorum.")
     wenv = dict(os.environ, WARREN_CLUSTER_DIR=wdir,
@@ -313,12 +402,14 @@ def main():
     for b in brokers:
         try:
             b.start()
+            if b.name == "warren" and args.warren_disk_stalls:
+                stall_disks(args.warren_disk_stalls)
             log(f"{b.name}: load before: {open('/proc/loadavg').read().split()[:3]}")
             if args.warmup_seconds > 0:
                 warm_up(b, args.warmup_seconds)
             for case in cases:
                 r = case_failover(b, args.seconds) if case == "failover" \
-                    else case_rate(b, args.seconds, case)
+                    else case_rate(b, args.seconds, case, args.trace_disk)
                 results.setdefault(case, {})[b.name] = r
                 print(f"{case:9} {b.name:9} {r}", flush=True)
         finally:

@@ -13,6 +13,12 @@
 //! `POST /api/warren/faults/disk-full?on=true` makes every WAL write fail with ENOSPC until
 //! `?on=false`: a disk that filled up, then got space back.
 //!
+//! `POST /api/warren/faults/disk-stalls?every_ms=5000&stall_ms=20` stalls the WAL's syncs the
+//! way this project's test machine's disk does (`warren_store::Faults::stall_every_ms`);
+//! `&sync_ms=8` makes each sync in the window 8 ms slower instead; `every_ms=0` ends it.
+//! `scripts/compare-quorum.py --warren-disk-stalls` sets it on every node at once, to see how
+//! the latency tail rides out the same stalls from one build to the next.
+//!
 //! `POST /api/warren/faults/confirm-without-storing?on=true` plants a bug for the message-safety
 //! checker (`tests/interop/python/queue_jepsen.py`) to catch: until `?on=false`, this node drops
 //! the publishes other nodes forward to its queues yet answers them `Published`, so publishers
@@ -52,6 +58,7 @@ pub fn routes() -> Router<Arc<Shared>> {
     Router::new()
         .route("/api/warren/faults/fail-next-fsync", post(fail_next_fsync))
         .route("/api/warren/faults/disk-full", post(disk_full))
+        .route("/api/warren/faults/disk-stalls", post(disk_stalls))
         .route(
             "/api/warren/faults/confirm-without-storing",
             post(confirm_without_storing),
@@ -114,6 +121,38 @@ async fn disk_full(
     };
     faults.wal.disk_full.store(q.on, Ordering::Relaxed);
     tracing::warn!(on = q.on, "fault injection: WAL writes fail with ENOSPC");
+    StatusCode::NO_CONTENT.into_response()
+}
+
+#[derive(Deserialize)]
+struct Stalls {
+    every_ms: u64,
+    stall_ms: u64,
+    #[serde(default)]
+    sync_ms: u64,
+}
+
+async fn disk_stalls(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Query(q): Query<Stalls>,
+) -> Response {
+    let faults = match switches(&s, &headers) {
+        Ok(faults) => faults,
+        Err(r) => return r,
+    };
+    faults.wal.stall_ms.store(q.stall_ms, Ordering::Relaxed);
+    faults.wal.stall_sync_ms.store(q.sync_ms, Ordering::Relaxed);
+    faults
+        .wal
+        .stall_every_ms
+        .store(q.every_ms, Ordering::Relaxed);
+    tracing::warn!(
+        every_ms = q.every_ms,
+        stall_ms = q.stall_ms,
+        sync_ms = q.sync_ms,
+        "fault injection: WAL syncs stall"
+    );
     StatusCode::NO_CONTENT.into_response()
 }
 

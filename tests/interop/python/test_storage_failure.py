@@ -290,3 +290,32 @@ def test_full_disk_blocks_publishers_and_resumes_when_space_returns_losing_nothi
 
     restart_without_faults(node)
     assert bodies_in(node, name) == bodies + [b"while full", b"held", b"after"]
+
+
+def test_disk_stalls_hold_every_wal_sync_and_lose_nothing(node, name):
+    """The benchmark switch that stalls the WAL's syncs (scripts/compare-quorum.py
+    --warren-disk-stalls): while on, every confirm waits out the stall; nothing is lost, on or
+    off. Only a lower bound on time is asserted: a sleep lasts at least as long as asked,
+    whatever the machine."""
+    queue = name + ".stalled"
+    c = node.connect()
+    ch = c.channel()
+    ch.queue_declare(queue, durable=True)
+    ch.confirm_delivery()
+    props = pika.BasicProperties(delivery_mode=2)
+
+    assert http(node, "POST", "/api/warren/faults/disk-stalls?every_ms=abc&stall_ms=1")[0] == 400
+    # Every window is one stall: each sync ends 300 ms later than the disk made it.
+    assert http(node, "POST",
+                "/api/warren/faults/disk-stalls?every_ms=1000&stall_ms=1000&sync_ms=300")[0] == 204
+    for i in range(3):
+        began = time.monotonic()
+        ch.basic_publish("", queue, f"stalled-{i}".encode(), props)
+        assert time.monotonic() - began >= 0.3, "a confirm came before the stalled sync ended"
+
+    assert http(node, "POST", "/api/warren/faults/disk-stalls?every_ms=0&stall_ms=0")[0] == 204
+    for i in range(20):
+        ch.basic_publish("", queue, f"after-{i}".encode(), props)
+    c.close()
+    assert bodies_in(node, queue) == [f"stalled-{i}".encode() for i in range(3)] + \
+        [f"after-{i}".encode() for i in range(20)]
