@@ -125,6 +125,8 @@ struct Node {
     id: u64,
     dir: PathBuf,
     store: Arc<Store>,
+    /// The node's storage engine's fault switches.
+    faults: Arc<warren_store::Faults>,
     groups: QueueGroups,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -166,7 +168,9 @@ fn start_node(id: u64, dir: PathBuf, router: &Arc<Router>) -> Node {
 }
 
 fn start_node_timed(id: u64, dir: PathBuf, router: &Arc<Router>, timing: GroupsTiming) -> Node {
-    let (store, _) = Store::open(Config::new(dir.join("store")), Arc::new(NoopListener)).unwrap();
+    let config = Config::new(dir.join("store"));
+    let faults = config.faults.clone();
+    let (store, _) = Store::open(config, Arc::new(NoopListener)).unwrap();
     let store = Arc::new(store);
     let (r1, r2, r3) = (router.clone(), router.clone(), router.clone());
     let (groups, thread) = QueueGroups::start(
@@ -196,6 +200,7 @@ fn start_node_timed(id: u64, dir: PathBuf, router: &Arc<Router>, timing: GroupsT
         id,
         dir,
         store,
+        faults,
         groups,
         thread: Some(thread),
     }
@@ -490,6 +495,36 @@ fn one_sync_covers_the_writes_of_every_group_in_a_round() {
     // One round appends all 40 entries and waits for the WAL once; never once per group.
     assert!(syncs <= 2, "{syncs} syncs for 40 groups' entries");
     cleanup(vec![node]);
+}
+
+#[test]
+fn a_proposal_through_a_follower_reaches_the_leader_without_waiting_for_the_followers_disk() {
+    let (_router, nodes) = cluster("forward");
+    let recs = open(&nodes, 5);
+    let leader_id = leader(&nodes, 5);
+    let follower = nodes.iter().find(|n| n.id != leader_id).unwrap();
+    let others: Vec<&Recorder> = nodes
+        .iter()
+        .zip(&recs)
+        .filter(|(n, _)| n.id != follower.id)
+        .map(|(_, r)| r)
+        .collect();
+    // The follower's disk takes no more writes: the entry below is its round in flight,
+    // unsynced for as long as the test holds it. The other two commit it.
+    follower.faults.hold_writer.store(true, Ordering::Relaxed);
+    let leader_node = nodes.iter().find(|n| n.id == leader_id).unwrap();
+    propose(leader_node, 5, b"a");
+    wait_applied(&others, &[b"a".to_vec()]);
+    // A proposal made on the follower goes to the leader now, not after that sync (raft-rs
+    // holds all of a follower's messages for its ready to be durable).
+    propose(follower, 5, b"b");
+    wait_applied(&others, &[b"a".to_vec(), b"b".to_vec()]);
+    follower.faults.hold_writer.store(false, Ordering::Relaxed);
+    wait_applied(
+        &recs.iter().collect::<Vec<_>>(),
+        &[b"a".to_vec(), b"b".to_vec()],
+    );
+    cleanup(nodes);
 }
 
 #[test]
