@@ -124,6 +124,9 @@ async fn disk_full(
     StatusCode::NO_CONTENT.into_response()
 }
 
+/// The longest stall the switch takes: a benchmark's stall, not a node that never syncs again.
+const STALL_MS_MAX: u64 = 60_000;
+
 #[derive(Deserialize)]
 struct Stalls {
     every_ms: u64,
@@ -141,6 +144,12 @@ async fn disk_stalls(
         Ok(faults) => faults,
         Err(r) => return r,
     };
+    if q.stall_ms.max(q.sync_ms) > STALL_MS_MAX {
+        return crate::management::error(
+            StatusCode::BAD_REQUEST,
+            &format!("stall_ms and sync_ms are at most {STALL_MS_MAX}"),
+        );
+    }
     faults.wal.stall_ms.store(q.stall_ms, Ordering::Relaxed);
     faults.wal.stall_sync_ms.store(q.sync_ms, Ordering::Relaxed);
     faults

@@ -94,9 +94,15 @@ impl Faults {
     /// After a WAL fdatasync that began at `began`: holds the caller as a stalled disk would.
     pub(crate) fn after_sync(&self, began: std::time::SystemTime) {
         let stalls = Stalls {
-            every_us: self.stall_every_ms.load(Ordering::Relaxed) * 1000,
-            stall_us: self.stall_ms.load(Ordering::Relaxed) * 1000,
-            sync_us: self.stall_sync_ms.load(Ordering::Relaxed) * 1000,
+            every_us: self
+                .stall_every_ms
+                .load(Ordering::Relaxed)
+                .saturating_mul(1000),
+            stall_us: self.stall_ms.load(Ordering::Relaxed).saturating_mul(1000),
+            sync_us: self
+                .stall_sync_ms
+                .load(Ordering::Relaxed)
+                .saturating_mul(1000),
         };
         if stalls.every_us == 0 || stalls.stall_us == 0 {
             return;

@@ -305,6 +305,8 @@ def test_disk_stalls_hold_every_wal_sync_and_lose_nothing(node, name):
     props = pika.BasicProperties(delivery_mode=2)
 
     assert http(node, "POST", "/api/warren/faults/disk-stalls?every_ms=abc&stall_ms=1")[0] == 400
+    assert http(node, "POST",
+                "/api/warren/faults/disk-stalls?every_ms=1000&stall_ms=3600000")[0] == 400
     # Every window is one stall: each sync ends 300 ms later than the disk made it.
     assert http(node, "POST",
                 "/api/warren/faults/disk-stalls?every_ms=1000&stall_ms=1000&sync_ms=300")[0] == 204
