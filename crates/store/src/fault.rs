@@ -91,6 +91,11 @@ impl Faults {
         Ok(())
     }
 
+    /// Whether disk stalls are asked for ([`Faults::stall_every_ms`]).
+    pub(crate) fn stalling(&self) -> bool {
+        self.stall_every_ms.load(Ordering::Relaxed) > 0
+    }
+
     /// After a WAL fdatasync that began at `began`: holds the caller as a stalled disk would.
     pub(crate) fn after_sync(&self, began: std::time::SystemTime) {
         let stalls = Stalls {
