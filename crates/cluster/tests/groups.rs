@@ -2,7 +2,7 @@
 //! disk) and its own loop; a router stands in for the transport and can cut a node off. Every
 //! wait polls to a deadline; no verdict depends on how fast the machine is.
 
-use raft::eraftpb::Message;
+use raft::eraftpb::{Message, MessageType};
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -79,6 +79,8 @@ struct Router {
     chunks: AtomicU64,
     /// Chunks are dropped (a fetch stalls).
     drop_chunks: std::sync::atomic::AtomicBool,
+    /// Every message carried that holds entries: (from, type, entries).
+    with_entries: Mutex<Vec<(u64, MessageType, usize)>>,
 }
 
 impl Router {
@@ -95,6 +97,12 @@ impl Router {
             return false;
         };
         self.carried.fetch_add(1, Ordering::Relaxed);
+        self.with_entries.lock().unwrap().extend(
+            messages
+                .iter()
+                .filter(|m| !m.get_entries().is_empty())
+                .map(|m| (from, m.get_msg_type(), m.get_entries().len())),
+        );
         node.send(Input::Peer {
             group,
             messages: messages.to_vec(),
@@ -523,6 +531,65 @@ fn a_proposal_through_a_follower_reaches_the_leader_without_waiting_for_the_foll
     wait_applied(
         &recs.iter().collect::<Vec<_>>(),
         &[b"a".to_vec(), b"b".to_vec()],
+    );
+    cleanup(nodes);
+}
+
+/// The messages with entries of `kind` that `from` sent since `mark` (an index into the
+/// router's log), as each one's entry count.
+fn sent_since(router: &Router, mark: usize, from: u64, kind: MessageType) -> Vec<usize> {
+    router.with_entries.lock().unwrap()[mark..]
+        .iter()
+        .filter(|(f, t, _)| *f == from && *t == kind)
+        .map(|(_, _, n)| *n)
+        .collect()
+}
+
+#[test]
+fn a_rounds_proposals_travel_in_one_message_per_peer_not_one_each() {
+    let (router, nodes) = cluster("coalesce");
+    let recs = open(&nodes, 7);
+    let leader_id = leader(&nodes, 7);
+    let leader_node = nodes.iter().find(|n| n.id == leader_id).unwrap();
+    let follower = nodes.iter().find(|n| n.id != leader_id).unwrap();
+    let all: Vec<&Recorder> = recs.iter().collect();
+    // A first entry committed everywhere: the leader now streams to both followers rather
+    // than probing them one message at a time.
+    propose(leader_node, 7, b"first");
+    let mut expected = vec![b"first".to_vec()];
+    wait_applied(&all, &expected);
+    let batch = |tag: &str| -> Vec<(u64, Vec<u8>)> {
+        (0..100)
+            .map(|i| (7, format!("{tag}{i}").into_bytes()))
+            .collect()
+    };
+
+    // 100 proposals of one round on the leader: raft-rs would send each follower an append
+    // per proposal; batched, one append per follower carries them.
+    let mark = router.with_entries.lock().unwrap().len();
+    leader_node.groups.send(Input::ProposeMany(batch("l")));
+    expected.extend(batch("l").into_iter().map(|(_, d)| d));
+    wait_applied(&all, &expected);
+    let appends = sent_since(&router, mark, leader_id, MessageType::MsgAppend);
+    assert_eq!(appends.iter().sum::<usize>(), 200, "{appends:?}");
+    assert!(
+        appends.len() <= 4,
+        "100 entries took {} appends",
+        appends.len()
+    );
+
+    // 100 proposals of one round on a follower: forwarded in one message, not 100.
+    let mark = router.with_entries.lock().unwrap().len();
+    follower.groups.send(Input::ProposeMany(batch("f")));
+    expected.extend(batch("f").into_iter().map(|(_, d)| d));
+    wait_applied(&all, &expected);
+    let forwarded = sent_since(&router, mark, follower.id, MessageType::MsgPropose);
+    assert_eq!(forwarded, vec![100]);
+    let appends = sent_since(&router, mark, leader_id, MessageType::MsgAppend);
+    assert!(
+        appends.len() <= 4,
+        "100 entries took {} appends",
+        appends.len()
     );
     cleanup(nodes);
 }
