@@ -4,15 +4,15 @@
 //! sync covers them all; each group's messages leave in the transport's next write to that peer
 //! (one write carries every group's). Committed entries go to the group's [`Machine`].
 //!
-//! Under load the loop does not wait for the disk (TiKV's async I/O, raft-rs's
-//! `advance_append_async`): a round's writes are handed to the WAL writer, and the loop goes
-//! on stepping what peers send while the WAL syncs. What raft-rs says may leave only once the
-//! writes are durable (a follower's answers, votes) waits in [`Unsynced`] until the WAL writer
-//! reports the sync done ([`Input::Synced`]: `groups/syncer.rs`). Otherwise an append arriving
-//! during another group's sync waited for it whole, at every hop of a publish. At a low rate,
-//! when the WAL writer is idle and the round wrote little, the loop syncs the round itself
-//! once its messages left (`Store::sync_here`), and writes its deliveries to the consumers'
-//! sockets itself (`warren_broker::outbox::WriteThrough`): a thread wake-up fewer per hop.
+//! The loop never waits for the disk (TiKV's async I/O, raft-rs's `advance_append_async`): a
+//! round's writes are handed to the WAL writer, and the loop goes on stepping what peers send
+//! while the WAL syncs. What raft-rs says may leave only once the writes are durable (a
+//! follower's answers, votes) waits in [`Unsynced`] until the WAL writer reports the sync done
+//! ([`Input::Synced`]: `groups/syncer.rs`). Otherwise an append arriving during another group's
+//! sync waited for it whole, at every hop of a publish. At a low rate (`groups/load.rs`) the
+//! writer syncs a round without its commit window, and the loop writes the round's deliveries
+//! to the consumers' sockets itself (`warren_broker::outbox::WriteThrough`): a thread wake-up
+//! fewer per hop.
 //!
 //! Idle groups hibernate (TiKV's hibernate regions, Ra's quiet clusters): a group that has had
 //! nothing to do for a few heartbeats stops ticking, so 10,000 idle queues cost no timers and
@@ -70,12 +70,14 @@ pub type SendRaft = Arc<dyn Fn(u64, u64, &[Message]) -> bool + Send + Sync>;
 mod commit_latency;
 mod failover;
 mod hibernation;
+mod load;
 mod proposals;
 mod raft_links;
 mod syncer;
 mod voters;
 use failover::{elect_without, stand_again};
 use hibernation::{is_heartbeat, may_sleep};
+use load::Load;
 use proposals::{proposals_apart, propose, propose_waiting};
 pub use raft_links::InputSender;
 use raft_links::RaftLinks;
@@ -266,6 +268,7 @@ impl QueueGroups {
         let runner = Runner {
             links,
             syncer,
+            load: Load::default(),
             snapshots,
             catch_up: catch_up.clone(),
             catch_up_thread: Some(catch_up_thread),
@@ -381,6 +384,7 @@ struct Runner {
     links: RaftLinks,
     /// Asks the WAL writer to make a round durable and to tell the loop.
     syncer: Syncer,
+    load: Load,
     /// Hands snapshots to the snapshot writer.
     snapshots: Sender<crate::snapshot_writer::SnapshotJob>,
     /// Starts and cancels fetches of snapshots' entries.
@@ -413,10 +417,6 @@ struct Runner {
 
 /// How long, for how many groups and how many messages each, a node keeps what peers sent
 /// for groups it has not opened yet.
-/// Passes one loop iteration may sync on its own thread before it leaves the next to the WAL
-/// writer: each pass's answers can make more writes (a follower's ack commits, the commit
-/// applies), and inputs wait meanwhile.
-const SYNC_HERE_PASSES_MAX: u32 = 4;
 const EARLY_KEPT_FOR: Duration = Duration::from_secs(2);
 const EARLY_GROUPS_MAX: usize = 1024;
 const EARLY_MESSAGES_MAX: usize = 64;
@@ -449,10 +449,7 @@ impl Runner {
                 tracing::error!(error = %e, "queue groups stopped: their logs cannot be written");
                 return;
             }
-            if let Err(e) = self.sync_round() {
-                tracing::error!(error = %e, "queue groups stopped: their logs cannot be synced");
-                return;
-            }
+            self.sync_round();
             self.publish_views();
         }
     }
@@ -464,6 +461,7 @@ impl Runner {
         let Some(mut took) = self.drain(inputs) else {
             return false;
         };
+        self.load.pass_began(!took);
         if !took {
             self.links.park();
             // Anything sent before the doorbell was armed would not ring it.
@@ -961,28 +959,19 @@ impl Runner {
         Ok(())
     }
 
-    /// Makes the round `on_ready` wrote durable, after its messages left (a leader's appends
-    /// reach the followers while it syncs): on this thread when the WAL writer is idle, and
-    /// then what the round held back goes out in another pass, else by the writer thread.
-    fn sync_round(&mut self) -> Result<(), String> {
-        let mut passes = 0;
-        while let Some(round) = self.sync_wanted.take() {
-            passes += 1;
-            if passes > SYNC_HERE_PASSES_MAX || !self.syncer.sync_here()? {
-                self.syncer.ask(round);
-                return Ok(());
-            }
-            self.synced(round);
-            self.ready_and_send()?;
+    /// Asks for the round `on_ready` wrote to be made durable, after its messages left (a
+    /// leader's appends reach the followers while it syncs).
+    fn sync_round(&mut self) {
+        if let Some(round) = self.sync_wanted.take() {
+            self.syncer.ask(round, self.load.light());
         }
-        Ok(())
     }
 
     /// Handles every ready group, then sends the pass's messages (one write per peer) and its
     /// deliveries: at a low rate written through to the clients' sockets on this thread
     /// (`warren_broker::outbox`); under load the connections' writer tasks batch them.
     fn ready_and_send(&mut self) -> Result<(), String> {
-        let light = self.syncer.lightly_loaded();
+        let light = self.load.light();
         let deliveries = light.then(warren_broker::outbox::WriteThrough::begin);
         self.on_ready()?;
         (self.flush)();

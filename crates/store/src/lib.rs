@@ -9,7 +9,7 @@
 //! | `read` | reading entries back: cache, else the WAL file or segment holding them, planned under the lock and read after it |
 //! | `log` | the in-memory index of one log: 16 bytes per entry, terms as runs, a payload cache |
 //! | [`record`] | the record format shared by the WAL and segments, with its crc32c |
-//! | [`wal`] | the WAL files and the writer thread: group commit, rollover, recycling, fault handling; a small batch written by an idle-time caller ([`Store::sync_here`]) |
+//! | [`wal`] | the WAL files and the writer thread: group commit, rollover, recycling, fault handling |
 //! | `wal_reader` | reading a WAL file's records back, batch by batch, only what its batch ends vouch for |
 //! | `sync_waiters` | callers told from the WAL writer's thread once their records are durable ([`Store::sync_then`]) |
 //! | `segment_writer` | the thread settling rolled WAL files (copying their live entries into segments, or adopting mostly-live files in place), deleting and compacting segments and adopted files |

@@ -27,12 +27,6 @@ use crate::record::RecordKind;
 use crate::sync_waiters::{self, SyncDone, SyncWaiters};
 use crate::{recovery, segment_writer, wal, Error, Result};
 
-/// The most records [`Store::sync_here`] writes on its caller's thread: more look like a load
-/// the writer thread batches better, syncing while the caller goes on.
-const SYNC_HERE_RECORDS_MAX: usize = 4;
-/// The most payload bytes [`Store::sync_here`] writes on its caller's thread.
-const SYNC_HERE_BYTES_MAX: usize = 16 << 10;
-
 /// One entry of a log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
@@ -186,6 +180,9 @@ pub(crate) struct State {
     /// The newest record a [`Store::sync`] caller waits for: lazy records up to it are written
     /// now too.
     pub sync_target: u64,
+    /// The newest record a [`Store::sync_now_then`] caller waits for: a batch holding it is
+    /// synced without waiting out the commit window.
+    pub sync_now_target: u64,
     /// Submission number of the next record.
     pub next_seq: u64,
     /// Every record up to this submission number is durable.
@@ -234,6 +231,7 @@ impl State {
             pending_bytes: 0,
             lazy_pending: 0,
             sync_target: 0,
+            sync_now_target: 0,
             next_seq: 1,
             synced_seq: 0,
             fifo: VecDeque::new(),
@@ -409,18 +407,11 @@ pub(crate) struct Shared {
     pub idle_cv: Condvar,
     pub listener: Arc<dyn DurabilityListener>,
     pub counters: Counters,
-    /// The active WAL file and what writes to it: the writer thread's, lent to
-    /// [`Store::sync_here`] while the thread is idle. Locked before `state`, never after.
-    pub writer: Mutex<Option<wal::Writer>>,
 }
 
 impl Shared {
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(crate) fn writer(&self) -> MutexGuard<'_, Option<wal::Writer>> {
-        self.writer.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Marks the engine failed for good and tells everyone waiting.
@@ -483,14 +474,14 @@ impl Store {
             idle_cv: Condvar::new(),
             listener,
             counters: Counters::default(),
-            writer: Mutex::new(Some(wal::Writer::new(recovered.active, wal_bytes_max))),
         });
         let writer = {
             let shared = shared.clone();
+            let writer = wal::Writer::new(recovered.active, wal_bytes_max);
             let (started, writer_started) = std::sync::mpsc::channel();
             let thread = std::thread::Builder::new()
                 .name("warren-wal".into())
-                .spawn(move || wal::run_writer(shared, started))?;
+                .spawn(move || wal::run_writer(shared, writer, started))?;
             // An error means the thread ended before its first wait: the engine is poisoned
             // and says so on the first call.
             let _ = writer_started.recv();
@@ -897,6 +888,20 @@ impl Store {
     /// writer's thread, or from this one when it is already), or with why it never will be. For
     /// a caller that must not block, such as the queue groups' loop.
     pub fn sync_then(&self, done: SyncDone) {
+        self.ask_sync(done, false)
+    }
+
+    /// [`Store::sync_then`] for a caller whose records are one batch already and who is not
+    /// streaming, such as the queue groups' loop at a low rate: the writer syncs them without
+    /// letting [`crate::Config::commit_window_us`] pass first. A few records from several
+    /// queues arriving during one sync look like a stream to the writer, and the window would
+    /// then add up to its length to every publish's latency for no batching gained. (A window
+    /// the writer already waits out, begun for a stream, is not cut short.)
+    pub fn sync_now_then(&self, done: SyncDone) {
+        self.ask_sync(done, true)
+    }
+
+    fn ask_sync(&self, done: SyncDone, now: bool) {
         let mut st = self.shared.lock();
         if st.poisoned.is_some() || st.shutdown {
             let why = sync_waiters::stopped(st.poisoned.as_ref());
@@ -908,54 +913,14 @@ impl Store {
             drop(st);
             return done(Ok(()));
         }
+        if now {
+            st.sync_now_target = target;
+        }
         if st.sync_target < target {
             st.sync_target = target;
             self.shared.writer_cv.notify_one();
         }
         st.sync_waiters.push(target, done);
-    }
-
-    /// Makes everything submitted so far durable on the calling thread, when the WAL writer
-    /// thread is idle and little is pending; false when it is not, and then the caller asks
-    /// [`Store::sync_then`] as usual.
-    ///
-    /// For a caller whose next step waits for the sync anyway, such as the queue groups' loop
-    /// at a low rate: handing one small batch to the writer thread and hearing back costs two
-    /// thread wake-ups, more than the write itself. Under load the writer is busy or records
-    /// stream in, and this declines, so the caller keeps working while the writer syncs.
-    pub fn sync_here(&self) -> Result<bool> {
-        let mut writer = match self.shared.writer.try_lock() {
-            Ok(writer) => writer,
-            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return Ok(false),
-        };
-        let Some(w) = writer.as_mut() else {
-            return Ok(false);
-        };
-        {
-            let mut st = self.shared.lock();
-            if let Some(why) = &st.poisoned {
-                return Err(Error::Poisoned(why.clone()));
-            }
-            if st.synced_seq >= st.next_seq - 1 {
-                return Ok(true);
-            }
-            let small = st.pending.len() <= SYNC_HERE_RECORDS_MAX
-                && st.pending_bytes <= SYNC_HERE_BYTES_MAX;
-            if !small || st.shutdown || st.disk_full || self.shared.config.faults.writer_held() {
-                return Ok(false);
-            }
-            w.take(&mut st);
-            debug_assert!(st.pending.is_empty(), "a small pending queue is one batch");
-        }
-        match w.write(&self.shared, true) {
-            wal::Written::Durable => Ok(true),
-            wal::Written::GivenBack => Ok(false),
-            wal::Written::Stopped => Err(match &self.shared.lock().poisoned {
-                Some(why) => Error::Poisoned(why.clone()),
-                None => Error::Closed,
-            }),
-        }
     }
 
     /// Asks the WAL writer to roll over to a new file now (as if the size limit were reached),

@@ -198,8 +198,6 @@ fn drop_spares(shared: &Shared) {
 
 enum WriteOutcome {
     Durable,
-    /// The disk is full, and the caller is not the writer thread: it gives the batch back.
-    Requeued,
     /// Shut down while the disk was full: the batch was never durable nor acknowledged.
     GaveUp,
     Poisoned,
@@ -212,9 +210,13 @@ enum WriteOutcome {
 /// [`crate::Store::open`] returns only then: a record queued afterwards without a wake-up
 /// ([`crate::Store::append_blocking_for_sync`]) stays pending until someone asks for a sync,
 /// rather than racing a thread that is still starting.
-pub(crate) fn run_writer(shared: Arc<Shared>, started: std::sync::mpsc::Sender<()>) {
+pub(crate) fn run_writer(
+    shared: Arc<Shared>,
+    mut writer: Writer,
+    started: std::sync::mpsc::Sender<()>,
+) {
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        write_batches(&shared, started)
+        write_batches(&shared, &mut writer, started)
     }));
     if result.is_err() {
         shared.poison("WAL writer panicked".into());
@@ -229,9 +231,8 @@ pub(crate) fn run_writer(shared: Arc<Shared>, started: std::sync::mpsc::Sender<(
     });
 }
 
-/// What writes batches: the active WAL file and the scratch space of encoding one. It lives in
-/// [`Shared::writer`], taken by the writer thread for each batch, or by a caller of
-/// [`crate::Store::sync_here`] that finds the writer idle and writes its own batch.
+/// What writes batches: the active WAL file and the scratch space of encoding one, owned by
+/// the writer thread.
 pub(crate) struct Writer {
     wal: WalFile,
     wal_bytes_max: u64,
@@ -267,24 +268,10 @@ impl Writer {
         st.wake_room_waiters();
     }
 
-    /// Gives the taken batch back, in front of what was queued since: a caller writing for
-    /// itself does not wait out a full disk, the writer thread does.
-    fn give_back(&mut self, shared: &Shared) {
-        let mut st = shared.lock();
-        st.pending_bytes += self.batch.iter().map(|op| op.payload.len()).sum::<usize>();
-        let later = std::mem::take(&mut st.pending);
-        st.pending = self.batch.drain(..).chain(later).collect();
-        st.lazy_pending = st.pending.iter().filter(|op| op.lazy).count();
-        drop(st);
-        shared.writer_cv.notify_one();
-    }
-
     /// Writes and syncs the taken batch (if any), marks its entries durable and tells the
-    /// listener, rolls the file when due, then tells whoever waited for the batch. `here`: the
-    /// caller is not the writer thread, and gets a full disk back ([`Written::GivenBack`])
-    /// rather than waiting for space. [`Written::Stopped`]: the engine is poisoned or shut
-    /// down.
-    pub(crate) fn write(&mut self, shared: &Shared, here: bool) -> Written {
+    /// listener, rolls the file when due, then tells whoever waited for the batch.
+    /// [`Written::Stopped`]: the engine is poisoned or shut down.
+    pub(crate) fn write(&mut self, shared: &Shared) -> Written {
         if !self.batch.is_empty() {
             self.buf.clear();
             self.offsets.clear();
@@ -306,13 +293,9 @@ impl Writer {
                 }
             }
             end_batch(&mut self.buf, self.wal.len, self.wal.seq);
-            match write_and_sync(shared, &mut self.wal, &self.buf, here) {
+            match write_and_sync(shared, &mut self.wal, &self.buf) {
                 WriteOutcome::Durable => {}
                 WriteOutcome::GaveUp | WriteOutcome::Poisoned => return Written::Stopped,
-                WriteOutcome::Requeued => {
-                    self.give_back(shared);
-                    return Written::GivenBack;
-                }
             }
             shared.counters.wal_syncs.fetch_add(1, Ordering::Relaxed);
             shared
@@ -444,14 +427,16 @@ impl Writer {
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Written {
     Durable,
-    /// The disk is full: the batch is pending again, for the writer thread.
-    GivenBack,
     Stopped,
 }
 
-fn write_batches(shared: &Arc<Shared>, started: std::sync::mpsc::Sender<()>) {
+fn write_batches(shared: &Arc<Shared>, w: &mut Writer, started: std::sync::mpsc::Sender<()>) {
     let window = Duration::from_micros(shared.config.commit_window_us);
-    let mut last_sync_started = Instant::now() - window;
+    // A machine up for less than a window has no instant that far back: the first sync then
+    // counts as just begun.
+    let mut last_sync_started = Instant::now()
+        .checked_sub(window)
+        .unwrap_or_else(Instant::now);
     let mut started = Some(started);
     loop {
         {
@@ -489,24 +474,25 @@ fn write_batches(shared: &Arc<Shared>, started: std::sync::mpsc::Sender<()>) {
                 return;
             }
             let since = last_sync_started.elapsed();
-            if since < window && !st.shutdown && streaming(st.pending.len(), st.pending_bytes) {
+            let asked_now = st
+                .pending
+                .first()
+                .is_some_and(|op| op.seq <= st.sync_now_target);
+            if since < window
+                && !st.shutdown
+                && !asked_now
+                && streaming(st.pending.len(), st.pending_bytes)
+            {
                 drop(st);
                 std::thread::sleep(window - since);
             }
         }
-        // Taken after the engine's lock was let go (the lock order is writer, then engine): a
-        // caller writing its own batch meanwhile may have taken what woke this thread, and
-        // then this batch is empty.
-        let mut writer = shared.writer();
-        let Some(w) = writer.as_mut() else {
-            return;
-        };
         last_sync_started = Instant::now();
         w.take(&mut shared.lock());
         shared.room_cv.notify_all();
-        match w.write(shared, false) {
+        match w.write(shared) {
             Written::Durable => {}
-            Written::GivenBack | Written::Stopped => return,
+            Written::Stopped => return,
         }
     }
 }
@@ -617,7 +603,7 @@ fn take_batch(pending: &mut Vec<Op>, batch: &mut Vec<Op>) {
     }
 }
 
-fn write_and_sync(shared: &Shared, wal: &mut WalFile, buf: &[u8], here: bool) -> WriteOutcome {
+fn write_and_sync(shared: &Shared, wal: &mut WalFile, buf: &[u8]) -> WriteOutcome {
     let faults = &shared.config.faults;
     loop {
         let written = faults
@@ -636,9 +622,6 @@ fn write_and_sync(shared: &Shared, wal: &mut WalFile, buf: &[u8], here: bool) ->
                     if st.shutdown {
                         return WriteOutcome::GaveUp;
                     }
-                }
-                if here {
-                    return WriteOutcome::Requeued;
                 }
                 std::thread::sleep(Duration::from_millis(DISK_FULL_RETRY_MS));
             }
