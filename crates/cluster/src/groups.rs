@@ -25,8 +25,7 @@
 
 use crate::catch_up::{CatchUpInput, CatchUpMessage, FetchJob, SendCatchUp};
 use crate::raft_log::RaftLog;
-use protobuf::Message as _;
-use raft::eraftpb::{ConfChange, EntryType, Message, MessageType, Snapshot};
+use raft::eraftpb::{Message, MessageType, Snapshot};
 use raft::{RawNode, StateRole};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -67,6 +66,7 @@ const LEAVE_QUIET: Duration = Duration::from_secs(5);
 /// How a group's messages reach a peer node; false if the link is down.
 pub type SendRaft = Arc<dyn Fn(u64, u64, &[Message]) -> bool + Send + Sync>;
 
+mod apply;
 mod commit_latency;
 mod failover;
 mod hibernation;
@@ -75,6 +75,7 @@ mod proposals;
 mod raft_links;
 mod syncer;
 mod voters;
+use apply::{advance_apply, apply_ahead, apply_handed_out, snapshot_may_cover};
 use failover::{elect_without, stand_again};
 use hibernation::{is_heartbeat, may_sleep};
 use load::Load;
@@ -352,7 +353,12 @@ struct Group {
     leaving: Option<Instant>,
     asleep: bool,
     quiet_ticks: usize,
+    /// The machine's applied index: ahead of raft-rs's while this node's disk lags
+    /// (`groups/apply.rs`).
     applied: u64,
+    /// The last committed entry raft-rs handed out (or the snapshot installed): raft-rs counts
+    /// applied no more than this.
+    handed_out: u64,
     /// The highest commit index a leader's append named: at least what it had committed.
     /// Applied below it, this member is catching up.
     commit_hint: u64,
@@ -779,6 +785,7 @@ impl Runner {
                 asleep: false,
                 quiet_ticks: 0,
                 applied: snapshot_index,
+                handed_out: snapshot_index,
                 snapshot_index,
                 commit_hint: 0,
                 leader_seen: (0, 0),
@@ -906,6 +913,7 @@ impl Runner {
             let machine = g.raw.mut_store().install_snapshot(&snapshot)?;
             g.machine.restore(&machine);
             g.applied = snapshot.get_metadata().index;
+            g.handed_out = g.applied;
             g.snapshot_index = g.applied;
         }
         if g.raw.raft.state == StateRole::Leader {
@@ -913,12 +921,7 @@ impl Runner {
                 g.commit_timer.appended(last.index, Instant::now());
             }
         }
-        // Committed entries are durable here already: raft-rs hands out only those this
-        // member has persisted.
-        if let Some(last) = rd.committed_entries().last() {
-            g.commit_timer.applied(last.index, Instant::now());
-        }
-        apply(g, rd.take_committed_entries());
+        apply_handed_out(g, rd.take_committed_entries());
         // A changed commit index alone need not be durable now (raft-rs: must_sync).
         *wrote |= rd.must_sync();
         g.raw.store().append(rd.entries())?;
@@ -926,6 +929,8 @@ impl Runner {
             g.raw.store().set_hard_state(hs)?;
         }
         if rd.snapshot().is_empty() {
+            // What a majority has, this member applies without waiting for its own disk.
+            apply_ahead(g, self.timing.snapshot_entries);
             let (forwarded, after_sync) = proposals_apart(rd.take_persisted_messages());
             send(&self.send, id, forwarded, &mut g.raw);
             held.push((id, rd.number(), after_sync));
@@ -942,7 +947,8 @@ impl Runner {
             send(&self.send, id, messages, &mut g.raw);
         }
         advance_apply(g);
-        g.raw.store().applied_to(g.applied);
+        // raft-rs reads the entries it hands out later from the cache, applied early or not.
+        g.raw.store().applied_to(g.raw.raft.raft_log.applied);
         g.machine.flush(g.applied >= g.commit_hint);
         let leader = (g.raw.raft.leader_id, g.raw.raft.term);
         if leader != g.leader_seen {
@@ -1085,46 +1091,6 @@ fn send(send: &SendRaft, group: u64, messages: Vec<Message>, raw: &mut RawNode<R
     }
 }
 
-fn apply(g: &mut Group, entries: Vec<raft::eraftpb::Entry>) {
-    for mut entry in entries {
-        g.applied = entry.index;
-        if entry.data.is_empty() {
-            continue;
-        }
-        match entry.get_entry_type() {
-            EntryType::EntryNormal => g.machine.apply(entry.index, entry.take_data()),
-            EntryType::EntryConfChange => {
-                let applied = ConfChange::parse_from_bytes(&entry.data)
-                    .map_err(|e| e.to_string())
-                    .and_then(|cc| g.raw.apply_conf_change(&cc).map_err(|e| e.to_string()));
-                match applied {
-                    Ok(cs) => {
-                        g.voters = cs.voters;
-                        g.voters.sort_unstable();
-                        // A member added is sent the latest snapshot: it must name it.
-                        g.snapshot_due = true;
-                    }
-                    Err(e) => {
-                        tracing::error!(index = entry.index, error = %e, "a queue group's membership change could not be applied")
-                    }
-                }
-            }
-            // Never proposed: changes go one node at a time.
-            EntryType::EntryConfChangeV2 => {}
-        }
-    }
-}
-
-/// Tells raft-rs what the machine applied, as far as it allows: an installed snapshot counts
-/// only once it is durable.
-fn advance_apply(g: &mut Group) {
-    let log = &g.raw.raft.raft_log;
-    let applied = g.applied.min(log.persisted).min(log.committed);
-    if applied > log.applied {
-        g.raw.advance_apply_to(applied);
-    }
-}
-
 /// Takes a snapshot when one is due: returned for the writer, or, when a membership change
 /// asked for it (a member added must be sent one that names it), saved at once.
 fn maybe_snapshot(
@@ -1133,7 +1099,9 @@ fn maybe_snapshot(
     every: u64,
 ) -> Result<Option<crate::snapshot_writer::SnapshotJob>, String> {
     let due = g.snapshot_due;
-    if (g.applied < g.snapshot_index + every || g.snapshot_writing) && !due {
+    if (g.applied < g.snapshot_index + every || g.snapshot_writing) && !due
+        || !snapshot_may_cover(g)
+    {
         return Ok(None);
     }
     g.snapshot_due = false;

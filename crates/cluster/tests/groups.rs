@@ -535,6 +535,79 @@ fn a_proposal_through_a_follower_reaches_the_leader_without_waiting_for_the_foll
     cleanup(nodes);
 }
 
+#[test]
+fn a_leader_whose_disk_stalls_applies_what_its_followers_made_durable() {
+    let (_router, nodes) = cluster("stalled-leader");
+    let recs = open(&nodes, 9);
+    let leader_id = leader(&nodes, 9);
+    let leader_node = &nodes[leader_id as usize - 1];
+    let leader_rec = &recs[leader_id as usize - 1];
+    let all: Vec<&Recorder> = recs.iter().collect();
+    propose(leader_node, 9, b"first");
+    let mut expected = vec![b"first".to_vec()];
+    wait_applied(&all, &expected);
+
+    // The leader's disk takes no more writes; the followers' two copies commit what follows.
+    leader_node
+        .faults
+        .hold_writer
+        .store(true, Ordering::Relaxed);
+    for i in 0..10u8 {
+        propose(leader_node, 9, &[i]);
+        expected.push(vec![i]);
+    }
+    // Applied (confirmed, delivered) on the leader too, though its own log has none of it.
+    wait_applied(&all, &expected);
+    let view = leader_node.groups.view(9).unwrap();
+    assert!(
+        view.written < view.applied,
+        "the leader applied {} with {} written",
+        view.applied,
+        view.written
+    );
+
+    // A snapshot falls due (every 50 entries here): one covering entries the leader's disk
+    // does not have would outlive them in a crash. So the leader applies no further ahead.
+    // One round each, so that the leader learns them committed one by one.
+    let followers: Vec<&Recorder> = nodes
+        .iter()
+        .zip(&recs)
+        .filter(|(n, _)| n.id != leader_id)
+        .map(|(_, r)| r)
+        .collect();
+    for i in 10..70u8 {
+        propose(leader_node, 9, &[i]);
+        expected.push(vec![i]);
+        wait_applied(&followers, &expected);
+    }
+    let last = followers[0].applied.lock().unwrap().last().unwrap().0;
+    let view = eventually("the leader knows it all committed", || {
+        leader_node.groups.view(9).filter(|v| v.commit >= last)
+    });
+    assert!(
+        view.applied < last,
+        "the leader applied {} of {last} with {} written",
+        view.applied,
+        view.written
+    );
+    assert!(view.snapshot_index <= view.written, "{view:?}");
+
+    // Its disk back, it applies the rest and snapshots what it has written.
+    leader_node
+        .faults
+        .hold_writer
+        .store(false, Ordering::Relaxed);
+    wait_applied(&[leader_rec], &expected);
+    let view = eventually("a snapshot on the leader", || {
+        leader_node
+            .groups
+            .view(9)
+            .filter(|v| v.snapshot_index >= 50)
+    });
+    assert!(view.snapshot_index <= view.written, "{view:?}");
+    cleanup(nodes);
+}
+
 /// The messages with entries of `kind` that `from` sent since `mark` (an index into the
 /// router's log), as each one's entry count.
 fn sent_since(router: &Router, mark: usize, from: u64, kind: MessageType) -> Vec<usize> {
