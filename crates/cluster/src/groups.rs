@@ -9,9 +9,11 @@
 //! while the WAL syncs. What raft-rs says may leave only once the writes are durable (a
 //! follower's answers, votes) waits in [`Unsynced`] until the WAL writer reports the sync done
 //! ([`Input::Synced`]: `groups/syncer.rs`). Otherwise an append arriving during another group's
-//! sync waited for it whole, at every hop of a publish. At a low rate (`groups/load.rs`) the
-//! writer syncs a round without its commit window, and the loop writes the round's deliveries
-//! to the consumers' sockets itself (`warren_broker::outbox::WriteThrough`): a thread wake-up
+//! sync waited for it whole, at every hop of a publish. Committed entries do not wait for this
+//! node's sync either: a majority has them, and the member applies them from raft-rs's
+//! in-memory log (`groups/apply.rs`). At a low rate (`groups/load.rs`) the writer syncs a
+//! round without its commit window, and the loop writes the round's deliveries to the
+//! consumers' sockets itself (`warren_broker::outbox::WriteThrough`): a thread wake-up
 //! fewer per hop.
 //!
 //! Idle groups hibernate (TiKV's hibernate regions, Ra's quiet clusters): a group that has had

@@ -18,6 +18,7 @@
 //!   per round for all groups, idle groups asleep until a proposal, a message or a node down.
 //!   Its files `groups/raft_links.rs` (what the loop waits on: its inputs and the peers'
 //!   raft links, in one epoll), `groups/proposals.rs` (proposals waiting for a leader),
+//!   `groups/apply.rs` (committed entries applied without waiting for this node's disk),
 //!   `groups/syncer.rs` (the WAL writer tells the loop of each round's sync),
 //!   `groups/voters.rs` (voters following the queue's members), `groups/commit_latency.rs` (a
 //!   leader's append-to-apply time), `groups/failover.rs` (a leader's node down: elect
