@@ -281,6 +281,16 @@ fn wait_applied(recorders: &[&Recorder], expected: &[Vec<u8>]) {
     });
 }
 
+/// The recorders of every node but `except`, in node order.
+fn recorders_except<'a>(nodes: &[Node], recs: &'a [Recorder], except: u64) -> Vec<&'a Recorder> {
+    nodes
+        .iter()
+        .zip(recs)
+        .filter(|(n, _)| n.id != except)
+        .map(|(_, r)| r)
+        .collect()
+}
+
 fn cleanup(mut nodes: Vec<Node>) {
     for n in &mut nodes {
         n.stop();
@@ -311,12 +321,7 @@ fn cut_off_and_go_on(
     });
     assert_ne!(new, old);
     propose(&nodes[new as usize - 1], group, b"after");
-    let others: Vec<&Recorder> = nodes
-        .iter()
-        .zip(rec)
-        .filter(|(n, _)| n.id != old)
-        .map(|(_, r)| r)
-        .collect();
+    let others = recorders_except(nodes, rec, old);
     wait_applied(&others, &[b"before".to_vec(), b"after".to_vec()]);
     new
 }
@@ -511,12 +516,7 @@ fn a_proposal_through_a_follower_reaches_the_leader_without_waiting_for_the_foll
     let recs = open(&nodes, 5);
     let leader_id = leader(&nodes, 5);
     let follower = nodes.iter().find(|n| n.id != leader_id).unwrap();
-    let others: Vec<&Recorder> = nodes
-        .iter()
-        .zip(&recs)
-        .filter(|(n, _)| n.id != follower.id)
-        .map(|(_, r)| r)
-        .collect();
+    let others = recorders_except(&nodes, &recs, follower.id);
     // The follower's disk takes no more writes: the entry below is its round in flight,
     // unsynced for as long as the test holds it. The other two commit it.
     follower.faults.hold_writer.store(true, Ordering::Relaxed);
@@ -569,12 +569,7 @@ fn a_leader_whose_disk_stalls_applies_what_its_followers_made_durable() {
     // A snapshot falls due (every 50 entries here): one covering entries the leader's disk
     // does not have would outlive them in a crash. So the leader applies no further ahead.
     // One round each, so that the leader learns them committed one by one.
-    let followers: Vec<&Recorder> = nodes
-        .iter()
-        .zip(&recs)
-        .filter(|(n, _)| n.id != leader_id)
-        .map(|(_, r)| r)
-        .collect();
+    let followers = recorders_except(&nodes, &recs, leader_id);
     for i in 10..70u8 {
         propose(leader_node, 9, &[i]);
         expected.push(vec![i]);
@@ -693,12 +688,7 @@ fn a_member_back_from_a_cut_is_not_caught_up_until_it_applied_what_was_committed
         propose(&nodes[l as usize - 1], 11, &data);
         expected.push(data);
     }
-    let present: Vec<&Recorder> = nodes
-        .iter()
-        .zip(&rec)
-        .filter(|(n, _)| n.id != away)
-        .map(|(_, r)| r)
-        .collect();
+    let present = recorders_except(&nodes, &rec, away);
     wait_applied(&present, &expected);
     let back = &rec[away as usize - 1];
     let before = back.flushes.lock().unwrap().len();
@@ -736,12 +726,7 @@ fn a_follower_behind_the_leaders_snapshot_catches_up_from_the_entries_it_still_k
     for data in &expected {
         propose(&nodes[l as usize - 1], 13, data);
     }
-    let present: Vec<&Recorder> = nodes
-        .iter()
-        .zip(&rec)
-        .filter(|(n, _)| n.id != away)
-        .map(|(_, r)| r)
-        .collect();
+    let present = recorders_except(&nodes, &rec, away);
     wait_applied(&present, &expected);
     router.cut.lock().unwrap().remove(&away);
     let back = &rec[away as usize - 1];
@@ -831,12 +816,7 @@ fn a_follower_behind_every_entry_the_leader_kept_gets_them_with_the_snapshot() {
     for data in &expected {
         propose(&nodes[l as usize - 1], 15, data);
     }
-    let present: Vec<&Recorder> = nodes
-        .iter()
-        .zip(&rec)
-        .filter(|(n, _)| n.id != away)
-        .map(|(_, r)| r)
-        .collect();
+    let present = recorders_except(&nodes, &rec, away);
     wait_applied(&present, &expected);
     eventually("the leader's snapshot released a prefix", || {
         let info = nodes[l as usize - 1].store.log_info(15)?;
@@ -974,12 +954,7 @@ fn fetching_cluster(name: &str) -> Behind {
     for data in &expected {
         propose(&nodes[l as usize - 1], 19, data);
     }
-    let present: Vec<&Recorder> = nodes
-        .iter()
-        .zip(&rec)
-        .filter(|(n, _)| n.id != away)
-        .map(|(_, r)| r)
-        .collect();
+    let present = recorders_except(&nodes, &rec, away);
     wait_applied(&present, &expected);
     eventually("the leader's snapshot released a prefix", || {
         let info = nodes[l as usize - 1].store.log_info(19)?;
