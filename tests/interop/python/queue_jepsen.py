@@ -196,14 +196,17 @@ class Publisher(threading.Thread):
 
     def run(self):
         try:
+            # The first session is at home, so publishers start on every node: a planted bug
+            # on one node then always has publishes forwarded to it, whatever the seed.
+            node = self.home
             while not self.stopping.is_set():
-                node = self.home if self.rng.random() < 0.6 else self.rng.choice(
-                    self.cluster.nodes)
                 with self.ledger.lock:
                     self.ledger.sessions[("publisher", node.name)] += 1
                 self.session(node)
                 if not self.stopping.is_set():
                     time.sleep(self.rng.uniform(0.1, 0.5))
+                node = self.home if self.rng.random() < 0.6 else self.rng.choice(
+                    self.cluster.nodes)
         except Exception as e:  # noqa: BLE001 - reported as an anomaly, never swallowed
             self.error = f"{type(e).__name__}: {e}"
             self.ledger.anomaly(f"{self.tag} crashed: {self.error}")
