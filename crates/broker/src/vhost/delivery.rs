@@ -764,14 +764,15 @@ pub(super) fn delivery_properties(m: &QueuedMessage, queue_type: QueueType) -> B
     if !queue_type.counts_deliveries() {
         return m.msg.properties.clone();
     }
+    let count = m.delivery_count as i64;
+    if let Some(p) = with_sole_long_long_header(&m.msg.properties, b"x-delivery-count", count) {
+        return p;
+    }
     let Ok(mut p) = Properties::decode(&m.msg.properties) else {
         return m.msg.properties.clone();
     };
     let mut table = p.headers_table().ok().flatten().unwrap_or_default();
-    table.insert(
-        "x-delivery-count".into(),
-        AMQPValue::LongLongInt(m.delivery_count as i64),
-    );
+    table.insert("x-delivery-count".into(), AMQPValue::LongLongInt(count));
     p.set_headers_table(Some(&table));
     p.encode()
 }

@@ -29,7 +29,7 @@ use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use warren_protocol::amqp::{basic, AMQPClass};
-use warren_protocol::content::{encode_header, Properties};
+use warren_protocol::content::{encode_header, with_sole_long_long_header, Properties};
 use warren_protocol::frame::encode_body;
 use warren_protocol::method::{encode_deliver, Method};
 
