@@ -166,18 +166,33 @@ pub fn encode_stored_dead_letter(m: &Message, death: StoredDeath) -> Bytes {
 }
 
 fn encode_stored_with(m: &Message, expires_at_unix_ms: u64, death: Option<StoredDeath>) -> Bytes {
+    let mut out = Vec::with_capacity(stored_len(m));
+    encode_stored_into(&mut out, m, expires_at_unix_ms, death);
+    Bytes::from(out)
+}
+
+/// At least the bytes [`encode_stored`] writes for `m`, for a buffer that takes it whole.
+pub fn stored_len(m: &Message) -> usize {
     let bcc_bytes: usize = m.bcc.iter().map(|k| 5 + k.len()).sum();
-    let mut out = Vec::with_capacity(
-        2 + 2
-            + m.exchange.len()
-            + m.routing_key.len()
-            + 5
-            + m.properties.len()
-            + 8
-            + bcc_bytes
-            + 6
-            + m.body.len(),
-    );
+    2 + 2
+        + m.exchange.len()
+        + m.routing_key.len()
+        + 5
+        + m.properties.len()
+        + 8
+        + bcc_bytes
+        + 6
+        + m.body.len()
+}
+
+/// [`encode_stored`] appended to `out`: a quorum queue's log entry carries the stored message
+/// after a header of its own, and writing it in place copies the body once, not twice.
+pub fn encode_stored_into(
+    out: &mut Vec<u8>,
+    m: &Message,
+    expires_at_unix_ms: u64,
+    death: Option<StoredDeath>,
+) {
     out.push(STORED_VERSION);
     let mut flags = 0;
     if expires_at_unix_ms != 0 {
@@ -194,24 +209,23 @@ fn encode_stored_with(m: &Message, expires_at_unix_ms: u64, death: Option<Stored
     out.extend_from_slice(&m.exchange);
     out.push(m.routing_key.len() as u8);
     out.extend_from_slice(&m.routing_key);
-    push_leb128(&mut out, m.properties.len());
+    push_leb128(out, m.properties.len());
     out.extend_from_slice(&m.properties);
     if expires_at_unix_ms != 0 {
         out.extend_from_slice(&expires_at_unix_ms.to_be_bytes());
     }
     if !m.bcc.is_empty() {
-        push_leb128(&mut out, m.bcc.len());
+        push_leb128(out, m.bcc.len());
         for key in &m.bcc {
-            push_leb128(&mut out, key.len());
+            push_leb128(out, key.len());
             out.extend_from_slice(key);
         }
     }
     if let Some(d) = death {
         out.push(dead_letter_reason_code(d.reason));
-        push_leb128(&mut out, d.delivery_count as usize);
+        push_leb128(out, d.delivery_count as usize);
     }
     out.extend_from_slice(&m.body);
-    Bytes::from(out)
 }
 
 fn push_leb128(out: &mut Vec<u8>, mut n: usize) {

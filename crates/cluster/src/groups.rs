@@ -146,14 +146,16 @@ pub enum Input {
     Remove {
         group: u64,
     },
+    /// An entry for a group. `Bytes`, not `Vec`: the entry goes into the log as it is, and a
+    /// proposer may keep it to propose again without encoding it again.
     Propose {
         group: u64,
-        data: Vec<u8>,
+        data: bytes::Bytes,
         done: Option<Proposed>,
     },
     /// Entries for several groups at once (a publish routed to several quorum queues): they
     /// enter the same round, so one sync covers them.
-    ProposeMany(Vec<(u64, Vec<u8>)>),
+    ProposeMany(Vec<(u64, bytes::Bytes)>),
     Peer {
         group: u64,
         messages: Vec<Message>,
@@ -367,7 +369,7 @@ struct Group {
     snapshot_index: u64,
     leader_seen: (u64, u64),
     /// Proposals made while the group knew no leader, proposed once it knows one.
-    waiting: Vec<(Instant, Vec<u8>, Option<Proposed>)>,
+    waiting: Vec<(Instant, bytes::Bytes, Option<Proposed>)>,
     /// The entries below a snapshot being installed are being fetched ([`crate::catch_up`]):
     /// the group is paused here, neither stepping, ticking nor voting. Holds the snapshot's
     /// ready, which goes on once they are in; `None` when the install resumed after a restart.

@@ -267,7 +267,7 @@ fn leader(nodes: &[Node], group: u64) -> u64 {
 fn propose(node: &Node, group: u64, data: &[u8]) {
     node.groups.send(Input::Propose {
         group,
-        data: data.to_vec(),
+        data: data.to_vec().into(),
         done: None,
     });
 }
@@ -499,7 +499,10 @@ fn one_sync_covers_the_writes_of_every_group_in_a_round() {
     eventually("settled", || (node.groups.awake() == 0).then_some(()));
     let before = node.groups.syncs();
     node.groups.send(Input::ProposeMany(
-        groups.iter().map(|g| (*g, b"x".to_vec())).collect(),
+        groups
+            .iter()
+            .map(|g| (*g, bytes::Bytes::from_static(b"x")))
+            .collect(),
     ));
     for r in &recs {
         wait_applied(&[r], &[b"x".to_vec()]);
@@ -626,9 +629,9 @@ fn a_rounds_proposals_travel_in_one_message_per_peer_not_one_each() {
     propose(leader_node, 7, b"first");
     let mut expected = vec![b"first".to_vec()];
     wait_applied(&all, &expected);
-    let batch = |tag: &str| -> Vec<(u64, Vec<u8>)> {
+    let batch = |tag: &str| -> Vec<(u64, bytes::Bytes)> {
         (0..100)
-            .map(|i| (7, format!("{tag}{i}").into_bytes()))
+            .map(|i| (7, format!("{tag}{i}").into_bytes().into()))
             .collect()
     };
 
@@ -636,7 +639,7 @@ fn a_rounds_proposals_travel_in_one_message_per_peer_not_one_each() {
     // per proposal; batched, one append per follower carries them.
     let mark = router.with_entries.lock().unwrap().len();
     leader_node.groups.send(Input::ProposeMany(batch("l")));
-    expected.extend(batch("l").into_iter().map(|(_, d)| d));
+    expected.extend(batch("l").into_iter().map(|(_, d)| d.to_vec()));
     wait_applied(&all, &expected);
     let appends = sent_since(&router, mark, leader_id, MessageType::MsgAppend);
     assert_eq!(appends.iter().sum::<usize>(), 200, "{appends:?}");
@@ -649,7 +652,7 @@ fn a_rounds_proposals_travel_in_one_message_per_peer_not_one_each() {
     // 100 proposals of one round on a follower: forwarded in one message, not 100.
     let mark = router.with_entries.lock().unwrap().len();
     follower.groups.send(Input::ProposeMany(batch("f")));
-    expected.extend(batch("f").into_iter().map(|(_, d)| d));
+    expected.extend(batch("f").into_iter().map(|(_, d)| d.to_vec()));
     wait_applied(&all, &expected);
     let forwarded = sent_since(&router, mark, follower.id, MessageType::MsgPropose);
     assert_eq!(forwarded, vec![100]);

@@ -162,7 +162,8 @@ type Unconfirmed = std::collections::BTreeMap<(ChannelKey, u64), VecDeque<Unappl
 
 struct Unapplied {
     seq: u64,
-    command: Command,
+    /// The entry as proposed: proposed again as it is.
+    entry: Bytes,
     /// When it was first proposed, and last.
     first: std::time::Instant,
     last: std::time::Instant,
@@ -238,6 +239,11 @@ pub fn me(shared: &Shared) -> String {
 
 /// Hands an entry to the queue's group through this node's member.
 pub fn propose(shared: &Shared, group: u64, command: &Command, done: Option<Proposed>) {
+    propose_entry(shared, group, command.encode().into(), done);
+}
+
+/// [`propose`] of an entry already encoded (a publish, kept to propose again).
+fn propose_entry(shared: &Shared, group: u64, data: Bytes, done: Option<Proposed>) {
     let Some(cluster) = &shared.cluster else {
         return;
     };
@@ -248,11 +254,9 @@ pub fn propose(shared: &Shared, group: u64, command: &Command, done: Option<Prop
         }
         return;
     }
-    cluster.queue_groups().send(Input::Propose {
-        group,
-        data: command.encode(),
-        done,
-    });
+    cluster
+        .queue_groups()
+        .send(Input::Propose { group, data, done });
 }
 
 fn op(op: Op) -> Command {
@@ -268,32 +272,28 @@ pub fn publish(
     publisher: Option<ChannelKey>,
 ) -> Vec<(u64, u64)> {
     let mut waits = Vec::new();
-    let payload = warren_broker::message::encode_stored(message, 0);
     let header = EnqueueHeader {
         size_bytes: message.body.len() as u32,
         ttl_ms: message.expiration_ms,
     };
     let me = me(shared);
+    let now_ms = unix_now_ms();
+    let entry = |publisher: Option<&PublisherId>, seq: u64| -> Bytes {
+        let len = warren_broker::message::stored_len(message);
+        Command::encode_enqueue(now_ms, publisher, seq, header, len, |out| {
+            warren_broker::message::encode_stored_into(out, message, 0, None)
+        })
+        .into()
+    };
     for q in queues {
         let group = group_id(q.log);
         let Some(channel) = publisher else {
-            let command = op(Op::Enqueue {
-                publisher: None,
-                seq: 0,
-                header,
-                payload: payload.clone(),
-            });
-            propose(shared, group, &command, None);
+            propose_entry(shared, group, entry(None, 0), None);
             continue;
         };
         let (log, seq) = shared.durability.quorum_next(channel, group);
         waits.push((log, seq));
-        let command = op(Op::Enqueue {
-            publisher: Some(PublisherId::new(me.clone(), channel)),
-            seq,
-            header,
-            payload: payload.clone(),
-        });
+        let entry = entry(Some(&PublisherId::new(me.clone(), channel)), seq);
         let now = std::time::Instant::now();
         shared
             .quorum
@@ -304,14 +304,14 @@ pub fn publish(
             .or_default()
             .push_back(Unapplied {
                 seq,
-                command: command.clone(),
+                entry: entry.clone(),
                 first: now,
                 last: now,
             });
-        propose(
+        propose_entry(
             shared,
             group,
-            &command,
+            entry,
             Some(refuse_on_error(shared, channel, group, seq)),
         );
     }
@@ -347,23 +347,23 @@ fn forget_unapplied(unconfirmed: &Mutex<Unconfirmed>, channel: ChannelKey, group
 /// its leader changed, and the old one may have dropped it.
 pub fn resend_unapplied(shared: &Shared, group: u64) {
     let now = std::time::Instant::now();
-    let again: Vec<(ChannelKey, u64, Command)> = {
+    let again: Vec<(ChannelKey, u64, Bytes)> = {
         let mut u = shared.quorum.unconfirmed.lock().expect("unconfirmed lock");
         u.iter_mut()
             .filter(|((_, g), _)| *g == group)
             .flat_map(|((channel, _), q)| {
                 q.iter_mut().map(move |p| {
                     p.last = now;
-                    (*channel, p.seq, p.command.clone())
+                    (*channel, p.seq, p.entry.clone())
                 })
             })
             .collect()
     };
-    for (channel, seq, command) in again {
-        propose(
+    for (channel, seq, entry) in again {
+        propose_entry(
             shared,
             group,
-            &command,
+            entry,
             Some(refuse_on_error(shared, channel, group, seq)),
         );
     }
@@ -388,7 +388,7 @@ fn resend_stalled(shared: &Shared) {
             if q.front().is_some_and(|p| now - p.last >= RESEND_AFTER) {
                 for p in q.iter_mut() {
                     p.last = now;
-                    again.push((channel, group, p.seq, p.command.clone()));
+                    again.push((channel, group, p.seq, p.entry.clone()));
                 }
             }
             !q.is_empty()
@@ -397,11 +397,11 @@ fn resend_stalled(shared: &Shared) {
     for (channel, group, upto) in refused {
         shared.durability.quorum_abandon(group, Some(channel), upto);
     }
-    for (channel, group, seq, command) in again {
-        propose(
+    for (channel, group, seq, entry) in again {
+        propose_entry(
             shared,
             group,
-            &command,
+            entry,
             Some(refuse_on_error(shared, channel, group, seq)),
         );
     }
@@ -474,7 +474,7 @@ pub fn flush_settles(shared: &Shared) {
             if shared.quorum.replica(p.group).is_some() {
                 cluster.queue_groups().send(Input::Propose {
                     group: p.group,
-                    data: command.encode(),
+                    data: command.encode().into(),
                     done: None,
                 });
             }

@@ -18,38 +18,57 @@ impl Command {
                 seq,
                 header,
                 payload,
-            } => {
-                let node = publisher.as_ref().map_or("", |p| p.node.as_str());
-                let mut out = Vec::with_capacity(48 + node.len() + payload.len());
-                out.put_u8(KIND_ENQUEUE);
-                out.put_u64_le(self.now_ms);
-                match publisher {
-                    Some(p) => {
-                        out.put_u8(1);
-                        out.put_u16_le(p.node.len() as u16);
-                        out.put_slice(p.node.as_bytes());
-                        out.put_u64_le(p.channel);
-                    }
-                    None => out.put_u8(0),
-                }
-                out.put_u64_le(*seq);
-                out.put_u32_le(header.size_bytes);
-                match header.ttl_ms {
-                    Some(ttl) => {
-                        out.put_u8(1);
-                        out.put_u64_le(ttl);
-                    }
-                    None => out.put_u8(0),
-                }
-                out.put_slice(payload);
-                out
-            }
+            } => Command::encode_enqueue(
+                self.now_ms,
+                publisher.as_ref(),
+                *seq,
+                *header,
+                payload.len(),
+                |out| out.put_slice(payload),
+            ),
             _ => {
                 let mut out = vec![KIND_JSON];
                 serde_json::to_writer(&mut out, self).expect("commands are plain data");
                 out
             }
         }
+    }
+
+    /// An enqueue's bytes, its payload written by `write_payload` (at most about
+    /// `payload_len` bytes): a publish writes the message straight into the entry, where
+    /// building the payload first and the entry around it copied the body twice.
+    pub fn encode_enqueue(
+        now_ms: u64,
+        publisher: Option<&PublisherId>,
+        seq: u64,
+        header: EnqueueHeader,
+        payload_len: usize,
+        write_payload: impl FnOnce(&mut Vec<u8>),
+    ) -> Vec<u8> {
+        let node = publisher.map_or("", |p| p.node.as_str());
+        let mut out = Vec::with_capacity(48 + node.len() + payload_len);
+        out.put_u8(KIND_ENQUEUE);
+        out.put_u64_le(now_ms);
+        match publisher {
+            Some(p) => {
+                out.put_u8(1);
+                out.put_u16_le(p.node.len() as u16);
+                out.put_slice(p.node.as_bytes());
+                out.put_u64_le(p.channel);
+            }
+            None => out.put_u8(0),
+        }
+        out.put_u64_le(seq);
+        out.put_u32_le(header.size_bytes);
+        match header.ttl_ms {
+            Some(ttl) => {
+                out.put_u8(1);
+                out.put_u64_le(ttl);
+            }
+            None => out.put_u8(0),
+        }
+        write_payload(&mut out);
+        out
     }
 
     /// Reads an entry; `entry` is shared, so an enqueue's payload is a slice of it.
@@ -183,5 +202,45 @@ mod tests {
             panic!("an enqueue");
         };
         assert_eq!(payload.as_ptr(), entry[entry.len() - 1024..].as_ptr());
+    }
+
+    #[test]
+    fn an_enqueue_written_in_place_is_the_command_around_the_stored_message() {
+        use crate::message::{encode_stored, encode_stored_into, stored_len, Message};
+        use warren_protocol::content::Properties;
+        let props = Properties {
+            delivery_mode: Some(2),
+            ..Default::default()
+        };
+        let m = Message::new(
+            Bytes::from_static(b"ex"),
+            Bytes::from_static(b"rk"),
+            props.encode(),
+            &props,
+            Bytes::from(vec![9u8; 3000]),
+        );
+        let publisher = PublisherId::new("n1", 5);
+        let header = EnqueueHeader {
+            size_bytes: 3000,
+            ttl_ms: Some(10),
+        };
+        let in_place =
+            Command::encode_enqueue(7, Some(&publisher), 3, header, stored_len(&m), |out| {
+                encode_stored_into(out, &m, 0, None)
+            });
+        let built = Command::new(
+            7,
+            Op::Enqueue {
+                publisher: Some(publisher),
+                seq: 3,
+                header,
+                payload: encode_stored(&m, 0),
+            },
+        );
+        assert_eq!(in_place, built.encode());
+        assert!(
+            in_place.capacity() < in_place.len() + 64,
+            "one allocation of the right size"
+        );
     }
 }

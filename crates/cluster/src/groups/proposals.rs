@@ -4,7 +4,8 @@
 //! Forwarded, a round's proposals to one leader travel as one message.
 
 use super::{Group, Proposed};
-use raft::eraftpb::{EntryType, Message, MessageType};
+use bytes::Bytes;
+use raft::eraftpb::{Entry, EntryType, Message, MessageType};
 use std::time::{Duration, Instant};
 
 /// How long a proposal to a group without a known leader waits for one (an election, a
@@ -14,7 +15,7 @@ const LEADERLESS_PROPOSAL_WAIT: Duration = Duration::from_secs(3);
 /// Proposes `data`, or keeps it until the group knows a leader (raft-rs drops a proposal
 /// made without one). Behind proposals that wait already, so that a publisher's messages
 /// reach the log in the order it sent them even when the leader becomes known between two.
-pub(super) fn propose(g: &mut Group, data: Vec<u8>, done: Option<Proposed>) {
+pub(super) fn propose(g: &mut Group, data: Bytes, done: Option<Proposed>) {
     if g.raw.raft.leader_id == raft::INVALID_ID {
         g.waiting.push((Instant::now(), data, done));
         return;
@@ -24,10 +25,25 @@ pub(super) fn propose(g: &mut Group, data: Vec<u8>, done: Option<Proposed>) {
         propose_waiting(g);
         return;
     }
-    let result = g.raw.propose(vec![], data).map_err(|e| e.to_string());
+    let result = propose_entry(g, data);
     if let Some(done) = done {
         done(result);
     }
+}
+
+/// What `RawNode::propose` does, with the data as it came: raft-rs's takes a `Vec` and
+/// turns it into the entry's `Bytes`, and a proposer keeping the entry to propose again would
+/// have to copy it for that.
+fn propose_entry(g: &mut Group, data: Bytes) -> Result<(), String> {
+    let mut m = Message::default();
+    m.set_msg_type(MessageType::MsgPropose);
+    m.from = g.raw.raft.id;
+    let e = Entry {
+        data,
+        ..Entry::default()
+    };
+    m.set_entries(vec![e].into());
+    g.raw.raft.step(m).map_err(|e| e.to_string())
 }
 
 /// Proposes what waited for a leader once there is one; drops what waited too long.
@@ -39,7 +55,7 @@ pub(super) fn propose_waiting(g: &mut Group) {
     let now = Instant::now();
     for (since, data, done) in std::mem::take(&mut g.waiting) {
         if known {
-            let result = g.raw.propose(vec![], data).map_err(|e| e.to_string());
+            let result = propose_entry(g, data);
             if let Some(done) = done {
                 done(result);
             }
