@@ -7,9 +7,9 @@
 use crate::channel::{Channel, Pending};
 use crate::handshake::{handshake, handshake_timed_out};
 use crate::Shared;
+use warren_store::IdHashMap;
 
 use bytes::{Bytes, BytesMut};
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -75,7 +75,7 @@ pub struct Connection {
     pub frame_max: u32,
     pub channel_max: u16,
     pub heartbeat_s: u16,
-    pub channels: HashMap<u16, Channel>,
+    pub channels: IdHashMap<u16, Channel>,
     pub caps: ClientCaps,
     pub closing: bool,
     pub finished: bool,
@@ -266,7 +266,7 @@ pub async fn serve_stream<R, W>(
         frame_max: conn.frame_max,
         channel_max: conn.channel_max,
         heartbeat_s: conn.heartbeat_s,
-        channels: HashMap::new(),
+        channels: IdHashMap::default(),
         caps: conn.caps,
         closing: false,
         finished: false,
@@ -330,7 +330,7 @@ impl Connection {
             vhost,
             permissions,
             heartbeat_s: 0,
-            channels: HashMap::new(),
+            channels: IdHashMap::default(),
             caps: ClientCaps::default(),
             closing: false,
             finished: false,

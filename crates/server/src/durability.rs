@@ -5,14 +5,14 @@
 //! (peer, epoch) whose index is the forward's number: the peer's `Published` answers advance
 //! it, a refusal there or a broken link refuses it (the publisher gets a nack).
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 use tokio::sync::watch;
 use warren_store::{DurabilityListener, Error};
+use warren_store::{IdHashMap, IdHashSet};
 
 /// What the WAL writer has made durable, per log, and a generation counter connections watch.
 pub struct Durability {
-    durable: Mutex<HashMap<u64, u64>>,
+    durable: Mutex<IdHashMap<u64, u64>>,
     remote: Mutex<Remote>,
     generation: watch::Sender<u64>,
     failed: std::sync::atomic::AtomicBool,
@@ -24,7 +24,7 @@ pub struct Durability {
 impl Default for Durability {
     fn default() -> Self {
         Durability {
-            durable: Mutex::new(HashMap::new()),
+            durable: Mutex::new(IdHashMap::default()),
             remote: Mutex::new(Remote::default()),
             generation: watch::channel(0).0,
             failed: Default::default(),
@@ -271,17 +271,17 @@ pub fn is_quorum_stream(log: u64) -> bool {
 /// What is known of forwards to other nodes.
 #[derive(Default)]
 struct Remote {
-    logs: HashMap<(u64, u64), u64>,
+    logs: IdHashMap<(u64, u64), u64>,
     next: u64,
     /// (pseudo log, forward number) refused by the peer.
-    rejected: std::collections::HashSet<(u64, u64)>,
+    rejected: IdHashSet<(u64, u64)>,
     /// Pseudo logs whose epoch ended.
-    failed: std::collections::HashSet<u64>,
+    failed: IdHashSet<u64>,
     /// Publishes to quorum queues, per (channel, group): ordered so that a closing channel
     /// finds its own streams without walking every channel's.
     quorum: std::collections::BTreeMap<(u64, u64), Stream>,
     /// Each quorum stream's key by its pseudo log.
-    stream_of_log: HashMap<u64, (u64, u64)>,
+    stream_of_log: IdHashMap<u64, (u64, u64)>,
 }
 
 /// A channel's publishes to one quorum queue group.

@@ -29,6 +29,7 @@ use warren_broker::vhost::VHost;
 use warren_cluster::groups::{Input, Proposed};
 use warren_cluster::replicas::group_id;
 use warren_protocol::method::Method;
+use warren_store::IdHashMap;
 
 /// How long a request waits for its entry before it is proposed again.
 const RETRY_AFTER: Duration = Duration::from_secs(2);
@@ -131,8 +132,8 @@ impl ReplicaInfo {
 #[derive(Default)]
 pub struct QuorumQueues {
     waiters: Mutex<HashMap<Wait, Waiter>>,
-    purges: Mutex<HashMap<u64, VecDeque<oneshot::Sender<u32>>>>,
-    replicas: Mutex<HashMap<u64, Arc<ReplicaInfo>>>,
+    purges: Mutex<IdHashMap<u64, VecDeque<oneshot::Sender<u32>>>>,
+    replicas: Mutex<IdHashMap<u64, Arc<ReplicaInfo>>>,
     unconfirmed: Arc<Mutex<Unconfirmed>>,
     /// Acks, nacks and rejects of quorum deliveries not proposed yet: a connection's read
     /// batch of them becomes one entry per consumer (PerfTest acks every message; one entry

@@ -30,6 +30,7 @@ use warren_cluster::groups::Machine;
 use warren_cluster::replicas::QueueReplica;
 use warren_protocol::amqp::{basic, AMQPClass};
 use warren_protocol::method::Method;
+use warren_store::IdHashMap;
 
 /// Effects a member catching up holds back at most (see [`Machine::flush`]).
 const PENDING_WHILE_BEHIND: usize = 16_384;
@@ -163,7 +164,7 @@ impl Replica {
         };
         let now = shared.broker.now_ms();
         let leader = self.info.is_leader.load(Ordering::Relaxed);
-        let mut confirms: HashMap<u64, Vec<(u64, bool)>> = HashMap::new();
+        let mut confirms: IdHashMap<u64, Vec<(u64, bool)>> = IdHashMap::default();
         let mut returns: Vec<(ConsumerId, u64)> = Vec::new();
         let mut v = vhost.lock().expect("vhost lock");
         for p in pending {

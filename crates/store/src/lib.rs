@@ -19,7 +19,7 @@
 //! | `recovery` | rebuilding every log at open: checkpoint, segment indexes, WAL replay |
 //! | [`config`] | directories, sizes, and every limit as a named constant |
 //! | `fault` | fault injection for tests; what counts as a full disk |
-//! | `id_hash` | the fast hasher for maps keyed by log id |
+//! | `id_hash` | the fast hasher for maps keyed by ids the broker numbers (log ids here; queues, channels, groups above) |
 //! | [`error`] | the error type |
 //! | [`journal`] | the small synced journal of metadata records (durable topology) |
 //!
@@ -58,6 +58,7 @@ pub use config::Config;
 pub use error::{Error, Result};
 #[doc(hidden)]
 pub use fault::{CrashPoint, Faults};
+pub use id_hash::{IdHashMap, IdHashSet, IdHasher};
 pub use store::{
     DurabilityListener, Entry, HardState, LogInfo, NoopListener, Ready, Snapshot, Stats, Store,
 };

@@ -32,6 +32,7 @@ use warren_protocol::amqp::{basic, AMQPClass};
 use warren_protocol::content::{encode_header, with_sole_long_long_header, Properties};
 use warren_protocol::frame::encode_body;
 use warren_protocol::method::{encode_deliver, Method};
+use warren_store::IdHashMap;
 
 /// The pseudo queue a client consumes from for direct reply-to.
 pub const REPLY_TO_QUEUE: &str = "amq.rabbitmq.reply-to";
@@ -152,11 +153,11 @@ pub struct BindingInfo {
 pub struct VHost {
     pub name: String,
     exchanges_by_name: HashMap<String, ExchangeId>,
-    exchanges: HashMap<ExchangeId, Exchange>,
+    exchanges: IdHashMap<ExchangeId, Exchange>,
     queues_by_name: HashMap<String, QueueId>,
-    queues: HashMap<QueueId, Queue>,
+    queues: IdHashMap<QueueId, Queue>,
     routes: RoutingTable,
-    channels: HashMap<ChannelKey, ChannelState>,
+    channels: IdHashMap<ChannelKey, ChannelState>,
     next_exchange: u32,
     next_queue: u32,
     free_exchange_ids: Vec<ExchangeId>,
@@ -223,11 +224,11 @@ impl VHost {
         let mut v = VHost {
             name: name.to_string(),
             exchanges_by_name: HashMap::new(),
-            exchanges: HashMap::new(),
+            exchanges: IdHashMap::default(),
             queues_by_name: HashMap::new(),
-            queues: HashMap::new(),
+            queues: IdHashMap::default(),
             routes: RoutingTable::new(),
-            channels: HashMap::new(),
+            channels: IdHashMap::default(),
             next_exchange: 1,
             next_queue: 1,
             free_exchange_ids: Vec::new(),
