@@ -272,7 +272,8 @@ impl Connection {
                 40,
             ));
         }
-        let exchange = String::from_utf8_lossy(&publish.exchange).into_owned();
+        // Borrowed unless it is not UTF-8: no allocation per publish.
+        let exchange = String::from_utf8_lossy(&publish.exchange);
         let message = Message::new(
             publish.exchange.clone(),
             publish.routing_key.clone(),
@@ -283,7 +284,7 @@ impl Connection {
         let ch = self.channels.get_mut(&number).expect("open channel");
         if let Some(tx) = ch.tx.as_mut() {
             tx.push(TxOp::Publish {
-                exchange,
+                exchange: exchange.into_owned(),
                 message: Box::new(message),
                 props: Box::new(props),
                 mandatory: publish.mandatory,
