@@ -182,7 +182,10 @@ pub fn decode(buf: &mut BytesMut) -> Result<Option<Frame>, String> {
                 if payload.len() < n {
                     return Err("torn raft message".into());
                 }
-                let m = Message::parse_from_bytes(&payload[..n])
+                // Entries' data come out as slices of the frame, not copies: they are
+                // re-encoded into the log and applied within the round, and whatever keeps a
+                // body longer copies it (`quorum_bodies`), so no frame stays pinned.
+                let m = Message::parse_from_carllerche_bytes(&payload.slice(..n))
                     .map_err(|e| format!("bad raft message: {e}"))?;
                 payload.advance(n);
                 messages.push(m);
