@@ -593,7 +593,7 @@ impl raft::Storage for RaftLog {
         let max = max_size.min(usize::MAX as u64) as usize;
         self.read_stored(low, high, max)?
             .iter()
-            .map(|e| Entry::parse_from_bytes(&e.payload).map_err(storage_error))
+            .map(|e| Entry::parse_from_carllerche_bytes(&e.payload).map_err(storage_error))
             .collect()
     }
 
@@ -645,6 +645,7 @@ impl raft::Storage for RaftLog {
 /// a message's body from its own copy of the log this way); `None` if released or unreadable.
 pub fn read_entry_data(store: &Store, log_id: u64, index: u64) -> Option<bytes::Bytes> {
     let stored = store.read(log_id, index).ok()??;
-    let mut entry = Entry::parse_from_bytes(&stored.payload).ok()?;
+    // The data as a slice of the stored payload, not a copy of every body read back.
+    let mut entry = Entry::parse_from_carllerche_bytes(&stored.payload).ok()?;
     Some(entry.take_data())
 }
