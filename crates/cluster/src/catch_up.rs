@@ -441,7 +441,10 @@ fn serve(
         group,
         start,
         prev_term,
-        entries: entries.into_iter().map(|e| e.payload).collect(),
+        entries: entries
+            .into_iter()
+            .map(crate::stored_entry::portable)
+            .collect(),
     }
 }
 

@@ -9,7 +9,8 @@
 //! - [`link_tls`]: mutually authenticated TLS 1.3 on those links (`--cluster-tls-*`), so that
 //!   only nodes whose certificates the cluster's CA signed can speak as nodes.
 //! - [`raft_log`]: a Raft group's log on the node's shared WAL (entries, hard state) and its
-//!   snapshot file.
+//!   snapshot file; [`stored_entry`]: how an entry is kept in the WAL (a queue command's data
+//!   bare, anything else as protobuf) and how it travels to another member.
 //! - [`metadata`]: the metadata group, a Raft group over all nodes whose log is the topology
 //!   commands; its thread applies them to the node's broker.
 //! - [`applied_requests`]: which proposals were applied, so a command proposed twice (a retry
@@ -60,6 +61,7 @@ pub mod raft_log;
 pub mod replicas;
 pub mod snapshot_transfer;
 pub mod snapshot_writer;
+pub mod stored_entry;
 pub mod transport;
 
 use frame::NodeInfo;

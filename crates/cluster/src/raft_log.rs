@@ -214,7 +214,7 @@ impl RaftLog {
             .map(|e| warren_store::Entry {
                 index: e.index,
                 term: e.term,
-                payload: e.write_to_bytes().expect("entries serialise").into(),
+                payload: crate::stored_entry::payload(e),
             })
             .collect();
         for chunk in stored.chunks(warren_store::config::APPEND_ENTRIES_MAX) {
@@ -356,7 +356,10 @@ impl RaftLog {
             crate::snapshot_transfer::Carried {
                 machine: snapshot.data.to_vec(),
                 prev_term,
-                entries: stored.into_iter().map(|e| e.payload).collect(),
+                entries: stored
+                    .into_iter()
+                    .map(crate::stored_entry::portable)
+                    .collect(),
                 fetch: None,
             }
         } else {
@@ -593,7 +596,7 @@ impl raft::Storage for RaftLog {
         let max = max_size.min(usize::MAX as u64) as usize;
         self.read_stored(low, high, max)?
             .iter()
-            .map(|e| Entry::parse_from_carllerche_bytes(&e.payload).map_err(storage_error))
+            .map(|e| crate::stored_entry::entry(e.index, e.term, &e.payload).map_err(storage_error))
             .collect()
     }
 
@@ -645,7 +648,6 @@ impl raft::Storage for RaftLog {
 /// a message's body from its own copy of the log this way); `None` if released or unreadable.
 pub fn read_entry_data(store: &Store, log_id: u64, index: u64) -> Option<bytes::Bytes> {
     let stored = store.read(log_id, index).ok()??;
-    // The data as a slice of the stored payload, not a copy of every body read back.
-    let mut entry = Entry::parse_from_carllerche_bytes(&stored.payload).ok()?;
+    let mut entry = crate::stored_entry::entry(stored.index, stored.term, &stored.payload).ok()?;
     Some(entry.take_data())
 }
