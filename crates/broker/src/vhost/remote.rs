@@ -381,8 +381,11 @@ impl VHost {
             properties,
         };
         if !stand_in {
-            let node: Arc<str> = Arc::from("");
-            self.accept_delivery(&node, d, is_get.then_some(queue));
+            // The channel was checked above, so the delivery is never sent back to a node:
+            // no node names it (one shared empty name, not an allocation per delivery).
+            static NO_NODE: std::sync::LazyLock<Arc<str>> =
+                std::sync::LazyLock::new(|| Arc::from(""));
+            self.accept_delivery(&NO_NODE, d, is_get.then_some(queue));
             return Some(Accepted::Written);
         }
         let ch = self.channels.get_mut(&key).expect("checked above");
