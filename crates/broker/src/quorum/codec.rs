@@ -10,6 +10,7 @@
 //! cluster crate's `stored_entry`), and a new kind must stay in that range.
 
 use super::command::{Command, ConsumerId, EnqueueHeader, MsgId, Op, PublisherId};
+use super::snapshot::{get_varint, put_varint};
 use bytes::{Buf, BufMut, Bytes};
 
 const KIND_JSON: u8 = 0;
@@ -215,13 +216,14 @@ fn decode_settlement(kind: u8, mut b: Bytes) -> Option<Command> {
     }
     let mut msg_ids = Vec::with_capacity(count);
     let mut previous = 0u64;
+    let mut ids: &[u8] = &b;
     for _ in 0..count {
-        let zigzag = get_varint(&mut b)?;
+        let zigzag = get_varint(&mut ids).ok()?;
         let delta = ((zigzag >> 1) as i64) ^ -((zigzag & 1) as i64);
         previous = previous.wrapping_add(delta as u64);
         msg_ids.push(previous);
     }
-    if b.has_remaining() {
+    if !ids.is_empty() {
         return None;
     }
     let consumer = ConsumerId { node, channel, tag };
@@ -235,26 +237,6 @@ fn decode_settlement(kind: u8, mut b: Bytes) -> Option<Command> {
         _ => Op::Discard { consumer, msg_ids },
     };
     Some(Command { now_ms, op })
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.put_u8(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.put_u8(v as u8);
-}
-
-fn get_varint(b: &mut Bytes) -> Option<u64> {
-    let mut v = 0u64;
-    for shift in (0..64).step_by(7) {
-        let byte = get_u8(b)?;
-        v |= u64::from(byte & 0x7f) << shift;
-        if byte < 0x80 {
-            return Some(v);
-        }
-    }
-    None
 }
 
 fn get_u8(b: &mut Bytes) -> Option<u8> {
