@@ -18,6 +18,8 @@ pub const FRAME_MAX_DEFAULT_BYTES: u32 = warren_protocol::frame::FRAME_MAX_DEFAU
 pub const MESSAGE_BYTES_MAX_DEFAULT: u64 = 128 * 1024 * 1024;
 /// RabbitMQ's default disk_free_limit.
 pub const DISK_FREE_LIMIT_DEFAULT_BYTES: u64 = 50_000_000;
+/// RabbitMQ's default `net_ticktime`.
+pub const NODE_DOWN_AFTER_DEFAULT_S: u64 = 60;
 /// Bodies of stored messages kept in memory across the node before long backlogs page out:
 /// enough that queues whose consumers keep up never read from disk, small beside the 1 GiB a
 /// 10 million message backlog may cost in all.
@@ -84,6 +86,10 @@ pub struct ServerConfig {
     /// Which node hosts a queue declared without `x-queue-leader-locator`: RabbitMQ's
     /// `queue_leader_locator`.
     pub queue_leader_locator: QueueLocator,
+    /// Seconds a node of the cluster may stay unreachable before the others delete its
+    /// transient and exclusive queues, which lived in its memory only (RabbitMQ deletes them
+    /// when its `net_ticktime` finds the node down). Shorter pauses and cuts keep them.
+    pub node_down_after_s: u64,
     /// A definitions file (RabbitMQ's JSON format) imported at boot, before clients are
     /// served: RabbitMQ's `load_definitions`. Importing is idempotent, so it may stay set.
     pub load_definitions: Option<PathBuf>,
@@ -145,6 +151,7 @@ impl Default for ServerConfig {
             cluster_listen: None,
             cluster_seeds: Vec::new(),
             queue_leader_locator: QueueLocator::ClientLocal,
+            node_down_after_s: NODE_DOWN_AFTER_DEFAULT_S,
             fault_injection: None,
         }
     }

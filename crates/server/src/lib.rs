@@ -22,7 +22,8 @@
 //! - [`fault_injection`]: test-only HTTP switches that make the next fsync fail.
 //! - [`metadata`]: durable topology: the journal it is written to and replayed from.
 //! - [`replicated`]: topology changes in a cluster: proposed to the replicated metadata, the
-//!   client answered once its node applied them.
+//!   client answered once its node applied them; [`lost_queues`]: the transient and exclusive
+//!   queues of a node that restarted or stays down, deleted everywhere.
 //! - [`remote`]: messages across nodes: publishes forwarded to the queue's node, deliveries
 //!   relayed to consumers connected elsewhere, and what other nodes ask of this one;
 //!   `remote_queue`: a channel's methods on a queue another node hosts.
@@ -50,6 +51,7 @@ pub mod durability;
 pub mod fault_injection;
 pub mod flow;
 mod handshake;
+pub mod lost_queues;
 pub mod management;
 pub mod memory;
 pub mod metadata;
@@ -355,6 +357,7 @@ pub async fn serve(
     });
     remote::install(&shared);
     quorum_replica::install(&shared);
+    tokio::spawn(lost_queues::sweep(shared.clone()));
     let mut failure = shared.durability.subscribe_failure();
     let failing = shared.clone();
     tokio::spawn(async move {

@@ -183,6 +183,10 @@ struct ServerArgs {
     /// client-local (the declaring client's node) or balanced (spread over running nodes).
     #[arg(long, env = "WARREN_QUEUE_LEADER_LOCATOR")]
     queue_leader_locator: Option<String>,
+    /// Seconds a node of the cluster may stay unreachable before the others delete its
+    /// transient and exclusive queues, as RabbitMQ's nodes do after net_ticktime [default: 60].
+    #[arg(long, env = "WARREN_NODE_DOWN_AFTER_S")]
+    node_down_after_s: Option<u64>,
     /// Metadata entries applied between snapshots of the replicated topology (tests use a few to
     /// exercise snapshots).
     #[arg(long, env = "WARREN_CLUSTER_SNAPSHOT_ENTRIES", hide = true)]
@@ -356,6 +360,9 @@ impl ServerArgs {
                 warren_server::config::QueueLocator::parse(v).ok_or_else(|| {
                     format!("--queue-leader-locator {v}: expected client-local or balanced")
                 })?;
+        }
+        if let Some(v) = self.node_down_after_s {
+            c.node_down_after_s = v;
         }
         // --cluster-listen alone: a node that waits to be told `warren ctl join_cluster`.
         if c.cluster_listen.is_none() && !c.cluster_seeds.is_empty() {
@@ -546,7 +553,7 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
                     Ok(c) => {
                         // Queues must exist again before their stored messages are put back.
                         c.wait_replayed().await;
-                        warren_server::replicated::forget_previous_life(&c, &broker);
+                        warren_server::lost_queues::forget_previous_life(&c, &broker);
                         let _ = cluster_reloading.set(c.clone());
                         Some(c)
                     }

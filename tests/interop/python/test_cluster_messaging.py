@@ -13,7 +13,7 @@ import pytest
 
 from conftest import BROKER_KIND, IN_CLUSTER_RUN
 # The fixture starts a 3-node cluster per test and stops it on every exit path.
-from test_cluster import cluster, eventually  # noqa: F401
+from test_cluster import Cluster, cluster, eventually  # noqa: F401
 
 pytestmark = [
     pytest.mark.skipif(BROKER_KIND != "warren" or IN_CLUSTER_RUN, reason="starts warren nodes itself"),
@@ -381,3 +381,41 @@ def test_a_restarted_node_deletes_everywhere_the_queues_it_held_in_memory_only(c
     c1 = n1.connection()
     c1.channel().queue_declare("mine", exclusive=True)
     c1.close()
+
+
+def test_a_node_that_stays_down_loses_its_transient_and_exclusive_queues_everywhere():
+    # RabbitMQ deletes them on nodedown; warren once the node has been unreachable for
+    # --node-down-after-s (60 s by default, 3 here).
+    c = Cluster(extra_args=["--node-down-after-s", "3"])
+    try:
+        c.start()
+        n1, n2, n3 = c.nodes
+        c2 = n2.connection()
+        ch2 = c2.channel()
+        ch2.queue_declare("kept", durable=True)
+        ch2.queue_declare("transient", durable=False)
+        ch2.queue_declare("mine", durable=True, exclusive=True)
+
+        def names(node):
+            return {q["name"] for q in node.api("/api/queues")}
+
+        for node in (n1, n3):
+            eventually(lambda node=node: {"kept", "transient", "mine"} <= names(node),
+                       f"{node.name} knows n2's queues")
+        n2.kill()
+        for node in (n1, n3):
+            eventually(lambda node=node: "kept" in names(node)
+                       and not {"transient", "mine"} & names(node),
+                       f"{node.name} has only n2's durable queue left")
+        # Both names are free again, for a client of another node.
+        c1 = n1.connection()
+        ch1 = c1.channel()
+        ch1.queue_declare("mine", exclusive=True)
+        ch1.queue_declare("transient", durable=True)
+        c1.close()
+        # n2 back: it applies the deletes too, and keeps its durable queue.
+        n2.start()
+        eventually(lambda: "kept" in names(n2) and "transient" in names(n2)
+                   and "mine" not in names(n2), "n2 has the cluster's queues")
+    finally:
+        c.close()
