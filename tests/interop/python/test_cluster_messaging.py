@@ -359,18 +359,28 @@ def test_a_consumers_node_dying_requeues_its_deliveries_for_others(cluster):
     c1.close()
 
 
+def queue_names(node):
+    return {q["name"] for q in node.api("/api/queues")}
+
+
+def declare_kept_transient_and_exclusive(node, others):
+    """Declares a durable, a transient and an exclusive queue through `node` (its connection is
+    returned, open: the exclusive queue's owner) and waits until `others` know all three."""
+    conn = node.connection()
+    ch = conn.channel()
+    ch.queue_declare("kept", durable=True)
+    ch.queue_declare("transient", durable=False)
+    ch.queue_declare("mine", durable=True, exclusive=True)
+    for other in others:
+        eventually(lambda other=other: {"kept", "transient", "mine"} <= queue_names(other),
+                   f"{other.name} knows {node.name}'s queues")
+    return conn
+
+
 def test_a_restarted_node_deletes_everywhere_the_queues_it_held_in_memory_only(cluster):
     n1, n2, n3 = cluster.nodes
-    c2 = n2.connection()
-    ch2 = c2.channel()
-    ch2.queue_declare("kept", durable=True)
-    ch2.queue_declare("transient", durable=False)
-    ch2.queue_declare("mine", durable=True, exclusive=True)
-
-    def names(node):
-        return {q["name"] for q in node.api("/api/queues")}
-
-    eventually(lambda: {"kept", "transient", "mine"} <= names(n1), "n1 knows n2's queues")
+    names = queue_names
+    c2 = declare_kept_transient_and_exclusive(n2, [n1])  # noqa: F841 - owns "mine"
     n2.kill()
     n2.start()
     for node in cluster.nodes:
@@ -390,18 +400,8 @@ def test_a_node_that_stays_down_loses_its_transient_and_exclusive_queues_everywh
     try:
         c.start()
         n1, n2, n3 = c.nodes
-        c2 = n2.connection()
-        ch2 = c2.channel()
-        ch2.queue_declare("kept", durable=True)
-        ch2.queue_declare("transient", durable=False)
-        ch2.queue_declare("mine", durable=True, exclusive=True)
-
-        def names(node):
-            return {q["name"] for q in node.api("/api/queues")}
-
-        for node in (n1, n3):
-            eventually(lambda node=node: {"kept", "transient", "mine"} <= names(node),
-                       f"{node.name} knows n2's queues")
+        names = queue_names
+        c2 = declare_kept_transient_and_exclusive(n2, [n1, n3])  # noqa: F841 - owns "mine"
         n2.kill()
         for node in (n1, n3):
             eventually(lambda node=node: "kept" in names(node)
