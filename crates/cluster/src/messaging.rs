@@ -119,6 +119,25 @@ pub enum ClientsAsk {
     /// Close the named connection with connection.close 320 and `reason`: `Done`, or 404
     /// when the node has no such connection (it closed meanwhile).
     Close { name: String, reason: String },
+    /// How many connections to `vhost` and of `user`, and channels of `user`, the node has
+    /// open: connection and channel limits count the whole cluster's, as RabbitMQ's do.
+    Counts { vhost: String, user: String },
+}
+
+/// A node's answer to [`ClientsAsk::Counts`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientCounts {
+    pub vhost_connections: u64,
+    pub user_connections: u64,
+    pub user_channels: u64,
+}
+
+impl std::ops::AddAssign for ClientCounts {
+    fn add_assign(&mut self, other: ClientCounts) {
+        self.vhost_connections += other.vhost_connections;
+        self.user_connections += other.user_connections;
+        self.user_channels += other.user_channels;
+    }
 }
 
 /// One queue's figures, as its node counts them.
@@ -173,6 +192,9 @@ pub enum Response {
     /// The items of a [`ClientsAsk::List`], as the management API shows them.
     Clients {
         items: Vec<serde_json::Value>,
+    },
+    ClientCounts {
+        counts: ClientCounts,
     },
 }
 

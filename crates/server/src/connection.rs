@@ -894,6 +894,24 @@ impl Connection {
         }
     }
 
+    /// channel.open admitted: the channel exists from now on, and its open-ok goes out.
+    pub(crate) fn open_channel(&mut self, number: u16) {
+        let key = self.shared.next_channel.fetch_add(1, Ordering::Relaxed);
+        let mut vhost = self.meta_vhost();
+        vhost.channel_open(key, self.id, number, self.outbox.clone(), &self.user);
+        vhost.channel_cancel_notify(key, self.caps.consumer_cancel_notify);
+        drop(vhost);
+        self.channels.insert(number, Channel::new(key));
+        self.shared.counters.channel_opened();
+        control(
+            &self.outbox,
+            number,
+            AMQPClass::Channel(warren_protocol::amqp::channel::AMQPMethod::OpenOk(
+                warren_protocol::amqp::channel::OpenOk {},
+            )),
+        );
+    }
+
     fn handle_unopened_channel(&mut self, number: u16, payload: Bytes) -> Result<(), Fault> {
         let ids = method_ids(&payload);
         let method = self.decode_method(payload)?;
@@ -908,22 +926,23 @@ impl Connection {
                         format!("number of channels opened ({}) has reached the negotiated channel_max ({})", self.channels.len(), self.channel_max),
                     ));
                 }
-                crate::access::admit_channel(&self.shared, &self.user)
-                    .map_err(|e| Fault::Connection(e, 0, 0))?;
-                let key = self.shared.next_channel.fetch_add(1, Ordering::Relaxed);
-                let mut vhost = self.meta_vhost();
-                vhost.channel_open(key, self.id, number, self.outbox.clone(), &self.user);
-                vhost.channel_cancel_notify(key, self.caps.consumer_cancel_notify);
-                drop(vhost);
-                self.channels.insert(number, Channel::new(key));
-                self.shared.counters.channel_opened();
-                control(
-                    &self.outbox,
-                    number,
-                    AMQPClass::Channel(warren_protocol::amqp::channel::AMQPMethod::OpenOk(
-                        warren_protocol::amqp::channel::OpenOk {},
-                    )),
-                );
+                if let Some(limit) = crate::access::channel_limit(&self.shared, &self.user) {
+                    // Counted over the cluster: opened once the answer is in, before the
+                    // connection reads its next frame.
+                    let shared = self.shared.clone();
+                    let user = self.user.clone();
+                    self.proposal = Some(crate::replicated::Proposal {
+                        number,
+                        nowait: false,
+                        reply: crate::replicated::Reply::ChannelOpen,
+                        answer: Box::pin(async move {
+                            crate::access::admit_channel(&shared, &user, limit).await?;
+                            Ok(warren_broker::command::Outcome::Done)
+                        }),
+                    });
+                    return Ok(());
+                }
+                self.open_channel(number);
                 Ok(())
             }
             _ => Err(Fault::Connection(

@@ -362,6 +362,7 @@ pub(crate) async fn handshake<R: AsyncRead + Unpin>(
     };
     // As RabbitMQ: the connection limits are checked before the user's access to the vhost.
     let admission = crate::access::admit_connection(shared, &vhost, &vhost_name, &user)
+        .await
         .map_err(|e| Some((e, 10, 40)))?;
     let permissions = shared
         .broker

@@ -155,20 +155,22 @@ impl Registry {
     /// Counts a connection to `vhost` by `user`, unless that would go past `vhost_max` or
     /// `user_max` (the vhost's checked first, as RabbitMQ does); checked and counted under one
     /// lock, so connections opening at once cannot pass a limit together.
+    /// `elsewhere` are the other nodes' open connections to `vhost` and of `user`.
     pub fn admit(
         &self,
         vhost: &str,
         user: &str,
         vhost_max: Option<u64>,
         user_max: Option<u64>,
+        elsewhere: (usize, usize),
     ) -> Result<Admission, AmqpError> {
         let mut c = self.counts.lock().expect("counts lock");
-        let in_vhost = c.by_vhost.get(vhost).copied().unwrap_or(0);
+        let in_vhost = c.by_vhost.get(vhost).copied().unwrap_or(0) + elsewhere.0;
         if limits::reached(vhost_max, in_vhost) {
             let limit = vhost_max.unwrap_or_default();
             return Err(limits::vhost_connections_refused(vhost, user, limit));
         }
-        let of_user = c.by_user.get(user).copied().unwrap_or(0);
+        let of_user = c.by_user.get(user).copied().unwrap_or(0) + elsewhere.1;
         if limits::reached(user_max, of_user) {
             let limit = user_max.unwrap_or_default();
             return Err(limits::user_connections_refused(user, limit));
@@ -180,6 +182,15 @@ impl Registry {
             vhost: vhost.to_string(),
             user: user.to_string(),
         })
+    }
+
+    /// This node's open connections to `vhost`, and of `user`.
+    pub fn counts(&self, vhost: &str, user: &str) -> (usize, usize) {
+        let c = self.counts.lock().expect("counts lock");
+        (
+            c.by_vhost.get(vhost).copied().unwrap_or(0),
+            c.by_user.get(user).copied().unwrap_or(0),
+        )
     }
 
     pub fn insert(&self, entry: Arc<Entry>) {
@@ -224,19 +235,36 @@ mod tests {
     #[test]
     fn admission_counts_per_vhost_and_user_until_dropped() {
         let r = Registry::default();
-        let a = r.admit("/", "bob", Some(2), Some(1)).unwrap();
-        let e = r.admit("/", "bob", Some(2), Some(1)).err().unwrap();
+        let a = r.admit("/", "bob", Some(2), Some(1), (0, 0)).unwrap();
+        let e = r.admit("/", "bob", Some(2), Some(1), (0, 0)).err().unwrap();
         assert_eq!(e, limits::user_connections_refused("bob", 1));
-        let b = r.admit("/", "alice", Some(2), None).unwrap();
-        let e = r.admit("/", "carol", Some(2), None).err().unwrap();
+        let b = r.admit("/", "alice", Some(2), None, (0, 0)).unwrap();
+        let e = r.admit("/", "carol", Some(2), None, (0, 0)).err().unwrap();
         assert_eq!(e, limits::vhost_connections_refused("/", "carol", 2));
-        assert!(r.admit("other", "carol", Some(2), None).is_ok());
+        assert!(r.admit("other", "carol", Some(2), None, (0, 0)).is_ok());
         drop(a);
         drop(b);
         let _again = r
-            .admit("/", "bob", Some(2), Some(1))
+            .admit("/", "bob", Some(2), Some(1), (0, 0))
             .expect("counted down on drop");
-        let e = r.admit("/", "x", Some(0), None).err().unwrap();
+        let e = r.admit("/", "x", Some(0), None, (0, 0)).err().unwrap();
         assert_eq!(e, limits::vhost_connections_refused("/", "x", 0));
+    }
+
+    #[test]
+    fn other_nodes_connections_count_against_the_limits() {
+        let r = Registry::default();
+        let e = r.admit("/", "bob", Some(3), None, (3, 0)).err().unwrap();
+        assert_eq!(e, limits::vhost_connections_refused("/", "bob", 3));
+        let e = r.admit("/", "bob", Some(3), Some(2), (1, 2)).err().unwrap();
+        assert_eq!(e, limits::user_connections_refused("bob", 2));
+        let _a = r.admit("/", "bob", Some(3), Some(2), (1, 1)).unwrap();
+        assert_eq!(
+            r.counts("/", "bob"),
+            (1, 1),
+            "only this node's own are counted here"
+        );
+        let e = r.admit("/", "bob", Some(3), None, (2, 0)).err().unwrap();
+        assert_eq!(e, limits::vhost_connections_refused("/", "bob", 3));
     }
 }

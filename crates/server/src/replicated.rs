@@ -32,6 +32,9 @@ pub enum Reply {
     QueueDelete,
     /// A request to another node, for the method with these ids; its handler replied.
     Remote(u16, u16),
+    /// channel.open under the user's `max-channels`, counted over the cluster: a refusal
+    /// closes the connection, as RabbitMQ's does.
+    ChannelOpen,
 }
 
 impl Reply {
@@ -47,6 +50,7 @@ impl Reply {
             Reply::QueueDelete => (50, 40),
             Reply::QueueUnbind => (50, 50),
             Reply::Remote(class, method) => (class, method),
+            Reply::ChannelOpen => (20, 10),
         }
     }
 }
@@ -205,13 +209,23 @@ impl Connection {
         outcome: Result<Outcome, AmqpError>,
     ) -> Result<(), Fault> {
         let number = proposal_number;
+        if reply == Reply::ChannelOpen {
+            return match outcome {
+                Ok(_) => {
+                    self.open_channel(number);
+                    Ok(())
+                }
+                Err(e) => Err(Fault::Connection(e, 0, 0)),
+            };
+        }
         let (class_id, method_id) = reply.ids();
         let outcome = outcome.map_err(|e| Fault::Channel(number, e, class_id, method_id))?;
         if !self.channels.contains_key(&number) {
             return Ok(());
         }
         let class = match (reply, outcome) {
-            (Reply::Remote(..), _) => return Ok(()),
+            // A remote request's handler replied; a channel.open was answered above.
+            (Reply::Remote(..) | Reply::ChannelOpen, _) => return Ok(()),
             (Reply::QueueDeclare, Outcome::QueueDeclared(ok)) => {
                 if let Some(ch) = self.channels.get_mut(&number) {
                     ch.last_queue = Some(ok.queue.clone());

@@ -68,3 +68,54 @@ def test_limits_replicate_and_max_queues_counts_the_whole_cluster(cluster):  # n
     expect_channel_error(406, "PRECONDITION_FAILED - cannot declare queue 'cq3'",
                          c.channel().queue_declare, "cq3", durable=True)
     c.close()
+
+
+def test_connection_and_channel_limits_count_every_nodes_clients(cluster):  # noqa: F811
+    # RabbitMQ counts a vhost's and a user's connections, and a user's channels, over the whole
+    # cluster: a client spread over the nodes gets the limit once, not once per node.
+    n1, n2, n3 = cluster.nodes
+    vhost = "lim-conns"
+    assert call(n1, "PUT", f"/api/vhosts/{vhost}")[0] == 201
+    assert call(n1, "PUT", "/api/users/lc", {"password": "lc", "tags": ""})[0] == 201
+    assert call(n1, "PUT", f"/api/permissions/{vhost}/lc",
+                {"configure": ".*", "write": ".*", "read": ".*"})[0] == 201
+    assert call(n1, "PUT", f"/api/vhost-limits/{vhost}/max-connections", {"value": 3})[0] == 204
+    assert call(n1, "PUT", "/api/user-limits/lc/max-connections", {"value": 2})[0] == 204
+    assert call(n1, "PUT", "/api/user-limits/lc/max-channels", {"value": 2})[0] == 204
+    for node in (n1, n2, n3):
+        eventually(lambda node=node: call(node, "GET", "/api/user-limits/lc")[1]
+                   == [{"user": "lc", "value": {"max-channels": 2, "max-connections": 2}}],
+                   f"user limits on {node.name}")
+        eventually(lambda node=node: call(node, "GET", f"/api/vhost-limits/{vhost}")[1]
+                   == [{"vhost": vhost, "value": {"max-connections": 3}}],
+                   f"vhost limits on {node.name}")
+
+    # The user's connections: one on n1 and one on n2 leave none for n3.
+    a = n1.connection("lc", "lc", vhost)
+    b = n2.connection("lc", "lc", vhost)
+    with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as e:
+        n3.connection("lc", "lc", vhost)
+    assert "connection refused for user 'lc': user connection limit (2) is reached" in str(e.value)
+    # The vhost's: guest's one on n3 is the third, a fourth on n1 is over.
+    g = n3.connection(vhost=vhost)
+    with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as e:
+        n1.connection(vhost=vhost)
+    assert f"access to vhost '{vhost}' refused for user 'guest': connection limit (3) is reached" \
+        in str(e.value)
+    g.close()
+
+    # The user's channels: one through n1's connection and one through n2's; the third,
+    # through either, closes its connection.
+    a.channel()
+    b.channel()
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as e:
+        b.channel()
+    assert (e.value.reply_code, e.value.reply_text) == (
+        530, "NOT_ALLOWED - number of channels opened for user 'lc' has reached the maximum "
+        "allowed user limit of (2)")
+    assert a.is_open, "only the connection that went over is closed"
+    # b's connection and channel are gone everywhere: room on n3 for both again.
+    c = eventually(lambda: n3.connection("lc", "lc", vhost), "n3 admits lc once b closed")
+    c.channel()
+    a.close()
+    c.close()

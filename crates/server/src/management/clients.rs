@@ -56,6 +56,9 @@ pub(crate) fn answer_clients(
             }
             None => Err((NOT_FOUND, format!("no connection '{name}' on this node"))),
         },
+        ClientsAsk::Counts { vhost, user } => Ok(messaging::Response::ClientCounts {
+            counts: crate::access::local_counts(s, vhost, user),
+        }),
     }
 }
 
