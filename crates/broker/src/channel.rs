@@ -51,6 +51,9 @@ pub struct ChannelState {
     pub relay: Option<Arc<dyn Relay>>,
     /// The node a stand-in's client is connected to.
     pub relayed_to: Option<Arc<str>>,
+    /// A stand-in's client has more waiting in its socket's outbox than a local client may
+    /// (its node said so): deliveries wait, as for a local client whose outbox is full.
+    pub client_congested: bool,
     /// The nodes holding stand-ins for this channel (it consumed or got from their queues):
     /// they are told when it closes.
     pub remote_nodes: Vec<Arc<str>>,
@@ -97,6 +100,7 @@ impl ChannelState {
             reply_to: None,
             relay: None,
             relayed_to: None,
+            client_congested: false,
             remote_nodes: Vec::new(),
             quorum_logs: Vec::new(),
             cancel_notify: true,
@@ -108,7 +112,7 @@ impl ChannelState {
     /// taken what it has.
     pub fn is_congested(&self) -> bool {
         match &self.relay {
-            Some(relay) => relay.is_congested(),
+            Some(relay) => self.client_congested || relay.is_congested(),
             None => self.outbox.is_congested(),
         }
     }

@@ -275,6 +275,14 @@ pub enum Data {
         channel: u64,
         channel_prefetch: u32,
     },
+    /// A client channel's socket is (or no longer is) behind what was relayed to it: its
+    /// stand-in holds deliveries meanwhile, as a local consumer's full outbox holds them.
+    Congested {
+        epoch: u64,
+        vhost: String,
+        channel: u64,
+        congested: bool,
+    },
 }
 
 const T_RESET: u8 = 1;
@@ -288,6 +296,7 @@ const T_CANCELLED: u8 = 8;
 const T_SETTLE: u8 = 9;
 const T_CLOSE: u8 = 10;
 const T_QOS: u8 = 11;
+const T_CONGESTED: u8 = 12;
 
 fn put_bytes(out: &mut BytesMut, b: &[u8]) {
     out.put_u32_le(b.len() as u32);
@@ -427,6 +436,18 @@ impl Data {
                 out.put_u64_le(*channel);
                 out.put_u32_le(*channel_prefetch);
             }
+            Data::Congested {
+                epoch,
+                vhost,
+                channel,
+                congested,
+            } => {
+                out.put_u8(T_CONGESTED);
+                out.put_u64_le(*epoch);
+                put_bytes(out, vhost.as_bytes());
+                out.put_u64_le(*channel);
+                out.put_u8(*congested as u8);
+            }
         }
     }
 
@@ -539,6 +560,12 @@ impl Data {
                 vhost: r.string()?,
                 channel: r.u64()?,
                 channel_prefetch: r.u32()?,
+            },
+            T_CONGESTED => Data::Congested {
+                epoch: r.u64()?,
+                vhost: r.string()?,
+                channel: r.u64()?,
+                congested: r.u8()? != 0,
             },
             other => return Err(format!("data message kind {other}")),
         };
@@ -790,7 +817,8 @@ impl Messaging {
             Data::Publish { epoch, .. }
             | Data::Settle { epoch, .. }
             | Data::Close { epoch, .. }
-            | Data::Qos { epoch, .. } => {
+            | Data::Qos { epoch, .. }
+            | Data::Congested { epoch, .. } => {
                 if self.peer_epoch_seen(from, epoch, &handler) {
                     handler.data(from, data);
                 }
@@ -1013,6 +1041,12 @@ mod tests {
                 vhost: "v".into(),
                 channel: 3,
                 channel_prefetch: 10,
+            },
+            Data::Congested {
+                epoch: 1,
+                vhost: "v".into(),
+                channel: 3,
+                congested: true,
             },
         ];
         for d in all {

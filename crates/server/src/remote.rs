@@ -11,7 +11,7 @@
 use crate::metadata::{apply_store_ops, MetaGuard, NotStored};
 use crate::Shared;
 use bytes::Bytes;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 use warren_broker::error::AmqpError;
 use warren_broker::message::Message;
@@ -300,7 +300,17 @@ struct Taken {
 pub struct Peers {
     shared: Weak<Shared>,
     taken: Mutex<HashMap<u64, Taken>>,
+    /// Client channels of this node whose outbox went over the bound while a peer relayed
+    /// deliveries to them, by (peer, vhost, channel): that peer's stand-in was told to hold
+    /// them, and is told to go on once the outbox drained.
+    congested: Mutex<HashSet<(u64, String, u64)>>,
+    /// Wakes the watch over `congested` when it gains its first entry.
+    congested_added: tokio::sync::Notify,
 }
+
+/// How often a congested client channel is looked at until it drained: it waits for a slow
+/// socket, so a few milliseconds more do not matter, and nothing polls while none is.
+const CONGESTION_POLL: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// Makes this node serve other nodes' requests; call once the node's [`Shared`] exists.
 pub fn install(shared: &Arc<Shared>) {
@@ -310,8 +320,25 @@ pub fn install(shared: &Arc<Shared>) {
     let peers = Arc::new(Peers {
         shared: Arc::downgrade(shared),
         taken: Mutex::new(HashMap::new()),
+        congested: Mutex::new(HashSet::new()),
+        congested_added: tokio::sync::Notify::new(),
     });
     cluster.messaging().set_handler(peers.clone());
+    let watching = peers.clone();
+    tokio::spawn(async move {
+        loop {
+            watching.congested_added.notified().await;
+            loop {
+                tokio::time::sleep(CONGESTION_POLL).await;
+                let Some(shared) = watching.shared.upgrade() else {
+                    return;
+                };
+                if watching.release_drained(&shared) == 0 {
+                    break;
+                }
+            }
+        }
+    });
     // Forwards waiting for this node's WAL are answered as it syncs.
     let mut durable = shared.durability.subscribe();
     tokio::spawn(async move {
@@ -605,12 +632,75 @@ impl Peers {
             .member_name(from)
             .unwrap_or_else(|| format!("node-{from}"))
             .into();
+        let channel = d.channel;
         let mut v = v.lock().expect("vhost lock");
         v.accept_delivery(&node, relayed(d), None);
+        let congested = v.is_client_congested(channel);
         if v.has_remote() {
             let effects = v.take_remote();
             let _ = carry_out(shared, &v.name.clone(), effects);
         }
+        let vhost = v.name.clone();
+        drop(v);
+        if congested {
+            let told = (from, vhost, channel);
+            let mut set = self.congested.lock().expect("congested lock");
+            if set.insert(told.clone()) {
+                if set.len() == 1 {
+                    self.congested_added.notify_one();
+                }
+                drop(set);
+                self.tell_congested(cluster, told, true);
+            }
+        }
+    }
+
+    /// Tells the stand-ins of client channels whose outbox drained to go on; how many are
+    /// still congested.
+    fn release_drained(&self, shared: &Shared) -> usize {
+        let Some(cluster) = &shared.cluster else {
+            return 0;
+        };
+        let told: Vec<(u64, String, u64)> = self
+            .congested
+            .lock()
+            .expect("congested lock")
+            .iter()
+            .cloned()
+            .collect();
+        let mut still = 0;
+        for t in told {
+            let congested = shared
+                .broker
+                .vhost(&t.1)
+                .is_some_and(|v| v.lock().expect("vhost lock").is_client_congested(t.2));
+            if congested {
+                still += 1;
+                continue;
+            }
+            self.congested.lock().expect("congested lock").remove(&t);
+            self.tell_congested(cluster, t, false);
+        }
+        still
+    }
+
+    fn tell_congested(
+        &self,
+        cluster: &Cluster,
+        (peer, vhost, channel): (u64, String, u64),
+        congested: bool,
+    ) {
+        let messaging = cluster.messaging();
+        let epoch = messaging.epoch(peer);
+        messaging.send(
+            peer,
+            &Data::Congested {
+                epoch,
+                vhost,
+                channel,
+                congested,
+            },
+        );
     }
 }
 
@@ -742,6 +832,20 @@ impl Handler for Peers {
                         shared: &shared,
                     };
                     v.set_stand_in_channel_prefetch(channel, channel_prefetch, now);
+                }
+            }
+            Data::Congested {
+                vhost,
+                channel,
+                congested,
+                ..
+            } => {
+                if let Some(v) = shared.broker.vhost(&vhost) {
+                    let mut v = MetaGuard {
+                        vhost: v.lock().expect("vhost lock"),
+                        shared: &shared,
+                    };
+                    v.set_stand_in_congested(channel, congested, now);
                 }
             }
             Data::Reset { .. } | Data::Broken { .. } | Data::Answer { .. } => {}

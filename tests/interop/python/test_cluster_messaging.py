@@ -8,6 +8,9 @@ Each test starts its own 3-node cluster (see test_cluster.py) and waits by polli
 deadlines, never by sleeping a fixed time.
 """
 
+import socket
+import time
+
 import pika
 import pytest
 
@@ -419,3 +422,48 @@ def test_a_node_that_stays_down_loses_its_transient_and_exclusive_queues_everywh
                    and "mine" not in names(n2), "n2 has the cluster's queues")
     finally:
         c.close()
+
+
+def test_a_slow_no_ack_consumer_on_another_node_holds_its_queues_deliveries_back(cluster):
+    # A no-ack consumer takes whatever it is sent: a local one is held back by its own
+    # outbox, and a remote one by its node's client outbox too, not only by the link between
+    # the nodes (whose bound the client's node drains into that outbox as fast as it reads).
+    import amqp_raw as amqp
+    n1, n2, n3 = cluster.nodes
+    c1 = n1.connection()
+    ch1 = c1.channel()
+    ch1.queue_declare("slow-reader")  # on n1, the declaring client's node
+    ch1.confirm_delivery()
+    count, body = 1000, b"x" * 100_000  # 100 MB, far beyond every bound on the way
+    for _ in range(count):
+        ch1.basic_publish("", "slow-reader", body)
+    raw = amqp.RawConnection("127.0.0.1", n3.amqp, timeout=30)
+    raw.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    raw.open()
+    raw.open_channel(1)
+    raw.send(amqp.method_frame(1, amqp.BASIC_CONSUME,
+                               amqp.basic_consume_args("slow-reader", "slow", no_ack=True)))
+    raw.expect_method(amqp.BASIC_CONSUME_OK)
+
+    # The client reads nothing more: what left n1 is what the bounds let through.
+    def ready():
+        return n1.api("/api/queues/%2F/slow-reader")["messages_ready"]
+
+    last, still_since = ready(), time.monotonic()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and time.monotonic() - still_since < 2:
+        time.sleep(0.2)
+        now = ready()
+        if now != last:
+            last, still_since = now, time.monotonic()
+    assert last >= count * 0.6, f"{count - last} of {count} messages left n1 for a client reading none"
+
+    # Read, and every message comes.
+    delivered = 0
+    while delivered < count:
+        f = raw.read_frame()
+        if f.method == amqp.BASIC_DELIVER:
+            delivered += 1
+    raw.close()
+    eventually(lambda: ready() == 0, "the queue drained")
+    c1.close()

@@ -602,6 +602,29 @@ impl VHost {
         self.set_stand_in_prefetch(key, consumer_prefetch, prefetch, now_ms);
     }
 
+    /// A stand-in's client node says whether its client's outbox is over the bound: deliveries
+    /// to the stand-in wait while it is, and resume when it drains.
+    pub fn set_stand_in_congested(&mut self, key: ChannelKey, congested: bool, now_ms: u64) {
+        let Some(ch) = self.channels.get_mut(&key).filter(|ch| ch.relay.is_some()) else {
+            return;
+        };
+        ch.client_congested = congested;
+        if !congested {
+            let queues: Vec<QueueId> = ch.consumers.values().copied().collect();
+            for q in queues {
+                self.dispatch(q, now_ms);
+            }
+        }
+    }
+
+    /// Whether a client channel of this node has more waiting in its outbox than a consumer
+    /// may be given: relayed deliveries to it should wait.
+    pub fn is_client_congested(&self, key: ChannelKey) -> bool {
+        self.channels
+            .get(&key)
+            .is_some_and(|ch| ch.relay.is_none() && ch.outbox.is_congested())
+    }
+
     /// Settles deliveries of a stand-in by their tags here; tags it no longer knows (the
     /// stand-in closed and requeued them) are skipped.
     pub fn settle_stand_in(&mut self, key: ChannelKey, op: SettleOp, tags: &[u64], now_ms: u64) {
