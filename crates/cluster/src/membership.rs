@@ -18,7 +18,8 @@
 //! **Forgetting.** `forget_cluster_node` on a live member proposes `RemoveNode` for a stopped
 //! member; it commits under the old configuration (so it needs a majority of it), and from then
 //! on a majority is counted over the remaining voters. The id is remembered as forgotten: the
-//! old node restarted with its data is not taken back (as in RabbitMQ, it must be reset first).
+//! old node restarted with its data is not taken back (as in RabbitMQ, it must be reset first),
+//! and the transport never dials it again.
 
 use crate::frame::{self, NodeInfo};
 use crate::metadata::MetadataGroup;
@@ -600,6 +601,7 @@ impl MetadataGroup {
             ConfChangeType::RemoveNode => {
                 let name = self.members.remove(&id).map(|m| m.name);
                 self.membership.forgotten.insert(id);
+                self.transport.forget(id);
                 self.applied_requests.forget(id);
                 if id == self.me.id {
                     tracing::error!("this node was forgotten by the cluster: it takes no part in it any more; delete its data directory before it joins again");
@@ -620,8 +622,8 @@ impl MetadataGroup {
     }
 }
 
-/// The links to present members only: the transport keeps dialling a forgotten node (or a
-/// refused joiner), which is no peer of the cluster's any more.
+/// The links to present members only: a refused joiner dialled this node (and was dialled
+/// back), and a forgotten node's link stays in the transport's table, undialled.
 pub(crate) fn member_links(
     links: Vec<crate::transport::LinkStats>,
     members: &[crate::MemberStatus],

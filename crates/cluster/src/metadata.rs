@@ -247,6 +247,9 @@ impl MetadataGroup {
             .max(snapshot_index);
         let logger = slog::Logger::root(slog::Discard, slog::o!());
         let raw = RawNode::new(&config, log, &logger).map_err(|e| e.to_string())?;
+        for &id in &forgotten {
+            transport.forget(id);
+        }
         for (id, addr) in seeds {
             transport.connect(*id, *addr);
         }
@@ -483,6 +486,9 @@ impl MetadataGroup {
             let snapshot = rd.snapshot().clone();
             let installed = install(&self.broker, &snapshot)?;
             self.members = installed.members;
+            for &id in &installed.forgotten {
+                self.transport.forget(id);
+            }
             self.membership.forgotten = installed.forgotten.into_iter().collect();
             self.applied_requests = installed.applied_requests;
             self.raw.mut_store().save_snapshot(&snapshot)?;

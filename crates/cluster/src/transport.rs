@@ -204,6 +204,9 @@ struct Inner {
     tls: Option<Arc<LinkTls>>,
     /// [`RECONNECT_DELAY`] in ms, unless a test stretched it.
     reconnect_delay_ms: AtomicU64,
+    /// Peers the cluster forgot (`forget_cluster_node`): never dialled again, even when one
+    /// of them, restarted with its old data, dials this node.
+    forgotten: Mutex<std::collections::HashSet<u64>>,
 }
 
 /// A stream a one-off connection to a peer (a join request) is written to: plain TCP, or TLS.
@@ -246,6 +249,7 @@ impl Transport {
                 callbacks,
                 tls,
                 reconnect_delay_ms: AtomicU64::new(RECONNECT_DELAY.as_millis() as u64),
+                forgotten: Mutex::new(Default::default()),
             }),
         };
         let accepting = t.clone();
@@ -345,10 +349,31 @@ impl Transport {
             .clone()
     }
 
+    /// Stops dialling peer `id` for good: the cluster forgot it. Its link, down already (only a
+    /// stopped node is forgotten), is not dialled again.
+    pub fn forget(&self, id: u64) {
+        self.inner
+            .forgotten
+            .lock()
+            .expect("forgotten lock")
+            .insert(id);
+        if let Some(peer) = self.inner.peers.lock().expect("peers lock").get(&id) {
+            *peer.addr.lock().expect("addr lock") = None;
+        }
+    }
+
+    fn is_forgotten(&self, id: u64) -> bool {
+        self.inner
+            .forgotten
+            .lock()
+            .expect("forgotten lock")
+            .contains(&id)
+    }
+
     /// Makes sure a link to peer `id` at `addr` is being kept up (dialling again after
     /// failures); a new address replaces the old one at the next dial.
     pub fn connect(&self, id: u64, addr: SocketAddr) {
-        if id == self.inner.me.id {
+        if id == self.inner.me.id || self.is_forgotten(id) {
             return;
         }
         let peer = self.peer(id);

@@ -207,3 +207,27 @@ async fn without_a_taker_at_the_dialling_end_no_raft_link_is_opened() {
     assert!(taken.lock().unwrap().is_empty());
     assert!(a.links().iter().all(|l| !l.raft_link));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forgotten_peer_is_never_dialled_again() {
+    let nowhere = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+    };
+    let (a, _, _) = node(1).await;
+    a.forget(2);
+    // Node 3, not forgotten, is dialled (and refused) at once: by then node 2 would have been.
+    a.connect(2, nowhere());
+    a.connect(3, nowhere());
+    common::eventually("node 1's dial to node 3 to be refused", || {
+        a.links().iter().any(|l| l.peer == 3 && l.dials_failed > 0)
+    })
+    .await;
+    assert!(
+        !a.links().iter().any(|l| l.peer == 2 && l.dials_failed > 0),
+        "node 2 was dialled: {:?}",
+        a.links()
+    );
+}
