@@ -2,6 +2,7 @@
 //! over its HTTP management API.
 
 mod access;
+mod listings;
 mod queues;
 
 use base64::Engine;
@@ -72,15 +73,6 @@ enum CtlCommand {
         #[arg(short = 'p', long = "vhost", default_value = "/")]
         vhost: String,
         user: String,
-    },
-    /// Queues with their ready, unacknowledged and consumer counts.
-    ListQueues {
-        #[arg(short = 'p', long = "vhost", default_value = "/")]
-        vhost: String,
-    },
-    ListExchanges {
-        #[arg(short = 'p', long = "vhost", default_value = "/")]
-        vhost: String,
     },
     /// Node overview: totals of connections, channels, queues and messages, then the alarms
     /// in effect (memory, disk, storage failure).
@@ -155,6 +147,9 @@ enum CtlCommand {
     /// rabbitmq-queues' quorum queue commands.
     #[command(flatten)]
     Queues(queues::QueuesCommand),
+    /// Listings with info items, and queue and connection operations.
+    #[command(flatten)]
+    Listings(listings::ListingsCommand),
 }
 
 /// rabbitmqctl set_policy's arguments, shared by set_operator_policy.
@@ -253,6 +248,17 @@ fn request(
     path: &str,
     body: Option<&Value>,
 ) -> Result<(u16, String), String> {
+    request_with_headers(ep, method, path, body, &[])
+}
+
+/// [`request`] with more header lines (`X-Reason` of a connection's close).
+fn request_with_headers(
+    ep: &Endpoint,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+    headers: &[(&str, &str)],
+) -> Result<(u16, String), String> {
     let addr = ep.host_port.clone();
     let tcp = TcpStream::connect(&addr).map_err(|e| format!("cannot reach {addr}: {e}"))?;
     tcp.set_read_timeout(Some(HTTP_TIMEOUT))
@@ -270,8 +276,12 @@ fn request(
         }
     };
     let payload = body.map(|b| b.to_string()).unwrap_or_default();
+    let extra: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {}\r\n", value.replace(['\r', '\n'], " ")))
+        .collect();
     let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Basic {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{payload}",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Basic {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n{payload}",
         ep.auth,
         payload.len()
     );
@@ -401,6 +411,7 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
     match args.command {
         CtlCommand::Access(command) => access::run(&ep, command)?,
         CtlCommand::Queues(command) => queues::run(&ep, command)?,
+        CtlCommand::Listings(command) => listings::run(&ep, command)?,
         CtlCommand::AddUser { user, password } => {
             let (code, body) = request(&ep, "GET", "/api/users", None)?;
             let existing: Value =
@@ -546,42 +557,6 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
                 &format!("/api/permissions/{}/{}", seg(&vhost), seg(&user)),
                 None,
             )?)?;
-        }
-        CtlCommand::ListQueues { vhost } => {
-            let v: Value = serde_json::from_str(&expect_ok(request(
-                &ep,
-                "GET",
-                &format!("/api/queues/{}", seg(&vhost)),
-                None,
-            )?)?)
-            .unwrap_or_default();
-            println!("name\tmessages_ready\tmessages_unacknowledged\tconsumers");
-            for q in v.as_array().into_iter().flatten() {
-                println!(
-                    "{}\t{}\t{}\t{}",
-                    q["name"].as_str().unwrap_or_default(),
-                    q["messages_ready"],
-                    q["messages_unacknowledged"],
-                    q["consumers"]
-                );
-            }
-        }
-        CtlCommand::ListExchanges { vhost } => {
-            let v: Value = serde_json::from_str(&expect_ok(request(
-                &ep,
-                "GET",
-                &format!("/api/exchanges/{}", seg(&vhost)),
-                None,
-            )?)?)
-            .unwrap_or_default();
-            println!("name\ttype");
-            for x in v.as_array().into_iter().flatten() {
-                println!(
-                    "{}\t{}",
-                    x["name"].as_str().unwrap_or_default(),
-                    x["type"].as_str().unwrap_or_default()
-                );
-            }
         }
         CtlCommand::SetVmMemoryHighWatermark { args } => {
             let body = match args.as_slice() {
