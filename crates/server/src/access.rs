@@ -108,31 +108,14 @@ async fn elsewhere(shared: &Shared, vhost: &str, user: &str) -> ClientCounts {
     let Some(cluster) = &shared.cluster else {
         return sum;
     };
-    let me = cluster.node_id();
-    let asks: Vec<_> = cluster
-        .status()
-        .members
-        .into_iter()
-        .filter(|m| m.id != me && m.running)
-        .map(|m| {
-            let messaging = cluster.messaging().clone();
-            let request = Request::Clients {
-                ask: ClientsAsk::Counts {
-                    vhost: vhost.to_string(),
-                    user: user.to_string(),
-                },
-            };
-            tokio::spawn(async move {
-                let call = crate::remote::call(&messaging, m.id, request);
-                match tokio::time::timeout(PEER_TIMEOUT, call).await {
-                    Ok(Ok(Response::ClientCounts { counts })) => counts,
-                    _ => ClientCounts::default(),
-                }
-            })
-        })
-        .collect();
-    for ask in asks {
-        if let Ok(counts) = ask.await {
+    let request = Request::Clients {
+        ask: ClientsAsk::Counts {
+            vhost: vhost.to_string(),
+            user: user.to_string(),
+        },
+    };
+    for answer in crate::remote::ask_running_peers(cluster, request, PEER_TIMEOUT).await {
+        if let Response::ClientCounts { counts } = answer {
             sum += counts;
         }
     }

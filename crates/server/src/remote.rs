@@ -177,6 +177,37 @@ pub fn reachable_home(
     }
 }
 
+/// Sends `request` to every other running node at once; the answers that came within
+/// `timeout`, in the members' order. A node that does not answer in time is left out: a
+/// listing or a count should not hang on a node being cut off.
+pub async fn ask_running_peers(
+    cluster: &Cluster,
+    request: Request,
+    timeout: std::time::Duration,
+) -> Vec<Response> {
+    let me = cluster.node_id();
+    let asks: Vec<_> = cluster
+        .status()
+        .members
+        .into_iter()
+        .filter(|m| m.id != me && m.running)
+        .map(|m| {
+            let messaging = cluster.messaging().clone();
+            let request = request.clone();
+            tokio::spawn(async move {
+                tokio::time::timeout(timeout, call(&messaging, m.id, request)).await
+            })
+        })
+        .collect();
+    let mut answers = Vec::with_capacity(asks.len());
+    for ask in asks {
+        if let Ok(Ok(Ok(answer))) = ask.await {
+            answers.push(answer);
+        }
+    }
+    answers
+}
+
 /// Sends `request` to `peer` and waits for the answer (for requests no delivery follows).
 pub async fn call(
     messaging: &Arc<Messaging>,

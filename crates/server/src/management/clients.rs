@@ -67,28 +67,11 @@ pub(crate) fn answer_clients(
 pub(super) async fn cluster_wide(s: &Shared, listing: ClientListing) -> Vec<Value> {
     let mut items = local_items(s, listing);
     if let Some(cluster) = &s.cluster {
-        let me = cluster.node_id();
-        let asks: Vec<_> = cluster
-            .status()
-            .members
-            .into_iter()
-            .filter(|m| m.id != me && m.running)
-            .map(|m| {
-                let messaging = cluster.messaging().clone();
-                let request = Request::Clients {
-                    ask: ClientsAsk::List { listing },
-                };
-                tokio::spawn(async move {
-                    let call = crate::remote::call(&messaging, m.id, request);
-                    match tokio::time::timeout(PEER_TIMEOUT, call).await {
-                        Ok(Ok(messaging::Response::Clients { items })) => items,
-                        _ => Vec::new(),
-                    }
-                })
-            })
-            .collect();
-        for ask in asks {
-            if let Ok(theirs) = ask.await {
+        let request = Request::Clients {
+            ask: ClientsAsk::List { listing },
+        };
+        for answer in crate::remote::ask_running_peers(cluster, request, PEER_TIMEOUT).await {
+            if let messaging::Response::Clients { items: theirs } = answer {
                 items.extend(theirs);
             }
         }
