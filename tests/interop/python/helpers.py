@@ -114,3 +114,18 @@ def metric(broker, name):
         if line.startswith(name + " "):
             return float(line.split()[1])
     raise AssertionError(f"no metric {name}")
+
+
+def scratch_vhost(broker, vhost):
+    """A fixture's body: `vhost` with guest granted everything, deleted afterwards (use it
+    as `yield from scratch_vhost(broker, name)`)."""
+    broker.provision("guest", "guest", vhost)
+    yield vhost
+    broker.ctl("delete_vhost", vhost)
+
+
+def scratch_user(broker, user, password, vhost):
+    """A fixture's body: `user` granted everything on `vhost`, deleted afterwards."""
+    broker.provision(user, password, vhost)
+    yield user
+    broker.ctl("delete_user", user)

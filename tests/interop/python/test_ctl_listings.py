@@ -14,24 +14,20 @@ import pika
 import pytest
 from pika.exceptions import ConnectionClosedByBroker
 
+from helpers import scratch_user, scratch_vhost
+
 PASSWORD = "ctl-pw"
 DEADLINE_S = 30.0
 
 
 @pytest.fixture
 def vhost(broker, name):
-    v = f"ctl-{name}"
-    broker.provision("guest", "guest", v)
-    yield v
-    broker.ctl("delete_vhost", v)
+    yield from scratch_vhost(broker, f"ctl-{name}")
 
 
 @pytest.fixture
 def user(broker, vhost, name):
-    u = f"ctl-user-{name}"
-    broker.provision(u, PASSWORD, vhost)
-    yield u
-    broker.ctl("delete_user", u)
+    yield from scratch_user(broker, f"ctl-user-{name}", PASSWORD, vhost)
 
 
 def rows(out, header):

@@ -12,7 +12,7 @@ import pika
 import pytest
 from pika.exceptions import ConnectionClosedByBroker, ProbableAccessDeniedError
 
-from helpers import expect_channel_error, get
+from helpers import expect_channel_error, get, scratch_user, scratch_vhost
 from test_management_api import Api
 
 PASSWORD = "limits-pw"
@@ -20,18 +20,12 @@ PASSWORD = "limits-pw"
 
 @pytest.fixture
 def vhost(broker, name):
-    v = f"lim-{name}"
-    broker.provision("guest", "guest", v)
-    yield v
-    broker.ctl("delete_vhost", v)
+    yield from scratch_vhost(broker, f"lim-{name}")
 
 
 @pytest.fixture
 def user(broker, vhost, name):
-    u = f"lim-user-{name}"
-    broker.provision(u, PASSWORD, vhost)
-    yield u
-    broker.ctl("delete_user", u)
+    yield from scratch_user(broker, f"lim-user-{name}", PASSWORD, vhost)
 
 
 def connect(broker, vhost, user="guest", password="guest"):
