@@ -2,6 +2,7 @@
 //! over its HTTP management API.
 
 mod access;
+mod health;
 mod listings;
 mod queues;
 
@@ -89,9 +90,6 @@ enum CtlCommand {
     ForgetClusterNode {
         node: String,
     },
-    /// rabbitmq-diagnostics check_local_alarms: fails (exit code 1) while any alarm is in
-    /// effect on the node, naming each.
-    CheckLocalAlarms,
     /// Set the memory alarm threshold: a fraction of RAM (0.4), or `absolute BYTES`.
     SetVmMemoryHighWatermark {
         args: Vec<String>,
@@ -150,6 +148,9 @@ enum CtlCommand {
     /// Listings with info items, and queue and connection operations.
     #[command(flatten)]
     Listings(listings::ListingsCommand),
+    /// rabbitmq-diagnostics' health checks.
+    #[command(flatten)]
+    Health(health::HealthCommand),
 }
 
 /// rabbitmqctl set_policy's arguments, shared by set_operator_policy.
@@ -412,6 +413,7 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
         CtlCommand::Access(command) => access::run(&ep, command)?,
         CtlCommand::Queues(command) => queues::run(&ep, command)?,
         CtlCommand::Listings(command) => listings::run(&ep, command)?,
+        CtlCommand::Health(command) => health::run(&ep, command)?,
         CtlCommand::AddUser { user, password } => {
             let (code, body) = request(&ep, "GET", "/api/users", None)?;
             let existing: Value =
@@ -682,32 +684,6 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
                 println!("\nCluster");
                 print_metadata_and_links(&cluster);
             }
-        }
-        CtlCommand::CheckLocalAlarms => {
-            let (code, body) = request(&ep, "GET", "/api/health/checks/local-alarms", None)?;
-            if code == 503 {
-                let v: Value = serde_json::from_str(&body).unwrap_or_default();
-                let lines: Vec<String> = v["alarms"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|a| {
-                        format!(
-                            "{} alarm on node {}: {}",
-                            a["resource"].as_str().unwrap_or_default(),
-                            a["node"].as_str().unwrap_or_default(),
-                            a["reason"].as_str().unwrap_or_default()
-                        )
-                    })
-                    .collect();
-                return Err(format!(
-                    "{}:\n{}",
-                    v["reason"].as_str().unwrap_or("alarms in effect"),
-                    lines.join("\n")
-                ));
-            }
-            expect_ok((code, body))?;
-            println!("Node reported no local alarms");
         }
     }
     Ok(())
