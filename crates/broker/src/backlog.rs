@@ -156,6 +156,21 @@ struct Level {
     recent: VecDeque<QueuedMessage>,
 }
 
+impl Level {
+    fn is_empty(&self) -> bool {
+        self.mem.is_empty() && self.tail.is_empty()
+    }
+}
+
+/// Of two levels whose heads are in memory, the one whose head arrived first.
+fn older(levels: &[Level]) -> Option<usize> {
+    let seq = |l: &Level| l.mem.front().map(|m| m.seq);
+    match (seq(levels.first()?), seq(levels.get(1)?)) {
+        (Some(a), Some(b)) => Some(if a < b { 0 } else { 1 }),
+        _ => None,
+    }
+}
+
 /// The paging state of a queue whose messages are stored.
 #[derive(Debug)]
 struct Pager {
@@ -241,7 +256,15 @@ pub struct Backlog {
     next_seq: u64,
     /// Set for queues whose messages are stored, when the node has a store to read from.
     pager: Option<Pager>,
+    /// Two levels weighed as RabbitMQ 4's quorum queues weigh them ([`Backlog::two_priorities`])
+    /// rather than the higher level always first.
+    weighted: bool,
+    /// Messages taken while weighted, modulo `WEIGHT + 1`: at `WEIGHT` the older head goes.
+    served: u8,
 }
+
+/// Of every `WEIGHT + 1` messages taken while both priorities wait, `WEIGHT` are high.
+const WEIGHT: u8 = 2;
 
 /// What a purge took out of a backlog.
 #[derive(Debug, Default)]
@@ -260,6 +283,18 @@ impl Backlog {
             bytes: 0,
             next_seq: 0,
             pager: None,
+            weighted: false,
+            served: 0,
+        }
+    }
+
+    /// A quorum queue's: RabbitMQ 4's two priorities, normal (0-4, or none) and high (above
+    /// 4), high messages taken two to one while both wait, the third being the older head,
+    /// so that normal ones are never starved (rabbit_fifo_q's weighted out).
+    pub fn two_priorities() -> Self {
+        Backlog {
+            weighted: true,
+            ..Backlog::new(Some(1))
         }
     }
 
@@ -292,6 +327,9 @@ impl Backlog {
     }
 
     fn level_of(&self, m: &QueuedMessage) -> usize {
+        if self.weighted {
+            return (m.msg.priority > 4) as usize;
+        }
         (m.msg.priority as usize).min(self.levels.len() - 1)
     }
 
@@ -406,8 +444,14 @@ impl Backlog {
         mem.insert(i, m);
     }
 
-    /// The highest level holding a message, with its head in memory (read back if need be).
+    /// The level served next, with its head in memory (read back if need be): the highest
+    /// level holding a message, or, weighted, every third time the older of the two heads.
     fn head_level(&mut self) -> Option<usize> {
+        if self.weighted && self.served == WEIGHT {
+            if let Some(l) = self.older_head_level() {
+                return Some(l);
+            }
+        }
         loop {
             let l = self
                 .levels
@@ -419,8 +463,25 @@ impl Backlog {
         }
     }
 
+    /// With both priorities waiting: the level whose head arrived first (read back if need
+    /// be); `None` when one is empty or a head could not be read.
+    fn older_head_level(&mut self) -> Option<usize> {
+        if self.levels.iter().any(Level::is_empty) {
+            return None;
+        }
+        for l in 0..self.levels.len() {
+            if self.levels[l].mem.is_empty() && !self.load(l) {
+                return None;
+            }
+        }
+        older(&self.levels)
+    }
+
     /// The head if its body is in memory: a look that never reads from disk.
     pub fn peek_in_memory(&self) -> Option<&QueuedMessage> {
+        if self.weighted && self.served == WEIGHT && self.levels.iter().all(|l| !l.is_empty()) {
+            return older(&self.levels).and_then(|l| self.levels[l].mem.front());
+        }
         let level = self
             .levels
             .iter()
@@ -441,6 +502,13 @@ impl Backlog {
             .pop_front()
             .expect("head level has a head");
         self.taken(&m);
+        if self.weighted {
+            self.served = if self.served >= WEIGHT {
+                0
+            } else {
+                self.served + 1
+            };
+        }
         Some(m)
     }
 
@@ -806,6 +874,26 @@ mod tests {
             .collect();
         assert_eq!(order, vec![9, 3, 1, 1]);
         assert_eq!(b.bytes(), 0);
+    }
+
+    #[test]
+    fn two_priorities_take_high_ones_two_to_one_also_from_a_paged_out_tail() {
+        for lazy in [false, true] {
+            let log = Arc::new(FakeLog::default());
+            let mut b = Backlog::two_priorities();
+            if lazy {
+                b.enable_paging(7, paging(&log, usize::MAX), Some(0), None);
+            }
+            for (i, priority) in [(1, 0), (2, 4), (3, 0), (4, 9), (5, 5), (6, 7)] {
+                b.push_back(stored(&log, i, priority));
+            }
+            b.page_out();
+            assert_eq!(b.paged_out() > 0, lazy);
+            let order: Vec<u64> = std::iter::from_fn(|| b.pop_front())
+                .map(|m| number(&m))
+                .collect();
+            assert_eq!(order, [4, 5, 1, 6, 2, 3], "lazy: {lazy}");
+        }
     }
 
     #[test]

@@ -221,7 +221,11 @@ impl Queue {
             durable,
             exclusive_owner,
             auto_delete,
-            backlog: Backlog::new(config.max_priority),
+            backlog: if config.queue_type == crate::queue_type::QueueType::Quorum {
+                Backlog::two_priorities()
+            } else {
+                Backlog::new(config.max_priority)
+            },
             arguments,
             config,
             consumers: Vec::new(),

@@ -36,6 +36,7 @@ enum Action {
         size: u32,
         ttl: Option<u64>,
         confirm: bool,
+        high: bool,
     },
     Checkout {
         slot: usize,
@@ -83,8 +84,8 @@ enum Action {
 fn action() -> impl Strategy<Value = Action> {
     let slot = 0..SLOTS;
     prop_oneof![
-        8 => (1u32..20, prop::option::weighted(0.3, 0u64..60), any::<bool>())
-            .prop_map(|(size, ttl, confirm)| Action::Enqueue { size, ttl, confirm }),
+        8 => (1u32..20, prop::option::weighted(0.3, 0u64..60), any::<bool>(), prop::bool::weighted(0.3))
+            .prop_map(|(size, ttl, confirm, high)| Action::Enqueue { size, ttl, confirm, high }),
         3 => (slot.clone(), 0u32..4, 0i32..3, prop::bool::weighted(0.2), prop::bool::weighted(0.1))
             .prop_map(|(slot, credit, priority, no_ack, exclusive)| Action::Checkout {
                 slot, credit, priority, no_ack, exclusive
@@ -139,12 +140,18 @@ fn queue_config() -> impl Strategy<Value = QuorumConfig> {
 /// The concrete command for `action` given the queue's state (which ids a holder has).
 fn resolve(q: &QuorumQueue, action: &Action, seq: u64) -> Op {
     match *action {
-        Action::Enqueue { size, ttl, confirm } => Op::Enqueue {
+        Action::Enqueue {
+            size,
+            ttl,
+            confirm,
+            high,
+        } => Op::Enqueue {
             publisher: confirm.then(|| PublisherId::new("a", 9)),
             seq,
             header: EnqueueHeader {
                 size_bytes: size,
                 ttl_ms: ttl,
+                high_priority: high,
             },
             payload: Bytes::from_static(b"x"),
         },

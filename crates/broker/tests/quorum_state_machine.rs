@@ -57,7 +57,11 @@ impl Log {
         let effects = self.apply(Op::Enqueue {
             publisher: Some(publisher()),
             seq,
-            header: EnqueueHeader { size_bytes, ttl_ms },
+            header: EnqueueHeader {
+                size_bytes,
+                ttl_ms,
+                high_priority: false,
+            },
             payload: Bytes::from_static(b"body"),
         });
         (self.index, effects)

@@ -276,6 +276,7 @@ pub fn publish(
     let header = EnqueueHeader {
         size_bytes: message.body.len() as u32,
         ttl_ms: message.expiration_ms,
+        high_priority: message.priority > 4,
     };
     let me = me(shared);
     let now_ms = unix_now_ms();

@@ -311,3 +311,18 @@ def test_a_committed_publish_is_in_the_quorum_queue_when_commit_ok_arrives(conn,
     # No waiting: commit-ok came after the group applied the publishes here.
     assert [ch.basic_get(name, auto_ack=True)[2] for _ in range(3)] == [b"0", b"1", b"2"]
     ch.queue_delete(name)
+
+
+@pytest.mark.skipif(BROKER_KIND == "rabbitmq",
+                    reason="RabbitMQ 4's two priorities: 3.10's quorum queues ignore priorities")
+def test_high_priority_messages_are_served_first_two_to_one(ch, qq):
+    # As RabbitMQ 4.0's quorum queues: a priority above 4 is high, the rest normal; while
+    # both wait, two high ones go for every normal one, the third being the older head.
+    ch.confirm_delivery()
+    for i in range(3):
+        ch.basic_publish("", qq, f"normal-{i}".encode(),
+                         pika.BasicProperties(priority=4 if i else None))
+    for i in range(3):
+        ch.basic_publish("", qq, f"high-{i}".encode(), pika.BasicProperties(priority=5 + i))
+    got = [get(ch, qq)[2] for _ in range(6)]
+    assert got == [b"high-0", b"high-1", b"normal-0", b"high-2", b"normal-1", b"normal-2"], got

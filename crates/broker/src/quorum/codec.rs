@@ -19,6 +19,10 @@ const KIND_SETTLE: u8 = 2;
 const KIND_RETURN: u8 = 3;
 const KIND_DISCARD: u8 = 4;
 
+/// An enqueue's flags byte (before high priorities, 0 or 1: whether a TTL follows).
+const FLAG_TTL: u8 = 1;
+const FLAG_HIGH_PRIORITY: u8 = 2;
+
 impl Command {
     /// The entry's bytes.
     pub fn encode(&self) -> Vec<u8> {
@@ -83,12 +87,11 @@ impl Command {
         }
         out.put_u64_le(seq);
         out.put_u32_le(header.size_bytes);
-        match header.ttl_ms {
-            Some(ttl) => {
-                out.put_u8(1);
-                out.put_u64_le(ttl);
-            }
-            None => out.put_u8(0),
+        let flags = (header.ttl_ms.is_some() as u8 * FLAG_TTL)
+            | (header.high_priority as u8 * FLAG_HIGH_PRIORITY);
+        out.put_u8(flags);
+        if let Some(ttl) = header.ttl_ms {
+            out.put_u64_le(ttl);
         }
         write_payload(&mut out);
         out
@@ -129,21 +132,29 @@ impl Command {
                 }
                 let seq = b.get_u64_le();
                 let size_bytes = b.get_u32_le();
-                let ttl_ms = match b.get_u8() {
-                    0 => None,
-                    _ => {
-                        if b.remaining() < 8 {
-                            return Err(short());
-                        }
-                        Some(b.get_u64_le())
+                let flags = b.get_u8();
+                if flags & !(FLAG_TTL | FLAG_HIGH_PRIORITY) != 0 {
+                    return Err(format!("unknown enqueue flags {flags:#x}"));
+                }
+                let ttl_ms = if flags & FLAG_TTL != 0 {
+                    if b.remaining() < 8 {
+                        return Err(short());
                     }
+                    Some(b.get_u64_le())
+                } else {
+                    None
                 };
+                let high_priority = flags & FLAG_HIGH_PRIORITY != 0;
                 Ok(Command {
                     now_ms,
                     op: Op::Enqueue {
                         publisher,
                         seq,
-                        header: EnqueueHeader { size_bytes, ttl_ms },
+                        header: EnqueueHeader {
+                            size_bytes,
+                            ttl_ms,
+                            high_priority,
+                        },
                         payload: b,
                     },
                 })
@@ -278,7 +289,10 @@ mod tests {
     #[test]
     fn enqueues_and_other_commands_round_trip() {
         for publisher in [None, Some(PublisherId::new("n2", 7 << 40))] {
-            for ttl_ms in [None, Some(0), Some(60_000)] {
+            for (ttl_ms, high_priority) in [None, Some(0), Some(60_000)]
+                .into_iter()
+                .flat_map(|t| [(t, false), (t, true)])
+            {
                 round_trip(Command::new(
                     1_700_000_000_123,
                     Op::Enqueue {
@@ -287,6 +301,7 @@ mod tests {
                         header: EnqueueHeader {
                             size_bytes: 5,
                             ttl_ms,
+                            high_priority,
                         },
                         payload: Bytes::from_static(b"hello"),
                     },
@@ -444,6 +459,7 @@ mod tests {
         let header = EnqueueHeader {
             size_bytes: 3000,
             ttl_ms: Some(10),
+            high_priority: true,
         };
         let in_place =
             Command::encode_enqueue(7, Some(&publisher), 3, header, stored_len(&m), |out| {

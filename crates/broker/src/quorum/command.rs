@@ -70,6 +70,10 @@ pub struct EnqueueHeader {
     /// The message's own TTL (its `expiration` property, already validated by the proposer);
     /// the queue's x-message-ttl applies too, the shorter wins.
     pub ttl_ms: Option<u64>,
+    /// A `priority` property above 4: RabbitMQ 4's quorum queues serve such messages ahead of
+    /// the others, two to one.
+    #[serde(default)]
+    pub high_priority: bool,
 }
 
 /// A consumer's settings at basic.consume.

@@ -10,11 +10,15 @@
 //!   every message that was ready when it came back (RabbitMQ 3.10 puts those at the back).
 //!   Each rejected message remembers the last index enqueued before it came back; it is
 //!   served once every enqueued message up to that index is gone, which is the order a single
-//!   queue would give without moving a never-delivered message out of log order.
+//!   queue would give without moving a never-delivered message out of log order;
+//! - `high`: never-delivered messages of high priority (a `priority` property above 4), in log
+//!   order, as RabbitMQ 4's quorum queues keep two priorities. They are favoured two to one:
+//!   of every three messages served from `high` and the merged queue, the third is the older
+//!   of the two heads (rabbit_fifo_q's weighted out), so normal messages are never starved.
 //!
 //! Keeping never-delivered messages in log order makes the release cursor cheap: the lowest
-//! live index is the front of `enqueued` or the lowest of the (few) messages that have been
-//! delivered, which [`super::QuorumQueue`] keeps in an ordered set.
+//! live index is the front of `enqueued` or `high`, or the lowest of the (few) messages that
+//! have been delivered, which [`super::QuorumQueue`] keeps in an ordered set.
 
 use super::snapshot::{get_varint, put_varint};
 use serde::{Deserialize, Serialize};
@@ -66,7 +70,12 @@ enum Source {
     Returns,
     Enqueued,
     Rejected,
+    High,
 }
+
+/// Of every `WEIGHT + 1` messages served while both priorities wait, `WEIGHT` are high
+/// (rabbit_fifo_q's weight).
+const WEIGHT: u8 = 2;
 
 /// Not serde: a snapshot carries it in the compact form of [`Ready::encode`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -76,12 +85,18 @@ pub struct Ready {
     /// `(after, msg)`: served once no enqueued message with index <= `after` is left.
     /// `after` never decreases along the queue.
     rejected: VecDeque<(u64, Msg)>,
+    /// Never-delivered messages of high priority, in log order.
+    high: VecDeque<Msg>,
+    /// Messages served from `high` and the merged queue, modulo `WEIGHT + 1`: at `WEIGHT`
+    /// the older head goes, whatever its priority. Replicated state (a snapshot carries it),
+    /// since it decides which message every member hands out next.
+    served: u8,
     bytes: u64,
 }
 
 impl Ready {
     pub fn len(&self) -> usize {
-        self.returns.len() + self.enqueued.len() + self.rejected.len()
+        self.returns.len() + self.enqueued.len() + self.rejected.len() + self.high.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -95,25 +110,37 @@ impl Ready {
 
     /// Whether the message at `index` waits never delivered.
     pub fn has_enqueued(&self, index: u64) -> bool {
-        self.enqueued
-            .binary_search_by_key(&index, |m| m.index)
-            .is_ok()
+        [&self.enqueued, &self.high]
+            .iter()
+            .any(|q| q.binary_search_by_key(&index, |m| m.index).is_ok())
     }
 
     /// The lowest index among never-delivered messages.
     pub fn first_enqueued_index(&self) -> Option<u64> {
-        self.enqueued.front().map(|m| m.index)
+        let normal = self.enqueued.front().map(|m| m.index);
+        let high = self.high.front().map(|m| m.index);
+        normal.into_iter().chain(high).min()
     }
 
     fn source(&self) -> Option<Source> {
         if !self.returns.is_empty() {
             return Some(Source::Returns);
         }
-        match (self.enqueued.front(), self.rejected.front()) {
-            (Some(m), Some((after, _))) if *after < m.index => Some(Source::Rejected),
-            (Some(_), _) => Some(Source::Enqueued),
-            (None, Some(_)) => Some(Source::Rejected),
-            (None, None) => None,
+        let normal = merged_source(&self.enqueued, &self.rejected);
+        match (self.high.front(), normal) {
+            (Some(h), Some(n)) if self.served == WEIGHT => {
+                let head = match n {
+                    Source::Rejected => self.rejected.front().map(|(_, m)| m),
+                    _ => self.enqueued.front(),
+                };
+                if head.is_some_and(|m| m.index < h.index) {
+                    Some(n)
+                } else {
+                    Some(Source::High)
+                }
+            }
+            (Some(_), _) => Some(Source::High),
+            (None, n) => n,
         }
     }
 
@@ -123,28 +150,39 @@ impl Ready {
             Source::Returns => self.returns.front(),
             Source::Enqueued => self.enqueued.front(),
             Source::Rejected => self.rejected.front().map(|(_, m)| m),
+            Source::High => self.high.front(),
         }
     }
 
     /// Takes the message served next.
     pub fn pop(&mut self) -> Option<Msg> {
-        let m = match self.source()? {
+        let source = self.source()?;
+        let m = match source {
             Source::Returns => self.returns.pop_front(),
             Source::Enqueued => self.enqueued.pop_front(),
             Source::Rejected => self.rejected.pop_front().map(|(_, m)| m),
+            Source::High => self.high.pop_front(),
         }?;
+        if source != Source::Returns {
+            self.served = next_served(self.served);
+        }
         self.bytes -= m.size_bytes as u64;
         Some(m)
     }
 
-    /// A new message, at the back. Enqueues come in log order.
-    pub fn push_enqueued(&mut self, m: Msg) {
+    /// A new message, at the back of its priority's queue. Enqueues come in log order.
+    pub fn push_enqueued(&mut self, m: Msg, high: bool) {
+        let lane = if high {
+            &mut self.high
+        } else {
+            &mut self.enqueued
+        };
         assert!(
-            self.enqueued.back().is_none_or(|b| b.index < m.index),
+            lane.back().is_none_or(|b| b.index < m.index),
             "enqueues arrive in log order"
         );
         self.bytes += m.size_bytes as u64;
-        self.enqueued.push_back(m);
+        lane.push_back(m);
     }
 
     /// A recovered or orphaned message: behind earlier returns, ahead of the rest.
@@ -167,25 +205,43 @@ impl Ready {
     /// Takes back the message just enqueued at `index` if it is still ready (a TTL of 0 that
     /// no consumer could take at once).
     pub fn pop_enqueued_if(&mut self, index: u64) -> Option<Msg> {
-        if self.enqueued.back()?.index != index {
-            return None;
-        }
-        let m = self.enqueued.pop_back()?;
+        let lane = [&mut self.enqueued, &mut self.high]
+            .into_iter()
+            .find(|q| q.back().is_some_and(|m| m.index == index))?;
+        let m = lane.pop_back()?;
         self.bytes -= m.size_bytes as u64;
         Some(m)
     }
 
-    /// Every ready message, in the order they would be served.
+    /// Every ready message, in the order they would be served (if none came or went
+    /// meanwhile).
     pub fn iter(&self) -> impl Iterator<Item = &Msg> + '_ {
         let mut e = self.enqueued.iter().peekable();
         let mut r = self.rejected.iter().peekable();
-        self.returns
-            .iter()
-            .chain(std::iter::from_fn(move || match (e.peek(), r.peek()) {
+        let mut h = self.high.iter().peekable();
+        let mut served = self.served;
+        self.returns.iter().chain(std::iter::from_fn(move || {
+            let normal = match (e.peek(), r.peek()) {
+                (Some(m), Some((after, _))) if *after < m.index => Some(r.peek()?.1.index),
+                (Some(m), _) => Some(m.index),
+                (None, Some((_, m))) => Some(m.index),
+                (None, None) => None,
+            };
+            let take_high = match (h.peek(), normal) {
+                (Some(hm), Some(n)) => served != WEIGHT || hm.index < n,
+                (Some(_), None) => true,
+                (None, _) => false,
+            };
+            served = next_served(served);
+            if take_high {
+                return h.next();
+            }
+            match (e.peek(), r.peek()) {
                 (Some(m), Some((after, _))) if *after < m.index => r.next().map(|(_, m)| m),
                 (Some(_), _) => e.next(),
                 (None, _) => r.next().map(|(_, m)| m),
-            }))
+            }
+        }))
     }
 
     /// The messages that have been delivered before (returned or rejected).
@@ -203,9 +259,28 @@ impl Ready {
     }
 }
 
-/// The snapshot form of the ready messages: three counted runs (returns, enqueued,
-/// rejected) of varints; an enqueued message's index is the step from the one before it,
-/// so a long backlog costs about 3 bytes per message before its TTL.
+/// Which of `enqueued` and `rejected` serves next, as one queue.
+fn merged_source(enqueued: &VecDeque<Msg>, rejected: &VecDeque<(u64, Msg)>) -> Option<Source> {
+    match (enqueued.front(), rejected.front()) {
+        (Some(m), Some((after, _))) if *after < m.index => Some(Source::Rejected),
+        (Some(_), _) => Some(Source::Enqueued),
+        (None, Some(_)) => Some(Source::Rejected),
+        (None, None) => None,
+    }
+}
+
+fn next_served(served: u8) -> u8 {
+    if served >= WEIGHT {
+        0
+    } else {
+        served + 1
+    }
+}
+
+/// The snapshot form of the ready messages: counted runs (returns, enqueued, rejected, and
+/// from version 2 high, then the served count) of varints; a never-delivered message's index
+/// is the step from the one before it, so a long backlog costs about 3 bytes per message
+/// before its TTL.
 impl Ready {
     pub(super) fn encode(&self, out: &mut Vec<u8>) {
         put_varint(out, self.returns.len() as u64);
@@ -213,39 +288,27 @@ impl Ready {
             put_varint(out, m.index);
             put_header(out, m);
         }
-        put_varint(out, self.enqueued.len() as u64);
-        let mut previous = 0;
-        for m in &self.enqueued {
-            put_varint(out, m.index - previous);
-            previous = m.index;
-            put_header(out, m);
-        }
+        put_in_log_order(out, &self.enqueued);
         put_varint(out, self.rejected.len() as u64);
         for (after, m) in &self.rejected {
             put_varint(out, *after);
             put_varint(out, m.index);
             put_header(out, m);
         }
+        put_in_log_order(out, &self.high);
+        put_varint(out, self.served as u64);
     }
 
-    /// Reads what [`Ready::encode`] wrote, checking the order the queues must keep.
-    pub(super) fn decode(input: &mut &[u8]) -> Result<Ready, String> {
+    /// Reads what [`Ready::encode`] wrote (or, for `version` 1, what it wrote before high
+    /// priorities), checking the order the queues must keep.
+    pub(super) fn decode(input: &mut &[u8], version: u8) -> Result<Ready, String> {
         let mut r = Ready::default();
         let n = counted(input)?;
         for _ in 0..n {
             let index = get_varint(input)?;
             r.push_return(get_header(input, index)?);
         }
-        let n = counted(input)?;
-        let mut previous = 0u64;
-        for _ in 0..n {
-            let step = get_varint(input)?;
-            if step == 0 {
-                return Err("enqueued messages out of log order".into());
-            }
-            previous = previous.checked_add(step).ok_or("index overflow")?;
-            r.enqueued.push_back(get_header(input, previous)?);
-        }
+        r.enqueued = get_in_log_order(input)?;
         let n = counted(input)?;
         let mut last_after = 0;
         for _ in 0..n {
@@ -257,9 +320,43 @@ impl Ready {
             let index = get_varint(input)?;
             r.rejected.push_back((after, get_header(input, index)?));
         }
+        if version >= 2 {
+            r.high = get_in_log_order(input)?;
+            let served = get_varint(input)?;
+            if served > WEIGHT as u64 {
+                return Err(format!("served count {served} past the weight {WEIGHT}"));
+            }
+            r.served = served as u8;
+        }
         r.bytes = r.iter().map(|m| m.size_bytes as u64).sum();
         Ok(r)
     }
+}
+
+/// Never-delivered messages: a count, then each index as the step from the one before.
+fn put_in_log_order(out: &mut Vec<u8>, q: &VecDeque<Msg>) {
+    put_varint(out, q.len() as u64);
+    let mut previous = 0;
+    for m in q {
+        put_varint(out, m.index - previous);
+        previous = m.index;
+        put_header(out, m);
+    }
+}
+
+fn get_in_log_order(input: &mut &[u8]) -> Result<VecDeque<Msg>, String> {
+    let n = counted(input)?;
+    let mut q = VecDeque::with_capacity(n as usize);
+    let mut previous = 0u64;
+    for _ in 0..n {
+        let step = get_varint(input)?;
+        if step == 0 {
+            return Err("enqueued messages out of log order".into());
+        }
+        previous = previous.checked_add(step).ok_or("index overflow")?;
+        q.push_back(get_header(input, previous)?);
+    }
+    Ok(q)
 }
 
 fn put_header(out: &mut Vec<u8>, m: &Msg) {
@@ -305,11 +402,11 @@ mod tests {
     fn a_rejected_message_goes_behind_what_was_ready_and_ahead_of_later_enqueues() {
         let mut r = Ready::default();
         for i in [1, 2, 3] {
-            r.push_enqueued(msg(i));
+            r.push_enqueued(msg(i), false);
         }
         let first = r.pop().unwrap();
         r.push_rejected(3, first);
-        r.push_enqueued(msg(4));
+        r.push_enqueued(msg(4), false);
         assert_eq!(order(&r), [2, 3, 1, 4]);
         let served: Vec<u64> = std::iter::from_fn(|| r.pop().map(|m| m.index)).collect();
         assert_eq!(served, [2, 3, 1, 4], "pop serves in the order iter shows");
@@ -319,7 +416,7 @@ mod tests {
     #[test]
     fn returns_are_served_first_in_the_order_they_came_back() {
         let mut r = Ready::default();
-        r.push_enqueued(msg(1));
+        r.push_enqueued(msg(1), false);
         r.push_return(msg(7));
         r.push_return(msg(5));
         r.push_rejected(1, msg(6));
@@ -329,16 +426,80 @@ mod tests {
         assert_eq!(r.bytes(), 4);
     }
 
-    /// The obvious model: returns, then one list where a rejected message joins the back.
-    #[derive(Default)]
+    #[test]
+    fn high_priority_messages_go_first_two_to_one_and_normal_ones_are_not_starved() {
+        let mut r = Ready::default();
+        for i in 1..=3 {
+            r.push_enqueued(msg(i), false);
+        }
+        for i in 4..=6 {
+            r.push_enqueued(msg(i), true);
+        }
+        assert_eq!(r.first_enqueued_index(), Some(1));
+        assert!(r.has_enqueued(5) && r.has_enqueued(2));
+        assert_eq!(order(&r), [4, 5, 1, 6, 2, 3]);
+        let served: Vec<u64> = std::iter::from_fn(|| r.pop().map(|m| m.index)).collect();
+        assert_eq!(
+            served,
+            [4, 5, 1, 6, 2, 3],
+            "pop serves in the order iter shows"
+        );
+    }
+
+    #[test]
+    fn a_snapshot_of_version_1_reads_as_normal_priority_messages() {
+        let mut r = Ready::default();
+        r.push_enqueued(msg(3), false);
+        r.push_enqueued(msg(9), false);
+        r.push_return(msg(1));
+        let mut v2 = Vec::new();
+        r.encode(&mut v2);
+        // Version 1 ended before the high-priority run (count 0) and the served count (0).
+        let v1 = &v2[..v2.len() - 2];
+        assert_eq!(Ready::decode(&mut &v1[..], 1).unwrap(), r);
+        assert_eq!(Ready::decode(&mut &v2[..], 2).unwrap(), r);
+    }
+
+    /// The obvious model: returns, then one list where a rejected message joins the back, and
+    /// the high-priority messages beside it, weighed as rabbit_fifo_q weighs them.
+    #[derive(Default, Clone)]
     struct Model {
         returns: VecDeque<u64>,
         main: VecDeque<u64>,
+        high: VecDeque<u64>,
+        served: u8,
+    }
+
+    impl Model {
+        fn pop(&mut self) -> Option<u64> {
+            if let Some(m) = self.returns.pop_front() {
+                return Some(m);
+            }
+            let high = match (self.high.front(), self.main.front()) {
+                (Some(h), Some(m)) => self.served != WEIGHT || h < m,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => return None,
+            };
+            self.served = (self.served + 1) % (WEIGHT + 1);
+            if high {
+                self.high.pop_front()
+            } else {
+                self.main.pop_front()
+            }
+        }
+
+        fn order(&self) -> Vec<u64> {
+            let mut m = self.clone();
+            std::iter::from_fn(|| m.pop()).collect()
+        }
     }
 
     #[derive(Debug, Clone)]
     enum Step {
-        Enqueue,
+        Enqueue {
+            high: bool,
+        },
         Pop,
         /// Pops the head and gives it back: as a return, or rejected.
         PopAndGiveBack {
@@ -355,7 +516,7 @@ mod tests {
         #[test]
         fn serves_in_the_order_of_the_obvious_model(
             steps in prop::collection::vec(prop_oneof![
-                3 => Just(Step::Enqueue),
+                3 => prop::bool::weighted(0.3).prop_map(|high| Step::Enqueue { high }),
                 2 => Just(Step::Pop),
                 2 => any::<bool>().prop_map(|rejected| Step::PopAndGiveBack { rejected }),
                 2 => (0usize..4, any::<bool>())
@@ -377,19 +538,23 @@ mod tests {
             };
             for step in steps {
                 match step {
-                    Step::Enqueue => {
-                        r.push_enqueued(msg(next));
-                        model.main.push_back(next);
+                    Step::Enqueue { high } => {
+                        r.push_enqueued(msg(next), high);
+                        if high {
+                            model.high.push_back(next);
+                        } else {
+                            model.main.push_back(next);
+                        }
                         next += 1;
                     }
                     Step::Pop => {
-                        let want = model.returns.pop_front().or_else(|| model.main.pop_front());
+                        let want = model.pop();
                         let got = r.pop();
                         prop_assert_eq!(got.map(|m| m.index), want);
                         out.extend(got);
                     }
                     Step::PopAndGiveBack { rejected } => {
-                        let want = model.returns.pop_front().or_else(|| model.main.pop_front());
+                        let want = model.pop();
                         let got = r.pop();
                         prop_assert_eq!(got.map(|m| m.index), want);
                         if let Some(m) = got {
@@ -404,8 +569,11 @@ mod tests {
                     }
                 }
                 let order: Vec<u64> = r.iter().map(|m| m.index).collect();
-                let want: Vec<u64> = model.returns.iter().chain(model.main.iter()).copied().collect();
+                let want = model.order();
                 prop_assert_eq!(&order, &want);
+                let mut snapshot = Vec::new();
+                r.encode(&mut snapshot);
+                prop_assert_eq!(&Ready::decode(&mut &snapshot[..], 2).unwrap(), &r);
                 prop_assert_eq!(r.len(), want.len());
                 prop_assert_eq!(r.bytes(), want.len() as u64);
             }

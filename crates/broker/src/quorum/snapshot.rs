@@ -4,7 +4,8 @@
 //!
 //! Format: one version byte; the ready messages as varints ([`super::messages::Ready`]'s
 //! `encode`: about 3 bytes per message of a backlog, which is most of a queue's state);
-//! then the rest (settings, consumers and what they hold, counters) as JSON. The bodies are
+//! then the rest (settings, consumers and what they hold, counters) as JSON. Version 2 added
+//! the high-priority messages to the ready ones; a version 1 snapshot is read as before. The bodies are
 //! not in it: they are in the log entries the live messages point at, which the release
 //! cursor keeps.
 
@@ -13,7 +14,7 @@ use super::state::QuorumQueue;
 
 /// The first byte of every snapshot; a member refuses one of a version it does not know
 /// rather than misread it.
-pub const SNAPSHOT_VERSION: u8 = 1;
+pub const SNAPSHOT_VERSION: u8 = 2;
 
 #[derive(Debug)]
 pub enum SnapshotError {
@@ -46,10 +47,10 @@ impl QuorumQueue {
     /// The state a snapshot holds; apply the entries after its `last_applied()` next.
     pub fn restore(bytes: &[u8]) -> Result<QuorumQueue, SnapshotError> {
         let (&version, mut rest) = bytes.split_first().ok_or(SnapshotError::Empty)?;
-        if version != SNAPSHOT_VERSION {
+        if version == 0 || version > SNAPSHOT_VERSION {
             return Err(SnapshotError::Version(version));
         }
-        let ready = Ready::decode(&mut rest).map_err(SnapshotError::Decode)?;
+        let ready = Ready::decode(&mut rest, version).map_err(SnapshotError::Decode)?;
         let mut q: QuorumQueue =
             serde_json::from_slice(rest).map_err(|e| SnapshotError::Decode(e.to_string()))?;
         q.ready = ready;

@@ -183,8 +183,10 @@ impl QuorumQueue {
         // Dead from publish + TTL on, so a TTL of 0 is not dead at its own entry: a
         // consumer waiting now still gets it, and it goes below if none did.
         let expires_at_ms = ttl_ms.map(|t| now.saturating_add(t.max(1)));
-        self.ready
-            .push_enqueued(Msg::new(index, header.size_bytes, expires_at_ms));
+        self.ready.push_enqueued(
+            Msg::new(index, header.size_bytes, expires_at_ms),
+            header.high_priority,
+        );
         if let Some(publisher) = publisher {
             effects.push(Effect::Confirm { publisher, seq });
         }
