@@ -939,7 +939,7 @@ mod tests {
         let me = crate::frame::NodeInfo {
             id: 1,
             name: "n1".into(),
-            cluster: addr,
+            cluster: addr.into(),
             amqp: addr,
             management: None,
         };

@@ -201,7 +201,7 @@ impl MetadataGroup {
     pub fn open(
         me: NodeInfo,
         founders: &[u64],
-        seeds: &BTreeMap<u64, std::net::SocketAddr>,
+        seeds: &BTreeMap<u64, crate::address::HostPort>,
         dir: &std::path::Path,
         node: NodeParts,
         timing: Timing,
@@ -251,10 +251,10 @@ impl MetadataGroup {
             transport.forget(id);
         }
         for (id, addr) in seeds {
-            transport.connect(*id, *addr);
+            transport.connect(*id, addr.clone());
         }
         for info in members.values() {
-            transport.connect(info.id, info.cluster);
+            transport.connect(info.id, info.cluster.clone());
         }
         let group = MetadataGroup {
             me,
@@ -496,7 +496,7 @@ impl MetadataGroup {
             self.applied_watch.send_replace(self.applied);
             self.snapshot_index = self.applied;
             for info in self.members.values() {
-                self.transport.connect(info.id, info.cluster);
+                self.transport.connect(info.id, info.cluster.clone());
             }
             tracing::info!(index = self.applied, "metadata snapshot installed");
             let held = self.open_all_replicas();
@@ -568,7 +568,7 @@ impl MetadataGroup {
                     }
                     Op::Broker { command } => self.execute(&command),
                     Op::Node { info } => {
-                        self.transport.connect(info.id, info.cluster);
+                        self.transport.connect(info.id, info.cluster.clone());
                         self.members.insert(info.id, info);
                         Ok(Outcome::Done)
                     }

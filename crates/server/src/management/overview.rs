@@ -41,7 +41,12 @@ pub fn listeners(s: &Shared) -> Vec<Value> {
     add("amqp/ssl", s.config.tls.listen);
     add("http", s.config.management_listen);
     add("https", s.config.tls.management_listen);
-    add("clustering", s.config.cluster_listen);
+    if let Some(a) = &s.config.cluster_listen {
+        out.push(json!({
+            "node": node, "protocol": "clustering",
+            "ip_address": a.host(), "port": a.port(),
+        }));
+    }
     out
 }
 
