@@ -764,13 +764,6 @@ fn place_in_seeds(
     bind: SocketAddr,
     resolved: &[Vec<SocketAddr>],
 ) -> Result<Option<usize>, String> {
-    let named = config
-        .advertise
-        .as_ref()
-        .or((!config.listen.is_unspecified()).then_some(&config.listen));
-    if let Some(position) = named.and_then(|n| config.seeds.iter().position(|s| s == n)) {
-        return Ok(Some(position));
-    }
     let here = |a: &SocketAddr| {
         a.port() == bind.port()
             && if bind.ip().is_unspecified() {
@@ -779,24 +772,33 @@ fn place_in_seeds(
                 a.ip() == bind.ip()
             }
     };
-    let candidates: Vec<usize> = resolved
+    let resolving_here: Vec<usize> = resolved
         .iter()
         .enumerate()
         .filter(|(_, addrs)| addrs.iter().any(here))
         .map(|(i, _)| i)
         .collect();
-    match (candidates.as_slice(), &config.advertise) {
-        ([], _) => Ok(None),
-        ([one], None) => Ok(Some(*one)),
-        ([one], Some(advertise)) => Err(format!(
+    let named = config
+        .advertise
+        .as_ref()
+        .or((!config.listen.is_unspecified()).then_some(&config.listen));
+    let by_name = named.and_then(|n| config.seeds.iter().position(|s| s == n));
+    let mut candidates: Vec<usize> = by_name.into_iter().chain(resolving_here).collect();
+    candidates.sort_unstable();
+    candidates.dedup();
+    match (candidates.as_slice(), by_name, &config.advertise) {
+        ([], _, _) => Ok(None),
+        ([one], Some(_), _) | ([one], None, None) => Ok(Some(*one)),
+        ([one], None, Some(advertise)) => Err(format!(
             "seed {} is this node (it resolves to {}), but --cluster-advertise is {advertise}: \
              list this node in --cluster-seeds as {advertise}, or advertise {}",
             config.seeds[*one],
             list(&resolved[*one]),
             config.seeds[*one]
         )),
-        (many, _) => Err(format!(
-            "seeds {} all resolve to this node: list each node once in --cluster-seeds",
+        (many, _, _) => Err(format!(
+            "seeds {} are all this node (by name or by what they resolve to): list each node \
+             once in --cluster-seeds, or the cluster would count this node twice",
             many.iter()
                 .map(|i| config.seeds[*i].to_string())
                 .collect::<Vec<_>>()

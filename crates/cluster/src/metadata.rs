@@ -100,6 +100,9 @@ struct SnapshotData {
 /// proposed again.
 const REGISTER_RETRY: Duration = Duration::from_millis(500);
 
+/// The exit status of a node that finds its name taken by another member (EX_CONFIG).
+pub const DUPLICATE_NAME_EXIT: i32 = 78;
+
 /// What the group reports for the management API, `warren ctl` and metrics.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct GroupStatus {
@@ -440,6 +443,24 @@ impl MetadataGroup {
         }
         if self.members.get(&self.me.id) == Some(&self.me) {
             return;
+        }
+        if let Some(other) = self
+            .members
+            .values()
+            .find(|m| m.name == self.me.name && m.id != self.me.id)
+        {
+            // Two members under one name would be told apart by nobody: clients, `ctl`,
+            // queues' member lists all go by name. The member that had it first keeps it.
+            tracing::error!(
+                "another member of the cluster is named {} (id {}, at {}); this node (id {}) \
+                 stops: give each node its own --node-name, or forget the old member first \
+                 (warren ctl forget_cluster_node) if this node replaces it",
+                other.name,
+                other.id,
+                other.cluster,
+                self.me.id
+            );
+            std::process::exit(DUPLICATE_NAME_EXIT);
         }
         if self
             .registering
