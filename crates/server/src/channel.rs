@@ -746,6 +746,9 @@ impl Connection {
                     now,
                 )?;
                 v.persist()?;
+                if !d.passive {
+                    self.shared.broker.queue_churn.declared(ok.created);
+                }
                 self.channels
                     .get_mut(&number)
                     .expect("open channel")
@@ -913,8 +916,12 @@ impl Connection {
                     return Ok(());
                 }
                 let mut v = self.meta_vhost();
+                let existed = v.queue_stats(&q).is_some();
                 let n = v.queue_delete(self.id, &q, d.if_unused, d.if_empty)?;
                 v.persist()?;
+                if existed {
+                    self.shared.broker.queue_churn.deleted();
+                }
                 if !d.nowait {
                     ctl(
                         self,

@@ -227,6 +227,7 @@ impl Connection {
             // A remote request's handler replied; a channel.open was answered above.
             (Reply::Remote(..) | Reply::ChannelOpen, _) => return Ok(()),
             (Reply::QueueDeclare, Outcome::QueueDeclared(ok)) => {
+                self.shared.broker.queue_churn.declared(ok.created);
                 if let Some(ch) = self.channels.get_mut(&number) {
                     ch.last_queue = Some(ok.queue.clone());
                 }
@@ -237,6 +238,7 @@ impl Connection {
                 }))
             }
             (Reply::QueueDelete, Outcome::QueueDeleted(n)) => {
+                self.shared.broker.queue_churn.deleted();
                 AMQPClass::Queue(queue::AMQPMethod::DeleteOk(queue::DeleteOk {
                     message_count: n,
                 }))
