@@ -363,3 +363,52 @@ def test_frames_in_flight_when_the_broker_closes_are_discarded_until_close_ok(ch
     assert ch.queue_declare(name, passive=True).method.message_count == 0
     ch.queue_delete(name)
 
+
+def client_close(c):
+    c.send(amqp_raw.method_frame(0, amqp_raw.CONNECTION_CLOSE,
+                                 struct.pack(">H", 200) + amqp_raw.shortstr(b"bye")
+                                 + struct.pack(">HH", 0, 0)))
+    c.expect_method(amqp_raw.CONNECTION_CLOSE_OK)
+
+
+def test_the_socket_stays_open_after_close_ok_until_the_client_closes_it(raw):
+    # A client that reads on after close-ok (lapin) must not find the socket half-closed:
+    # RabbitMQ neither shuts its side (a FIN) nor resets until the client closes its own.
+    c = raw().open()
+    client_close(c)
+    c.sock.settimeout(1.5)
+    try:
+        got = c.sock.recv(65536)
+    except socket.timeout:
+        pass
+    except OSError as e:
+        raise AssertionError(f"the broker reset the socket after close-ok: {e!r}") from None
+    else:
+        assert got, "the broker shut its side of the socket (FIN) right after close-ok"
+        raise AssertionError(f"bytes after close-ok: {got!r}")
+    c.sock.shutdown(socket.SHUT_WR)
+    assert c.wait_closed(5), "the broker kept the socket after the client closed its side"
+
+
+# The heartbeat the bound tests negotiate: RabbitMQ closes a closed connection's socket after its
+# CLOSING_TIMEOUT (30 s) or the heartbeat interval when shorter, whichever side closed.
+CLOSING_HEARTBEAT_S = 5
+
+
+def test_a_client_that_never_closes_after_close_ok_is_closed_after_the_heartbeat_interval(raw):
+    c = raw().open(heartbeat=CLOSING_HEARTBEAT_S)
+    client_close(c)
+    assert not c.wait_closed(CLOSING_HEARTBEAT_S - 1), "closed before the closing timeout"
+    assert c.wait_closed(5), "the socket outlived the closing timeout"
+
+
+def test_a_client_that_never_answers_the_brokers_close_is_closed_after_the_heartbeat_interval(
+        raw):
+    c = raw().open(heartbeat=CLOSING_HEARTBEAT_S)
+    c.open_channel(1)
+    c.send(amqp_raw.method_frame(1, amqp_raw.CHANNEL_OPEN, amqp_raw.channel_open_args()))
+    f = c.read_frame()
+    assert f.method == amqp_raw.CONNECTION_CLOSE and f.close_reason()[0] == 504, f
+    # No close-ok: RabbitMQ waits for it as long as it keeps a client-closed socket.
+    assert not c.wait_closed(CLOSING_HEARTBEAT_S - 1), "closed before the closing timeout"
+    assert c.wait_closed(5), "the socket outlived the closing timeout"
