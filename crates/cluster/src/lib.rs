@@ -783,6 +783,19 @@ fn place_in_seeds(
         .as_ref()
         .or((!config.listen.is_unspecified()).then_some(&config.listen));
     let by_name = named.and_then(|n| config.seeds.iter().position(|s| s == n));
+    if let (Some(p), Some(here)) = (by_name, resolving_here.first()) {
+        if !resolving_here.contains(&p) {
+            return Err(format!(
+                "--cluster-advertise {} is not an address of this machine (it resolves to {}), \
+                 but seed {} is (it resolves to {}): advertise {}",
+                config.seeds[p],
+                list(&resolved[p]),
+                config.seeds[*here],
+                list(&resolved[*here]),
+                config.seeds[*here]
+            ));
+        }
+    }
     let mut candidates: Vec<usize> = by_name.into_iter().chain(resolving_here).collect();
     candidates.sort_unstable();
     candidates.dedup();

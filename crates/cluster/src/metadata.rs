@@ -103,6 +103,9 @@ const REGISTER_RETRY: Duration = Duration::from_millis(500);
 /// The exit status of a node that finds its name taken by another member (EX_CONFIG).
 pub const DUPLICATE_NAME_EXIT: i32 = 78;
 
+/// The exit status of a node whose metadata log is shorter than what it acknowledged.
+pub const LOG_LOST_EXIT: i32 = 76;
+
 /// What the group reports for the management API, `warren ctl` and metrics.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct GroupStatus {
@@ -319,6 +322,7 @@ impl MetadataGroup {
                 group, messages, ..
             }) if group == METADATA_GROUP => {
                 for m in messages {
+                    self.refuse_if_log_lost(&m);
                     let _ = self.raw.step(m);
                 }
             }
@@ -433,6 +437,30 @@ impl MetadataGroup {
         if up > voters.len() / 2 {
             let _ = self.raw.campaign();
         }
+    }
+
+    /// A leader only says entries are committed that it knows this node has: a heartbeat
+    /// committing past the end of this node's log means the node lost what it had acknowledged
+    /// (its data directory was deleted or replaced while the cluster kept its id). raft-rs
+    /// would panic on it; the node stops with what to do instead.
+    fn refuse_if_log_lost(&self, m: &Message) {
+        let last = self.raw.raft.raft_log.last_index();
+        if m.get_msg_type() != raft::eraftpb::MessageType::MsgHeartbeat || m.commit <= last {
+            return;
+        }
+        tracing::error!(
+            "the cluster's leader (id {}) knows this node ({}, id {}) to hold the metadata log up \
+             to entry {}, but its log ends at {last}: this node's data directory was lost or \
+             replaced. It stops rather than serve a topology it no longer has. Restore the data \
+             directory, or on a member forget this node (warren ctl forget_cluster_node {}) and \
+             add it again as a new node under another name.",
+            m.from,
+            self.me.name,
+            self.me.id,
+            m.commit,
+            self.me.name
+        );
+        std::process::exit(LOG_LOST_EXIT);
     }
 
     /// Once a leader is known, makes sure the member table says who this node is. Soon: a
@@ -589,8 +617,23 @@ impl MetadataGroup {
                     }
                     Op::Broker { command } => self.execute(&command),
                     Op::Node { info } => {
-                        self.transport.connect(info.id, info.cluster.clone());
-                        self.members.insert(info.id, info);
+                        if let Some(holder) = self
+                            .members
+                            .values()
+                            .find(|m| m.name == info.name && m.id != info.id)
+                        {
+                            // Every node applies the log in one order, so all keep the name
+                            // with the member that registered it first.
+                            tracing::error!(
+                                name = %info.name,
+                                id = info.id,
+                                holder = holder.id,
+                                "a second node registered under a member's name; ignored"
+                            );
+                        } else {
+                            self.transport.connect(info.id, info.cluster.clone());
+                            self.members.insert(info.id, info);
+                        }
                         Ok(Outcome::Done)
                     }
                 };

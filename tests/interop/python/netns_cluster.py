@@ -180,27 +180,28 @@ class Node:
         if wait:
             eventually(lambda: self.api("/api/overview"), f"{self.name} serves its API")
 
-    def command(self, *extra, seeds=None):
+    def command(self, *extra, seeds=None, advertise=None, name=None):
         """The node's command line: by IP, or by name listening on every interface."""
         cluster = self.cluster
         if cluster.named:
             seeds = seeds or ",".join(f"{n.host}:{CLUSTER_PORT}" for n in cluster.nodes)
             addresses = ["--cluster-listen", f"0.0.0.0:{CLUSTER_PORT}",
-                         "--cluster-advertise", f"{self.host}:{CLUSTER_PORT}"]
+                         "--cluster-advertise", advertise or f"{self.host}:{CLUSTER_PORT}"]
         else:
             seeds = seeds or ",".join(f"{n.cluster_ip}:{CLUSTER_PORT}" for n in cluster.nodes)
             addresses = ["--cluster-listen", f"{self.cluster_ip}:{CLUSTER_PORT}"]
-        return (["ip", "netns", "exec", self.ns, WARREN_BIN, "server", "--node-name", self.name,
+        return (["ip", "netns", "exec", self.ns, WARREN_BIN, "server", "--node-name",
+                 name or self.name,
                  "--listen", f"{self.client_ip}:{AMQP_PORT}"] + addresses
                 + ["--cluster-seeds", seeds, "--data-dir", self.data,
                    "--management-listen", f"{self.client_ip}:{HTTP_PORT}"]
                 + cluster.extra_args + list(extra))
 
-    def run_until_exit(self, *extra, seeds=None, timeout_s=60):
+    def run_until_exit(self, *extra, seeds=None, advertise=None, name=None, timeout_s=60):
         """Runs the node in the foreground with `extra` arguments until it exits by itself:
         (exit code, what it printed). For starts that must be refused."""
-        r = subprocess.run(self.command(*extra, seeds=seeds), capture_output=True, text=True,
-                           timeout=timeout_s)
+        r = subprocess.run(self.command(*extra, seeds=seeds, advertise=advertise, name=name),
+                           capture_output=True, text=True, timeout=timeout_s)
         return r.returncode, r.stdout + r.stderr
 
     def readdress(self, last_octet):
@@ -399,6 +400,10 @@ class NetnsCluster:
     def start(self):
         """Creates the network, starts every node and waits until the cluster formed."""
         self.create_network()
+        return self.start_nodes()
+
+    def start_nodes(self):
+        """Starts every node on the network made already and waits until the cluster formed."""
         for n in self.nodes:
             n.start(wait=False)
         for n in self.nodes:
