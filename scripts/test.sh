@@ -8,6 +8,8 @@
 #   3. the web UI in headless chromium (scripts/ui-test.sh: installs chromium with apt)
 #   4. the interoperability suite: real clients (pika, amqp091-go, amqplib, the Java client)
 #      against the warren binary, then again against node 2 of a local 3-node cluster
+#   5. the container image with podman: one container, then a 3-container cluster
+#      (scripts/container-test.sh)
 #
 # The same interop suite runs against the real RabbitMQ 3.10 with
 #   scripts/interop.sh --broker rabbitmq
@@ -30,3 +32,6 @@ fi
 ./scripts/interop.sh --broker warren ${INTEROP_PYTEST_ARGS:-}
 # The same suites against node 2 of a 3-node cluster whose queues are spread over its nodes.
 ./scripts/interop.sh --broker warren-cluster ${INTEROP_PYTEST_ARGS:-}
+# The container image, built from that release binary with podman: one container and a
+# 3-container cluster, driven from the host (a few minutes; installs podman with apt-get).
+WARREN_BIN=${WARREN_BIN:-target/release/warren} ./scripts/container-test.sh
