@@ -5,7 +5,8 @@
 #   2. the Rust tests of every crate (codec, routing, vhost state machines, store, perf), then
 #      each coverage-guided fuzz target briefly (FUZZ_CI_SECONDS each, default 10; 0 skips; skipped
 #      by itself where no nightly toolchain can be had): docs/fuzzing.md
-#   3. the web UI in headless chromium (scripts/ui-test.sh: installs chromium with apt)
+#   3. the web UI in headless chromium (scripts/ui-test.sh: installs chromium with apt); the
+#      Kubernetes manifests and Helm chart (scripts/helm-lint.sh: helm lint and template)
 #   4. the interoperability suite: real clients (pika, amqp091-go, amqplib, the Java client)
 #      against the warren binary, then again against node 2 of a local 3-node cluster
 #   5. the container image with podman: one container, then a 3-container cluster
@@ -28,6 +29,10 @@ fi
 ./scripts/perf-tests.sh
 # The web UI: its committed build is current, and it works in headless chromium (about 20 s).
 ./scripts/ui-test.sh
+
+# The Kubernetes manifests and Helm chart: helm lint, helm template, and what docs/deploy.md
+# promises of them (about 2 s; building helm from the Go module proxy the first time, minutes).
+./scripts/helm-lint.sh
 
 ./scripts/interop.sh --broker warren ${INTEROP_PYTEST_ARGS:-}
 # The same suites against node 2 of a 3-node cluster whose queues are spread over its nodes.
