@@ -1,7 +1,7 @@
 // Administration: users, vhosts, permissions, policies, and the cluster's nodes.
 
 import { api, get, seg } from "./api.js";
-import { h, table, form, field, select } from "./dom.js";
+import { h, table, form, field, select, fmtBytes, fmtCount, fmtUptime } from "./dom.js";
 
 function parseJson(text, what) {
   try {
@@ -96,7 +96,24 @@ export function admin() {
           { id: "policies-table" },
         ),
       );
-      nodes.replaceChildren(table([["Name", (x) => x.name], ["Running", (x) => String(x.running)], ["Memory alarm", (x) => String(x.mem_alarm)], ["Disk alarm", (x) => String(x.disk_free_alarm)]], n, { id: "nodes-table" }));
+      // A node that is down is listed with its name alone: its figures show empty, not "undefined".
+      const known = (v, fmt) => (v === undefined || v === null ? "" : fmt(v));
+      nodes.replaceChildren(
+        table(
+          [
+            ["Name", (x) => x.name],
+            ["Running", (x) => String(x.running)],
+            ["Memory", (x) => known(x.mem_used, () => `${fmtBytes(x.mem_used)} of ${fmtBytes(x.mem_limit)}`)],
+            ["Memory alarm", (x) => known(x.mem_alarm, String)],
+            ["Disk free", (x) => known(x.disk_free, () => `${fmtBytes(x.disk_free)} (limit ${fmtBytes(x.disk_free_limit)})`)],
+            ["Disk alarm", (x) => known(x.disk_free_alarm, String)],
+            ["File descriptors", (x) => known(x.fd_used, () => `${fmtCount(x.fd_used)} of ${fmtCount(x.fd_total)}`)],
+            ["Uptime", (x) => known(x.uptime, fmtUptime)],
+          ],
+          n,
+          { id: "nodes-table" },
+        ),
+      );
     },
   };
   return page;

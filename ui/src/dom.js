@@ -89,3 +89,24 @@ export function fmtRate(r) {
 export function fmtCount(n) {
   return n === undefined || n === null ? "" : Number(n).toLocaleString("en");
 }
+
+export function fmtBytes(n) {
+  if (n === undefined || n === null) return "";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let v = Number(n);
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i += 1;
+  }
+  return `${i ? v.toFixed(1) : v} ${units[i]}`;
+}
+
+/** An uptime in ms as RabbitMQ's UI shows it: "3d 4h", "5h 12m", "40m 3s". */
+export function fmtUptime(ms) {
+  const s = Math.floor(Number(ms) / 1000);
+  const [d, h, m] = [Math.floor(s / 86400), Math.floor((s % 86400) / 3600), Math.floor((s % 3600) / 60)];
+  if (d) return `${d}d ${h}h`;
+  if (h) return `${h}h ${m}m`;
+  return `${m}m ${s % 60}s`;
+}

@@ -242,6 +242,8 @@ export function queue({ args, go }) {
           ["Type", q.type],
           ["State", q.state],
           ["Node", q.node],
+          // A quorum queue's replicas, as RabbitMQ's queue page shows them.
+          ...(q.members ? [["Leader", q.leader], ["Online", (q.online || []).join(", ")], ["Members", q.members.join(", ")]] : []),
           ["Durable", String(q.durable)],
           ["Policy", q.policy || ""],
           ["Effective policy", policyDef],

@@ -22,6 +22,40 @@ pub struct Broker {
     durable_changes_refused: Arc<OnceLock<String>>,
     /// In a cluster, this node's name (given to every vhost, now and later).
     local_node: RwLock<Option<Arc<str>>>,
+    /// Queues declared, created and deleted through this node; every vhost shares it.
+    pub queue_churn: Arc<QueueChurn>,
+}
+
+/// RabbitMQ's queue churn counters (`rabbitmq_queues_declared_total`, `..._created_total`,
+/// `..._deleted_total`, and `queue_declared`, ... of `/api/nodes`), counted once in a cluster:
+/// a client's declare or delete on the node it is connected to (the server counts those, from
+/// the outcome every node agreed on), a queue that deletes itself (auto-delete, `x-expires`,
+/// its exclusive owner gone) by the vhost on the one node that decides it. A replicated
+/// change applied on every node is not counted by the others, so a sum over nodes is the
+/// cluster's churn, as RabbitMQ's Overview dashboard sums it.
+#[derive(Debug, Default)]
+pub struct QueueChurn {
+    /// queue.declare answered with declare-ok (not passive): a new queue or an existing one.
+    pub declared: std::sync::atomic::AtomicU64,
+    /// Those declares that made a new queue.
+    pub created: std::sync::atomic::AtomicU64,
+    pub deleted: std::sync::atomic::AtomicU64,
+}
+
+impl QueueChurn {
+    /// A non-passive declare-ok; `created` when it made the queue.
+    pub fn declared(&self, created: bool) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.declared.fetch_add(1, Relaxed);
+        if created {
+            self.created.fetch_add(1, Relaxed);
+        }
+    }
+
+    pub fn deleted(&self) {
+        self.deleted
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl Default for Broker {
@@ -51,6 +85,7 @@ impl Broker {
             paging: RwLock::new(None),
             durable_changes_refused: Arc::default(),
             local_node: RwLock::new(None),
+            queue_churn: Arc::default(),
         };
         b.add_vhost(DEFAULT_VHOST);
         {
@@ -82,6 +117,7 @@ impl Broker {
             vhost.set_paging(paging);
         }
         vhost.share_durable_refusal(self.durable_changes_refused.clone());
+        vhost.share_queue_churn(self.queue_churn.clone());
         if let Some(node) = self.local_node.read().expect("node lock").clone() {
             vhost.set_local_node(node);
         }

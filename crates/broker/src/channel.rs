@@ -67,6 +67,11 @@ pub struct ChannelState {
     /// The queue whose consumer on this channel got the last delivery: under a channel-wide
     /// prefetch, freed credit goes to the channel's other queues first (round robin).
     pub last_served: Option<QueueId>,
+    /// Consumer tags whose basic.cancel waits for the channel's queue.delete-ok (`Some` while
+    /// the channel deletes a queue): RabbitMQ's channel answers delete-ok before it learns that
+    /// its own consumers of the queue are gone, and clients such as py-amqp raise on a cancel
+    /// that comes first.
+    pub held_cancels: Option<Vec<Bytes>>,
 }
 
 impl std::fmt::Debug for dyn Relay {
@@ -105,6 +110,7 @@ impl ChannelState {
             quorum_logs: Vec::new(),
             cancel_notify: true,
             last_served: None,
+            held_cancels: None,
         }
     }
 

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! 0  4  length of what follows (kind + payload), little endian, <= FRAME_BYTES_MAX
-//! 4  1  kind: 1 hello, 2 ping, 3 pong, 4 raft, 5 data, 6 catch-up, 7 raft-link hello
+//! 4  1  kind: 1 hello, 2 ping, 3 pong, 4 raft, 5 data, 6 catch-up, 7 raft-link hello,
+//!          8 identify
 //! 5  .  payload
 //! ```
 //!
@@ -14,7 +15,12 @@
 //!   round's messages for one peer and group travel in one frame.
 //! - data: one [`crate::messaging::Data`] message (forwarded publishes, deliveries, acks).
 //! - catch-up: one [`crate::catch_up::CatchUpMessage`] (a snapshot's entries, fetched).
+//! - identify: no payload, after a one-off connection's hello: the node answers with its own
+//!   hello and closes. A node asks its seeds who they are when it knows them only by address
+//!   (a cluster restarted under new addresses: [`crate::transport::Transport::identify`]).
+//!   Nodes of older builds drop the connection instead, which the asker takes as no answer.
 
+use crate::address::HostPort;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use protobuf::Message as _;
 use raft::eraftpb::Message;
@@ -32,6 +38,7 @@ pub const KIND_RAFT: u8 = 4;
 pub const KIND_DATA: u8 = 5;
 pub const KIND_CATCH_UP: u8 = 6;
 pub const KIND_RAFT_LINK_HELLO: u8 = 7;
+pub const KIND_IDENTIFY: u8 = 8;
 
 /// The first frame on a link.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,6 +49,11 @@ pub struct Hello {
     /// everything it held for the peer's clients.
     #[serde(default)]
     pub boot: u64,
+    /// The node the dialler meant to reach, by id: an address can change hands (a pod's IP
+    /// given to another pod), and a node that is not the one meant refuses the link rather
+    /// than take another node's traffic. Nodes of older builds ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<u64>,
 }
 
 /// Who a node is and where to reach it: sent in hello, kept in the replicated member table.
@@ -51,8 +63,8 @@ pub struct NodeInfo {
     pub id: u64,
     /// The node's name (`--node-name`).
     pub name: String,
-    /// Where other nodes reach it (`--cluster-listen`).
-    pub cluster: SocketAddr,
+    /// Where other nodes reach it (`--cluster-advertise`, by default `--cluster-listen`).
+    pub cluster: HostPort,
     /// Where AMQP clients reach it (`--listen`).
     pub amqp: SocketAddr,
     /// Its HTTP management API, if any.
@@ -69,6 +81,7 @@ pub enum Frame {
     Raft { group: u64, messages: Vec<Message> },
     Data(Bytes),
     CatchUp(crate::catch_up::CatchUpMessage),
+    Identify,
 }
 
 fn begin(out: &mut BytesMut, kind: u8) -> usize {
@@ -102,6 +115,11 @@ fn encode_hello_of_kind(out: &mut BytesMut, kind: u8, hello: &Hello) {
 pub fn encode_data(out: &mut BytesMut, f: impl FnOnce(&mut BytesMut)) {
     let at = begin(out, KIND_DATA);
     f(out);
+    finish(out, at);
+}
+
+pub fn encode_identify(out: &mut BytesMut) {
+    let at = begin(out, KIND_IDENTIFY);
     finish(out, at);
 }
 
@@ -194,6 +212,7 @@ pub fn decode(buf: &mut BytesMut) -> Result<Option<Frame>, String> {
         }
         KIND_DATA => Frame::Data(payload),
         KIND_CATCH_UP => Frame::CatchUp(crate::catch_up::CatchUpMessage::decode(payload)?),
+        KIND_IDENTIFY => Frame::Identify,
         other => return Err(format!("unknown frame kind {other}")),
     }))
 }
@@ -221,6 +240,7 @@ mod tests {
         let hello = Hello {
             info: info.clone(),
             boot: 9,
+            to: Some(3),
         };
         encode_hello(&mut buf, &hello);
         encode_ping(&mut buf, KIND_PING, 42);

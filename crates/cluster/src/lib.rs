@@ -47,8 +47,10 @@
 //!
 //! `docs/cluster.md` says what a user sees and why it is built this way.
 
+pub mod address;
 pub mod applied_requests;
 pub mod catch_up;
+mod discovery;
 pub mod frame;
 pub mod groups;
 mod inputs;
@@ -64,6 +66,7 @@ pub mod snapshot_writer;
 pub mod stored_entry;
 pub mod transport;
 
+use address::HostPort;
 use frame::NodeInfo;
 use groups::QueueGroups;
 use messaging::Messaging;
@@ -90,12 +93,22 @@ pub const VOTER_NAMES_WAIT: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone)]
 pub struct ClusterConfig {
     pub node_name: String,
-    /// Where this node accepts other nodes' links; one of `seeds` for a founding node.
-    pub listen: SocketAddr,
-    /// The founding nodes' cluster addresses (a founder's Raft id is its position here, plus
-    /// 1); for a node not among them, the members it asks to join (none: it waits for
-    /// `join_cluster`).
-    pub seeds: Vec<SocketAddr>,
+    /// Where this node accepts other nodes' links, as written (a name is resolved at start).
+    pub listen: HostPort,
+    /// The address other nodes dial to reach this one (`--cluster-advertise`); `None`: the
+    /// listen address, or for a node listening on every interface the seed that is this node,
+    /// else this machine's host name ([`advertised_address`]).
+    pub advertise: Option<HostPort>,
+    /// At a node's first start, the founding nodes' cluster addresses (a founder's Raft id is
+    /// its position here, plus 1), or, for a node not among them, the members it asks to join
+    /// (none: it waits for `join_cluster`). At later starts, where to look for the other
+    /// members when their stored addresses no longer reach them (a cluster restarted under new
+    /// addresses); none given: the stored ones.
+    pub seeds: Vec<HostPort>,
+    /// How long a first start waits for every seed's name to resolve: which seed is this node
+    /// is decided by what they resolve to (Kubernetes publishes a pod's name shortly after the
+    /// pod starts).
+    pub seed_resolve_timeout: Duration,
     pub amqp: SocketAddr,
     pub management: Option<SocketAddr>,
     /// Where the node keeps its cluster identity and the metadata snapshot.
@@ -111,7 +124,8 @@ pub struct ClusterConfig {
 struct Identity {
     id: u64,
     founders: Vec<u64>,
-    seeds: Vec<SocketAddr>,
+    /// The seeds of the first start, in their order (the founders' ids follow it).
+    seeds: Vec<HostPort>,
 }
 
 /// A node's view of one member.
@@ -139,7 +153,7 @@ pub struct ClusterStatus {
 /// A running node's cluster side.
 pub struct Cluster {
     me: NodeInfo,
-    seeds: BTreeMap<u64, SocketAddr>,
+    seeds: BTreeMap<u64, HostPort>,
     transport: Transport,
     inputs: Mutex<std::sync::mpsc::Sender<Input>>,
     status: Arc<Mutex<GroupStatus>>,
@@ -167,7 +181,35 @@ impl Cluster {
         store: Arc<Store>,
         broker: Arc<Broker>,
     ) -> Result<Arc<Cluster>, String> {
-        let identity = identity(&config)?;
+        let bind = listen_address(&config.listen)?;
+        let stored = stored_identity(&config.dir)?;
+        // A first start decides which seed it is from what every seed resolves to.
+        let resolved = if stored.is_none() {
+            resolve_seeds(&config.seeds, config.seed_resolve_timeout).await?
+        } else {
+            resolve_seeds_now(&config.seeds)
+        };
+        let placed = place_in_seeds(&config, bind, &resolved)?;
+        let advertise = match (&config.advertise, &placed) {
+            (Some(a), _) => a.clone(),
+            (None, _) if !config.listen.is_unspecified() => config.listen.clone(),
+            (None, Some(position)) => config.seeds[*position].clone(),
+            (None, None) => {
+                let host = address::host_name().ok_or_else(|| {
+                    format!(
+                        "--cluster-listen {} is every interface and this machine has no host \
+                         name: set --cluster-advertise HOST:PORT, the address other nodes reach \
+                         this one at",
+                        config.listen
+                    )
+                })?;
+                HostPort::named(&host, bind.port())?
+            }
+        };
+        let identity = match stored {
+            Some(identity) => identity,
+            None => store_identity(&config.dir, first_identity(&config.seeds, placed))?,
+        };
         let tls = config
             .tls
             .clone()
@@ -176,13 +218,13 @@ impl Cluster {
         let me = NodeInfo {
             id: identity.id,
             name: config.node_name.clone(),
-            cluster: config.listen,
+            cluster: advertise.clone(),
             amqp: config.amqp,
             management: config.management,
         };
-        let listener = tokio::net::TcpListener::bind(config.listen)
+        let listener = tokio::net::TcpListener::bind(bind)
             .await
-            .map_err(|e| format!("cannot listen for cluster links on {}: {e}", config.listen))?;
+            .map_err(|e| format!("cannot listen for cluster links on {bind}: {e}"))?;
         let (tx, rx) = std::sync::mpsc::channel::<Input>();
         let deliver_tx = Mutex::new(tx.clone());
         // Quorum queues' groups, once the loop runs (it needs the transport to send).
@@ -254,6 +296,7 @@ impl Cluster {
             },
             tls,
         );
+        check_advertised(&transport, &me, boot, bind).await?;
         let (queue_groups, groups_thread) = {
             let (t1, t2, t3) = (transport.clone(), transport.clone(), transport.clone());
             QueueGroups::start(
@@ -294,12 +337,12 @@ impl Cluster {
         }
         // A joiner's seeds are members to ask, whose ids it does not know.
         let founding = !identity.founders.is_empty();
-        let seeds: BTreeMap<u64, SocketAddr> = identity
+        let seeds: BTreeMap<u64, HostPort> = identity
             .seeds
             .iter()
             .enumerate()
             .filter(|_| founding)
-            .map(|(i, a)| (i as u64 + 1, *a))
+            .map(|(i, a)| (i as u64 + 1, a.clone()))
             .collect();
         let status = Arc::new(Mutex::new(GroupStatus::default()));
         let installs = Arc::new(tokio::sync::watch::channel(0u64).0);
@@ -336,7 +379,25 @@ impl Cluster {
                 }
             })
             .map_err(|e| e.to_string())?;
-        tracing::info!(node = %me.name, id = me.id, seeds = ?identity.seeds, "cluster node started");
+        tracing::info!(
+            node = %me.name,
+            id = me.id,
+            advertise = %me.cluster,
+            listen = %bind,
+            "cluster node started"
+        );
+        // The seeds of this start: the configured ones, or those of the first start.
+        let current_seeds: Vec<HostPort> = if config.seeds.is_empty() {
+            identity.seeds.clone()
+        } else {
+            config
+                .seeds
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| Some(*i) != placed)
+                .map(|(_, s)| s.clone())
+                .collect()
+        };
         let cluster = Arc::new(Cluster {
             me,
             seeds,
@@ -351,9 +412,10 @@ impl Cluster {
             groups_thread: Mutex::new(Some(groups_thread)),
             replicas,
         });
-        if !founding && !identity.seeds.is_empty() {
-            membership::spawn_auto_join(cluster.clone(), identity.seeds);
+        if !founding && !current_seeds.is_empty() {
+            membership::spawn_auto_join(cluster.clone(), current_seeds.clone());
         }
+        discovery::spawn(cluster.clone(), current_seeds);
         Ok(cluster)
     }
 
@@ -481,8 +543,8 @@ impl Cluster {
                         .map(|i| i.name.clone())
                         .unwrap_or_else(|| format!("node-{id}")),
                     cluster: info
-                        .map(|i| i.cluster)
-                        .or_else(|| self.seeds.get(&id).copied())
+                        .map(|i| i.cluster.clone())
+                        .or_else(|| self.seeds.get(&id).cloned())
                         .map(|a| a.to_string())
                         .unwrap_or_default(),
                     amqp: info.map(|i| i.amqp.to_string()),
@@ -579,27 +641,34 @@ impl Cluster {
     }
 }
 
-/// The node's identity: read from its cluster directory, or, at the first start, its position
-/// in the seed list (so every founding node computes the same ids and founding membership).
-fn identity(config: &ClusterConfig) -> Result<Identity, String> {
-    let path = config.dir.join("node.json");
+/// The node's identity as its cluster directory keeps it; `None` at its first start.
+fn stored_identity(dir: &std::path::Path) -> Result<Option<Identity>, String> {
+    let path = dir.join("node.json");
     match std::fs::read(&path) {
-        Ok(bytes) => {
-            return serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| format!("{}: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("{}: {e}", path.display())),
     }
-    // Not among the seeds: a node that joins a running cluster (`membership`).
-    let identity = match config.seeds.iter().position(|s| *s == config.listen) {
+}
+
+/// A first start's identity: the position in the seed list (so every founding node computes
+/// the same ids and founding membership), or, not among them, a joiner's.
+fn first_identity(seeds: &[HostPort], placed: Option<usize>) -> Identity {
+    match placed {
         Some(position) => Identity {
             id: position as u64 + 1,
-            founders: (1..=config.seeds.len() as u64).collect(),
-            seeds: config.seeds.clone(),
+            founders: (1..=seeds.len() as u64).collect(),
+            seeds: seeds.to_vec(),
         },
-        None => membership::joiner_identity(&config.seeds),
-    };
-    std::fs::create_dir_all(&config.dir).map_err(|e| format!("{}: {e}", config.dir.display()))?;
+        None => membership::joiner_identity(seeds),
+    }
+}
+
+fn store_identity(dir: &std::path::Path, identity: Identity) -> Result<Identity, String> {
+    let path = dir.join("node.json");
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let tmp = path.with_extension("tmp");
     std::fs::write(
         &tmp,
@@ -609,4 +678,167 @@ fn identity(config: &ClusterConfig) -> Result<Identity, String> {
     .and_then(|_| std::fs::rename(&tmp, &path))
     .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(identity)
+}
+
+/// The address to bind the cluster listener to: the listen address, a name resolved to one of
+/// this machine's addresses.
+fn listen_address(listen: &HostPort) -> Result<SocketAddr, String> {
+    let found = listen
+        .resolve_blocking()
+        .map_err(|e| format!("--cluster-listen: {e}"))?;
+    found
+        .iter()
+        .copied()
+        .find(|a| address::is_local_ip(a.ip()))
+        .ok_or_else(|| {
+            format!(
+                "--cluster-listen {listen} resolves to {}, none of them an address of this \
+                 machine: listen on one of its addresses (or 0.0.0.0) and give the name to \
+                 --cluster-advertise",
+                list(&found)
+            )
+        })
+}
+
+fn list(addrs: &[SocketAddr]) -> String {
+    addrs
+        .iter()
+        .map(|a| a.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Every seed's addresses, waiting up to `timeout` for names that do not resolve yet; a seed
+/// still unresolved then stops the start with its name.
+async fn resolve_seeds(
+    seeds: &[HostPort],
+    timeout: Duration,
+) -> Result<Vec<Vec<SocketAddr>>, String> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut out = Vec::with_capacity(seeds.len());
+    for seed in seeds {
+        let mut logged = false;
+        loop {
+            match seed.resolve().await {
+                Ok(found) => {
+                    out.push(found);
+                    break;
+                }
+                Err(e) if tokio::time::Instant::now() >= deadline => {
+                    return Err(format!(
+                        "--cluster-seeds: {e}, after waiting {} s: a first start must know \
+                         which seed is this node, so every seed must resolve (fix the name, or \
+                         wait longer with --cluster-seed-resolve-timeout-s)",
+                        timeout.as_secs()
+                    ))
+                }
+                Err(e) => {
+                    if !logged {
+                        tracing::warn!("--cluster-seeds: {e}; waiting for it to resolve");
+                        logged = true;
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Every seed's addresses as they resolve now (none for a seed that does not): at a restart
+/// they only help find this node among them.
+fn resolve_seeds_now(seeds: &[HostPort]) -> Vec<Vec<SocketAddr>> {
+    seeds
+        .iter()
+        .map(|s| s.resolve_blocking().unwrap_or_default())
+        .collect()
+}
+
+/// Which seed is this node, if any: the one written as its advertised (or listen) address, or
+/// else the one that resolves to an address of this machine on the cluster port (on the
+/// listen address itself when that is not every interface). Two candidates, or a seed that
+/// resolves here while another address is advertised, stop the start: either would make this
+/// node a member twice over, once under each address.
+fn place_in_seeds(
+    config: &ClusterConfig,
+    bind: SocketAddr,
+    resolved: &[Vec<SocketAddr>],
+) -> Result<Option<usize>, String> {
+    let here = |a: &SocketAddr| {
+        a.port() == bind.port()
+            && if bind.ip().is_unspecified() {
+                address::is_local_ip(a.ip())
+            } else {
+                a.ip() == bind.ip()
+            }
+    };
+    let resolving_here: Vec<usize> = resolved
+        .iter()
+        .enumerate()
+        .filter(|(_, addrs)| addrs.iter().any(here))
+        .map(|(i, _)| i)
+        .collect();
+    let named = config
+        .advertise
+        .as_ref()
+        .or((!config.listen.is_unspecified()).then_some(&config.listen));
+    let by_name = named.and_then(|n| config.seeds.iter().position(|s| s == n));
+    let mut candidates: Vec<usize> = by_name.into_iter().chain(resolving_here).collect();
+    candidates.sort_unstable();
+    candidates.dedup();
+    match (candidates.as_slice(), by_name, &config.advertise) {
+        ([], _, _) => Ok(None),
+        ([one], Some(_), _) | ([one], None, None) => Ok(Some(*one)),
+        ([one], None, Some(advertise)) => Err(format!(
+            "seed {} is this node (it resolves to {}), but --cluster-advertise is {advertise}: \
+             list this node in --cluster-seeds as {advertise}, or advertise {}",
+            config.seeds[*one],
+            list(&resolved[*one]),
+            config.seeds[*one]
+        )),
+        (many, _, _) => Err(format!(
+            "seeds {} are all this node (by name or by what they resolve to): list each node \
+             once in --cluster-seeds, or the cluster would count this node twice",
+            many.iter()
+                .map(|i| config.seeds[*i].to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+/// Refuses to start a node whose advertised address would send its peers elsewhere: it must
+/// be one of this machine's addresses, or (behind NAT) reach this very node.
+async fn check_advertised(
+    transport: &Transport,
+    me: &NodeInfo,
+    boot: u64,
+    bind: SocketAddr,
+) -> Result<(), String> {
+    let advertise = &me.cluster;
+    let found = advertise
+        .resolve()
+        .await
+        .map_err(|e| format!("--cluster-advertise: {e}"))?;
+    if found
+        .iter()
+        .any(|a| address::is_local_ip(a.ip()) && (a.port() == bind.port()))
+    {
+        return Ok(());
+    }
+    match transport.identify(advertise).await {
+        Ok(hello) if hello.info.id == me.id && hello.boot == boot => Ok(()),
+        Ok(hello) => Err(format!(
+            "--cluster-advertise {advertise} reaches another node, {} (id {}): each node \
+             advertises an address of its own",
+            hello.info.name, hello.info.id
+        )),
+        Err(e) => Err(format!(
+            "--cluster-advertise {advertise} resolves to {}, which is not an address of this \
+             machine on port {}, and it does not reach this node ({e}): advertise the address \
+             other nodes reach this one at",
+            list(&found),
+            bind.port()
+        )),
+    }
 }

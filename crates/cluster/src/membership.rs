@@ -21,6 +21,7 @@
 //! old node restarted with its data is not taken back (as in RabbitMQ, it must be reset first),
 //! and the transport never dials it again.
 
+use crate::address::HostPort;
 use crate::frame::{self, NodeInfo};
 use crate::metadata::MetadataGroup;
 use crate::{Cluster, Identity};
@@ -28,7 +29,6 @@ use protobuf::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeType, Entry, Message};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -160,7 +160,8 @@ pub(crate) fn check_join(
     }
     if voters.contains(&info.id) {
         return match members.get(&info.id) {
-            Some(m) if m.name != info.name || m.cluster != info.cluster => fatal(format!(
+            // A member's address may change (a restart elsewhere); its name may not.
+            Some(m) if m.name != info.name => fatal(format!(
                 "member {} has this node's id {}: delete this node's data directory so that it \
                  draws another",
                 m.name, info.id
@@ -228,7 +229,7 @@ pub(crate) fn is_majority(reachable: usize, voters: usize) -> bool {
 
 /// A joining node's identity at its first start: a random id of its own, no founders (its
 /// group starts with an empty configuration), and the members to ask (`--cluster-seeds`).
-pub(crate) fn joiner_identity(seeds: &[SocketAddr]) -> Identity {
+pub(crate) fn joiner_identity(seeds: &[HostPort]) -> Identity {
     use std::hash::{BuildHasher, Hasher};
     // std's RandomState is seeded from the OS: enough to make two joiners' ids differ.
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -269,7 +270,7 @@ enum JoinSendError {
 /// the transport knows peers by id, and the joiner does not know the target's.
 async fn send_join_request(
     transport: &crate::transport::Transport,
-    target: SocketAddr,
+    target: &HostPort,
     me: &NodeInfo,
 ) -> Result<(), JoinSendError> {
     let mut stream = transport
@@ -283,6 +284,7 @@ async fn send_join_request(
         &frame::Hello {
             info: me.clone(),
             boot: 0,
+            to: None,
         },
     );
     let request = Request::Join { info: me.clone() };
@@ -332,7 +334,7 @@ impl Cluster {
 
     /// `join_cluster`: asks the cluster that `target` (a member's cluster address) belongs to,
     /// to add this node, and waits until this node is a member, up to [`JOIN_TIMEOUT`].
-    pub async fn join(&self, target: SocketAddr) -> Result<(), MembershipError> {
+    pub async fn join(&self, target: HostPort) -> Result<(), MembershipError> {
         if target == self.me.cluster {
             return Err(MembershipError::Invalid(format!(
                 "{target} is this node's own cluster address: give a member of the cluster to join"
@@ -351,7 +353,7 @@ impl Cluster {
         let deadline = Instant::now() + JOIN_TIMEOUT;
         let mut last = String::from("no answer");
         loop {
-            match send_join_request(&self.transport, target, &self.me).await {
+            match send_join_request(&self.transport, &target, &self.me).await {
                 Ok(()) => {}
                 Err(JoinSendError::Unreachable(e)) => last = e,
                 Err(JoinSendError::Refused(e)) => return Err(MembershipError::Conflict(e)),
@@ -409,13 +411,13 @@ impl Cluster {
 
 /// A node started with seeds that do not list it asks them in turn until it is a member, or one
 /// refuses it for good.
-pub(crate) fn spawn_auto_join(cluster: std::sync::Arc<Cluster>, seeds: Vec<SocketAddr>) {
+pub(crate) fn spawn_auto_join(cluster: std::sync::Arc<Cluster>, seeds: Vec<HostPort>) {
     tokio::spawn(async move {
         for target in seeds.iter().cycle() {
             if cluster.is_member() {
                 return;
             }
-            match cluster.join(*target).await {
+            match cluster.join(target.clone()).await {
                 Ok(()) => return,
                 Err(MembershipError::NoMajority(e)) => {
                     tracing::warn!(%target, reason = %e, "not joined yet; asking again")
@@ -504,7 +506,7 @@ impl MetadataGroup {
             fatal,
         };
         // Dialled now, the link carries the next refusal if this one finds it still down.
-        self.transport.connect(info.id, info.cluster);
+        self.transport.connect(info.id, info.cluster.clone());
         let m = encode_request(self.me.id, &Request::Refused { refusal });
         self.transport.send_raft(info.id, MEMBERSHIP_GROUP, &[m]);
     }
@@ -591,7 +593,7 @@ impl MetadataGroup {
         match change.get_change_type() {
             ConfChangeType::AddNode | ConfChangeType::AddLearnerNode => {
                 if let Some(info) = context.as_ref().and_then(|c| c.info.clone()) {
-                    self.transport.connect(info.id, info.cluster);
+                    self.transport.connect(info.id, info.cluster.clone());
                     self.members.insert(info.id, info);
                 }
                 // The new node's log is empty: what the leader sends it must be a snapshot
@@ -659,8 +661,8 @@ mod tests {
         NodeInfo {
             id,
             name: name.into(),
-            cluster: SocketAddr::from(([127, 0, 0, 1], port)),
-            amqp: SocketAddr::from(([127, 0, 0, 1], port + 1000)),
+            cluster: std::net::SocketAddr::from(([127, 0, 0, 1], port)).into(),
+            amqp: std::net::SocketAddr::from(([127, 0, 0, 1], port + 1000)),
             management: None,
         }
     }

@@ -94,6 +94,10 @@ pub enum Request {
     /// of connections, channels and consumers show every node's, and close a connection on
     /// the node that has it, as RabbitMQ's do.
     Clients { ask: ClientsAsk },
+    /// The asked node's own figures (memory, disk, alarms, uptime, descriptors, listeners),
+    /// as the management API's `/api/nodes` shows them: every node lists every node's, as
+    /// RabbitMQ's does.
+    Node,
     /// Answered once the asked node has applied the metadata log up to `index`: a queue
     /// declared through another node is there before its declare-ok goes out, as in RabbitMQ,
     /// where the queue's node creates it.
@@ -195,6 +199,10 @@ pub enum Response {
     },
     ClientCounts {
         counts: ClientCounts,
+    },
+    /// A [`Request::Node`]'s answer, in the management API's JSON.
+    Node {
+        node: serde_json::Value,
     },
 }
 
@@ -939,7 +947,7 @@ mod tests {
         let me = crate::frame::NodeInfo {
             id: 1,
             name: "n1".into(),
-            cluster: addr,
+            cluster: addr.into(),
             amqp: addr,
             management: None,
         };

@@ -100,6 +100,9 @@ struct SnapshotData {
 /// proposed again.
 const REGISTER_RETRY: Duration = Duration::from_millis(500);
 
+/// The exit status of a node that finds its name taken by another member (EX_CONFIG).
+pub const DUPLICATE_NAME_EXIT: i32 = 78;
+
 /// What the group reports for the management API, `warren ctl` and metrics.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct GroupStatus {
@@ -201,7 +204,7 @@ impl MetadataGroup {
     pub fn open(
         me: NodeInfo,
         founders: &[u64],
-        seeds: &BTreeMap<u64, std::net::SocketAddr>,
+        seeds: &BTreeMap<u64, crate::address::HostPort>,
         dir: &std::path::Path,
         node: NodeParts,
         timing: Timing,
@@ -251,10 +254,10 @@ impl MetadataGroup {
             transport.forget(id);
         }
         for (id, addr) in seeds {
-            transport.connect(*id, *addr);
+            transport.connect(*id, addr.clone());
         }
         for info in members.values() {
-            transport.connect(info.id, info.cluster);
+            transport.connect(info.id, info.cluster.clone());
         }
         let group = MetadataGroup {
             me,
@@ -441,6 +444,24 @@ impl MetadataGroup {
         if self.members.get(&self.me.id) == Some(&self.me) {
             return;
         }
+        if let Some(other) = self
+            .members
+            .values()
+            .find(|m| m.name == self.me.name && m.id != self.me.id)
+        {
+            // Two members under one name would be told apart by nobody: clients, `ctl`,
+            // queues' member lists all go by name. The member that had it first keeps it.
+            tracing::error!(
+                "another member of the cluster is named {} (id {}, at {}); this node (id {}) \
+                 stops: give each node its own --node-name, or forget the old member first \
+                 (warren ctl forget_cluster_node) if this node replaces it",
+                other.name,
+                other.id,
+                other.cluster,
+                self.me.id
+            );
+            std::process::exit(DUPLICATE_NAME_EXIT);
+        }
         if self
             .registering
             .is_some_and(|t| t.elapsed() < REGISTER_RETRY)
@@ -496,7 +517,7 @@ impl MetadataGroup {
             self.applied_watch.send_replace(self.applied);
             self.snapshot_index = self.applied;
             for info in self.members.values() {
-                self.transport.connect(info.id, info.cluster);
+                self.transport.connect(info.id, info.cluster.clone());
             }
             tracing::info!(index = self.applied, "metadata snapshot installed");
             let held = self.open_all_replicas();
@@ -568,7 +589,7 @@ impl MetadataGroup {
                     }
                     Op::Broker { command } => self.execute(&command),
                     Op::Node { info } => {
-                        self.transport.connect(info.id, info.cluster);
+                        self.transport.connect(info.id, info.cluster.clone());
                         self.members.insert(info.id, info);
                         Ok(Outcome::Done)
                     }

@@ -34,6 +34,7 @@
 //! nodes' certificates checked before the first frame: the framing, batching and pings above
 //! run unchanged over it (the reader and writer are generic over the stream's halves).
 
+use crate::address::HostPort;
 use crate::frame::{self, Frame, Hello, NodeInfo};
 use crate::link_tls::LinkTls;
 use bytes::{Bytes, BytesMut};
@@ -57,6 +58,33 @@ pub const PEER_BUFFER_BYTES_MAX: usize = 64 << 20;
 const READ_BUFFER_BYTES: usize = 64 << 10;
 /// The generation of an inbound connection that is not a peer's link (hello with boot 0).
 const NOT_A_LINK: u64 = u64::MAX;
+/// How long a node asked who it is may take to answer (name resolution included).
+const IDENTIFY_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Resolves `addr` and connects to the first of its addresses that answers, each within
+/// [`DOWN_AFTER`]: the stream and the address it reached.
+async fn dial(addr: &HostPort) -> Result<(TcpStream, SocketAddr), String> {
+    let resolved = tokio::time::timeout(DOWN_AFTER * 3, addr.resolve())
+        .await
+        .map_err(|_| {
+            format!(
+                "{addr} did not resolve within {} s",
+                (DOWN_AFTER * 3).as_secs()
+            )
+        })??;
+    let mut last = String::new();
+    for a in resolved {
+        match tokio::time::timeout(DOWN_AFTER, TcpStream::connect(a)).await {
+            Ok(Ok(stream)) => {
+                let _ = stream.set_nodelay(true);
+                return Ok((stream, a));
+            }
+            Ok(Err(e)) => last = format!("cannot reach {addr} ({a}): {e}"),
+            Err(_) => last = format!("no answer from {addr} ({a})"),
+        }
+    }
+    Err(last)
+}
 
 /// What the transport tells the rest of the node.
 pub struct Callbacks {
@@ -114,7 +142,7 @@ struct Outbox {
 
 /// One peer's link: its send buffer and its counters.
 struct Peer {
-    addr: Mutex<Option<SocketAddr>>,
+    addr: Mutex<Option<HostPort>>,
     buffer: Mutex<Outbox>,
     wake: Notify,
     /// Cuts the pause before the next dial short: the peer just dialled us, so it is up, and
@@ -285,16 +313,60 @@ impl Transport {
 
     /// Opens a one-off connection to the node at `addr` (TLS when the links are), for a
     /// request to a node whose id is not known yet.
-    pub async fn open(&self, addr: SocketAddr) -> Result<Box<dyn LinkStream>, String> {
-        let stream = tokio::time::timeout(DOWN_AFTER, TcpStream::connect(addr))
-            .await
-            .map_err(|_| format!("no answer from {addr}"))?
-            .map_err(|e| format!("cannot reach {addr}: {e}"))?;
-        let _ = stream.set_nodelay(true);
+    pub async fn open(&self, addr: &HostPort) -> Result<Box<dyn LinkStream>, String> {
+        let (stream, resolved) = dial(addr).await?;
         match &self.inner.tls {
             None => Ok(Box::new(stream)),
-            Some(tls) => Ok(Box::new(tls.dial(stream, addr).await?)),
+            Some(tls) => Ok(Box::new(tls.dial(stream, resolved).await?)),
         }
+    }
+
+    /// Asks the node at `addr` who it is (its hello), on a one-off connection: how a node that
+    /// knows its seeds only by address finds which member each one is. `Err` when nobody
+    /// answers or the node is of a build that does not answer (it drops the connection).
+    pub async fn identify(&self, addr: &HostPort) -> Result<Hello, String> {
+        let ask = async {
+            let mut stream = self.open(addr).await?;
+            let mut out = BytesMut::new();
+            frame::encode_hello(
+                &mut out,
+                &Hello {
+                    info: self.inner.me.clone(),
+                    boot: 0,
+                    to: None,
+                },
+            );
+            frame::encode_identify(&mut out);
+            stream
+                .write_all(&out)
+                .await
+                .map_err(|e| format!("{addr}: {e}"))?;
+            let mut buf = BytesMut::with_capacity(4096);
+            loop {
+                match frame::decode(&mut buf).map_err(|e| format!("{addr}: {e}"))? {
+                    Some(Frame::Hello(hello)) => return Ok(hello),
+                    Some(_) => return Err(format!("{addr} answered with another frame")),
+                    None => {}
+                }
+                match stream.read_buf(&mut buf).await {
+                    Ok(0) => {
+                        return Err(format!(
+                            "{addr} closed the connection without saying who it is"
+                        ))
+                    }
+                    Ok(_) => {}
+                    Err(e) => return Err(format!("{addr}: {e}")),
+                }
+            }
+        };
+        tokio::time::timeout(IDENTIFY_TIMEOUT, ask)
+            .await
+            .map_err(|_| {
+                format!(
+                    "no answer from {addr} within {} s",
+                    IDENTIFY_TIMEOUT.as_secs()
+                )
+            })?
     }
 
     /// A link a peer opened: its TLS handshake if the links use TLS, then its frames.
@@ -362,6 +434,21 @@ impl Transport {
         }
     }
 
+    /// Why a link whose hello names another node than this one is refused: its dialler reached
+    /// this node at an address that belonged to that node (an IP given to another pod, two
+    /// nodes with one advertised address). The dialler resolves and dials again.
+    fn misdialled(&self, hello: &Hello) -> Option<String> {
+        let me = &self.inner.me;
+        let meant = hello.to?;
+        (meant != me.id).then(|| {
+            format!(
+                "cluster link from {} ({}) refused: it meant to reach node id {meant}, but this is \
+                 {} (id {}); the address it dialled is no longer that node's",
+                hello.info.name, hello.info.cluster, me.name, me.id
+            )
+        })
+    }
+
     fn is_forgotten(&self, id: u64) -> bool {
         self.inner
             .forgotten
@@ -372,7 +459,7 @@ impl Transport {
 
     /// Makes sure a link to peer `id` at `addr` is being kept up (dialling again after
     /// failures); a new address replaces the old one at the next dial.
-    pub fn connect(&self, id: u64, addr: SocketAddr) {
+    pub fn connect(&self, id: u64, addr: HostPort) {
         if id == self.inner.me.id || self.is_forgotten(id) {
             return;
         }
@@ -538,15 +625,24 @@ impl Transport {
     async fn run_link(self, id: u64, peer: Arc<Peer>) {
         // The last TLS failure logged, so that a peer refusing us is said once, not per dial.
         let mut last_failure: Option<String> = None;
+        // The last dial failure logged, so that a peer that stays away is said once.
+        let mut last_dial_failure: Option<String> = None;
         loop {
-            let addr = *peer.addr.lock().expect("addr lock");
+            let addr = peer.addr.lock().expect("addr lock").clone();
             let Some(addr) = addr else {
                 self.pause_before_dial(&peer).await;
                 continue;
             };
-            if let Ok(Ok(stream)) = tokio::time::timeout(DOWN_AFTER, TcpStream::connect(addr)).await
-            {
-                let _ = stream.set_nodelay(true);
+            // Resolved again at every dial: a peer back under its name on another IP is found.
+            let dialled = dial(&addr).await;
+            if let Err(e) = &dialled {
+                if last_dial_failure.as_ref() != Some(e) {
+                    tracing::info!(peer = id, "cluster link not opened: {e}");
+                    last_dial_failure = Some(e.clone());
+                }
+            }
+            if let Ok((stream, resolved)) = dialled {
+                last_dial_failure = None;
                 let (was_up, refusal) = match self.inner.tls.clone() {
                     None => {
                         tracing::info!(peer = id, %addr, "cluster link up");
@@ -558,7 +654,7 @@ impl Transport {
                         let (rd, wr) = stream.into_split();
                         self.drive_link(rd, wr, id, &peer, direct).await
                     }
-                    Some(tls) => match tls.dial(stream, addr).await {
+                    Some(tls) => match tls.dial(stream, resolved).await {
                         Ok(stream) => {
                             if last_failure.is_none() {
                                 tracing::info!(peer = id, %addr, "cluster link up (TLS)");
@@ -633,6 +729,7 @@ impl Transport {
             &Hello {
                 info: self.inner.me.clone(),
                 boot: self.inner.boot,
+                to: Some(id),
             },
         );
         if wr.write_all(&hello).await.is_err() {
@@ -729,15 +826,13 @@ impl Transport {
         loop {
             tokio::time::sleep(RECONNECT_DELAY).await;
             let generation = peer.generation.load(Ordering::Acquire);
-            let addr = *peer.addr.lock().expect("addr lock");
+            let addr = peer.addr.lock().expect("addr lock").clone();
             let Some(addr) = addr.filter(|_| peer.connected.load(Ordering::Relaxed)) else {
                 continue;
             };
-            let Ok(Ok(stream)) = tokio::time::timeout(DOWN_AFTER, TcpStream::connect(addr)).await
-            else {
+            let Ok((stream, _)) = dial(&addr).await else {
                 continue;
             };
-            let _ = stream.set_nodelay(true);
             let direct = std::os::fd::AsFd::as_fd(&stream)
                 .try_clone_to_owned()
                 .ok()
@@ -749,6 +844,7 @@ impl Transport {
                 &Hello {
                     info: self.inner.me.clone(),
                     boot: self.inner.boot,
+                    to: Some(id),
                 },
             );
             if wr.write_all(&out).await.is_err() || direct.is_none() {
@@ -837,6 +933,10 @@ impl Transport {
                 };
                 match (f, &from) {
                     (Frame::Hello(hello), None) => {
+                        if let Some(refusal) = self.misdialled(&hello) {
+                            tracing::warn!("{refusal}");
+                            return None;
+                        }
                         let info = hello.info;
                         let peer = self.peer(info.id);
                         if hello.boot == 0 {
@@ -846,14 +946,33 @@ impl Transport {
                         } else {
                             generation = peer.inbound.fetch_add(1, Ordering::Relaxed) + 1;
                             // A peer that dialled us is one we want to reach back.
-                            self.connect(info.id, info.cluster);
+                            self.connect(info.id, info.cluster.clone());
                             (self.inner.callbacks.link_up)(info.id, Some(hello.boot));
                         }
                         from = Some((info.id, peer));
                         (self.inner.callbacks.inbound)(Inbound::Hello(info));
                     }
                     (Frame::RaftLinkHello(hello), None) => {
+                        if let Some(refusal) = self.misdialled(&hello) {
+                            tracing::warn!("{refusal}");
+                            return None;
+                        }
                         return Some((hello.info.id, buf));
+                    }
+                    (Frame::Identify, Some(_)) => {
+                        // Who we are, then the end of this one-off connection.
+                        let mut out = BytesMut::new();
+                        frame::encode_hello(
+                            &mut out,
+                            &Hello {
+                                info: self.inner.me.clone(),
+                                boot: self.inner.boot,
+                                to: None,
+                            },
+                        );
+                        let _ = wr.write_all(&out).await;
+                        let _ = wr.flush().await;
+                        return ended(&from, generation);
                     }
                     (Frame::Hello(_) | Frame::RaftLinkHello(_), Some(_)) => {
                         tracing::warn!("cluster peer sent a second hello, dropping link");

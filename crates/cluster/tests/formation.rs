@@ -53,8 +53,10 @@ async fn a_fresh_cluster_elects_a_leader_without_waiting_out_an_election_timeout
             Store::open(Config::new(dir.join("store")), Arc::new(NoopListener)).unwrap();
         let config = ClusterConfig {
             node_name: format!("n{}", i + 1),
-            listen: *listen,
-            seeds: seeds.clone(),
+            listen: (*listen).into(),
+            advertise: None,
+            seeds: seeds.iter().map(|s| (*s).into()).collect(),
+            seed_resolve_timeout: std::time::Duration::from_secs(1),
             amqp: *listen,
             management: None,
             dir: dir.join("cluster"),

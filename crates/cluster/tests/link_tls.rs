@@ -143,8 +143,8 @@ async fn trusted_nodes_exchange_frames_and_strangers_are_refused() {
 
     let (a, a_addr, a_got) = node(1, Some(tls_a.clone())).await;
     let (b, b_addr, b_got) = node(2, Some(tls_b.clone())).await;
-    a.connect(2, b_addr);
-    b.connect(1, a_addr);
+    a.connect(2, b_addr.into());
+    b.connect(1, a_addr.into());
     common::eventually("the TLS links both ways", || a.is_up(2) && b.is_up(1)).await;
     assert!(a.send_data(2, |buf| frame::encode_data(buf, |b| b
         .extend_from_slice(b"over tls"))));
@@ -164,7 +164,7 @@ async fn trusted_nodes_exchange_frames_and_strangers_are_refused() {
     // A node whose certificate another CA signed (trusting ours, to get as far as it can).
     let stranger_tls = stranger_tls(&dir, &other_ca, &cluster_ca);
     let (c, _, c_got) = node(3, Some(stranger_tls)).await;
-    c.connect(2, b_addr);
+    c.connect(2, b_addr.into());
     common::eventually("B refuses the stranger's certificate", || {
         refused(&tls_b, "untrusted_certificate") >= 2
     })
@@ -189,6 +189,7 @@ async fn trusted_nodes_exchange_frames_and_strangers_are_refused() {
                 management: None,
             },
             boot: 1,
+            to: None,
         },
     );
     frame::encode_raft(&mut forged, 0, &[raft::eraftpb::Message::default()]);

@@ -84,7 +84,7 @@ async fn a_peer_that_dials_us_is_dialled_back_at_once_not_after_the_pause_betwee
     let (a, a_addr, _) = node(1).await;
     // A pause past the test's deadline: only a redial that skips it brings the link up.
     a.set_reconnect_delay(Duration::from_secs(3600));
-    a.connect(2, b_addr);
+    a.connect(2, b_addr.into());
     common::eventually("node 1's dial to be refused", || {
         a.links().iter().any(|l| l.peer == 2 && l.dials_failed > 0)
     })
@@ -94,7 +94,7 @@ async fn a_peer_that_dials_us_is_dialled_back_at_once_not_after_the_pause_betwee
         false,
         tokio::net::TcpListener::bind(b_addr).await.unwrap(),
     );
-    b.connect(1, a_addr);
+    b.connect(1, a_addr.into());
     common::eventually("node 1's link to node 2", || a.is_up(2)).await;
 }
 
@@ -102,7 +102,7 @@ async fn a_peer_that_dials_us_is_dialled_back_at_once_not_after_the_pause_betwee
 async fn flushed_and_task_written_frames_arrive_whole_and_in_order() {
     let (a, _, _) = node(1).await;
     let (_b, b_addr, arrived) = node(2).await;
-    a.connect(2, b_addr);
+    a.connect(2, b_addr.into());
     for _ in 0..100 {
         if a.is_up(2) {
             break;
@@ -150,7 +150,7 @@ async fn flushed_and_task_written_frames_arrive_whole_and_in_order() {
 async fn queue_groups_frames_take_the_raft_link_once_it_is_up_and_its_taker_reads_them() {
     let (a, _, _, _) = node_taking_raft_links(1, true).await;
     let (_b, b_addr, arrived, taken) = node_taking_raft_links(2, true).await;
-    a.connect(2, b_addr);
+    a.connect(2, b_addr.into());
     common::eventually("the raft link came up", || {
         a.links().iter().any(|l| l.peer == 2 && l.raft_link)
     })
@@ -196,7 +196,7 @@ async fn queue_groups_frames_take_the_raft_link_once_it_is_up_and_its_taker_read
 async fn without_a_taker_at_the_dialling_end_no_raft_link_is_opened() {
     let (a, _, _, _) = node_taking_raft_links(1, false).await;
     let (_b, b_addr, arrived, taken) = node_taking_raft_links(2, true).await;
-    a.connect(2, b_addr);
+    a.connect(2, b_addr.into());
     common::eventually("the link came up", || a.is_up(2)).await;
     assert!(a.queue_raft(2, 43, &[message(10)]));
     a.flush_queued();
@@ -219,8 +219,8 @@ async fn a_forgotten_peer_is_never_dialled_again() {
     let (a, _, _) = node(1).await;
     a.forget(2);
     // Node 3, not forgotten, is dialled (and refused) at once: by then node 2 would have been.
-    a.connect(2, nowhere());
-    a.connect(3, nowhere());
+    a.connect(2, nowhere().into());
+    a.connect(3, nowhere().into());
     common::eventually("node 1's dial to node 3 to be refused", || {
         a.links().iter().any(|l| l.peer == 3 && l.dials_failed > 0)
     })

@@ -746,6 +746,9 @@ impl Connection {
                     now,
                 )?;
                 v.persist()?;
+                if !d.passive {
+                    self.shared.broker.queue_churn.declared(ok.created);
+                }
                 self.channels
                     .get_mut(&number)
                     .expect("open channel")
@@ -877,6 +880,8 @@ impl Connection {
             Q::Delete(d) => {
                 let q = self.queue_name(number, d.queue.as_str())?;
                 self.check(Access::Configure, "queue", &q)?;
+                // Released once delete-ok is out, here or when a proposal is answered.
+                self.hold_cancels(number);
                 // A remote queue's node knows its messages (for delete-ok) and consumers; a
                 // plain delete goes ahead without it when that node is down.
                 if self.quorum_group(&q).is_some() {
@@ -913,8 +918,12 @@ impl Connection {
                     return Ok(());
                 }
                 let mut v = self.meta_vhost();
+                let existed = v.queue_stats(&q).is_some();
                 let n = v.queue_delete(self.id, &q, d.if_unused, d.if_empty)?;
                 v.persist()?;
+                if existed {
+                    self.shared.broker.queue_churn.deleted();
+                }
                 if !d.nowait {
                     ctl(
                         self,
@@ -922,6 +931,7 @@ impl Connection {
                         AMQPClass::Queue(Q::DeleteOk(queue::DeleteOk { message_count: n })),
                     );
                 }
+                self.release_cancels(number);
             }
             Q::DeclareOk(_) | Q::BindOk(_) | Q::UnbindOk(_) | Q::PurgeOk(_) | Q::DeleteOk(_) => {
                 return Err(AmqpError::command_invalid("unimplemented method"));

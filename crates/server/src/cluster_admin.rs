@@ -18,8 +18,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, post};
 use axum::{Json, Router};
 use serde::Deserialize;
-use std::net::SocketAddr;
 use std::sync::Arc;
+use warren_cluster::address::HostPort;
 use warren_cluster::membership::MembershipError;
 
 pub fn routes() -> Router<Arc<Shared>> {
@@ -68,7 +68,7 @@ async fn join(
             "expected a JSON body {\"node\": \"host:port\"}: a member's cluster address",
         );
     };
-    let target = match resolve(&body.node).await {
+    let target = match parse_target(&body.node) {
         Ok(a) => a,
         Err(e) => return error(StatusCode::BAD_REQUEST, &e),
     };
@@ -79,20 +79,13 @@ async fn join(
 }
 
 /// `host:port` to one address; a RabbitMQ-style `name@host:port` is taken as `host:port`.
-async fn resolve(node: &str) -> Result<SocketAddr, String> {
+/// The member to ask, as `join_cluster` takes it: `host:port` (a name or an address), or
+/// RabbitMQ's `name@host:port`. The name is resolved when it is dialled.
+fn parse_target(node: &str) -> Result<HostPort, String> {
     let address = node.rsplit_once('@').map_or(node, |(_, a)| a).trim();
-    if let Ok(a) = address.parse() {
-        return Ok(a);
-    }
-    tokio::net::lookup_host(address)
-        .await
-        .map_err(|e| {
-            format!(
-                "'{node}' is not a cluster address (host:port, the member's --cluster-listen): {e}"
-            )
-        })?
-        .next()
-        .ok_or_else(|| format!("'{node}' resolves to no address"))
+    address.parse().map_err(|e| {
+        format!("'{node}' is not a cluster address (host:port, the member's --cluster-advertise or --cluster-listen): {e}")
+    })
 }
 
 async fn forget(

@@ -3,6 +3,7 @@
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use warren_cluster::address::HostPort;
 
 /// RabbitMQ's `loopback_users` default: the well-known guest/guest only from this machine.
 pub const LOOPBACK_USER_DEFAULT: &str = "guest";
@@ -81,10 +82,17 @@ pub struct ServerConfig {
     /// This node's name in a cluster (RabbitMQ's node name); shown in `/api/nodes` and as each
     /// queue's `node`. Defaults to `warren@<cluster port>` in a cluster.
     pub node_name: Option<String>,
-    /// Where other nodes of the cluster connect to this one; none: a single node.
-    pub cluster_listen: Option<SocketAddr>,
-    /// The founding nodes' cluster addresses (this node's may be among them).
-    pub cluster_seeds: Vec<SocketAddr>,
+    /// Where other nodes of the cluster connect to this one, `HOST:PORT` with a name or an
+    /// address; none: a single node.
+    pub cluster_listen: Option<HostPort>,
+    /// The address other nodes reach this one at, when it is not the listen address (a node
+    /// listening on every interface, behind NAT, in a pod).
+    pub cluster_advertise: Option<HostPort>,
+    /// The founding nodes' cluster addresses at a first start (this node's may be among them);
+    /// at later starts, where to look for members whose addresses changed.
+    pub cluster_seeds: Vec<HostPort>,
+    /// Seconds a first start waits for every seed's name to resolve.
+    pub cluster_seed_resolve_timeout_s: u64,
     /// Which node hosts a queue declared without `x-queue-leader-locator`: RabbitMQ's
     /// `queue_leader_locator`.
     pub queue_leader_locator: QueueLocator,
@@ -166,7 +174,9 @@ impl Default for ServerConfig {
             management_listen: Some("127.0.0.1:15672".parse().expect("valid address")),
             node_name: None,
             cluster_listen: None,
+            cluster_advertise: None,
             cluster_seeds: Vec::new(),
+            cluster_seed_resolve_timeout_s: 60,
             queue_leader_locator: QueueLocator::ClientLocal,
             node_down_after_s: NODE_DOWN_AFTER_DEFAULT_S,
             fault_injection: None,
@@ -339,13 +349,14 @@ pub fn parse_addresses_or_none(values: &[String]) -> Result<Vec<SocketAddr>, Str
     }
     let mut out: Vec<SocketAddr> = Vec::with_capacity(values.len());
     for v in values {
-        let Some(a) = parse_address_or_none(v)? else {
-            unreachable!("none handled above")
-        };
-        if out.contains(&a) {
-            return Err(format!("'{a}' is given twice"));
+        // A name stands for every address it resolves to: `localhost:5672` listens on
+        // 127.0.0.1 and ::1 where both are configured.
+        for a in resolve_listen_address(v)? {
+            if out.contains(&a) {
+                return Err(format!("'{a}' is given twice"));
+            }
+            out.push(a);
         }
-        out.push(a);
     }
     if out.is_empty() {
         return Err("no address given: name one or more, or none".into());
@@ -357,11 +368,36 @@ pub fn parse_addresses_or_none(values: &[String]) -> Result<Vec<SocketAddr>, Str
 pub fn parse_address_or_none(s: &str) -> Result<Option<SocketAddr>, String> {
     match s {
         "none" => Ok(None),
-        addr => addr
-            .parse()
-            .map(Some)
-            .map_err(|e| format!("'{addr}' is neither an address nor none: {e}")),
+        addr => Ok(resolve_listen_address(addr)?.first().copied()),
     }
+}
+
+/// A listener's `HOST:PORT` as bound: an address as it is, a name resolved now (at start) to
+/// those of its addresses that belong to this machine.
+fn resolve_listen_address(s: &str) -> Result<Vec<SocketAddr>, String> {
+    let addr: HostPort = s
+        .parse()
+        .map_err(|e| format!("'{s}' is neither an address nor none: {e}"))?;
+    let found = addr.resolve_blocking()?;
+    if addr.ip().is_some() {
+        return Ok(found);
+    }
+    let local: Vec<SocketAddr> = found
+        .iter()
+        .copied()
+        .filter(|a| warren_cluster::address::is_local_ip(a.ip()))
+        .collect();
+    if local.is_empty() {
+        return Err(format!(
+            "'{s}' resolves to {}, none of them an address of this machine",
+            found
+                .iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    Ok(local)
 }
 
 impl ServerConfig {

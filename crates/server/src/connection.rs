@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -30,12 +30,16 @@ use warren_protocol::frame::{self, Frame, FrameError};
 use warren_protocol::method::{Method, MethodError};
 use warren_protocol::PROTOCOL_HEADER;
 
-/// How long we wait for close-ok after sending connection.close.
+/// How long a failed handshake, or a node shutting down, waits for close-ok after sending
+/// connection.close.
 const CLOSE_OK_TIMEOUT: Duration = Duration::from_secs(3);
-/// How long a connection its client closed goes on reading (and discarding) what the client
-/// still sends before it closes the socket itself: RabbitMQ's CLOSING_TIMEOUT, or the
-/// heartbeat interval when that is shorter. Closing a socket with unread bytes in it makes the
-/// kernel send a reset, which a client still writing sees as an error instead of its close-ok.
+/// How long an open connection's socket outlives its close handshake at most, with the
+/// heartbeat interval when that is shorter (`closing_timeout`): RabbitMQ's CLOSING_TIMEOUT.
+/// After the client's close-ok-answered close, the socket stays open (reading and discarding)
+/// until the client closes it; after the broker's connection.close, until close-ok. Closing a
+/// socket with unread bytes in it makes the kernel send a reset, which a client still writing
+/// sees as an error instead of its close-ok; shutting its write side at once shows a client
+/// that reads on a half-closed socket.
 const CLOSED_LINGER_TIMEOUT: Duration = Duration::from_secs(30);
 /// What one read takes while lingering: the bytes are thrown away.
 const LINGER_READ_BYTES: usize = 16 * 1024;
@@ -79,9 +83,10 @@ pub struct Connection {
     pub caps: ClientCaps,
     pub closing: bool,
     pub finished: bool,
-    /// The client closed the connection and was sent close-ok: the socket then lingers
-    /// (`linger_after_close`) rather than closing at once. (When the broker closes, RabbitMQ
-    /// discards frames until close-ok and then closes the socket at once; so does warren.)
+    /// The client closed the connection and was sent close-ok: the socket then stays open,
+    /// both ways, until the client closes it (`linger_after_close`). (When the broker closes,
+    /// RabbitMQ discards frames until close-ok and then closes the socket at once; so does
+    /// warren.)
     pub closed_by_client: bool,
     /// A topology change proposed to the cluster: answered before the next frame is read.
     pub proposal: Option<crate::replicated::Proposal>,
@@ -198,14 +203,14 @@ pub async fn serve_stream<R, W>(
         Err(_) => {
             handshake_timed_out(&shared, peer, "before the protocol header");
             outbox.close();
-            let _ = writer.await;
+            shut(writer).await;
             return;
         }
         _ => {
             // RabbitMQ answers any other header with the one it speaks, then closes.
             outbox.push(|b| b.extend_from_slice(PROTOCOL_HEADER));
             outbox.close();
-            let _ = writer.await;
+            shut(writer).await;
             return;
         }
     }
@@ -219,20 +224,20 @@ pub async fn serve_stream<R, W>(
         Ok(Ok(h)) => h,
         Ok(Err(Some(e))) => {
             send_connection_close(&outbox, &e.0, e.1, e.2);
-            wait_close_ok(&mut rd, &mut buf).await;
+            wait_close_ok(&mut rd, &mut buf, CLOSE_OK_TIMEOUT).await;
             outbox.close();
-            let _ = writer.await;
+            shut(writer).await;
             return;
         }
         Err(_) => {
             handshake_timed_out(&shared, peer, "during the AMQP handshake");
             outbox.close();
-            let _ = writer.await;
+            shut(writer).await;
             return;
         }
         Ok(Err(None)) => {
             outbox.close();
-            let _ = writer.await;
+            shut(writer).await;
             return;
         }
     };
@@ -293,17 +298,33 @@ pub async fn serve_stream<R, W>(
         .connections_closed
         .fetch_add(1, Ordering::Relaxed);
     outbox.close();
-    let _ = writer.await;
+    let socket = writer.await.ok().flatten();
     if c.closed_by_client {
-        let heartbeat = Duration::from_secs(c.heartbeat_s as u64);
-        let timeout = if heartbeat.is_zero() {
-            CLOSED_LINGER_TIMEOUT
-        } else {
-            heartbeat.min(CLOSED_LINGER_TIMEOUT)
-        };
+        let timeout = closing_timeout(c.heartbeat_s);
         linger_after_close(&mut rd, timeout, shared.shutdown.clone()).await;
     }
+    if let Some(mut socket) = socket {
+        let _ = socket.shutdown().await;
+    }
     tracing::debug!(conn = id, "connection closed");
+}
+
+/// Waits for the writer to drain the closed outbox, then shuts the socket's write side.
+async fn shut<W: AsyncWrite + Unpin>(writer: tokio::task::JoinHandle<Option<W>>) {
+    if let Ok(Some(mut socket)) = writer.await {
+        let _ = socket.shutdown().await;
+    }
+}
+
+/// RabbitMQ's bound on a connection's close (`rabbit_reader:close_connection`): the
+/// negotiated heartbeat interval when it is shorter than CLOSING_TIMEOUT.
+fn closing_timeout(heartbeat_s: u16) -> Duration {
+    let heartbeat = Duration::from_secs(heartbeat_s as u64);
+    if heartbeat.is_zero() {
+        CLOSED_LINGER_TIMEOUT
+    } else {
+        heartbeat.min(CLOSED_LINGER_TIMEOUT)
+    }
 }
 
 impl Connection {
@@ -376,8 +397,8 @@ pub fn truncate_text(s: &str) -> String {
 }
 
 /// After sending connection.close, RabbitMQ discards everything until close-ok (or a timeout).
-async fn wait_close_ok<R: AsyncRead + Unpin>(rd: &mut R, buf: &mut BytesMut) {
-    let _ = tokio::time::timeout(CLOSE_OK_TIMEOUT, async {
+async fn wait_close_ok<R: AsyncRead + Unpin>(rd: &mut R, buf: &mut BytesMut, timeout: Duration) {
+    let _ = tokio::time::timeout(timeout, async {
         loop {
             match frame::decode(buf, 0) {
                 Ok(Some(f)) => {
@@ -510,7 +531,13 @@ impl Connection {
             self.flush_confirms();
             crate::quorum_client::flush_settles(&self.shared);
             if self.closing {
-                wait_close_ok(rd, buf).await;
+                // A node shutting down does not wait a client's full closing timeout.
+                let timeout = if *self.shared.shutdown.borrow() {
+                    CLOSE_OK_TIMEOUT
+                } else {
+                    closing_timeout(self.heartbeat_s)
+                };
+                wait_close_ok(rd, buf, timeout).await;
                 return;
             }
             if throttled {

@@ -26,7 +26,8 @@ pub struct QueueView {
     pub leader: Option<String>,
 }
 
-/// The figures of the queues this node hosts (in `vhost`, or all).
+/// The figures of the queues this node hosts and of the quorum queues it holds a replica of
+/// (in `vhost`, or all).
 pub fn hosted_here(shared: &Shared, vhost: Option<&str>) -> Vec<QueueCounts> {
     let me = shared.node_name();
     let mut out = Vec::new();
@@ -35,11 +36,12 @@ pub fn hosted_here(shared: &Shared, vhost: Option<&str>) -> Vec<QueueCounts> {
             continue;
         }
         for q in v.lock().expect("vhost lock").queue_infos() {
-            if q.node.as_deref().is_some_and(|n| n != me) {
-                continue;
-            }
+            // A quorum queue's figures from any replica: the asking node may hold none.
             if let Some(c) = replica_counts(shared, &name, &q) {
                 out.push(c);
+                continue;
+            }
+            if q.node.as_deref().is_some_and(|n| n != me) {
                 continue;
             }
             out.push(QueueCounts {
@@ -89,13 +91,30 @@ pub async fn queue_views(shared: &Shared, vhost: Option<&str>) -> Vec<QueueView>
     let Some(cluster) = &shared.cluster else {
         return views;
     };
+    // The node each queue's figures are asked of: its home, or for a quorum queue a running
+    // member (its home may have left its members).
+    let running = |n: &str| cluster.is_node_running(n) == Some(true);
+    let asked: Vec<Option<String>> = views
+        .iter()
+        .map(|q| {
+            if known.contains(&(q.vhost.clone(), q.info.name.clone())) {
+                return None;
+            }
+            let home = q.info.node.as_deref()?;
+            let members = &q.info.members;
+            if members.is_empty() || members.iter().any(|m| &**m == home) {
+                return Some(home.to_string());
+            }
+            let member = members.iter().find(|m| running(m)).unwrap_or(&members[0]);
+            Some(member.to_string())
+        })
+        .collect();
     let homes: Vec<String> = {
-        let mut homes: Vec<String> = views
+        let mut homes: Vec<String> = asked
             .iter()
-            .filter(|q| !known.contains(&(q.vhost.clone(), q.info.name.clone())))
-            .filter_map(|q| q.info.node.as_deref())
-            .filter(|n| *n != me)
-            .map(str::to_string)
+            .flatten()
+            .filter(|n| **n != me)
+            .cloned()
             .collect();
         homes.sort_unstable();
         homes.dedup();
@@ -137,14 +156,11 @@ pub async fn queue_views(shared: &Shared, vhost: Option<&str>) -> Vec<QueueView>
         };
         answers.insert(node, counts);
     }
-    for view in &mut views {
-        if known.contains(&(view.vhost.clone(), view.info.name.clone())) {
-            continue;
-        }
-        let Some(node) = view.info.node.as_deref() else {
+    for (view, node) in views.iter_mut().zip(asked) {
+        let Some(node) = node else {
             continue;
         };
-        let Some(answer) = answers.get(node) else {
+        let Some(answer) = answers.get(&node) else {
             continue;
         };
         match answer {

@@ -171,7 +171,10 @@ pub fn answer(
                 }),
             );
         }
-        Request::QueueStats { .. } | Request::Applied { .. } | Request::Clients { .. } => {}
+        Request::QueueStats { .. }
+        | Request::Applied { .. }
+        | Request::Clients { .. }
+        | Request::Node => {}
     }
     None
 }

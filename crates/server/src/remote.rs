@@ -523,6 +523,13 @@ impl Peers {
                 messaging.send(from, &Data::Answer { id, result });
                 return;
             }
+            Request::Node => {
+                let result = Ok(Response::Node {
+                    node: crate::management::node_json(shared),
+                });
+                messaging.send(from, &Data::Answer { id, result });
+                return;
+            }
             Request::Consume { vhost, .. }
             | Request::Cancel { vhost, .. }
             | Request::Get { vhost, .. }
@@ -635,7 +642,10 @@ impl Peers {
                     messages: ok.message_count,
                     consumers: ok.consumer_count,
                 }),
-            Request::QueueStats { .. } | Request::Applied { .. } | Request::Clients { .. } => {
+            Request::QueueStats { .. }
+            | Request::Applied { .. }
+            | Request::Clients { .. }
+            | Request::Node => {
                 unreachable!("answered above")
             }
         };

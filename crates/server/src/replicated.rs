@@ -227,6 +227,7 @@ impl Connection {
             // A remote request's handler replied; a channel.open was answered above.
             (Reply::Remote(..) | Reply::ChannelOpen, _) => return Ok(()),
             (Reply::QueueDeclare, Outcome::QueueDeclared(ok)) => {
+                self.shared.broker.queue_churn.declared(ok.created);
                 if let Some(ch) = self.channels.get_mut(&number) {
                     ch.last_queue = Some(ok.queue.clone());
                 }
@@ -237,6 +238,7 @@ impl Connection {
                 }))
             }
             (Reply::QueueDelete, Outcome::QueueDeleted(n)) => {
+                self.shared.broker.queue_churn.deleted();
                 AMQPClass::Queue(queue::AMQPMethod::DeleteOk(queue::DeleteOk {
                     message_count: n,
                 }))
@@ -279,6 +281,28 @@ impl Connection {
             let m = Method::Other(class);
             self.outbox.push(|b| m.encode(number, b));
         }
+        if reply == Reply::QueueDelete {
+            self.release_cancels(number);
+        }
         Ok(())
+    }
+
+    /// Holds basic.cancel to channel `number`'s consumers while it deletes a queue, whatever
+    /// path the delete takes (this node, a proposal, the queue's node), so that delete-ok goes
+    /// first as in RabbitMQ (see `ChannelState::held_cancels`).
+    pub(crate) fn hold_cancels(&self, number: u16) {
+        if let Some(ch) = self.channels.get(&number) {
+            self.vhost.lock().expect("vhost lock").hold_cancels(ch.key);
+        }
+    }
+
+    /// Sends what [`Self::hold_cancels`] held, after the delete-ok.
+    pub(crate) fn release_cancels(&self, number: u16) {
+        if let Some(ch) = self.channels.get(&number) {
+            self.vhost
+                .lock()
+                .expect("vhost lock")
+                .release_cancels(ch.key);
+        }
     }
 }

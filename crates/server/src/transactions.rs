@@ -43,20 +43,18 @@ impl Connection {
     pub(crate) fn settle(&mut self, number: u16, op: TxOp, now: u64) -> Result<(), AmqpError> {
         let ch = self.channels.get_mut(&number).expect("open channel");
         if let Some(tx) = ch.tx.as_ref() {
-            // RabbitMQ closes the channel at once on an unknown or already settled tag.
-            let single = match op {
-                TxOp::Ack {
-                    tag,
-                    multiple: false,
+            // RabbitMQ closes the channel at once on an unknown or already settled tag, the
+            // tag a multiple settlement names included (its collect_acks must find that tag
+            // among the unacked ones); only multiple with tag 0, "all", names none.
+            let named = match op {
+                TxOp::Ack { tag, multiple } | TxOp::Nack { tag, multiple, .. }
+                    if !(multiple && tag == 0) =>
+                {
+                    Some(tag)
                 }
-                | TxOp::Nack {
-                    tag,
-                    multiple: false,
-                    ..
-                } => Some(tag),
                 _ => None,
             };
-            if let Some(tag) = single {
+            if let Some(tag) = named {
                 let key = ch.key;
                 if settled_in(tx, tag)
                     || !self.vhost.lock().expect("vhost lock").has_unacked(key, tag)

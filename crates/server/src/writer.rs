@@ -24,7 +24,10 @@ pub struct Writer<W> {
 }
 
 impl<W: AsyncWrite + Unpin> Writer<W> {
-    pub async fn run(mut self) {
+    /// Ends once the outbox is closed and drained, handing back the socket unshut (`None`
+    /// after a failed write): when the client closed, RabbitMQ leaves the socket open until the
+    /// client closes its side, so only the connection knows when to shut it.
+    pub async fn run(mut self) -> Option<W> {
         let mut last_write = Instant::now();
         loop {
             let hb = self.heartbeat_s.load(std::sync::atomic::Ordering::Relaxed);
@@ -57,7 +60,7 @@ impl<W: AsyncWrite + Unpin> Writer<W> {
                 }
                 let congested = buf.len() > OUTBOX_BYTES_SOFT_MAX;
                 if self.socket.write_all(&buf).await.is_err() {
-                    return;
+                    return None;
                 }
                 last_write = Instant::now();
                 if congested {
@@ -65,12 +68,11 @@ impl<W: AsyncWrite + Unpin> Writer<W> {
                 }
             }
             if self.flush_each_batch && self.socket.flush().await.is_err() {
-                return;
+                return None;
             }
             if closing {
                 let _ = self.socket.flush().await;
-                let _ = self.socket.shutdown().await;
-                return;
+                return Some(self.socket);
             }
         }
     }
@@ -115,8 +117,8 @@ mod tests {
     }
 
     /// The connection pushes its last frame (close-ok) and closes the outbox at once, wherever
-    /// the writer is in its pass: the client reads the frame before end of stream, never end
-    /// of stream alone.
+    /// the writer is in its pass: the frame is written before the writer hands the socket
+    /// back, so the client reads it before end of stream, never end of stream alone.
     #[tokio::test]
     async fn what_was_pushed_before_the_close_is_written_before_the_socket_is_shut() {
         let (mut client, server) = tokio::io::duplex(1 << 16);
@@ -141,9 +143,11 @@ mod tests {
         };
         let task = tokio::spawn(writer.run());
         outbox.push(|b| b.extend_from_slice(b"frames;"));
+        let mut socket = task.await.unwrap().expect("the socket handed back");
+        socket.shutdown().await.unwrap();
+        drop(socket);
         let mut got = Vec::new();
         client.read_to_end(&mut got).await.unwrap();
         assert_eq!(got, b"frames;close-ok");
-        task.await.unwrap();
     }
 }

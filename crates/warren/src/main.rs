@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use warren_cluster::address::HostPort;
 use warren_server::config::ServerConfig;
 
 #[derive(Parser)]
@@ -180,16 +181,28 @@ struct ServerArgs {
     /// This node's name in a cluster [default: warren@<cluster port>].
     #[arg(long, env = "WARREN_NODE_NAME")]
     node_name: Option<String>,
-    /// Where the other nodes of a cluster connect to this one (all traffic between nodes);
-    /// without it the node is a single node. Alone (no --cluster-seeds), the node waits to be
-    /// told `warren ctl join_cluster`.
+    /// Where the other nodes of a cluster connect to this one (all traffic between nodes), as
+    /// HOST:PORT (a name or an address; 0.0.0.0:25672 for every interface); without it the node
+    /// is a single node. Alone (no --cluster-seeds), the node waits to be told `warren ctl
+    /// join_cluster`.
     #[arg(long, env = "WARREN_CLUSTER_LISTEN")]
-    cluster_listen: Option<SocketAddr>,
-    /// The founding nodes' cluster addresses, comma separated (this node's may be listed):
-    /// the cluster forms once a majority of them run. A node not listed joins the running
-    /// cluster of the nodes listed.
+    cluster_listen: Option<HostPort>,
+    /// The address the other nodes reach this one at, HOST:PORT, when it is not the listen
+    /// address: a node listening on every interface, behind NAT, in a pod [default: the listen
+    /// address; listening on every interface, the seed that resolves to this node, else this
+    /// machine's host name].
+    #[arg(long, env = "WARREN_CLUSTER_ADVERTISE")]
+    cluster_advertise: Option<HostPort>,
+    /// The founding nodes' cluster addresses, HOST:PORT, comma separated (this node's may be
+    /// listed): the cluster forms once a majority of them run. A node not listed joins the
+    /// running cluster of the nodes listed. At later starts, where to look for the other
+    /// members if their addresses changed [default: those of the first start].
     #[arg(long, env = "WARREN_CLUSTER_SEEDS", value_delimiter = ',')]
-    cluster_seeds: Vec<SocketAddr>,
+    cluster_seeds: Vec<HostPort>,
+    /// Seconds a node's first start waits for every seed's name to resolve before it gives up
+    /// [default: 60].
+    #[arg(long, env = "WARREN_CLUSTER_SEED_RESOLVE_TIMEOUT_S")]
+    cluster_seed_resolve_timeout_s: Option<u64>,
     /// Which node hosts a queue declared without x-queue-leader-locator in a cluster:
     /// client-local (the declaring client's node) or balanced (spread over running nodes).
     #[arg(long, env = "WARREN_QUEUE_LEADER_LOCATOR")]
@@ -369,11 +382,17 @@ impl ServerArgs {
         if let Some(v) = &self.node_name {
             c.node_name = Some(v.clone());
         }
-        if let Some(v) = self.cluster_listen {
-            c.cluster_listen = Some(v);
+        if let Some(v) = &self.cluster_listen {
+            c.cluster_listen = Some(v.clone());
+        }
+        if let Some(v) = &self.cluster_advertise {
+            c.cluster_advertise = Some(v.clone());
         }
         if !self.cluster_seeds.is_empty() {
             c.cluster_seeds = self.cluster_seeds.clone();
+        }
+        if let Some(v) = self.cluster_seed_resolve_timeout_s {
+            c.cluster_seed_resolve_timeout_s = v;
         }
         if let Some(v) = &self.queue_leader_locator {
             c.queue_leader_locator =
@@ -542,7 +561,7 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
                 return std::process::ExitCode::from(1);
             }
         };
-        let cluster = match config.cluster_listen {
+        let cluster = match config.cluster_listen.clone() {
             None => None,
             Some(listen) => {
                 let cluster_config = warren_cluster::ClusterConfig {
@@ -551,7 +570,11 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
                         .clone()
                         .unwrap_or_else(|| format!("warren@{}", listen.port())),
                     listen,
+                    advertise: config.cluster_advertise.clone(),
                     seeds: config.cluster_seeds.clone(),
+                    seed_resolve_timeout: std::time::Duration::from_secs(
+                        config.cluster_seed_resolve_timeout_s,
+                    ),
                     amqp: config
                         .listen
                         .first()

@@ -3,6 +3,7 @@ package interop
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"testing"
@@ -225,6 +226,33 @@ func TestAckOfUnknownDeliveryTagIs406(t *testing.T) {
 	select {
 	case e := <-closed:
 		expectAMQPError(t, e, 406, "PRECONDITION_FAILED - unknown delivery tag 99")
+	case <-time.After(waitTimeout):
+		t.Fatal("channel not closed")
+	}
+}
+
+// A multiple ack must name a delivery still unacked (RabbitMQ's collect_acks): on a
+// transactional channel as on a plain one, a tag past the last delivery closes the channel at
+// once, not at tx.commit.
+func TestTxAckMultiplePastTheLastDeliveryIs406AtOnce(t *testing.T) {
+	ch := channel(t, dial(t))
+	q := tempQueue(t, ch)
+	for _, b := range []string{"one", "two"} {
+		publish(t, ch, "", q, amqp.Publishing{Body: []byte(b)})
+	}
+	if err := ch.Tx(); err != nil {
+		t.Fatal(err)
+	}
+	getOne(t, ch, q, false)
+	last := getOne(t, ch, q, false).DeliveryTag
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	past := last + 5
+	if err := ch.Ack(past, true); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-closed:
+		expectAMQPError(t, e, 406, fmt.Sprintf("PRECONDITION_FAILED - unknown delivery tag %d", past))
 	case <-time.After(waitTimeout):
 		t.Fatal("channel not closed")
 	}

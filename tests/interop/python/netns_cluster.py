@@ -8,6 +8,11 @@ Layout (every address lives in a namespace made here, none in the host's):
                                5672 and HTTP on 15672, for clients)
     warren-nc-<pid>-<k>-hub    bridge brc, joining the nodes' cluster links (c<i> its ends)
 
+Named (`NetnsCluster(named=True)`), the nodes find each other by name as on real machines: node i
+is `n<i>.warren.test` in every namespace's `/etc/netns/<ns>/hosts` (which `ip netns exec` mounts
+over `/etc/hosts`), listens on 0.0.0.0 and advertises its name, and the seeds are the names. A
+node given another address (`readdress`) keeps its name: every hosts file follows.
+
 A partition sets node i's cluster veth down (both ends lose carrier, packets vanish, open TCP
 connections hang rather than reset, as a pulled cable does). Clients reach a node on its own
 loopback, so a test still talks to a node it cut off and sees what a client there sees (and
@@ -103,6 +108,7 @@ def remove_stale_namespaces():
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(pid), signal.SIGKILL)
         run("ip", "netns", "del", name, check=False)
+        shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -154,6 +160,7 @@ class Node:
         self.name = f"n{index + 1}"
         self.ns = f"{cluster.prefix}-{self.name}"
         self.cluster_ip = f"{CLUSTER_NET}.{index + 1}"
+        self.host = f"n{index + 1}.warren.test"
         self.client_ip = "127.0.0.1"
         self.data = os.path.join(cluster.dir, self.name)
         self.log_path = os.path.join(cluster.dir, f"{self.name}.log")
@@ -167,18 +174,47 @@ class Node:
     def start(self, wait=True):
         assert self.proc is None or self.proc.poll() is not None, f"{self.name} already runs"
         log = open(self.log_path, "ab")
-        seeds = ",".join(f"{n.cluster_ip}:{CLUSTER_PORT}" for n in self.cluster.nodes)
-        self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", self.ns, WARREN_BIN, "server", "--node-name", self.name,
-             "--listen", f"{self.client_ip}:{AMQP_PORT}",
-             "--cluster-listen", f"{self.cluster_ip}:{CLUSTER_PORT}",
-             "--cluster-seeds", seeds, "--data-dir", self.data,
-             "--management-listen", f"{self.client_ip}:{HTTP_PORT}"] + self.cluster.extra_args,
-            stdout=log, stderr=log)
+        self.proc = subprocess.Popen(self.command(), stdout=log, stderr=log)
         log.close()
         self.paused = False
         if wait:
             eventually(lambda: self.api("/api/overview"), f"{self.name} serves its API")
+
+    def command(self, *extra, seeds=None):
+        """The node's command line: by IP, or by name listening on every interface."""
+        cluster = self.cluster
+        if cluster.named:
+            seeds = seeds or ",".join(f"{n.host}:{CLUSTER_PORT}" for n in cluster.nodes)
+            addresses = ["--cluster-listen", f"0.0.0.0:{CLUSTER_PORT}",
+                         "--cluster-advertise", f"{self.host}:{CLUSTER_PORT}"]
+        else:
+            seeds = seeds or ",".join(f"{n.cluster_ip}:{CLUSTER_PORT}" for n in cluster.nodes)
+            addresses = ["--cluster-listen", f"{self.cluster_ip}:{CLUSTER_PORT}"]
+        return (["ip", "netns", "exec", self.ns, WARREN_BIN, "server", "--node-name", self.name,
+                 "--listen", f"{self.client_ip}:{AMQP_PORT}"] + addresses
+                + ["--cluster-seeds", seeds, "--data-dir", self.data,
+                   "--management-listen", f"{self.client_ip}:{HTTP_PORT}"]
+                + cluster.extra_args + list(extra))
+
+    def run_until_exit(self, *extra, seeds=None, timeout_s=60):
+        """Runs the node in the foreground with `extra` arguments until it exits by itself:
+        (exit code, what it printed). For starts that must be refused."""
+        r = subprocess.run(self.command(*extra, seeds=seeds), capture_output=True, text=True,
+                           timeout=timeout_s)
+        return r.returncode, r.stdout + r.stderr
+
+    def readdress(self, last_octet):
+        """Gives the node's cluster interface another address (as a machine or pod rescheduled
+        elsewhere would get); its name follows in every hosts file. Call while it is stopped."""
+        new_ip = f"{CLUSTER_NET}.{last_octet}"
+        run("ip", "-n", self.ns, "addr", "del", f"{self.cluster_ip}/24", "dev", "cl")
+        run("ip", "-n", self.ns, "addr", "add", f"{new_ip}/24", "dev", "cl")
+        for other in self.cluster.nodes:
+            for ip in (self.cluster_ip,):
+                with contextlib.suppress(Exception):
+                    run("ip", "-n", other.ns, "neigh", "flush", "to", ip)
+        self.cluster_ip = new_ip
+        self.cluster.write_hosts()
 
     def kill(self):
         """kill -9 (a paused process dies too: SIGKILL needs no SIGCONT)."""
@@ -302,12 +338,13 @@ class Node:
 class NetnsCluster:
     """N warren nodes in namespaces; use as a context manager or call close()."""
 
-    def __init__(self, size=3, extra_args=(), workdir=None):
+    def __init__(self, size=3, extra_args=(), workdir=None, named=False):
         global _instances
         _instances += 1
         self.prefix = f"{NS_PREFIX}{os.getpid()}-{_instances}"
         self.hub = f"{self.prefix}-hub"
         self.extra_args = list(extra_args)
+        self.named = named
         self.dir = workdir or tempfile.mkdtemp(prefix="warren-netns-")
         self.nodes = [Node(self, i) for i in range(size)]
         self.namespaces = []
@@ -343,6 +380,17 @@ class NetnsCluster:
             run(*hub, "link", "set", hub_end, "up")
             run(*me, "addr", "add", f"{n.cluster_ip}/24", "dev", "cl")
             run(*me, "link", "set", "cl", "up")
+        if self.named:
+            self.write_hosts()
+
+    def write_hosts(self):
+        """Every node's name at its current address, in each node's namespace. Written in place:
+        `ip netns exec` bind-mounts the file, so a running node sees the new contents."""
+        lines = ["127.0.0.1 localhost"] + [f"{n.cluster_ip} {n.host}" for n in self.nodes]
+        for n in self.nodes:
+            os.makedirs(f"/etc/netns/{n.ns}", exist_ok=True)
+            with open(f"/etc/netns/{n.ns}/hosts", "w") as f:
+                f.write("\n".join(lines) + "\n")
 
     def _netns_add(self, name):
         run("ip", "netns", "add", name)
@@ -400,6 +448,7 @@ class NetnsCluster:
                 n.kill()
         for name in reversed(self.namespaces):
             run("ip", "netns", "del", name, check=False)
+            shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
         self.namespaces = []
         with _live_lock:
             _live.discard(self)

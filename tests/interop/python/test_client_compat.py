@@ -1,9 +1,12 @@
 """The small behaviours of RabbitMQ 3.10 that client applications rely on without knowing it
 (issue 12): each test here passes on RabbitMQ and on warren."""
 
+import socket
 import struct
 import time
+import urllib.parse
 
+import amqp
 import amqp_raw
 import pika
 import pytest
@@ -243,6 +246,55 @@ def test_queue_deletion_sends_basic_cancel_only_to_clients_with_consumer_cancel_
     ch.queue_delete(name)
 
 
+def py_amqp_connection(broker):
+    """A py-amqp (kombu's and Celery's client) connection to the broker under test."""
+    uri = urllib.parse.urlparse(broker.uri)
+    c = amqp.Connection(f"{broker.host}:{broker.port}", userid=uri.username or "guest",
+                        password=uri.password or "guest",
+                        virtual_host=urllib.parse.unquote(uri.path[1:]) or "/", connect_timeout=5)
+    c.connect()
+    return c
+
+
+def drain_until(c, done, what, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        try:
+            c.drain_events(timeout=0.2)
+        except socket.timeout:
+            pass
+
+
+@pytest.mark.parametrize("queue_type", ["classic", "quorum"])
+def test_queue_delete_ok_comes_before_the_basic_cancel_of_the_deleting_channels_consumer(
+        broker, name, queue_type):
+    # py-amqp raises ConsumerCancelled for a basic.cancel to a consumer without an on_cancel
+    # callback: a cancel ahead of delete-ok escaped from queue_delete itself. Three queues, so
+    # that in a cluster some live on another node than the client's.
+    c = py_amqp_connection(broker)
+    try:
+        deleting, other = c.channel(), c.channel()
+        for i in range(3):
+            q = f"{name}.{i}"
+            deleting.queue_declare(q, durable=True, auto_delete=False,
+                                   arguments={"x-queue-type": queue_type})
+            other_cancelled = []
+            other.basic_consume(q, callback=lambda m: None, consumer_tag="theirs",
+                                on_cancel=other_cancelled.append)
+            deleting.basic_consume(q, callback=lambda m: None, consumer_tag="mine")
+            assert deleting.queue_delete(q) == 0
+            # The cancel still comes, after the delete-ok, as RabbitMQ's does.
+            with pytest.raises(amqp.exceptions.ConsumerCancelled) as cancelled:
+                drain_until(c, lambda: False, "basic.cancel for the deleting channel")
+            assert cancelled.value.reply_text == "mine"
+            # And the consumer on another channel is told too.
+            drain_until(c, lambda: other_cancelled, "basic.cancel on the other channel")
+            assert other_cancelled == ["theirs"]
+    finally:
+        c.close()
+
+
 # Enough bytes after the close that the broker cannot have read them all when it is done with
 # the connection: a socket closed with unread bytes sends a reset instead of a FIN.
 FLOOD_PUBLISHES = 40
@@ -310,3 +362,53 @@ def test_frames_in_flight_when_the_broker_closes_are_discarded_until_close_ok(ch
     assert c.wait_closed(timeout=5.0), "the broker kept the socket open after close-ok"
     assert ch.queue_declare(name, passive=True).method.message_count == 0
     ch.queue_delete(name)
+
+
+def client_close(c):
+    c.send(amqp_raw.method_frame(0, amqp_raw.CONNECTION_CLOSE,
+                                 struct.pack(">H", 200) + amqp_raw.shortstr(b"bye")
+                                 + struct.pack(">HH", 0, 0)))
+    c.expect_method(amqp_raw.CONNECTION_CLOSE_OK)
+
+
+def test_the_socket_stays_open_after_close_ok_until_the_client_closes_it(raw):
+    # A client that reads on after close-ok (lapin) must not find the socket half-closed:
+    # RabbitMQ neither shuts its side (a FIN) nor resets until the client closes its own.
+    c = raw().open()
+    client_close(c)
+    c.sock.settimeout(1.5)
+    try:
+        got = c.sock.recv(65536)
+    except socket.timeout:
+        pass
+    except OSError as e:
+        raise AssertionError(f"the broker reset the socket after close-ok: {e!r}") from None
+    else:
+        assert got, "the broker shut its side of the socket (FIN) right after close-ok"
+        raise AssertionError(f"bytes after close-ok: {got!r}")
+    c.sock.shutdown(socket.SHUT_WR)
+    assert c.wait_closed(5), "the broker kept the socket after the client closed its side"
+
+
+# The heartbeat the bound tests negotiate: RabbitMQ closes a closed connection's socket after its
+# CLOSING_TIMEOUT (30 s) or the heartbeat interval when shorter, whichever side closed.
+CLOSING_HEARTBEAT_S = 5
+
+
+def test_a_client_that_never_closes_after_close_ok_is_closed_after_the_heartbeat_interval(raw):
+    c = raw().open(heartbeat=CLOSING_HEARTBEAT_S)
+    client_close(c)
+    assert not c.wait_closed(CLOSING_HEARTBEAT_S - 1), "closed before the closing timeout"
+    assert c.wait_closed(5), "the socket outlived the closing timeout"
+
+
+def test_a_client_that_never_answers_the_brokers_close_is_closed_after_the_heartbeat_interval(
+        raw):
+    c = raw().open(heartbeat=CLOSING_HEARTBEAT_S)
+    c.open_channel(1)
+    c.send(amqp_raw.method_frame(1, amqp_raw.CHANNEL_OPEN, amqp_raw.channel_open_args()))
+    f = c.read_frame()
+    assert f.method == amqp_raw.CONNECTION_CLOSE and f.close_reason()[0] == 504, f
+    # No close-ok: RabbitMQ waits for it as long as it keeps a client-closed socket.
+    assert not c.wait_closed(CLOSING_HEARTBEAT_S - 1), "closed before the closing timeout"
+    assert c.wait_closed(5), "the socket outlived the closing timeout"

@@ -198,3 +198,130 @@ def test_connections_channels_and_consumers_are_listed_and_closed_cluster_wide(c
                     c.close()
             except Exception:  # noqa: BLE001 - its node was killed
                 pass
+
+
+def test_every_node_lists_every_nodes_figures_and_alarms(cluster):  # noqa: F811
+    n1, n2, n3 = cluster.nodes
+    # A memory alarm on n3 alone (a watermark of one byte), seen from n1.
+    assert call(n3, "PUT", "/api/warren/vm-memory-high-watermark", {"bytes": 1})[0] == 204
+
+    def n3_seen_from_n1():
+        status, nodes = call(n1, "GET", "/api/nodes")
+        assert status == 200, nodes
+        return {n["name"]: n for n in nodes}
+    nodes = eventually(lambda: (lambda m: m["n3"].get("mem_alarm") and m)(n3_seen_from_n1()),
+                       "n3's memory alarm in n1's /api/nodes")
+    assert sorted(nodes) == ["n1", "n2", "n3"]
+    assert [nodes[n]["mem_alarm"] for n in ("n1", "n2", "n3")] == [False, False, True]
+    for name, node in nodes.items():
+        # Each node's own figures, in RabbitMQ's field names.
+        assert node["running"] is True, name
+        assert node["mem_used"] > 0 and node["mem_limit"] > 0, (name, node)
+        assert node["disk_free"] > 0 and node["disk_free_limit"] > 0, (name, node)
+        assert node["disk_free_alarm"] is False, name
+        assert node["uptime"] > 0 and node["fd_used"] > 0 and node["sockets_used"] > 0, node
+        assert node["fd_total"] >= node["fd_used"] and node["proc_used"] > 0, node
+        assert isinstance(node["run_queue"], int) and node["partitions"] == [], node
+        assert {(x["node"], x["protocol"]) for x in node["listeners"]} >= {
+            (name, "amqp"), (name, "http"), (name, "clustering")}, node
+    assert nodes["n3"]["mem_limit"] == 1
+    assert nodes["n2"]["os_pid"] == str(n2.proc.pid)
+    # One node by name, from another; a name that is no member is 404.
+    status, one = call(n2, "GET", "/api/nodes/n3")
+    assert (status, one["name"], one["mem_alarm"], one["os_pid"]) == (
+        200, "n3", True, str(n3.proc.pid))
+    assert call(n2, "GET", "/api/nodes/n9")[0] == 404
+    # The overview lists every node's listeners.
+    listeners = call(n1, "GET", "/api/overview")[1]["listeners"]
+    assert {(x["node"], x["port"]) for x in listeners if x["protocol"] == "amqp"} == {
+        (n.name, n.amqp) for n in cluster.nodes}
+    assert call(n3, "PUT", "/api/warren/vm-memory-high-watermark", {"fraction": 0.4})[0] == 204
+
+    # A node that is down is listed as not running, with what is known of it.
+    n3.kill()
+    nodes = eventually(lambda: (lambda m: m["n3"]["running"] is False and m)(n3_seen_from_n1()),
+                       "n3 not running in n1's /api/nodes")
+    assert nodes["n3"]["cluster_address"] == f"127.0.0.1:{n3.link}"
+    assert "mem_used" not in nodes["n3"]
+    assert nodes["n2"]["running"] is True and nodes["n2"]["mem_used"] > 0
+
+
+def rate(q, key):
+    return q.get("message_stats", {}).get(f"{key}_details", {}).get("rate", 0.0)
+
+
+def test_message_rates_of_a_quorum_queue_and_a_remote_classic_queue_show_on_every_node(cluster):  # noqa: F811
+    n1, n2, n3 = cluster.nodes
+    conn = n1.connection()
+    ch = conn.channel()
+    # A quorum queue on two members (n1 and one other), so one node holds no replica of it;
+    # a classic queue n1 hosts.
+    ch.queue_declare("rated-qq", durable=True, arguments={
+        "x-queue-type": "quorum", "x-quorum-initial-group-size": 2})
+    ch.queue_declare("rated-cq", durable=True)
+    members = eventually(lambda: call(n1, "GET", "/api/queues/%2F/rated-qq")[1].get("members"),
+                         "the quorum queue's members")
+    assert len(members) == 2
+    by_name = {n.name: n for n in cluster.nodes}
+    follower = [by_name[m] for m in members if m != "n1"] or [n2]
+    outsider = [n for n in cluster.nodes if n.name not in members]
+    asked = follower + outsider + [n2, n3]
+    # A publisher runs while the nodes are asked, until each saw both rates above zero.
+    seen = {}
+    deadline_publishes = 4000
+    for i in range(deadline_publishes):
+        ch.basic_publish("", "rated-qq", b"m")
+        ch.basic_publish("", "rated-cq", b"m")
+        if i % 50 == 0:
+            conn.process_data_events(time_limit=0.1)
+            for node in asked:
+                for queue in ("rated-qq", "rated-cq"):
+                    status, q = call(node, "GET", f"/api/queues/%2F/{queue}")
+                    if status == 200 and rate(q, "publish") > 0 and \
+                            q["messages_details"]["rate"] > 0:
+                        seen[(node.name, queue)] = rate(q, "publish")
+            if len(seen) == 2 * len({n.name for n in asked}):
+                break
+    assert len(seen) == 2 * len({n.name for n in asked}), (members, seen)
+    # The listing shows them as the queue's own page does.
+    listed = {q["name"]: q for q in call(outsider[0] if outsider else n3, "GET", "/api/queues")[1]}
+    assert listed["rated-qq"]["message_stats"]["publish"] > 0
+    assert listed["rated-qq"]["leader"] in members
+    assert sorted(listed["rated-qq"]["online"]) == sorted(members)
+    conn.close()
+
+
+def test_queue_churn_is_counted_once_on_the_node_a_client_used(cluster):  # noqa: F811
+    n1, n2, n3 = cluster.nodes
+
+    def churn(node):
+        text = urllib.request.urlopen(f"http://127.0.0.1:{node.http}/metrics", timeout=10).read()
+        values = {}
+        for line in text.decode().splitlines():
+            for key in ("declared", "created", "deleted"):
+                if line.startswith(f"rabbitmq_queues_{key}_total "):
+                    values[key] = float(line.split()[1])
+        return values
+    before = {n.name: churn(n) for n in cluster.nodes}
+    conn = n2.connection()
+    ch = conn.channel()
+    ch.queue_declare("churn-a", durable=True)
+    ch.queue_declare("churn-a", durable=True)           # declared again, not created
+    ch.queue_declare("churn-a", passive=True)           # not counted
+    ch.queue_declare("churn-q", durable=True, arguments={"x-queue-type": "quorum"})
+    ch.queue_delete("churn-a")
+    ch.queue_delete("churn-q")
+    ch.queue_declare("churn-x", exclusive=True)
+    conn.close()                                        # its exclusive queue goes with it
+
+    def moved():
+        now = {n.name: churn(n) for n in cluster.nodes}
+        return {name: {k: now[name][k] - before[name][k] for k in now[name]} for name in now}
+    eventually(lambda: moved()["n2"]["deleted"] == 3, "the exclusive queue's delete counted")
+    assert moved() == {"n1": {"declared": 0, "created": 0, "deleted": 0},
+                       "n2": {"declared": 4, "created": 3, "deleted": 3},
+                       "n3": {"declared": 0, "created": 0, "deleted": 0}}
+    # /api/nodes shows the same counts under RabbitMQ's names.
+    node = call(n1, "GET", "/api/nodes/n2")[1]
+    assert node["queue_declared"] - before["n2"]["declared"] == 4
+    assert node["queue_created"] - before["n2"]["created"] == 3

@@ -44,6 +44,9 @@ OVERVIEW = {
     "rabbitmq_connections_closed": ("counter", set()),
     "rabbitmq_channels_opened": ("counter", set()),
     "rabbitmq_channels_closed": ("counter", set()),
+    "rabbitmq_queues_declared": ("counter", set()),
+    "rabbitmq_queues_created": ("counter", set()),
+    "rabbitmq_queues_deleted": ("counter", set()),
     "rabbitmq_channel_consumers": ("gauge", set()),
     "rabbitmq_channel_messages_published": ("counter", set()),
     "rabbitmq_channel_messages_confirmed": ("counter", set()),
@@ -349,6 +352,29 @@ def test_global_counters_count_what_clients_did(broker, scrape, name):
     ch2 = broker.connect().channel()
     ch2.queue_delete(name)
     ch2.connection.close()
+
+
+def test_queue_churn_counts_declares_creations_and_deletions(broker, scrape, name):
+    """The Overview dashboard's queue churn panels: a redeclare is declared but not created,
+    a passive declare is neither, an exclusive queue's end is a deletion."""
+    churn = ("rabbitmq_queues_declared", "rabbitmq_queues_created", "rabbitmq_queues_deleted")
+    before = scrape()
+    conn = broker.connect()
+    ch = conn.channel()
+    ch.queue_declare(name)
+    ch.queue_declare(name)
+    ch.queue_declare(name, passive=True)
+    ch.queue_declare(f"{name}.b", durable=True)
+    ch.queue_delete(name)
+    ch.queue_delete(f"{name}.b")
+    ch.queue_declare(f"{name}.x", exclusive=True)
+    conn.close()
+
+    def moved():
+        after = scrape()
+        return tuple(value(after, m) - value(before, m) for m in churn)
+    wait_for(lambda: moved() == (4, 3, 3), timeout=STATS_WAIT_S, interval=0.2,
+             what=f"declared, created, deleted to grow by (4, 3, 3) (moved {moved()})")
 
 
 def test_quorum_queues_raft_series_follow_the_group(broker, scrape, name):

@@ -337,6 +337,11 @@ impl VHost {
         self.durable_changes_refused = refusal;
     }
 
+    /// Counts the queues this vhost deletes on its own into the node's churn counters.
+    pub fn share_queue_churn(&mut self, churn: Arc<crate::broker::QueueChurn>) {
+        self.queue_churn = churn;
+    }
+
     /// Checked before a command changes durable state, never after: the refusal must leave
     /// memory as it was, since what memory says is what clients are told.
     pub(super) fn durable_change_allowed(&self) -> Result<()> {

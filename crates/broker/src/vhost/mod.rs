@@ -58,6 +58,8 @@ pub struct DeclareOk {
     pub queue: String,
     pub message_count: u32,
     pub consumer_count: u32,
+    /// The declare made the queue (it did not exist): RabbitMQ's `queues_created` churn.
+    pub created: bool,
 }
 
 /// What basic.get found.
@@ -190,6 +192,8 @@ pub struct VHost {
     /// Queues this vhost deleted on its own (auto-delete, x-expires, an exclusive owner gone),
     /// with the connection that owned them, for the cluster to delete everywhere.
     self_deleted: Vec<(String, ConnId)>,
+    /// The node's churn counters, where those deletes are counted.
+    queue_churn: Arc<crate::broker::QueueChurn>,
     /// Work for other nodes (forwarded publishes, settled remote deliveries), in order.
     remote: Vec<RemoteEffect>,
     /// Open stand-ins for channels of clients on other nodes.
@@ -244,6 +248,7 @@ impl VHost {
             durable_changes_refused: Arc::default(),
             local_node: None,
             self_deleted: Vec::new(),
+            queue_churn: Arc::default(),
             remote: Vec::new(),
             stand_ins: 0,
             policies: crate::policy::Policies::default(),
@@ -558,6 +563,7 @@ impl VHost {
                 queue: name.to_string(),
                 message_count: 0,
                 consumer_count: 1,
+                created: false,
             });
         }
         if passive {
@@ -567,6 +573,7 @@ impl VHost {
                 queue: q.name.clone(),
                 message_count: q.message_count() as u32,
                 consumer_count: q.consumers.len() as u32,
+                created: false,
             });
         }
         self.queue_declare_as(
@@ -644,6 +651,7 @@ impl VHost {
                 queue: name,
                 message_count: q.message_count() as u32,
                 consumer_count: q.consumers.len() as u32,
+                created: false,
             });
         }
         let config = QueueConfig::parse(&arguments, &name, &self.name)?;
@@ -703,6 +711,7 @@ impl VHost {
             queue: name,
             message_count: 0,
             consumer_count: 0,
+            created: true,
         })
     }
 
@@ -928,6 +937,9 @@ impl VHost {
                 let owner = q.exclusive_owner.unwrap_or(0);
                 self.self_deleted.push((q.name.clone(), owner));
             }
+        }
+        if self.queues.contains_key(&id) {
+            self.queue_churn.deleted();
         }
         self.delete_queue_by_id(id);
     }

@@ -448,6 +448,23 @@ impl VHost {
         }
     }
 
+    /// From now until [`Self::release_cancels`], basic.cancel to the channel's consumers
+    /// waits: the channel is deleting a queue and its delete-ok goes first.
+    pub fn hold_cancels(&mut self, key: ChannelKey) {
+        if let Some(ch) = self.channels.get_mut(&key) {
+            ch.held_cancels.get_or_insert_with(Vec::new);
+        }
+    }
+
+    /// Sends the basic.cancel held since [`Self::hold_cancels`] (after the delete-ok).
+    pub fn release_cancels(&mut self, key: ChannelKey) {
+        if let Some(ch) = self.channels.get_mut(&key) {
+            for tag in ch.held_cancels.take().unwrap_or_default() {
+                send_cancel(ch, &tag);
+            }
+        }
+    }
+
     /// The link to `node` broke, or it went down: what this node's clients had from its
     /// queues is gone there (consumers are cancelled with basic.cancel, their deliveries will
     /// be redelivered by that node, so they leave the channels' ledgers).
@@ -688,11 +705,19 @@ pub struct QuorumConsume {
 }
 
 /// basic.cancel to a client whose consumer the broker ended, if it asked for them
-/// (consumer_cancel_notify).
-pub(super) fn notify_cancel(ch: &ChannelState, consumer_tag: &[u8]) {
+/// (consumer_cancel_notify); held back while the channel waits for its queue.delete-ok.
+pub(super) fn notify_cancel(ch: &mut ChannelState, consumer_tag: &[u8]) {
     if !ch.cancel_notify {
         return;
     }
+    if let Some(held) = &mut ch.held_cancels {
+        held.push(Bytes::copy_from_slice(consumer_tag));
+        return;
+    }
+    send_cancel(ch, consumer_tag);
+}
+
+fn send_cancel(ch: &ChannelState, consumer_tag: &[u8]) {
     let cancel = Method::Other(AMQPClass::Basic(basic::AMQPMethod::Cancel(basic::Cancel {
         consumer_tag: String::from_utf8_lossy(consumer_tag).as_ref().into(),
         nowait: true,

@@ -12,7 +12,7 @@ pub fn node_info(id: u64, addr: SocketAddr) -> NodeInfo {
     NodeInfo {
         id,
         name: format!("n{id}"),
-        cluster: addr,
+        cluster: addr.into(),
         amqp: addr,
         management: None,
     }

@@ -99,6 +99,9 @@ struct Readings {
     connections_closed: u64,
     channels_opened: u64,
     channels_closed: u64,
+    queues_declared: u64,
+    queues_created: u64,
+    queues_deleted: u64,
     publishers: u64,
     alarms: [(&'static str, bool); 3],
     rss_bytes: u64,
@@ -144,6 +147,9 @@ impl Readings {
             connections_closed: load(&c.connections_closed),
             channels_opened: load(&c.channels_opened),
             channels_closed: load(&c.channels_closed),
+            queues_declared: load(&s.broker.queue_churn.declared),
+            queues_created: load(&s.broker.queue_churn.created),
+            queues_deleted: load(&s.broker.queue_churn.deleted),
             publishers: load(&c.publishers),
             alarms: [
                 ("memory_used_watermark", alarms.memory),
@@ -167,7 +173,7 @@ impl Readings {
 }
 
 /// The soft limit on open files: what bounds connections and segment files alike.
-fn max_fds() -> u64 {
+pub(crate) fn max_fds() -> u64 {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -319,7 +325,7 @@ const RAFT_SERIES: [(&str, &str, MetricType, RaftField); 5] = [
 
 /// The node's churn counters and process figures, with their `/metrics/detailed` family.
 /// Free disk space is not among them: it is absent when unknown.
-fn node_series(r: &Readings) -> [(&'static str, &'static str, MetricType, u64, &'static str); 11] {
+fn node_series(r: &Readings) -> [(&'static str, &'static str, MetricType, u64, &'static str); 14] {
     use MetricType::{Counter, Gauge};
     let churn = "connection_churn_metrics";
     [
@@ -349,6 +355,27 @@ fn node_series(r: &Readings) -> [(&'static str, &'static str, MetricType, u64, &
             "Total number of channels closed",
             Counter,
             r.channels_closed,
+            churn,
+        ),
+        (
+            "queues_declared",
+            "Total number of queues declared",
+            Counter,
+            r.queues_declared,
+            churn,
+        ),
+        (
+            "queues_created",
+            "Total number of queues created",
+            Counter,
+            r.queues_created,
+            churn,
+        ),
+        (
+            "queues_deleted",
+            "Total number of queues deleted",
+            Counter,
+            r.queues_deleted,
             churn,
         ),
         (

@@ -8,7 +8,8 @@
 //! - [`session`]: the API's own AMQP connection: every declare, delete, bind, purge, publish
 //!   and get is an AMQP method run through the same channel code as a client's, so in a
 //!   cluster it is replicated and reaches queues on other nodes exactly as AMQP does.
-//! - [`overview`] (`/api/overview`, `/api/nodes`, `/api/warren/cluster`), [`health`] (the
+//! - [`overview`] (`/api/overview`, `/api/warren/cluster`), [`nodes`] (`/api/nodes`, every
+//!   node's figures asked of it), [`health`] (the
 //!   health checks, `/api/aliveness-test`), [`vhosts`], [`users`] (users, permissions,
 //!   `/api/whoami`), [`policies`] (policies and operator policies), [`access`] (vhost and user
 //!   limits, topic permissions), [`queues`], [`queue_members`] (a quorum queue's members,
@@ -41,6 +42,7 @@ mod exchanges;
 mod health;
 mod metrics;
 pub mod node_stats;
+mod nodes;
 mod overview;
 mod paging;
 pub(crate) mod policies;
@@ -55,6 +57,7 @@ mod vhosts;
 
 pub(crate) use auth::authorize;
 pub(crate) use clients::answer_clients;
+pub(crate) use nodes::node_json;
 
 /// The calling administrator's name, or the answer refusing the caller.
 pub(crate) fn auth_admin(s: &Shared, headers: &axum::http::HeaderMap) -> Result<String, Response> {
@@ -80,7 +83,8 @@ type Api = State<Arc<Shared>>;
 pub fn router(shared: Arc<Shared>) -> Router {
     let mut router = Router::new()
         .route("/api/overview", get(overview::overview))
-        .route("/api/nodes", get(overview::list_nodes))
+        .route("/api/nodes", get(nodes::list))
+        .route("/api/nodes/{name}", get(nodes::get_one))
         .route("/api/warren/cluster", get(overview::cluster_status))
         .route(
             "/api/warren/queues/{vhost}/{queue}/members",

@@ -1,5 +1,5 @@
-//! `/api/overview` (what the node holds, in the vhosts the caller sees), `/api/nodes` and
-//! `/api/warren/cluster` (the cluster as this node sees it).
+//! `/api/overview` (what the cluster holds, in the vhosts the caller sees, and every node's
+//! listeners) and `/api/warren/cluster` (the cluster as this node sees it).
 
 use super::auth::{self, Caller};
 use super::{Api, Shared};
@@ -41,11 +41,16 @@ pub fn listeners(s: &Shared) -> Vec<Value> {
     add("amqp/ssl", s.config.tls.listen);
     add("http", s.config.management_listen);
     add("https", s.config.tls.management_listen);
-    add("clustering", s.config.cluster_listen);
+    if let Some(a) = &s.config.cluster_listen {
+        out.push(json!({
+            "node": node, "protocol": "clustering",
+            "ip_address": a.host(), "port": a.port(),
+        }));
+    }
     out
 }
 
-/// `message_stats` and `queue_totals` rates are not sampled yet: 0.0 per second.
+/// The confirm and return rates are not sampled yet: 0.0 per second.
 fn rate() -> Value {
     json!({ "rate": 0.0 })
 }
@@ -57,14 +62,17 @@ pub async fn overview(State(s): Api, headers: HeaderMap) -> Response {
     };
     let (mut queues, mut exchanges, mut channels, mut consumers, mut ready, mut unacked) =
         (0, 0, 0, 0, 0u64, 0u64);
-    s.rates.refresh(&s);
     let mut counts = warren_broker::queue::QueueStats::default();
+    let mut rates = super::stats::PerSecond::default();
     // Queue figures from each queue's node, as RabbitMQ's overview covers the whole cluster.
-    for view in crate::queue_stats::queue_views(&s, None).await {
+    let views = crate::queue_stats::queue_views(&s, None).await;
+    s.rates.observe(&views);
+    for view in &views {
         if !caller.sees_vhost(&s, &view.vhost) {
             continue;
         }
         let q = &view.info;
+        rates += s.rates.queue(&view.vhost, &q.name);
         queues += 1;
         ready += q.messages_ready;
         unacked += q.messages_unacknowledged;
@@ -85,6 +93,13 @@ pub async fn overview(State(s): Api, headers: HeaderMap) -> Response {
             .filter(|c| visible_conn(&s, &caller, c.conn))
             .count();
     }
+    // Every running node's listeners, as RabbitMQ's overview lists the cluster's.
+    let mut all_listeners = Vec::new();
+    for node in super::nodes::all_nodes(&s).await {
+        if let Some(theirs) = node["listeners"].as_array() {
+            all_listeners.extend(theirs.iter().cloned());
+        }
+    }
     let mut connections = s
         .connections
         .list()
@@ -104,7 +119,7 @@ pub async fn overview(State(s): Api, headers: HeaderMap) -> Response {
     // Publishes are counted by the channels that took them (unroutable ones too), the rest by
     // the queues the caller sees; rates are the queues' (see `stats`).
     counts.publish = s.counters.published.load(Ordering::Relaxed);
-    let mut message_stats = super::stats::message_stats_json(&counts, &s.rates.node());
+    let mut message_stats = super::stats::message_stats_json(&counts, &rates);
     message_stats["confirm"] = json!(s.counters.confirmed.load(Ordering::Relaxed));
     message_stats["confirm_details"] = rate();
     message_stats["return_unroutable"] = json!(s.counters.unroutable.load(Ordering::Relaxed));
@@ -131,13 +146,15 @@ pub async fn overview(State(s): Api, headers: HeaderMap) -> Response {
             "exchanges": exchanges,
         },
         "queue_totals": {
-            "messages_ready": ready, "messages_ready_details": rate(),
-            "messages_unacknowledged": unacked, "messages_unacknowledged_details": rate(),
-            "messages": ready + unacked, "messages_details": rate(),
+            "messages_ready": ready,
+            "messages_ready_details": { "rate": rates.messages_ready },
+            "messages_unacknowledged": unacked,
+            "messages_unacknowledged_details": { "rate": rates.messages_unacknowledged },
+            "messages": ready + unacked, "messages_details": { "rate": rates.messages },
         },
         "message_stats": message_stats,
         "churn_rates": {},
-        "listeners": listeners(&s),
+        "listeners": all_listeners,
         "contexts": s.config.management_listen.map(|a| vec![json!({
             "node": s.node_name(), "description": "RabbitMQ Management", "path": "/",
             "ip": a.ip().to_string(), "port": a.port().to_string(),
@@ -151,54 +168,6 @@ pub fn visible_conn(s: &Shared, caller: &Caller, conn: u64) -> bool {
     s.connections
         .get(conn)
         .is_some_and(|e| caller.sees_user(&e.user))
-}
-
-/// The node with its resource limits and alarms, in the fields of RabbitMQ's /api/nodes.
-pub async fn list_nodes(State(s): Api, headers: HeaderMap) -> Response {
-    if let Err(r) = auth::monitor(&s, &headers) {
-        return r;
-    }
-    let alarms = s.alarms.state();
-    let mut nodes = vec![json!({
-        "name": s.node_name(),
-        "type": "disc",
-        "running": true,
-        "mem_used": crate::memory::rss_bytes(),
-        "mem_limit": s.alarms.memory_watermark_bytes.load(Ordering::Relaxed),
-        "mem_alarm": alarms.memory,
-        "disk_free": s.alarms.disk_free_bytes(),
-        "disk_free_limit": s.alarms.disk_free_limit_bytes.load(Ordering::Relaxed),
-        "disk_free_alarm": alarms.disk,
-        "storage_failed": alarms.storage,
-        "storage_failure": s.alarms.storage_failure(),
-        "being_drained": false,
-        "os_pid": std::process::id().to_string(),
-        "processors": std::thread::available_parallelism().map_or(1, |n| n.get()),
-        "rates_mode": "basic",
-        "rabbitmq_version": RABBITMQ_VERSION,
-        "exchange_types": exchange_types(),
-        "listeners": listeners(&s),
-        "enabled_plugins": ["rabbitmq_management"],
-        "applications": [],
-    })];
-    if let Some(cluster) = &s.cluster {
-        // The other members as this node sees them; their own figures are on their own API.
-        for m in cluster.status().members {
-            if m.name == s.node_name() {
-                continue;
-            }
-            nodes.push(json!({
-                "name": m.name,
-                "type": "disc",
-                "running": m.running,
-                "cluster_address": m.cluster,
-                "amqp_address": m.amqp,
-                "management_address": m.management,
-                "being_drained": false,
-            }));
-        }
-    }
-    Json(Value::Array(nodes)).into_response()
 }
 
 /// The cluster as this node sees it: members, the metadata group's state, and each link's

@@ -18,14 +18,15 @@ use std::collections::HashMap;
 use warren_protocol::amqp::{queue, AMQPClass};
 use warren_protocol::content::Properties;
 
-fn rate() -> Value {
-    json!({ "rate": 0.0 })
+fn rate(per_second: f64) -> Value {
+    json!({ "rate": per_second })
 }
 
 /// A queue in the fields of RabbitMQ's `/api/queues`, with the figures of the node hosting it
-/// (see [`crate::queue_stats`]); `message_stats` are this node's counts (see [`super::stats`]).
+/// (see [`crate::queue_stats`]), and rates from those figures (see [`super::stats`]).
 pub fn queue_json(s: &Shared, view: &QueueView) -> Value {
     let (q, vhost) = (&view.info, view.vhost.as_str());
+    let rates = s.rates.queue(vhost, &q.name);
     let messages = q.messages_ready + q.messages_unacknowledged;
     let node = q.node.as_deref().unwrap_or(s.node_name());
     let mut out = json!({
@@ -38,11 +39,11 @@ pub fn queue_json(s: &Shared, view: &QueueView) -> Value {
         "arguments": table_json(&q.arguments),
         "state": if view.running { "running" } else { "down" },
         "messages": messages,
-        "messages_details": rate(),
+        "messages_details": rate(rates.messages),
         "messages_ready": q.messages_ready,
-        "messages_ready_details": rate(),
+        "messages_ready_details": rate(rates.messages_ready),
         "messages_unacknowledged": q.messages_unacknowledged,
-        "messages_unacknowledged_details": rate(),
+        "messages_unacknowledged_details": rate(rates.messages_unacknowledged),
         "message_bytes": q.message_bytes_ready,
         "message_bytes_ready": q.message_bytes_ready,
         "messages_paged_out": q.messages_paged_out,
@@ -54,7 +55,7 @@ pub fn queue_json(s: &Shared, view: &QueueView) -> Value {
         "effective_policy_definition": q.effective_policy_definition,
         "exclusive_consumer_tag": null,
         "single_active_consumer_tag": null,
-        "message_stats": super::stats::message_stats_json(&q.stats, &s.rates.queue(vhost, &q.name)),
+        "message_stats": super::stats::message_stats_json(&q.stats, &rates),
     });
     // A quorum queue's replicas, as RabbitMQ's API shows them: the leader its Raft group
     // elected, as this node (a member) sees it or a member told it, else where it was placed.
@@ -67,6 +68,18 @@ pub fn queue_json(s: &Shared, view: &QueueView) -> Value {
             .unwrap_or_else(|| node.to_string());
         out["leader"] = json!(leader);
         out["members"] = json!(q.members.iter().map(|m| &**m).collect::<Vec<&str>>());
+        // The members whose node is up, as RabbitMQ's `online` (its UI's "Online").
+        let online: Vec<&str> = q
+            .members
+            .iter()
+            .map(|m| &**m)
+            .filter(|m| {
+                s.cluster
+                    .as_ref()
+                    .map_or(*m == s.node_name(), |c| c.is_node_running(m) == Some(true))
+            })
+            .collect();
+        out["online"] = json!(online);
     }
     out
 }
@@ -78,8 +91,8 @@ async fn queue_views(
     vhost: Option<&str>,
     only: impl Fn(&str) -> bool,
 ) -> Vec<QueueView> {
-    s.rates.refresh(s);
     let mut views = crate::queue_stats::queue_views(s, vhost).await;
+    s.rates.observe(&views);
     views.retain(|v| only(&v.vhost));
     views.sort_by(|a, b| (&a.vhost, &a.info.name).cmp(&(&b.vhost, &b.info.name)));
     views
