@@ -10,8 +10,7 @@
 #   3. three containers on a podman network the test creates, clustered by container names
 #      (WARREN_NODE_NAME, WARREN_CLUSTER_SEEDS), guest/guest from outside as in RabbitMQ's
 #      image: a quorum queue's round trip through each node, and `warren ctl cluster_status`
-#      inside one showing three running members. A binary that takes no host names yet
-#      (no --cluster-advertise) is clustered by addresses on the test's subnet instead.
+#      inside one showing three running members with their names as cluster addresses.
 # Every container, network, volume and image it made is removed at the end, failed or not.
 # Installs podman, runc and busybox-static with apt-get when missing (as root, as CI runs).
 set -euo pipefail
@@ -130,38 +129,19 @@ pod logs "$held" 2>&1 | grep -q "user 'guest' may only connect via localhost" \
 pod rm -f -v -t 2 "$held" >/dev/null
 
 log "three containers clustered on network $network"
-if "$bin" server --help | grep -q -- '--cluster-advertise'; then
-  by_names=1
-  pod network create "$network" >/dev/null
-else
-  # Not yet able to dial names: each node listens on its own address of the test's subnet.
-  by_names=0
-  subnet_octet=$(( $$ % 200 + 30 ))
-  pod network create --subnet "10.213.$subnet_octet.0/24" "$network" >/dev/null
-  log "this binary takes no host names: clustering by addresses on 10.213.$subnet_octet.0/24"
-fi
+pod network create "$network" >/dev/null
 names=("$run-n1" "$run-n2" "$run-n3")
-seeds=""
-for i in 0 1 2; do
-  if [ $by_names = 1 ]; then
-    seeds+="${seeds:+,}${names[$i]}:25672"
-  else
-    seeds+="${seeds:+,}10.213.$subnet_octet.$((i + 10)):25672"
-  fi
-done
-addrs=()
-for i in 0 1 2; do
-  name=${names[$i]}
+seeds=$(printf '%s:25672,' "${names[@]}")
+seeds=${seeds%,}
+# Each node listens on every interface (the entrypoint's default once seeds are given) and
+# advertises its host name, the container's name, which the network's DNS resolves.
+for name in "${names[@]}"; do
   containers+=("$name")
-  extra=()
-  if [ $by_names = 0 ]; then
-    extra=(--ip "10.213.$subnet_octet.$((i + 10))"
-           -e "WARREN_CLUSTER_LISTEN=10.213.$subnet_octet.$((i + 10)):25672")
-  fi
   pod run -d --name "$name" --hostname "$name" --network "$network" "${run_args[@]}" \
     -p 127.0.0.1::5672 -e "WARREN_NODE_NAME=warren@$name" -e "WARREN_CLUSTER_SEEDS=$seeds" \
-    "${extra[@]}" "$tag" >/dev/null
+    "$tag" >/dev/null
 done
+addrs=()
 for name in "${names[@]}"; do
   await_node "$name"
   addrs+=("127.0.0.1:$(host_port "$name" 5672)")
@@ -171,6 +151,6 @@ status=$(pod exec "${names[0]}" warren ctl cluster_status)
 echo "$status" >&2
 # The members table only (the links table below it names the peers too).
 running=$(echo "$status" | awk '/^Members/ { on = 1; next } /^$/ { on = 0 } on' \
-  | grep -cE "^warren@$run-n[123]	true	" || true)
+  | grep -cE "^warren@($run-n[123])	true	true	\1:25672$" || true)
 [ "$running" = 3 ] || { log "cluster_status shows $running running members, not 3"; exit 1; }
 log "passed: one container and a 3-container cluster"
