@@ -7,15 +7,15 @@
 #      status` and `warren perf` inside it, then a stop (SIGTERM) and a start that keep a
 #      persistent message in the data volume; with WARREN_LOOPBACK_USERS=guest, guest refused
 #      from outside and let in by `warren ctl` inside;
-#   3. three containers on a podman network the test creates, clustered by container names
-#      (WARREN_NODE_NAME, WARREN_CLUSTER_SEEDS), guest/guest from outside as in RabbitMQ's
-#      image: a quorum queue's round trip through each node, and `warren ctl cluster_status`
+#   3. one container as the image comes: guest/guest from outside, as in RabbitMQ's image;
+#   4. three containers on a podman network the test creates, clustered by container names
+#      (WARREN_NODE_NAME, WARREN_CLUSTER_SEEDS) with a default user: a quorum queue's round
+#      trip through each node, guest refused through each, and `warren ctl cluster_status`
 #      inside one showing three running members with their names as cluster addresses.
 # Every container, network, volume and image it made is removed at the end, failed or not.
 # Installs podman, runc and busybox-static with apt-get when missing (as root, as CI runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-repo=$PWD
 bin=${WARREN_BIN:-target/release/warren}
 [ -x "$bin" ] || cargo build --release -p warren
 
@@ -117,6 +117,14 @@ conn.close()
 print("[container-test] the persistent message survived the stop and start", file=sys.stderr)
 PY
 
+log "guest/guest from outside the container, as in RabbitMQ's image"
+open="$run-open"
+containers+=("$open")
+pod run -d --name "$open" "${run_args[@]}" -p 127.0.0.1::5672 "$tag" >/dev/null
+await_node "$open"
+roundtrip guest guest classic "127.0.0.1:$(host_port "$open" 5672)"
+pod rm -f -v -t 2 "$open" >/dev/null
+
 log "guest held to loopback again (WARREN_LOOPBACK_USERS=guest, RabbitMQ's own default)"
 held="$run-held"
 containers+=("$held")
@@ -139,14 +147,23 @@ for name in "${names[@]}"; do
   containers+=("$name")
   pod run -d --name "$name" --hostname "$name" --network "$network" "${run_args[@]}" \
     -p 127.0.0.1::5672 -e "WARREN_NODE_NAME=warren@$name" -e "WARREN_CLUSTER_SEEDS=$seeds" \
-    "$tag" >/dev/null
+    -e WARREN_DEFAULT_USER=operator -e WARREN_DEFAULT_PASS=cluster-secret "$tag" >/dev/null
 done
 addrs=()
 for name in "${names[@]}"; do
   await_node "$name"
   addrs+=("127.0.0.1:$(host_port "$name" 5672)")
 done
-roundtrip guest guest quorum "${addrs[@]}"
+roundtrip operator cluster-secret quorum "${addrs[@]}"
+# Guest's deletion is replicated like any change: refused through every node, soon.
+for addr in "${addrs[@]}"; do
+  for attempt in $(seq 1 30); do
+    if roundtrip --refused guest guest "$addr" >/dev/null 2>&1; then break; fi
+    [ "$attempt" = 30 ] && { log "guest still logs in through $addr"; exit 1; }
+    sleep 1
+  done
+done
+log "the default user logs in through every node, guest through none"
 status=$(pod exec "${names[0]}" warren ctl cluster_status)
 echo "$status" >&2
 # The members table only (the links table below it names the peers too).

@@ -30,12 +30,12 @@ def connect(addr, user, password):
 
 
 def connect_eventually(addr, user, password):
+    """Retries refused logins too: in a cluster the default user is imported once the
+    metadata group has a leader, which may be after the AMQP port opens."""
     last = None
     for _ in range(CONNECT_ATTEMPTS_MAX):
         try:
             return connect(addr, user, password)
-        except pika.exceptions.ProbableAuthenticationError:
-            raise
         except pika.exceptions.AMQPError as e:
             last = e
             time.sleep(1)
