@@ -5,9 +5,12 @@
 #   2. the Rust tests of every crate (codec, routing, vhost state machines, store, perf), then
 #      each coverage-guided fuzz target briefly (FUZZ_CI_SECONDS each, default 10; 0 skips; skipped
 #      by itself where no nightly toolchain can be had): docs/fuzzing.md
-#   3. the web UI in headless chromium (scripts/ui-test.sh: installs chromium with apt)
+#   3. the web UI in headless chromium (scripts/ui-test.sh: installs chromium with apt); the
+#      Kubernetes manifests and Helm chart (scripts/helm-lint.sh: helm lint and template)
 #   4. the interoperability suite: real clients (pika, amqp091-go, amqplib, the Java client)
 #      against the warren binary, then again against node 2 of a local 3-node cluster
+#   5. the container image with podman: one container, then a 3-container cluster
+#      (scripts/container-test.sh)
 #
 # The same interop suite runs against the real RabbitMQ 3.10 with
 #   scripts/interop.sh --broker rabbitmq
@@ -27,6 +30,13 @@ fi
 # The web UI: its committed build is current, and it works in headless chromium (about 20 s).
 ./scripts/ui-test.sh
 
+# The Kubernetes manifests and Helm chart: helm lint, helm template, and what docs/deploy.md
+# promises of them (about 2 s; building helm from the Go module proxy the first time, minutes).
+./scripts/helm-lint.sh
+
 ./scripts/interop.sh --broker warren ${INTEROP_PYTEST_ARGS:-}
 # The same suites against node 2 of a 3-node cluster whose queues are spread over its nodes.
 ./scripts/interop.sh --broker warren-cluster ${INTEROP_PYTEST_ARGS:-}
+# The container image, built from that release binary with podman: one container and a
+# 3-container cluster, driven from the host (a few minutes; installs podman with apt-get).
+WARREN_BIN=${WARREN_BIN:-target/release/warren} ./scripts/container-test.sh

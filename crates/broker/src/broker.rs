@@ -67,6 +67,9 @@ impl Default for Broker {
 /// The default user's salt: fixed, so that every node's guest/guest hashes alike (see
 /// [`Users::add_user_salted`]); a password set later gets a random one.
 const DEFAULT_USER_SALT: [u8; 4] = *b"wrrn";
+/// RabbitMQ's default user and vhost, which every broker starts with.
+const DEFAULT_USER: &str = "guest";
+const DEFAULT_VHOST: &str = "/";
 
 impl Broker {
     /// A broker with RabbitMQ's defaults: vhost "/" and user guest/guest with all permissions.
@@ -84,16 +87,16 @@ impl Broker {
             local_node: RwLock::new(None),
             queue_churn: Arc::default(),
         };
-        b.add_vhost("/");
+        b.add_vhost(DEFAULT_VHOST);
         {
             let mut users = b.users.write().expect("users lock");
             users.add_user_salted(
-                "guest",
-                "guest",
+                DEFAULT_USER,
+                DEFAULT_USER,
                 DEFAULT_USER_SALT,
                 vec!["administrator".into()],
             );
-            users.set_permissions("guest", "/", Permissions::all());
+            users.set_permissions(DEFAULT_USER, DEFAULT_VHOST, Permissions::all());
         }
         b
     }
@@ -400,6 +403,18 @@ impl Broker {
         let mut out = Vec::new();
         let mut vhosts = self.vhosts();
         vhosts.sort_by(|a, b| a.0.cmp(&b.0));
+        // Replay starts from a broker with RabbitMQ's defaults: a default deleted is written as
+        // its deletion, or a compacted journal would bring guest/guest back at the next start.
+        if !vhosts.iter().any(|(name, _)| name == DEFAULT_VHOST) {
+            out.push(MetaRecord::DeleteVhost {
+                name: DEFAULT_VHOST.into(),
+            });
+        }
+        if !self.users.read().expect("users lock").exists(DEFAULT_USER) {
+            out.push(MetaRecord::DeleteUser {
+                name: DEFAULT_USER.into(),
+            });
+        }
         for (name, _) in &vhosts {
             out.push(MetaRecord::AddVhost { name: name.clone() });
         }
@@ -477,5 +492,39 @@ impl Broker {
         for (_, v) in self.vhosts() {
             v.lock().expect("vhost lock").tick(now);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deleted_defaults_stay_deleted_through_an_export_and_replay() {
+        let b = Broker::new();
+        b.apply(MetaRecord::AddVhost { name: "app".into() })
+            .unwrap();
+        b.apply(MetaRecord::DeleteUser {
+            name: "guest".into(),
+        })
+        .unwrap();
+        b.apply(MetaRecord::DeleteVhost { name: "/".into() })
+            .unwrap();
+        // What journal compaction writes, replayed on a fresh broker as recovery does.
+        let replayed = Broker::new();
+        for r in b.export_meta() {
+            replayed.apply(r).unwrap();
+        }
+        assert!(!replayed.users.read().unwrap().exists("guest"));
+        assert!(replayed.vhost("/").is_none());
+        assert!(replayed.vhost("app").is_some());
+        // Defaults still there are exported as they are, not deleted.
+        let fresh = Broker::new();
+        let again = Broker::new();
+        for r in fresh.export_meta() {
+            again.apply(r).unwrap();
+        }
+        assert!(again.users.read().unwrap().authenticate("guest", "guest"));
+        assert!(again.vhost("/").is_some());
     }
 }

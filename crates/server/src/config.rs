@@ -5,6 +5,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use warren_cluster::address::HostPort;
 
+/// RabbitMQ's `loopback_users` default: the well-known guest/guest only from this machine.
+pub const LOOPBACK_USER_DEFAULT: &str = "guest";
 /// RabbitMQ's `handshake_timeout` default.
 pub const HANDSHAKE_TIMEOUT_DEFAULT_MS: u64 = 10_000;
 /// RabbitMQ's `auth_mechanisms` default.
@@ -101,6 +103,18 @@ pub struct ServerConfig {
     /// A definitions file (RabbitMQ's JSON format) imported at boot, before clients are
     /// served: RabbitMQ's `load_definitions`. Importing is idempotent, so it may stay set.
     pub load_definitions: Option<PathBuf>,
+    /// The administrator a node keeps in guest's place: RabbitMQ's `default_user` and
+    /// `default_pass` (`RABBITMQ_DEFAULT_USER`/`_PASS` in its container image), so that an
+    /// image or a chart is given its login by environment. Put at every start, with
+    /// `--load-definitions`' idempotence; guest is removed while it is set, as RabbitMQ never
+    /// creates guest beside a default user.
+    pub default_user: Option<String>,
+    pub default_pass: Option<String>,
+    /// Users who may log in from loopback addresses only: RabbitMQ's `loopback_users`, guest by
+    /// default. A container is reached from outside its loopback, so its image empties it, as
+    /// RabbitMQ's image sets `loopback_users.guest = false`.
+    #[serde(deserialize_with = "names_or_none")]
+    pub loopback_users: Vec<String>,
     /// Test-only fault injection (see [`crate::fault_injection`]): set from the hidden
     /// `--fault-injection` flag only, never from a config file.
     #[serde(skip)]
@@ -144,6 +158,9 @@ impl Default for ServerConfig {
             segment_dir: None,
             meta_dir: None,
             load_definitions: None,
+            default_user: None,
+            default_pass: None,
+            loopback_users: vec![LOOPBACK_USER_DEFAULT.to_string()],
             wal_file_bytes_max: warren_store::config::WAL_FILE_BYTES_DEFAULT,
             adopt_live_percent_min: warren_store::config::ADOPT_LIVE_PERCENT_MIN,
             wal_commit_window_us: warren_store::config::COMMIT_WINDOW_US_DEFAULT,
@@ -293,6 +310,33 @@ where
     parse_addresses_or_none(&values).map_err(serde::de::Error::custom)
 }
 
+/// `loopback_users` in the TOML file: a list of names, one name, or "none".
+fn names_or_none<'de, D>(d: D) -> Result<Vec<String>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => parse_names_or_none(&s),
+        OneOrMany::Many(v) => v,
+    })
+}
+
+/// `--loopback-users` (`WARREN_LOOPBACK_USERS`): names, comma-separated, or "none" (or
+/// nothing) for no user held to loopback.
+pub fn parse_names_or_none(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty() && *n != "none")
+        .map(String::from)
+        .collect()
+}
+
 /// The AMQP listeners as `--listen` (repeated, or comma-separated in `WARREN_LISTEN`) and the
 /// TOML file give them: addresses, or "none" alone for no plain listener. A repeated address
 /// is refused rather than bound twice (the second bind would fail with a less clear error).
@@ -360,6 +404,15 @@ impl ServerConfig {
     /// Checks what only makes sense together: a TLS listener needs a certificate and a key,
     /// peer verification needs a CA, and some AMQP listener must be on.
     pub fn validate(&self) -> Result<(), String> {
+        match (&self.default_user, &self.default_pass) {
+            (Some(u), Some(p)) if u.is_empty() || p.is_empty() => {
+                return Err("--default-user and --default-pass cannot be empty".into())
+            }
+            (Some(_), None) | (None, Some(_)) => {
+                return Err("--default-user and --default-pass go together: give both".into())
+            }
+            _ => {}
+        }
         let t = &self.tls;
         if self.listen.is_empty() && t.listen.is_none() {
             return Err("no AMQP listener: --listen is none and --tls-listen is not set".into());
@@ -477,6 +530,32 @@ impl ServerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_user_and_loopback_users_come_from_the_toml_file_and_go_together() {
+        let c = ServerConfig::default();
+        assert_eq!(c.loopback_users, ["guest"]);
+        let c: ServerConfig = toml::from_str(
+            r#"
+            default_user = "admin"
+            default_pass = "s3cret"
+            loopback_users = "none"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.default_user.as_deref(), Some("admin"));
+        assert_eq!(c.loopback_users, Vec::<String>::new());
+        assert_eq!(c.validate(), Ok(()));
+        let c: ServerConfig = toml::from_str(r#"loopback_users = ["guest", "monitor"]"#).unwrap();
+        assert_eq!(c.loopback_users, ["guest", "monitor"]);
+        assert_eq!(parse_names_or_none("guest, monitor"), ["guest", "monitor"]);
+        assert_eq!(parse_names_or_none(""), Vec::<String>::new());
+        let half: ServerConfig = toml::from_str(r#"default_user = "admin""#).unwrap();
+        assert!(half.validate().unwrap_err().contains("give both"));
+        let empty: ServerConfig =
+            toml::from_str("default_user = \"admin\"\ndefault_pass = \"\"").unwrap();
+        assert!(empty.validate().unwrap_err().contains("cannot be empty"));
+    }
 
     #[test]
     fn tls_table_and_listen_none_come_from_the_toml_file() {

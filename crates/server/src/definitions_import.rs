@@ -459,8 +459,7 @@ pub async fn import(
 }
 
 /// `--load-definitions FILE`: imports the file as the default administrator would, before
-/// clients are served. In a cluster the metadata group may not have a leader yet at boot, so
-/// the import is retried each second until it goes through.
+/// clients are served.
 pub async fn load_at_boot(s: &Arc<Shared>, path: &std::path::Path) {
     let doc = match std::fs::read(path)
         .map_err(|e| e.to_string())
@@ -472,32 +471,71 @@ pub async fn load_at_boot(s: &Arc<Shared>, path: &std::path::Path) {
             return;
         }
     };
-    let user = "rmq-internal";
-    if s.cluster.is_none() {
-        match import(s, &doc, None, user).await {
-            Ok(()) => tracing::info!(file = %path.display(), "definitions imported"),
-            Err(e) => {
-                tracing::error!(file = %path.display(), error = %e, "definitions import failed")
+    let what = format!("definitions in {}", path.display());
+    at_boot(s, what, move |s| {
+        let doc = doc.clone();
+        async move { import(&s, &doc, None, "rmq-internal").await }
+    })
+    .await;
+}
+
+/// `--default-user` and `--default-pass`: the user, an administrator with every permission on
+/// vhost `/`, imported as a definitions entry (so a password already right changes nothing),
+/// and guest deleted, which RabbitMQ never creates beside a default user.
+pub async fn default_user_at_boot(s: &Arc<Shared>, name: &str, password: &str) {
+    let doc = serde_json::json!({
+        "users": [{"name": name, "password": password, "tags": ["administrator"]}],
+        "permissions": [{"user": name, "vhost": "/",
+            "configure": ".*", "write": ".*", "read": ".*"}],
+    });
+    let name = name.to_string();
+    let what = format!("default user '{name}'");
+    at_boot(s, what, move |s| {
+        let (doc, name) = (doc.clone(), name.clone());
+        async move {
+            import(&s, &doc, None, "rmq-internal").await?;
+            let guest = crate::config::LOOPBACK_USER_DEFAULT;
+            let has_guest = s.broker.users.read().expect("users lock").exists(guest);
+            if name != guest && has_guest {
+                apply_meta(&s, MetaRecord::DeleteUser { name: guest.into() }).await?;
+                tracing::info!(user = guest, "deleted: a default user is set");
             }
+            Ok(())
+        }
+    })
+    .await;
+}
+
+/// Runs a boot-time import: at once on a single node, before clients are served. In a cluster
+/// the metadata group may not have a leader yet at boot, so it is retried each second until it
+/// goes through.
+async fn at_boot<F, Fut>(s: &Arc<Shared>, what: String, attempt: F)
+where
+    F: Fn(Arc<Shared>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), String>> + Send,
+{
+    if s.cluster.is_none() {
+        match attempt(s.clone()).await {
+            Ok(()) => tracing::info!(what = %what, "imported"),
+            Err(e) => tracing::error!(what = %what, error = %e, "import failed"),
         }
         return;
     }
     let s = s.clone();
-    let path = path.to_path_buf();
     tokio::spawn(async move {
         for _ in 0..BOOT_IMPORT_ATTEMPTS_MAX {
-            match import(&s, &doc, None, user).await {
+            match attempt(s.clone()).await {
                 Ok(()) => {
-                    tracing::info!(file = %path.display(), "definitions imported");
+                    tracing::info!(what = %what, "imported");
                     return;
                 }
                 Err(e) => {
-                    tracing::warn!(file = %path.display(), error = %e, "definitions import failed; retrying");
+                    tracing::warn!(what = %what, error = %e, "import failed; retrying");
                     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
                 }
             }
         }
-        tracing::error!(file = %path.display(), "definitions import gave up");
+        tracing::error!(what = %what, "import gave up");
     });
 }
 

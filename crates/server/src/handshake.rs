@@ -140,6 +140,18 @@ async fn next_connection_method<R: AsyncRead + Unpin>(
 
 /// The configured mechanisms this connection may use: EXTERNAL on TLS connections only, as
 /// RabbitMQ offers it.
+/// Whether `user` is held to loopback (RabbitMQ's `loopback_users`) and `ip` is not one: an
+/// IPv4-mapped IPv6 peer (a dual-stack listener) counts by its IPv4 address.
+fn loopback_refused(loopback_users: &[String], user: &str, ip: std::net::IpAddr) -> bool {
+    let loopback = match ip {
+        std::net::IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map_or(v6.is_loopback(), |v4| v4.is_loopback()),
+        std::net::IpAddr::V4(v4) => v4.is_loopback(),
+    };
+    !loopback && loopback_users.iter().any(|u| u == user)
+}
+
 fn offered_mechanisms(cfg: &crate::config::ServerConfig, tls: bool) -> Vec<&str> {
     cfg.auth_mechanisms
         .iter()
@@ -270,17 +282,16 @@ pub(crate) async fn handshake<R: AsyncRead + Unpin>(
             None => users.exists(&user),
         }
     };
-    // guest may log in from loopback only, as RabbitMQ's loopback_users default.
-    let loopback_refused = user == "guest" && !peer.ip().is_loopback();
+    let loopback_refused = loopback_refused(&cfg.loopback_users, &user, peer.ip());
     if !authenticated || loopback_refused {
         let why = if loopback_refused {
-            "user 'guest' may only connect via localhost"
+            format!("user '{user}' may only connect via localhost")
         } else if password.is_some() {
-            "invalid credentials"
+            "invalid credentials".into()
         } else {
-            "no such user"
+            "no such user".into()
         };
-        auth_failed(shared, peer, &mechanism, &user, why);
+        auth_failed(shared, peer, &mechanism, &user, &why);
         return Err(if caps.authentication_failure_close {
             Some((refused(), 0, 0))
         } else {
@@ -398,4 +409,34 @@ pub(crate) async fn handshake<R: AsyncRead + Unpin>(
         mechanism,
         admission,
     })
+}
+
+#[cfg(test)]
+mod loopback_tests {
+    use super::loopback_refused;
+
+    #[test]
+    fn only_the_loopback_users_are_refused_and_only_from_elsewhere() {
+        let guest = ["guest".to_string()];
+        let outside = "10.88.0.1".parse().unwrap();
+        assert!(loopback_refused(&guest, "guest", outside));
+        assert!(!loopback_refused(
+            &guest,
+            "guest",
+            "127.0.0.2".parse().unwrap()
+        ));
+        assert!(!loopback_refused(&guest, "guest", "::1".parse().unwrap()));
+        assert!(!loopback_refused(
+            &guest,
+            "guest",
+            "::ffff:127.0.0.1".parse().unwrap()
+        ));
+        assert!(loopback_refused(
+            &guest,
+            "guest",
+            "::ffff:10.88.0.1".parse().unwrap()
+        ));
+        assert!(!loopback_refused(&guest, "admin", outside));
+        assert!(!loopback_refused(&[], "guest", outside));
+    }
 }

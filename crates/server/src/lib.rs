@@ -366,6 +366,9 @@ pub async fn serve(
             failing.storage_failed(&why);
         }
     });
+    if let (Some(user), Some(pass)) = (&shared.config.default_user, &shared.config.default_pass) {
+        definitions_import::default_user_at_boot(&shared, user, pass).await;
+    }
     if let Some(path) = shared.config.load_definitions.clone() {
         // Before the first client is accepted, as RabbitMQ's load_definitions.
         definitions_import::load_at_boot(&shared, &path).await;

@@ -18,12 +18,10 @@ const RESPONSE_BYTES_MAX: u64 = 64 * 1024 * 1024;
 
 #[derive(Args, Debug)]
 pub struct CtlArgs {
-    /// The node's management API, with credentials of an administrator.
-    #[arg(
-        long,
-        env = "WARREN_CTL_URI",
-        default_value = "http://guest:guest@127.0.0.1:15672"
-    )]
+    /// The node's management API, with credentials of an administrator; without any, the
+    /// node's own --default-user and --default-pass (WARREN_DEFAULT_USER, WARREN_DEFAULT_PASS)
+    /// when both are in the environment, as in a container started with them, else guest:guest.
+    #[arg(long, env = "WARREN_CTL_URI", default_value = "http://127.0.0.1:15672")]
     uri: String,
     /// CA certificates (PEM) to trust for an https:// --uri: the management API's HTTPS
     /// listener (--management-tls-listen).
@@ -176,6 +174,19 @@ struct Endpoint {
     tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
+/// The login `warren ctl` uses when its URI names none: the default user the node was
+/// started with, read from the same environment variables, so that `warren ctl` inside a
+/// container (or a Kubernetes hook) works as rabbitmqctl does there.
+fn default_credentials() -> String {
+    match (
+        std::env::var("WARREN_DEFAULT_USER"),
+        std::env::var("WARREN_DEFAULT_PASS"),
+    ) {
+        (Ok(user), Ok(pass)) if !user.is_empty() => format!("{user}:{pass}"),
+        _ => "guest:guest".to_string(),
+    }
+}
+
 fn parse_uri(uri: &str, cacert: Option<&std::path::Path>) -> Result<Endpoint, String> {
     let (rest, tls) = if let Some(rest) = uri.strip_prefix("https://") {
         let cacert = cacert.ok_or(
@@ -192,7 +203,7 @@ fn parse_uri(uri: &str, cacert: Option<&std::path::Path>) -> Result<Endpoint, St
     let authority = rest.split('/').next().unwrap_or_default();
     let (creds, host_port) = match authority.rsplit_once('@') {
         Some((c, h)) => (c.to_string(), h.to_string()),
-        None => ("guest:guest".to_string(), authority.to_string()),
+        None => (default_credentials(), authority.to_string()),
     };
     if host_port.is_empty() {
         return Err(format!("--uri has no host: '{uri}'"));
@@ -395,7 +406,7 @@ fn print_metadata_and_links(status: &Value) {
 fn expect_ok(r: (u16, String)) -> Result<String, String> {
     match r.0 {
         200..=299 => Ok(r.1),
-        401 => Err("not authorised: the --uri credentials must be an administrator's".into()),
+        401 => Err("not authorised: the credentials (the --uri's, else WARREN_DEFAULT_USER and WARREN_DEFAULT_PASS, else guest:guest) must be an administrator's".into()),
         code => {
             let reason = serde_json::from_str::<Value>(&r.1)
                 .ok()

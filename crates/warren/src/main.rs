@@ -40,7 +40,7 @@ struct ServerArgs {
     /// wal_file_bytes_max, adopt_live_percent_min, wal_commit_window_us, heartbeat_s, channel_max,
     /// frame_max_bytes, message_bytes_max, memory_high_watermark_bytes, disk_free_limit_bytes,
     /// message_memory_bytes, management_listen, auth_mechanisms, handshake_timeout_ms,
-    /// load_definitions, and a
+    /// load_definitions, default_user, default_pass, loopback_users, and a
     /// [tls] table: listen, cert, key, ca, verify_peer, fail_if_no_peer_cert, versions,
     /// cert_login_from, management_listen, management_cert, management_key, cluster,
     /// cluster_cert, cluster_key, cluster_ca; see docs/tls.md).
@@ -127,6 +127,17 @@ struct ServerArgs {
     /// exchanges, bindings) imported at boot, before clients are served; idempotent.
     #[arg(long, env = "WARREN_LOAD_DEFINITIONS")]
     load_definitions: Option<PathBuf>,
+    /// An administrator with all permissions on vhost /, put at every start in guest's place
+    /// (guest is removed while it is set), with --default-pass: RabbitMQ's default_user
+    #[arg(long, env = "WARREN_DEFAULT_USER")]
+    default_user: Option<String>,
+    /// The default user's password (RabbitMQ's default_pass)
+    #[arg(long, env = "WARREN_DEFAULT_PASS", hide_env_values = true)]
+    default_pass: Option<String>,
+    /// Users who may log in from loopback addresses only, comma-separated, or none
+    /// (RabbitMQ's loopback_users) [default: guest]
+    #[arg(long, env = "WARREN_LOOPBACK_USERS")]
+    loopback_users: Option<String>,
     /// Size at which the WAL rolls over to a new file, 4096 to 1073741824 [default: 268435456].
     #[arg(long, env = "WARREN_WAL_FILE_BYTES_MAX")]
     wal_file_bytes_max: Option<u64>,
@@ -299,6 +310,15 @@ impl ServerArgs {
         }
         if let Some(v) = &self.load_definitions {
             c.load_definitions = Some(v.clone());
+        }
+        if let Some(v) = &self.default_user {
+            c.default_user = Some(v.clone());
+        }
+        if let Some(v) = &self.default_pass {
+            c.default_pass = Some(v.clone());
+        }
+        if let Some(v) = &self.loopback_users {
+            c.loopback_users = warren_server::config::parse_names_or_none(v);
         }
         if let Some(v) = self.wal_file_bytes_max {
             c.wal_file_bytes_max = v;
