@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Cluster figures, warren beside RabbitMQ 3.10 in the same run (docs/cluster.md):
+"""Cluster figures, warren beside RabbitMQ 3.10 in the same run (docs/benchmarks/cluster.md):
 
 1. the time a 3-node warren cluster takes to form (all three started at once, until every node
    sees a leader and every member running and named);

@@ -2,7 +2,7 @@
 # Seed 000's increasing-intensity test, scaled to this machine, against a 3-node warren cluster
 # and RabbitMQ 3.10's 3-node cluster (one at a time, each fresh), then their leaderboard:
 #
-#   scripts/sweep-quorum.sh [OUT_DIR]     (default docs/quorum-sweep)
+#   scripts/sweep-quorum.sh [OUT_DIR]     (default docs/benchmarks/quorum-sweep)
 #
 # The seed's workload with its shape kept and its size cut to two cores: quorum queues placed
 # by the balanced locator, producers and consumers spread over every node with -H, 1 KB
@@ -14,7 +14,7 @@
 # OUT_DIR/leaderboard.{md,html,json} with the overlay charts. About 12 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:-docs/quorum-sweep}
+OUT=${1:-docs/benchmarks/quorum-sweep}
 RATES=${SWEEP_RATES:-2000,5000,10000,15000,20000,25000,30000,40000}
 BIN=${WARREN_BIN:-./target/release/warren}
 RMQ=../shared/rabbitmq/rabbitmq.sh

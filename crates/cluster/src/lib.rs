@@ -45,7 +45,7 @@
 //! in the next batch to the queue's node -> its server enqueues it and answers `Published` once
 //! it is durable there -> the publisher's confirm goes out. Deliveries come back the same way.
 //!
-//! `docs/cluster.md` says what a user sees and why it is built this way.
+//! `docs/cluster.md` says what a user sees, `docs/design/cluster.md` why it is built this way.
 
 pub mod address;
 pub mod applied_requests;

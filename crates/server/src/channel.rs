@@ -3,6 +3,7 @@
 //! assembled) lives here; consumer state lives in the broker's vhost.
 
 use crate::connection::{Connection, Fault};
+use crate::queues::Delete;
 use crate::replicated::Reply;
 use crate::transactions::TxOp;
 use amq_protocol_types::ShortString;
@@ -11,7 +12,6 @@ use warren_broker::command::Command;
 use warren_broker::error::AmqpError;
 use warren_broker::message::{parse_expiration, Message};
 use warren_broker::users::Access;
-use warren_cluster::messaging::{Request, Response};
 use warren_protocol::amqp::{access, basic, channel, confirm, exchange, queue, AMQPClass};
 use warren_protocol::constants::*;
 use warren_protocol::content::{encode_header, ContentHeader, Properties};
@@ -841,97 +841,19 @@ impl Connection {
             Q::Purge(p) => {
                 let q = self.queue_name(number, p.queue.as_str())?;
                 self.check(Access::Read, "queue", &q)?;
-                if let Some(peer) = self.remote_queue(&q)? {
-                    let request = Request::Purge {
-                        vhost: self.vhost_name.clone(),
-                        conn: self.id,
-                        queue: q,
-                    };
-                    let (outbox, nowait) = (self.outbox.clone(), p.nowait);
-                    let answered = move |r| {
-                        if let (Response::Purged { count }, false) = (r, nowait) {
-                            let m = Method::Other(AMQPClass::Queue(Q::PurgeOk(queue::PurgeOk {
-                                message_count: count,
-                            })));
-                            outbox.push(|b| m.encode(number, b));
-                        }
-                        Ok(())
-                    };
-                    self.ask_remote(number, (50, 30), peer, request, answered, || {});
-                    return Ok(());
-                }
-                if let Some(group) = self.quorum_group(&q) {
-                    self.purge_quorum(number, group, p.nowait);
-                    return Ok(());
-                }
-                let n = self
-                    .vhost
-                    .lock()
-                    .expect("vhost lock")
-                    .queue_purge(self.id, &q)?;
-                if !p.nowait {
-                    ctl(
-                        self,
-                        number,
-                        AMQPClass::Queue(Q::PurgeOk(queue::PurgeOk { message_count: n })),
-                    );
-                }
+                return self.queue_backend(&q).purge(self, number, q, p.nowait);
             }
             Q::Delete(d) => {
                 let q = self.queue_name(number, d.queue.as_str())?;
                 self.check(Access::Configure, "queue", &q)?;
                 // Released once delete-ok is out, here or when a proposal is answered.
                 self.hold_cancels(number);
-                // A remote queue's node knows its messages (for delete-ok) and consumers; a
-                // plain delete goes ahead without it when that node is down.
-                if self.quorum_group(&q).is_some() {
-                    return self.delete_quorum(number, q, (d.if_unused, d.if_empty, d.nowait));
-                }
-                match self.remote_queue(&q) {
-                    Ok(Some(peer)) => {
-                        return self.delete_remote(
-                            number,
-                            q,
-                            d.if_unused,
-                            d.if_empty,
-                            d.nowait,
-                            peer,
-                        )
-                    }
-                    Err(e) if d.if_unused || d.if_empty => return Err(e),
-                    _ => {}
-                }
-                if self.shared.cluster.is_some() {
-                    // Only this node's copy knows consumers and messages of a queue it hosts.
-                    self.vhost.lock().expect("vhost lock").queue_delete_check(
-                        self.id,
-                        &q,
-                        d.if_unused,
-                        d.if_empty,
-                    )?;
-                    let command = Command::QueueDelete {
-                        vhost: self.vhost_name.clone(),
-                        conn: self.id,
-                        name: q,
-                    };
-                    self.propose(number, Reply::QueueDelete, d.nowait, command);
-                    return Ok(());
-                }
-                let mut v = self.meta_vhost();
-                let existed = v.queue_stats(&q).is_some();
-                let n = v.queue_delete(self.id, &q, d.if_unused, d.if_empty)?;
-                v.persist()?;
-                if existed {
-                    self.shared.broker.queue_churn.deleted();
-                }
-                if !d.nowait {
-                    ctl(
-                        self,
-                        number,
-                        AMQPClass::Queue(Q::DeleteOk(queue::DeleteOk { message_count: n })),
-                    );
-                }
-                self.release_cancels(number);
+                let delete = Delete {
+                    if_unused: d.if_unused,
+                    if_empty: d.if_empty,
+                    nowait: d.nowait,
+                };
+                return self.queue_backend(&q).delete(self, number, q, delete);
             }
             Q::DeclareOk(_) | Q::BindOk(_) | Q::UnbindOk(_) | Q::PurgeOk(_) | Q::DeleteOk(_) => {
                 return Err(AmqpError::command_invalid("unimplemented method"));
@@ -1019,27 +941,9 @@ impl Connection {
             B::Get(g) => {
                 let q = self.queue_name(number, g.queue.as_str()).map_err(fail)?;
                 self.check(Access::Read, "queue", &q).map_err(fail)?;
-                if let Some(group) = self.quorum_group(&q) {
-                    self.get_quorum(number, key, g.no_ack, group);
-                    return Ok(());
-                }
-                if let Some(peer) = self.remote_queue(&q).map_err(fail)? {
-                    self.get_remote(number, key, q, g.no_ack, peer);
-                    return Ok(());
-                }
-                let r = self
-                    .vhost
-                    .lock()
-                    .expect("vhost lock")
-                    .basic_get(key, &q, g.no_ack, now)
+                self.queue_backend(&q)
+                    .get(self, number, key, q, g.no_ack, now)
                     .map_err(fail)?;
-                if matches!(r, warren_broker::vhost::GetResult::Empty) {
-                    ctl(
-                        self,
-                        number,
-                        AMQPClass::Basic(B::GetEmpty(basic::GetEmpty {})),
-                    );
-                }
             }
             B::Recover(r) => {
                 if !r.requeue {

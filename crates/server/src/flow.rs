@@ -31,7 +31,7 @@
 //! good. Bounding the publisher shortens the pipeline until the consumer catches up.
 //! RabbitMQ bounds every channel (`quorum_commands_soft_limit`); bounding only publishers of
 //! queues that fall behind keeps a lone publisher's full pipeline, which is most of its rate
-//! (measured in `docs/quorum-queues.md`).
+//! (measured in `docs/benchmarks/quorum-queues.md`).
 //!
 //! Every connection is also held to [`QUORUM_UNANSWERED_MAX`] publishes (and [`FLOW_BYTES_MAX`]
 //! bytes) to quorum queues not yet answered by their groups, whatever their queues' state: a publisher without confirms has no

@@ -28,6 +28,8 @@
 //!   relayed to consumers connected elsewhere, and what other nodes ask of this one;
 //!   `remote_queue`: a channel's methods on a queue another node hosts.
 //! - [`placement`]: which node hosts a new queue, and a quorum queue's members.
+//! - `queues`: what a channel does with a queue, one implementation per place a queue can
+//!   be (this node, another node, a quorum queue's Raft group), chosen in one place.
 //! - [`queue_stats`]: queue figures for the management API, asked of each queue's node.
 //! - [`quorum_client`]: a channel's requests to a quorum queue's Raft group (publish, consume,
 //!   settle, get, purge) and how their answers come back; [`quorum_replica`]: this node's
@@ -57,6 +59,7 @@ pub mod memory;
 pub mod metadata;
 pub mod placement;
 pub mod queue_stats;
+mod queues;
 mod quorum_bodies;
 mod quorum_channel;
 pub mod quorum_client;

@@ -1,19 +1,20 @@
-//! A channel's methods on a quorum queue of a cluster: each is a request to the queue's Raft
+//! A channel's methods on a quorum queue of a cluster that have not moved to `queues::quorum`
+//! yet (consume, cancel): each is a request to the queue's Raft
 //! group through this node's member ([`crate::quorum_client`]). The connection waits for its
 //! entry to be applied here before it reads the channel's next method, as for other requests
-//! that cross nodes; the reply (consume-ok, get-ok, cancel-ok) is written by this node's
+//! that cross nodes; the reply (consume-ok, cancel-ok) is written by this node's
 //! replica, in order with the deliveries it writes.
 
 use crate::connection::Connection;
 use crate::quorum_client::{self, Wait};
 use crate::replicated::{Proposal, Reply};
 use std::sync::atomic::Ordering;
-use warren_broker::command::{Command, Outcome};
+use warren_broker::command::Outcome;
 use warren_broker::error::AmqpError;
 use warren_broker::queue::ChannelKey;
 use warren_broker::quorum::ConsumerSpec;
 use warren_cluster::replicas::group_id;
-use warren_protocol::amqp::{basic, queue, AMQPClass};
+use warren_protocol::amqp::{basic, AMQPClass};
 use warren_protocol::method::Method;
 
 impl Connection {
@@ -118,82 +119,6 @@ impl Connection {
             }
             Ok(())
         });
-    }
-
-    pub fn get_quorum(&mut self, number: u16, key: ChannelKey, no_ack: bool, group: u64) {
-        let command = quorum_client::dequeue(&self.shared, key, no_ack);
-        let wait = Wait::Get {
-            group,
-            channel: key,
-        };
-        let shared = self.shared.clone();
-        self.vhost
-            .lock()
-            .expect("vhost lock")
-            .note_quorum_get(key, group - 1);
-        self.await_request(number, (60, 70), async move {
-            quorum_client::request(shared, group, wait, None, command).await
-        });
-    }
-
-    pub fn purge_quorum(&mut self, number: u16, group: u64, nowait: bool) {
-        let (shared, outbox) = (self.shared.clone(), self.outbox.clone());
-        self.await_request(number, (50, 30), async move {
-            let count = quorum_client::purge(shared, group).await?;
-            if !nowait {
-                let m = Method::Other(AMQPClass::Queue(queue::AMQPMethod::PurgeOk(
-                    queue::PurgeOk {
-                        message_count: count,
-                    },
-                )));
-                outbox.push(|b| m.encode(number, b));
-            }
-            Ok(())
-        });
-    }
-
-    /// queue.delete of a quorum queue: if-unused and if-empty, and delete-ok's count, as this
-    /// node's replica has them; then the deletion is replicated.
-    pub fn delete_quorum(
-        &mut self,
-        number: u16,
-        name: String,
-        (if_unused, if_empty, nowait): (bool, bool, bool),
-    ) -> Result<(), AmqpError> {
-        let (messages, consumers) = self.quorum_counts(&name).unwrap_or((0, 0));
-        let vhost = &self.vhost_name;
-        if if_unused && consumers > 0 {
-            return Err(AmqpError::precondition(format!(
-                "queue '{name}' in vhost '{vhost}' in use"
-            )));
-        }
-        if if_empty && messages > 0 {
-            return Err(AmqpError::precondition(format!(
-                "queue '{name}' in vhost '{vhost}' not empty"
-            )));
-        }
-        let cluster = self
-            .shared
-            .cluster
-            .clone()
-            .expect("quorum queues are clustered");
-        let command = Command::QueueDelete {
-            vhost: vhost.clone(),
-            conn: self.id,
-            name,
-        };
-        self.proposal = Some(Proposal {
-            number,
-            nowait,
-            reply: Reply::QueueDelete,
-            answer: Box::pin(async move {
-                match crate::remote::execute_everywhere(&cluster, command).await? {
-                    Outcome::QueueDeleted(_) => Ok(Outcome::QueueDeleted(messages)),
-                    other => Ok(other),
-                }
-            }),
-        });
-        Ok(())
     }
 
     /// Waits for `answer` before the channel's next method; its reply was written by whoever

@@ -2,7 +2,7 @@
 //! and how the answer comes back.
 //!
 //! Everything a channel does to a quorum queue is a proposal to its group (see
-//! `docs/quorum-queues.md`): a publish is `Enqueue`, basic.consume `Checkout`, an ack `Settle`.
+//! `docs/design/quorum-queues.md`): a publish is `Enqueue`, basic.consume `Checkout`, an ack `Settle`.
 //! This node's member hands the proposal to raft-rs, which forwards it to the leader. The
 //! answer is an effect of the committed entry, carried out by this node's replica
 //! ([`crate::quorum_replica`]) when it applies it: a confirm advances the publishing channel's

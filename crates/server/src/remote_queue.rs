@@ -1,13 +1,11 @@
-//! A channel's methods on a queue hosted by another node of the cluster: consume, cancel, get,
-//! purge, a passive declare and a conditional delete are asked of the queue's node; the reply
+//! A channel's methods on a queue hosted by another node of the cluster that have not moved to
+//! `queues::remote` yet: consume, cancel and a passive declare are asked of the queue's node; the reply
 //! is written when its answer arrives (see [`Connection::ask_remote`]). A queue whose node is
 //! down gets RabbitMQ's 404 "home node ... is down or inaccessible".
 
 use crate::connection::Connection;
 use crate::remote;
-use crate::replicated::{Proposal, Reply};
 use std::sync::Arc;
-use warren_broker::command::{Command, Outcome};
 use warren_broker::error::AmqpError;
 use warren_broker::queue::ChannelKey;
 use warren_cluster::messaging::{Request, Response};
@@ -69,71 +67,6 @@ impl Connection {
             Ok(())
         };
         self.ask_remote(number, (50, 10), peer, request, answered, || {});
-        Ok(())
-    }
-
-    /// queue.delete of a remote queue: its node knows its consumers and messages (if-unused,
-    /// if-empty, the count in delete-ok), so it is asked before the deletion is replicated.
-    pub fn delete_remote(
-        &mut self,
-        number: u16,
-        name: String,
-        if_unused: bool,
-        if_empty: bool,
-        nowait: bool,
-        peer: u64,
-    ) -> Result<(), AmqpError> {
-        let cluster = self
-            .shared
-            .cluster
-            .clone()
-            .expect("remote queues are clustered");
-        let request = Request::Declare {
-            vhost: self.vhost_name.clone(),
-            conn: self.id,
-            queue: name.clone(),
-        };
-        let command = Command::QueueDelete {
-            vhost: self.vhost_name.clone(),
-            conn: self.id,
-            name: name.clone(),
-        };
-        let vhost = self.vhost_name.clone();
-        self.proposal = Some(Proposal {
-            number,
-            nowait,
-            reply: Reply::QueueDelete,
-            answer: Box::pin(async move {
-                let counts = match remote::call(cluster.messaging(), peer, request).await {
-                    Ok(counts) => counts,
-                    Err(_) if !if_unused && !if_empty => Response::Done,
-                    Err(e) => return Err(e),
-                };
-                if let Response::Declared {
-                    messages,
-                    consumers,
-                } = counts
-                {
-                    if if_unused && consumers > 0 {
-                        return Err(AmqpError::precondition(format!(
-                            "queue '{name}' in vhost '{vhost}' in use"
-                        )));
-                    }
-                    if if_empty && messages > 0 {
-                        return Err(AmqpError::precondition(format!(
-                            "queue '{name}' in vhost '{vhost}' not empty"
-                        )));
-                    }
-                }
-                match crate::remote::execute_everywhere(&cluster, command).await? {
-                    Outcome::QueueDeleted(_) => Ok(Outcome::QueueDeleted(match counts {
-                        Response::Declared { messages, .. } => messages,
-                        _ => 0,
-                    })),
-                    other => Ok(other),
-                }
-            }),
-        });
         Ok(())
     }
 
@@ -237,55 +170,5 @@ impl Connection {
             }
         };
         self.ask_remote(number, (60, 30), peer, request, answered, failed);
-    }
-
-    /// basic.get from a remote queue: the message gets a tag of this channel when it arrives.
-    pub fn get_remote(
-        &mut self,
-        number: u16,
-        key: ChannelKey,
-        queue: String,
-        no_ack: bool,
-        peer: u64,
-    ) {
-        let request = Request::Get {
-            vhost: self.vhost_name.clone(),
-            channel: key,
-            conn: self.id,
-            number,
-            user: self.user.clone(),
-            queue: queue.clone(),
-            no_ack,
-        };
-        let node: Option<Arc<str>> = self
-            .shared
-            .cluster
-            .as_ref()
-            .and_then(|c| c.member_name(peer))
-            .map(Into::into);
-        let (vhost, outbox, shared) =
-            (self.vhost.clone(), self.outbox.clone(), self.shared.clone());
-        let answered = move |r| {
-            match (r, node) {
-                (Response::Got { got: Some(g) }, Some(node)) => {
-                    let mut v = vhost.lock().expect("vhost lock");
-                    v.note_remote_node(key, &node);
-                    v.accept_delivery(&node, remote::got(key, g), Some(&queue));
-                    if v.has_remote() {
-                        let effects = v.take_remote();
-                        let name = v.name.clone();
-                        remote::carry_out(&shared, &name, effects);
-                    }
-                }
-                _ => {
-                    let m = Method::Other(AMQPClass::Basic(basic::AMQPMethod::GetEmpty(
-                        basic::GetEmpty {},
-                    )));
-                    outbox.push(|b| m.encode(number, b));
-                }
-            }
-            Ok(())
-        };
-        self.ask_remote(number, (60, 70), peer, request, answered, || {});
     }
 }

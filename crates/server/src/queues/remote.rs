@@ -1,0 +1,190 @@
+//! A queue another node of the cluster hosts: that node alone knows its messages and
+//! consumers, so each method is asked of it and the reply written when its answer arrives
+//! (see [`Connection::ask_remote`]). A queue whose node is down gets RabbitMQ's 404 "home node
+//! ... is down or inaccessible", except an unconditional delete, which goes ahead without it.
+
+use super::{local, Delete, QueueBackend};
+use crate::connection::Connection;
+use crate::remote;
+use crate::replicated::{Proposal, Reply};
+use std::sync::Arc;
+use warren_broker::command::{Command, Outcome};
+use warren_broker::error::AmqpError;
+use warren_broker::queue::ChannelKey;
+use warren_cluster::messaging::{Request, Response};
+use warren_protocol::amqp::{basic, queue, AMQPClass};
+use warren_protocol::method::Method;
+
+pub(crate) enum RemoteQueue {
+    /// Hosted by the peer with this id, which the cluster can reach.
+    Reachable(u64),
+    /// Its node is down: the 404 to answer.
+    Down(AmqpError),
+}
+
+impl QueueBackend for RemoteQueue {
+    fn purge(
+        &self,
+        conn: &mut Connection,
+        number: u16,
+        queue: String,
+        nowait: bool,
+    ) -> Result<(), AmqpError> {
+        let peer = self.peer()?;
+        let request = Request::Purge {
+            vhost: conn.vhost_name.clone(),
+            conn: conn.id,
+            queue,
+        };
+        let outbox = conn.outbox.clone();
+        let answered = move |r| {
+            if let (Response::Purged { count }, false) = (r, nowait) {
+                let m = Method::Other(AMQPClass::Queue(queue::AMQPMethod::PurgeOk(
+                    queue::PurgeOk {
+                        message_count: count,
+                    },
+                )));
+                outbox.push(|b| m.encode(number, b));
+            }
+            Ok(())
+        };
+        conn.ask_remote(number, (50, 30), peer, request, answered, || {});
+        Ok(())
+    }
+
+    /// Its node knows its consumers and messages (if-unused, if-empty, the count in
+    /// delete-ok), so it is asked before the deletion is replicated.
+    fn delete(
+        &self,
+        conn: &mut Connection,
+        number: u16,
+        name: String,
+        delete: Delete,
+    ) -> Result<(), AmqpError> {
+        let peer = match self {
+            RemoteQueue::Reachable(peer) => *peer,
+            RemoteQueue::Down(e) if delete.if_unused || delete.if_empty => return Err(e.clone()),
+            RemoteQueue::Down(_) => return local::propose_delete(conn, number, name, delete),
+        };
+        let Delete {
+            if_unused,
+            if_empty,
+            nowait,
+        } = delete;
+        let cluster = conn
+            .shared
+            .cluster
+            .clone()
+            .expect("remote queues are clustered");
+        let request = Request::Declare {
+            vhost: conn.vhost_name.clone(),
+            conn: conn.id,
+            queue: name.clone(),
+        };
+        let command = Command::QueueDelete {
+            vhost: conn.vhost_name.clone(),
+            conn: conn.id,
+            name: name.clone(),
+        };
+        let vhost = conn.vhost_name.clone();
+        conn.proposal = Some(Proposal {
+            number,
+            nowait,
+            reply: Reply::QueueDelete,
+            answer: Box::pin(async move {
+                let counts = match remote::call(cluster.messaging(), peer, request).await {
+                    Ok(counts) => counts,
+                    Err(_) if !if_unused && !if_empty => Response::Done,
+                    Err(e) => return Err(e),
+                };
+                if let Response::Declared {
+                    messages,
+                    consumers,
+                } = counts
+                {
+                    if if_unused && consumers > 0 {
+                        return Err(AmqpError::precondition(format!(
+                            "queue '{name}' in vhost '{vhost}' in use"
+                        )));
+                    }
+                    if if_empty && messages > 0 {
+                        return Err(AmqpError::precondition(format!(
+                            "queue '{name}' in vhost '{vhost}' not empty"
+                        )));
+                    }
+                }
+                match crate::remote::execute_everywhere(&cluster, command).await? {
+                    Outcome::QueueDeleted(_) => Ok(Outcome::QueueDeleted(match counts {
+                        Response::Declared { messages, .. } => messages,
+                        _ => 0,
+                    })),
+                    other => Ok(other),
+                }
+            }),
+        });
+        Ok(())
+    }
+
+    /// The message gets a tag of this channel when it arrives.
+    fn get(
+        &self,
+        conn: &mut Connection,
+        number: u16,
+        key: ChannelKey,
+        queue: String,
+        no_ack: bool,
+        _now: u64,
+    ) -> Result<(), AmqpError> {
+        let peer = self.peer()?;
+        let request = Request::Get {
+            vhost: conn.vhost_name.clone(),
+            channel: key,
+            conn: conn.id,
+            number,
+            user: conn.user.clone(),
+            queue: queue.clone(),
+            no_ack,
+        };
+        let node: Option<Arc<str>> = conn
+            .shared
+            .cluster
+            .as_ref()
+            .and_then(|c| c.member_name(peer))
+            .map(Into::into);
+        let (vhost, outbox, shared) =
+            (conn.vhost.clone(), conn.outbox.clone(), conn.shared.clone());
+        let answered = move |r| {
+            match (r, node) {
+                (Response::Got { got: Some(g) }, Some(node)) => {
+                    let mut v = vhost.lock().expect("vhost lock");
+                    v.note_remote_node(key, &node);
+                    v.accept_delivery(&node, remote::got(key, g), Some(&queue));
+                    if v.has_remote() {
+                        let effects = v.take_remote();
+                        let name = v.name.clone();
+                        remote::carry_out(&shared, &name, effects);
+                    }
+                }
+                _ => {
+                    let m = Method::Other(AMQPClass::Basic(basic::AMQPMethod::GetEmpty(
+                        basic::GetEmpty {},
+                    )));
+                    outbox.push(|b| m.encode(number, b));
+                }
+            }
+            Ok(())
+        };
+        conn.ask_remote(number, (60, 70), peer, request, answered, || {});
+        Ok(())
+    }
+}
+
+impl RemoteQueue {
+    /// The queue's node, or the 404 that says it is down.
+    fn peer(&self) -> Result<u64, AmqpError> {
+        match self {
+            RemoteQueue::Reachable(peer) => Ok(*peer),
+            RemoteQueue::Down(e) => Err(e.clone()),
+        }
+    }
+}
