@@ -73,6 +73,7 @@ mod commit_latency;
 mod failover;
 mod hibernation;
 mod load;
+mod maintenance;
 mod proposals;
 mod raft_links;
 mod syncer;
@@ -81,6 +82,7 @@ use apply::{advance_apply, apply_ahead, apply_handed_out, snapshot_may_cover};
 use failover::{elect_without, stand_again};
 use hibernation::{is_heartbeat, may_sleep};
 use load::Load;
+use maintenance::hand_off;
 use proposals::{proposals_apart, propose, propose_waiting};
 pub use raft_links::InputSender;
 use raft_links::RaftLinks;
@@ -176,6 +178,9 @@ pub enum Input {
         group: u64,
         to: u64,
     },
+    /// The node entered (true) or left maintenance mode: while in it, every group it leads
+    /// hands its leadership to another member ([`maintenance`]).
+    SetDraining(bool),
     /// This node is no longer among the queue's members: its replica stays until the group's
     /// leader (another member) has removed it from the voters, then closes and deletes its log.
     /// Closing at once could leave a two-member group without the majority that removal needs.
@@ -288,6 +293,7 @@ impl QueueGroups {
             flush,
             is_up,
             timing,
+            draining: false,
             groups: BTreeMap::new(),
             touched: BTreeSet::new(),
             views: views.clone(),
@@ -329,6 +335,16 @@ impl QueueGroups {
     /// number of groups in it.
     pub fn syncs(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)
+    }
+
+    /// How many groups this node leads now.
+    pub fn led(&self) -> usize {
+        self.views
+            .lock()
+            .expect("views lock")
+            .values()
+            .filter(|v| v.is_leader)
+            .count()
     }
 
     /// How many groups are awake (ticking) now.
@@ -415,6 +431,8 @@ struct Runner {
     flush: Flush,
     is_up: IsUp,
     timing: GroupsTiming,
+    /// In maintenance mode: groups led here hand their leadership on ([`hand_off`]).
+    draining: bool,
     groups: BTreeMap<u64, Group>,
     /// Groups stepped, ticked or proposed to since their last ready: only they can have one,
     /// so a round costs what happened, not the number of (mostly sleeping) groups.
@@ -534,6 +552,19 @@ impl Runner {
                     g.wake();
                     g.raw.transfer_leader(to);
                     self.touched.insert(group);
+                }
+            }
+            Input::SetDraining(draining) => {
+                self.draining = draining;
+                if draining {
+                    // Asleep or not: a sleeping leader must hand on too.
+                    let (me, is_up) = (self.me, &self.is_up);
+                    for (id, g) in self.groups.iter_mut().filter(|(_, g)| g.fetching.is_none()) {
+                        if hand_off(g, me, is_up) {
+                            g.wake();
+                            self.touched.insert(*id);
+                        }
+                    }
                 }
             }
             Input::Leave { group } => {
@@ -832,6 +863,9 @@ impl Runner {
             self.touched.insert(*id);
             g.raw.tick();
             stand_again(g, is_up);
+            if self.draining {
+                hand_off(g, self.me, is_up);
+            }
             propose_waiting(g);
             change_voters(g);
             g.quiet_ticks += 1;

@@ -662,6 +662,7 @@ mod tests {
             cluster: SocketAddr::from(([127, 0, 0, 1], port)),
             amqp: SocketAddr::from(([127, 0, 0, 1], port + 1000)),
             management: None,
+            draining: false,
         }
     }
 

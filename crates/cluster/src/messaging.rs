@@ -942,6 +942,7 @@ mod tests {
             cluster: addr,
             amqp: addr,
             management: None,
+            draining: false,
         };
         let transport = Transport::start(
             me,

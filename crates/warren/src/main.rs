@@ -522,6 +522,14 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
                 return std::process::ExitCode::from(1);
             }
         };
+        // Left in maintenance mode (`warren ctl drain`) when it stopped: it stays so.
+        let draining = match warren_server::maintenance::stored(&config.meta_dir()) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("warren: {e}");
+                return std::process::ExitCode::from(1);
+            }
+        };
         let cluster = match config.cluster_listen {
             None => None,
             Some(listen) => {
@@ -547,6 +555,7 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
                         ..Default::default()
                     },
                     tls: config.cluster_tls().expect("validate() checked the cluster TLS files"),
+                    draining,
                 };
                 broker.set_local_node(&cluster_config.node_name);
                 match warren_cluster::Cluster::start(cluster_config, store.clone(), broker.clone()).await {

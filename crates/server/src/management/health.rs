@@ -1,6 +1,12 @@
 //! RabbitMQ's health checks (`/api/health/checks/...`) and `/api/aliveness-test/{vhost}`:
 //! 200 `{"status":"ok", ...}` when healthy, 503 `{"status":"failed","reason", ...}` when not,
 //! so that load balancers and orchestrators written for RabbitMQ probe warren unchanged.
+//! Besides 3.10's, 4.x's `is-in-service`, `below-node-connection-limit` and
+//! `ready-to-serve-clients`, and warren's own `metadata-leader`.
+//!
+//! A cluster node with no metadata leader it can reach (the minority side of a partition, or
+//! a cluster not formed yet) can change nothing: the checks that say whether the node serves
+//! fail then, as every check of a paused-minority RabbitMQ node does ([`without_leader`]).
 
 use super::session::{AckMode, Session};
 use super::{auth, error, Api, Shared};
@@ -43,8 +49,177 @@ fn alarms_health(s: &Shared, failed_reason: &str) -> Response {
         .into_response()
 }
 
+/// What a check that says whether the node serves answers while the node has no metadata
+/// leader it can reach: 503 and why.
+fn without_leader(s: &Shared) -> Option<Response> {
+    let cluster = s.cluster.as_ref()?;
+    if cluster.reachable_metadata_leader().is_some() {
+        return None;
+    }
+    Some(failed(NO_LEADER_REASON, json!({})))
+}
+
+const NO_LEADER_REASON: &str = "this node has no metadata leader it can reach: it is cut off \
+     from a majority of the cluster's nodes (or the cluster has not formed) and can change nothing";
+
+/// Whether the node serves clients (RabbitMQ's `rabbit:is_serving()`): not in maintenance
+/// mode, not stopping, and, in a cluster, with a metadata leader it can reach.
+fn is_serving(s: &Shared) -> bool {
+    !s.maintenance.is_draining()
+        && !*s.shutdown.borrow()
+        && s.cluster
+            .as_ref()
+            .is_none_or(|c| c.reachable_metadata_leader().is_some())
+}
+
+const NOT_SERVING_REASON: &str = "this rabbit node is not currently available to serve";
+
+/// `GET /api/health/checks/metadata-leader` (warren's; RabbitMQ has none): ok with the
+/// leader's name while this node reaches one; a single node leads itself.
+pub async fn metadata_leader(State(s): Api, headers: HeaderMap) -> Response {
+    if let Err(r) = auth::caller(&s, &headers) {
+        return r;
+    }
+    match &s.cluster {
+        None => Json(json!({ "status": "ok", "leader": s.node_name() })).into_response(),
+        Some(c) => match c.reachable_metadata_leader() {
+            Some(leader) => Json(json!({ "status": "ok", "leader": leader })).into_response(),
+            None => failed(NO_LEADER_REASON, json!({})),
+        },
+    }
+}
+
+/// RabbitMQ 4.x's `is-in-service`.
+pub async fn is_in_service(State(s): Api, headers: HeaderMap) -> Response {
+    if let Err(r) = auth::caller(&s, &headers) {
+        return r;
+    }
+    if is_serving(&s) {
+        Json(json!({ "status": "ok" })).into_response()
+    } else {
+        failed(NOT_SERVING_REASON, json!({}))
+    }
+}
+
+/// RabbitMQ 4.x's `below-node-connection-limit`: warren has no node-wide connection limit
+/// (RabbitMQ's `connection_max` defaults to infinity), so it passes while the node serves,
+/// with the number of client connections.
+pub async fn below_node_connection_limit(State(s): Api, headers: HeaderMap) -> Response {
+    if let Err(r) = auth::caller(&s, &headers) {
+        return r;
+    }
+    if let Some(r) = without_leader(&s) {
+        return r;
+    }
+    let connections = s.connections.list().len();
+    Json(json!({ "status": "ok", "limit": "infinity", "connections": connections }))
+        .into_response()
+}
+
+/// RabbitMQ 4.x's `ready-to-serve-clients`: `is-in-service`, an AMQP or AMQPS listener,
+/// and the connection limit, in one probe.
+pub async fn ready_to_serve_clients(State(s): Api, headers: HeaderMap) -> Response {
+    if let Err(r) = auth::caller(&s, &headers) {
+        return r;
+    }
+    if !is_serving(&s) {
+        return failed("the rabbit node is not currently available to serve", json!({}));
+    }
+    if !listening(&s)
+        .iter()
+        .any(|(p, _)| *p == "amqp" || *p == "amqp/ssl")
+    {
+        return failed("no active listeners for AMQP/AMQPS", json!({}));
+    }
+    Json(json!({ "status": "ok" })).into_response()
+}
+
+/// `certificate-expiration/{within}/{unit}` (RabbitMQ 3.10): fails naming each TLS
+/// listener whose certificate expires within that time (days, weeks, months, years).
+pub async fn certificate_expiration(
+    State(s): Api,
+    headers: HeaderMap,
+    Path((within, unit)): Path<(String, String)>,
+) -> Response {
+    if let Err(r) = auth::caller(&s, &headers) {
+        return r;
+    }
+    let Ok(within) = within.parse::<i64>() else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "Invalid expiration value: must be a positive integer",
+        );
+    };
+    let unit_s: i64 = match unit.as_str() {
+        "days" => 86_400,
+        "weeks" => 7 * 86_400,
+        "months" => 30 * 86_400,
+        "years" => 365 * 86_400,
+        _ => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "Invalid expiration unit: use days, weeks, months or years",
+            )
+        }
+    };
+    if within < 0 {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "Invalid expiration value: must be a positive integer",
+        );
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let deadline = now.saturating_add(within.saturating_mul(unit_s));
+    let t = &s.config.tls;
+    let cluster_cert = s.config.cluster_tls().ok().flatten().map(|f| f.cert);
+    let candidates = [
+        ("amqp/ssl", t.listen, t.cert.clone()),
+        (
+            "https",
+            t.management_listen,
+            t.management_cert.clone().or(t.cert.clone()),
+        ),
+        ("clustering", s.config.cluster_listen, cluster_cert),
+    ];
+    let mut expiring = Vec::new();
+    for (protocol, addr, cert) in candidates {
+        let (Some(addr), Some(path)) = (addr, cert) else {
+            continue;
+        };
+        use rustls_pki_types::pem::PemObject;
+        let leaf = rustls_pki_types::CertificateDer::pem_file_iter(&path)
+            .ok()
+            .and_then(|mut certs| certs.next())
+            .and_then(Result::ok);
+        let Some(info) = leaf.and_then(|d| crate::tls::certificate::CertificateInfo::parse(&d).ok())
+        else {
+            continue;
+        };
+        if info.not_after_s <= deadline {
+            expiring.push(json!({
+                "node": s.node_name(),
+                "protocol": protocol,
+                "ip_address": addr.ip().to_string(),
+                "port": addr.port(),
+                "certfile": path.display().to_string(),
+                "expires": crate::tls::certificate::utc_text(info.not_after_s),
+            }));
+        }
+    }
+    if expiring.is_empty() {
+        Json(json!({ "status": "ok" })).into_response()
+    } else {
+        failed("Certificates expiring", json!({ "expired": expiring }))
+    }
+}
+
 pub async fn alarms(State(s): Api, headers: HeaderMap) -> Response {
     if let Err(r) = auth::caller(&s, &headers) {
+        return r;
+    }
+    if let Some(r) = without_leader(&s) {
         return r;
     }
     alarms_health(&s, "There are alarms in effect in the cluster")
@@ -54,12 +229,18 @@ pub async fn local_alarms(State(s): Api, headers: HeaderMap) -> Response {
     if let Err(r) = auth::caller(&s, &headers) {
         return r;
     }
+    if let Some(r) = without_leader(&s) {
+        return r;
+    }
     alarms_health(&s, "There are alarms in effect on the node")
 }
 
 /// Every vhost runs as long as the node does: warren has no per-vhost process to fail.
 pub async fn virtual_hosts(State(s): Api, headers: HeaderMap) -> Response {
     if let Err(r) = auth::caller(&s, &headers) {
+        return r;
+    }
+    if let Some(r) = without_leader(&s) {
         return r;
     }
     Json(json!({ "status": "ok" })).into_response()
@@ -91,6 +272,9 @@ pub async fn port_listener(
     if let Err(r) = auth::caller(&s, &headers) {
         return r;
     }
+    if let Some(r) = without_leader(&s) {
+        return r;
+    }
     let Ok(port) = port.parse::<u16>() else {
         return error(StatusCode::BAD_REQUEST, "Invalid port");
     };
@@ -111,6 +295,9 @@ pub async fn protocol_listener(
     Path(protocol): Path<String>,
 ) -> Response {
     if let Err(r) = auth::caller(&s, &headers) {
+        return r;
+    }
+    if let Some(r) = without_leader(&s) {
         return r;
     }
     // RabbitMQ's aliases for the same listeners.
@@ -143,6 +330,11 @@ pub async fn node_is_quorum_critical(State(s): Api, headers: HeaderMap) -> Respo
     let Some(cluster) = &s.cluster else {
         return Json(json!({ "status": "ok", "reason": "single node cluster" })).into_response();
     };
+    if s.maintenance.is_draining() {
+        // Its leaderships are elsewhere already (rabbitmq-queues' "the check does not apply").
+        return Json(json!({ "status": "ok", "reason": "node is in maintenance mode" }))
+            .into_response();
+    }
     let members = cluster.status().members;
     let voters = members.iter().filter(|m| m.voter).count();
     if voters <= 1 {

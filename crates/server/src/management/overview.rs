@@ -35,10 +35,13 @@ pub fn listeners(s: &Shared) -> Vec<Value> {
             }));
         }
     };
-    for a in &s.config.listen {
-        add("amqp", Some(*a));
+    // In maintenance mode the client listeners are closed.
+    if !s.maintenance.is_draining() {
+        for a in &s.config.listen {
+            add("amqp", Some(*a));
+        }
+        add("amqp/ssl", s.config.tls.listen);
     }
-    add("amqp/ssl", s.config.tls.listen);
     add("http", s.config.management_listen);
     add("https", s.config.tls.management_listen);
     add("clustering", s.config.cluster_listen);
@@ -171,7 +174,7 @@ pub async fn list_nodes(State(s): Api, headers: HeaderMap) -> Response {
         "disk_free_alarm": alarms.disk,
         "storage_failed": alarms.storage,
         "storage_failure": s.alarms.storage_failure(),
-        "being_drained": false,
+        "being_drained": s.maintenance.is_draining(),
         "os_pid": std::process::id().to_string(),
         "processors": std::thread::available_parallelism().map_or(1, |n| n.get()),
         "rates_mode": "basic",
@@ -194,7 +197,7 @@ pub async fn list_nodes(State(s): Api, headers: HeaderMap) -> Response {
                 "cluster_address": m.cluster,
                 "amqp_address": m.amqp,
                 "management_address": m.management,
-                "being_drained": false,
+                "being_drained": m.draining,
             }));
         }
     }
