@@ -404,9 +404,9 @@ fn main() -> std::process::ExitCode {
         },
         Command::Ctl(args) => match ctl::run(args) {
             Ok(()) => std::process::ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("warren ctl: {e}");
-                std::process::ExitCode::from(1)
+            Err(ctl::Exit(code, message)) => {
+                eprintln!("warren ctl: {message}");
+                std::process::ExitCode::from(code)
             }
         },
     }
