@@ -24,6 +24,7 @@ a message naming it; certificates reloaded by SIGHUP and `warren ctl reload_cert
 ssl_cert_login_from common_name.
 """
 
+import json
 import os
 import re
 import shutil
@@ -533,3 +534,25 @@ def test_certificates_reload_on_sighup_and_ctl_without_dropping_connections(node
         back.close()
     finally:
         b.stop()
+
+
+def test_certificate_expiration_check_names_the_listener_whose_certificate_expires(node):
+    # The server certificate is valid for 30 days: not within a week, within two months.
+    base = node.broker.management_uri.replace("http://guest:guest@", "http://")
+
+    def check(within):
+        req = urllib.request.Request(f"{base}/api/health/checks/certificate-expiration/{within}",
+                                     headers={"Authorization": "Basic Z3Vlc3Q6Z3Vlc3Q="})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    assert check("1/weeks") == (200, {"status": "ok"})
+    code, body = check("2/months")
+    assert (code, body["status"], body["reason"]) == (503, "failed", "Certificates expiring")
+    if node.kind == "warren":
+        # Its HTTPS listener serves the same certificate.
+        assert [(e["protocol"], e["port"]) for e in body["expired"]] == [
+            ("amqp/ssl", node.tls_port), ("https", node.management_tls_port)]
