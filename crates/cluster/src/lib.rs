@@ -590,7 +590,11 @@ impl Cluster {
     /// clients see a handover rather than wait for an election, but the member table is not
     /// told (the node is not in maintenance mode when it comes back).
     pub fn hand_off_leaderships(&self) {
-        let _ = self.inputs.lock().expect("inputs lock").send(Input::HandOff);
+        let _ = self
+            .inputs
+            .lock()
+            .expect("inputs lock")
+            .send(Input::HandOff);
         self.queue_groups.send(groups::Input::SetDraining(true));
     }
 

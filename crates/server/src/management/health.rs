@@ -112,8 +112,7 @@ pub async fn below_node_connection_limit(State(s): Api, headers: HeaderMap) -> R
         return r;
     }
     let connections = s.connections.list().len();
-    Json(json!({ "status": "ok", "limit": "infinity", "connections": connections }))
-        .into_response()
+    Json(json!({ "status": "ok", "limit": "infinity", "connections": connections })).into_response()
 }
 
 /// RabbitMQ 4.x's `ready-to-serve-clients`: `is-in-service`, an AMQP or AMQPS listener,
@@ -123,7 +122,10 @@ pub async fn ready_to_serve_clients(State(s): Api, headers: HeaderMap) -> Respon
         return r;
     }
     if !is_serving(&s) {
-        return failed("the rabbit node is not currently available to serve", json!({}));
+        return failed(
+            "the rabbit node is not currently available to serve",
+            json!({}),
+        );
     }
     if !listening(&s)
         .iter()
@@ -193,7 +195,8 @@ pub async fn certificate_expiration(
             .ok()
             .and_then(|mut certs| certs.next())
             .and_then(Result::ok);
-        let Some(info) = leaf.and_then(|d| crate::tls::certificate::CertificateInfo::parse(&d).ok())
+        let Some(info) =
+            leaf.and_then(|d| crate::tls::certificate::CertificateInfo::parse(&d).ok())
         else {
             continue;
         };

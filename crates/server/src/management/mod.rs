@@ -110,7 +110,10 @@ pub fn router(shared: Arc<Shared>) -> Router {
             "/api/health/checks/node-is-quorum-critical",
             get(health::node_is_quorum_critical),
         )
-        .route("/api/health/checks/is-in-service", get(health::is_in_service))
+        .route(
+            "/api/health/checks/is-in-service",
+            get(health::is_in_service),
+        )
         .route(
             "/api/health/checks/below-node-connection-limit",
             get(health::below_node_connection_limit),

@@ -219,7 +219,9 @@ fn quorum_critical(ep: &Endpoint, node: &str) -> Result<Option<String>, String> 
             },
             str::to_string,
         );
-        lines.push(format!("{name} would lose quorum if node {node} is stopped"));
+        lines.push(format!(
+            "{name} would lose quorum if node {node} is stopped"
+        ));
     }
     Ok(Some(lines.join("\n")))
 }
