@@ -181,6 +181,9 @@ pub enum Input {
     /// The node entered (true) or left maintenance mode: while in it, every group it leads
     /// hands its leadership to another member ([`maintenance`]).
     SetDraining(bool),
+    /// The other nodes in maintenance mode, as the member table says: a leaderless group
+    /// elects, and a draining leader hands on to, a member outside them when it can.
+    PeersDraining(BTreeSet<u64>),
     /// This node is no longer among the queue's members: its replica stays until the group's
     /// leader (another member) has removed it from the voters, then closes and deletes its log.
     /// Closing at once could leave a two-member group without the majority that removal needs.
@@ -294,6 +297,7 @@ impl QueueGroups {
             is_up,
             timing,
             draining: false,
+            draining_nodes: BTreeSet::new(),
             groups: BTreeMap::new(),
             touched: BTreeSet::new(),
             views: views.clone(),
@@ -433,6 +437,8 @@ struct Runner {
     timing: GroupsTiming,
     /// In maintenance mode: groups led here hand their leadership on ([`hand_off`]).
     draining: bool,
+    /// The nodes in maintenance mode, this one included while it is.
+    draining_nodes: BTreeSet<u64>,
     groups: BTreeMap<u64, Group>,
     /// Groups stepped, ticked or proposed to since their last ready: only they can have one,
     /// so a round costs what happened, not the number of (mostly sleeping) groups.
@@ -554,13 +560,24 @@ impl Runner {
                     self.touched.insert(group);
                 }
             }
+            Input::PeersDraining(mut nodes) => {
+                if self.draining {
+                    nodes.insert(self.me);
+                }
+                self.draining_nodes = nodes;
+            }
             Input::SetDraining(draining) => {
                 self.draining = draining;
                 if draining {
+                    self.draining_nodes.insert(self.me);
+                } else {
+                    self.draining_nodes.remove(&self.me);
+                }
+                if draining {
                     // Asleep or not: a sleeping leader must hand on too.
-                    let (me, is_up) = (self.me, &self.is_up);
+                    let (me, is_up, avoid) = (self.me, &self.is_up, &self.draining_nodes);
                     for (id, g) in self.groups.iter_mut().filter(|(_, g)| g.fetching.is_none()) {
-                        if hand_off(g, me, is_up) {
+                        if hand_off(g, me, is_up, avoid) {
                             g.wake();
                             self.touched.insert(*id);
                         }
@@ -645,7 +662,7 @@ impl Runner {
                     if g.voters.contains(&peer) {
                         g.wake();
                         if g.raw.raft.leader_id == peer {
-                            elect_without(g, me, peer);
+                            elect_without(g, me, peer, &self.draining_nodes);
                         }
                         self.touched.insert(*id);
                     }
@@ -864,7 +881,7 @@ impl Runner {
             g.raw.tick();
             stand_again(g, is_up);
             if self.draining {
-                hand_off(g, self.me, is_up);
+                hand_off(g, self.me, is_up, &self.draining_nodes);
             }
             propose_waiting(g);
             change_voters(g);

@@ -829,6 +829,17 @@ impl MetadataGroup {
         s.voters = self.raw.raft.prs().conf().voters().ids().iter().collect();
         s.voters.sort_unstable();
         if s.members != self.members {
+            let draining = |members: &BTreeMap<u64, NodeInfo>| -> Vec<u64> {
+                members
+                    .values()
+                    .filter(|m| m.draining && m.id != self.me.id)
+                    .map(|m| m.id)
+                    .collect()
+            };
+            if draining(&s.members) != draining(&self.members) {
+                self.replicas
+                    .set_peers_draining(draining(&self.members).into_iter().collect());
+            }
             s.members = self.members.clone();
         }
     }

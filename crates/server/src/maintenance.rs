@@ -71,6 +71,8 @@ pub struct Resumed {
 pub struct Maintenance {
     path: PathBuf,
     draining: AtomicBool,
+    /// The node is stopping (SIGTERM): it no longer serves, whatever its mode.
+    stopping: AtomicBool,
     /// Whether the accept loop should hold its client listeners (false) or drop them.
     pub(crate) listening: watch::Sender<bool>,
     /// Whether it does: a drain answers once the listeners are closed.
@@ -85,6 +87,7 @@ impl Maintenance {
         Maintenance {
             path: meta_dir.join(FILE),
             draining: AtomicBool::new(draining),
+            stopping: AtomicBool::new(false),
             listening: watch::channel(!draining).0,
             suspended: watch::channel(false).0,
             resumed: Mutex::new(None),
@@ -94,6 +97,10 @@ impl Maintenance {
 
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::SeqCst)
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
     }
 
     /// Writes the mode down durably (a crash mid-drain restarts drained).
@@ -185,6 +192,7 @@ pub async fn revive(shared: &Arc<Shared>) -> Result<(), String> {
 /// connected (their publishes and acks follow the new leaders), within
 /// [`STOP_HANDOVER_WAIT`]; the clients are then closed by the shutdown as before.
 pub async fn hand_over_before_stop(shared: &Arc<Shared>) {
+    shared.maintenance.stopping.store(true, Ordering::SeqCst);
     let Some(cluster) = &shared.cluster else {
         return;
     };

@@ -5,12 +5,13 @@
 
 use super::{Group, IsUp};
 use raft::StateRole;
+use std::collections::BTreeSet;
 
 /// When this member leads `g` and no transfer is under way, asks raft-rs to hand the
-/// leadership to the voter that is up and has the most of the log (it catches up first, then
-/// stands at once: clients see a handover, not an election timeout). Nothing when no other
-/// voter is up: a leader on a drained node beats no leader.
-pub(super) fn hand_off(g: &mut Group, me: u64, is_up: &IsUp) -> bool {
+/// leadership to a voter that is up, outside `draining` if one is, with the most of the log
+/// (it catches up first, then stands at once: clients see a handover, not an election
+/// timeout). Nothing when no other voter is up: a leader on a drained node beats no leader.
+pub(super) fn hand_off(g: &mut Group, me: u64, is_up: &IsUp, draining: &BTreeSet<u64>) -> bool {
     let raft = &g.raw.raft;
     if raft.state != StateRole::Leader || raft.lead_transferee.is_some() {
         return false;
@@ -20,7 +21,10 @@ pub(super) fn hand_off(g: &mut Group, me: u64, is_up: &IsUp) -> bool {
         .iter()
         .copied()
         .filter(|v| *v != me && is_up(*v))
-        .max_by_key(|v| raft.prs().get(*v).map_or(0, |p| p.matched));
+        .max_by_key(|v| {
+            let serving = !draining.contains(v);
+            (serving, raft.prs().get(*v).map_or(0, |p| p.matched))
+        });
     let Some(to) = to else {
         return false;
     };

@@ -66,7 +66,7 @@ const NO_LEADER_REASON: &str = "this node has no metadata leader it can reach: i
 /// mode, not stopping, and, in a cluster, with a metadata leader it can reach.
 fn is_serving(s: &Shared) -> bool {
     !s.maintenance.is_draining()
-        && !*s.shutdown.borrow()
+        && !s.maintenance.is_stopping()
         && s.cluster
             .as_ref()
             .is_none_or(|c| c.reachable_metadata_leader().is_some())
@@ -137,7 +137,10 @@ pub async fn ready_to_serve_clients(State(s): Api, headers: HeaderMap) -> Respon
 }
 
 /// `certificate-expiration/{within}/{unit}` (RabbitMQ 3.10): fails naming each TLS
-/// listener whose certificate expires within that time (days, weeks, months, years).
+/// listener whose certificate file or CA file holds a certificate that expires within that
+/// time (days, weeks, months of 365/12 days, years), in RabbitMQ's fields. RabbitMQ 3.10 reads
+/// the files from the listener's options, where an `ssl_options` listener has none, so it
+/// passes there whatever the certificates; warren reads the files it serves.
 pub async fn certificate_expiration(
     State(s): Api,
     headers: HeaderMap,
@@ -147,75 +150,94 @@ pub async fn certificate_expiration(
         return r;
     }
     let Ok(within) = within.parse::<i64>() else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "Invalid expiration value: must be a positive integer",
-        );
+        return error(StatusCode::BAD_REQUEST, "Invalid expiration value.");
     };
-    let unit_s: i64 = match unit.as_str() {
-        "days" => 86_400,
-        "weeks" => 7 * 86_400,
-        "months" => 30 * 86_400,
-        "years" => 365 * 86_400,
+    let day_s = 86_400i64;
+    let within_s = match unit.to_ascii_lowercase().as_str() {
+        "days" => within.saturating_mul(day_s),
+        "weeks" => within.saturating_mul(7 * day_s),
+        "months" => within.saturating_mul(365 * day_s) / 12,
+        "years" => within.saturating_mul(365 * day_s),
         _ => {
             return error(
                 StatusCode::BAD_REQUEST,
-                "Invalid expiration unit: use days, weeks, months or years",
+                "Time unit not recognised. Supported units: days, weeks, months, years.",
             )
         }
     };
-    if within < 0 {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "Invalid expiration value: must be a positive integer",
-        );
-    }
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
-    let deadline = now.saturating_add(within.saturating_mul(unit_s));
+    let deadline = now.saturating_add(within_s);
     let t = &s.config.tls;
-    let cluster_cert = s.config.cluster_tls().ok().flatten().map(|f| f.cert);
-    let candidates = [
-        ("amqp/ssl", t.listen, t.cert.clone()),
+    let cluster_files = s.config.cluster_tls().ok().flatten();
+    let listeners = [
+        ("amqp/ssl", t.listen, t.cert.clone(), t.ca.clone()),
         (
             "https",
             t.management_listen,
             t.management_cert.clone().or(t.cert.clone()),
+            t.ca.clone(),
         ),
-        ("clustering", s.config.cluster_listen, cluster_cert),
+        (
+            "clustering",
+            s.config.cluster_listen,
+            cluster_files.as_ref().map(|f| f.cert.clone()),
+            cluster_files.as_ref().map(|f| f.ca.clone()),
+        ),
     ];
     let mut expiring = Vec::new();
-    for (protocol, addr, cert) in candidates {
-        let (Some(addr), Some(path)) = (addr, cert) else {
+    for (protocol, addr, cert, ca) in listeners {
+        let (Some(addr), Some(cert)) = (addr, cert) else {
             continue;
         };
-        use rustls_pki_types::pem::PemObject;
-        let leaf = rustls_pki_types::CertificateDer::pem_file_iter(&path)
-            .ok()
-            .and_then(|mut certs| certs.next())
-            .and_then(Result::ok);
-        let Some(info) =
-            leaf.and_then(|d| crate::tls::certificate::CertificateInfo::parse(&d).ok())
-        else {
+        let cert_expires = expiring_in(&cert, deadline);
+        let ca_expires = ca
+            .as_deref()
+            .map(|ca| expiring_in(ca, deadline))
+            .unwrap_or_default();
+        if cert_expires.is_empty() && ca_expires.is_empty() {
             continue;
-        };
-        if info.not_after_s <= deadline {
-            expiring.push(json!({
-                "node": s.node_name(),
-                "protocol": protocol,
-                "ip_address": addr.ip().to_string(),
-                "port": addr.port(),
-                "certfile": path.display().to_string(),
-                "expires": crate::tls::certificate::utc_text(info.not_after_s),
-            }));
         }
+        expiring.push(json!({
+            "node": s.node_name(),
+            "protocol": protocol,
+            "interface": addr.ip().to_string(),
+            "port": addr.port(),
+            "certfile": cert.display().to_string(),
+            "cacertfile": ca.map(|c| c.display().to_string()),
+            "certfile_expires_on": cert_expires,
+            "cacertfile_expires_on": ca_expires,
+        }));
     }
     if expiring.is_empty() {
         Json(json!({ "status": "ok" })).into_response()
     } else {
         failed("Certificates expiring", json!({ "expired": expiring }))
     }
+}
+
+/// When each certificate of a PEM file that expires before `deadline` (Unix seconds) does;
+/// an unreadable file or certificate is named as such, as RabbitMQ reports it.
+fn expiring_in(path: &std::path::Path, deadline: i64) -> Vec<String> {
+    use rustls_pki_types::pem::PemObject;
+    let certs = match rustls_pki_types::CertificateDer::pem_file_iter(path) {
+        Ok(certs) => certs,
+        Err(e) => return vec![format!("error: {}: {e}", path.display())],
+    };
+    let mut out = Vec::new();
+    for cert in certs {
+        match cert.map_err(|e| e.to_string()).and_then(|c| {
+            crate::tls::certificate::CertificateInfo::parse(&c).map_err(|e| e.0.to_string())
+        }) {
+            Ok(info) if info.not_after_s < deadline => {
+                out.push(crate::tls::certificate::utc_text(info.not_after_s))
+            }
+            Ok(_) => {}
+            Err(e) => out.push(format!("error: {e}")),
+        }
+    }
+    out
 }
 
 pub async fn alarms(State(s): Api, headers: HeaderMap) -> Response {
