@@ -95,6 +95,9 @@ pub struct Shared {
     pub next_conn: AtomicU64,
     pub next_channel: AtomicU64,
     pub connections_open: AtomicUsize,
+    /// Client sockets accepted and not yet closed (handshaking ones included), against
+    /// `connection_max`.
+    pub client_sockets: AtomicUsize,
     /// The open connections, for the management API.
     pub connections: registry::Registry,
     /// Message rates for the management API, sampled when it is asked.
@@ -140,6 +143,7 @@ impl Shared {
             next_conn: AtomicU64::new(1),
             next_channel: AtomicU64::new(1),
             connections_open: AtomicUsize::new(0),
+            client_sockets: AtomicUsize::new(0),
             connections: registry::Registry::default(),
             rates: management::stats::Rates::default(),
             node_stats: management::node_stats::Board::default(),
@@ -315,6 +319,15 @@ async fn accept_any(
     .await
 }
 
+/// Whether the node holds `connection_max` client sockets already (RabbitMQ's
+/// `connection_max`): one more is closed as it is accepted.
+fn at_connection_max(shared: &Shared, sockets: usize) -> bool {
+    shared
+        .config
+        .connection_max
+        .is_some_and(|max| sockets as u64 >= max)
+}
+
 /// Accepts on a listener that may be off (then never returns).
 async fn accept(
     listener: Option<&TcpListener>,
@@ -377,6 +390,7 @@ pub async fn serve(
                 + 1,
         ),
         connections_open: AtomicUsize::new(0),
+        client_sockets: AtomicUsize::new(0),
         connections: registry::Registry::default(),
         rates: management::stats::Rates::default(),
         node_stats: management::node_stats::Board::default(),
@@ -460,6 +474,10 @@ pub async fn serve(
                 }
             }
             accepted = accept_any(&listeners.amqp) => match accepted {
+                Ok((stream, peer)) if at_connection_max(&shared, connections.len()) => {
+                    drop(stream);
+                    tracing::debug!(%peer, "connection_max reached: connection closed");
+                }
                 Ok((stream, peer)) => {
                     connections.spawn(connection::serve(stream, peer, shared.clone()));
                 }
@@ -469,6 +487,10 @@ pub async fn serve(
                 }
             },
             accepted = accept(listeners.amqps.as_ref()) => match accepted {
+                Ok((stream, peer)) if at_connection_max(&shared, connections.len()) => {
+                    drop(stream);
+                    tracing::debug!(%peer, "connection_max reached: TLS connection closed");
+                }
                 Ok((stream, peer)) => {
                     connections.spawn(tls::serve_amqps(stream, peer, shared.clone()));
                 }
@@ -480,6 +502,9 @@ pub async fn serve(
             _ = stop.changed() => break,
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
+        shared
+            .client_sockets
+            .store(connections.len(), std::sync::atomic::Ordering::Relaxed);
     }
     drop(listeners);
     maintenance::hand_over_before_stop(&shared).await;

@@ -39,6 +39,7 @@ struct ServerArgs {
     /// wal_file_bytes_max, adopt_live_percent_min, wal_commit_window_us, heartbeat_s, channel_max,
     /// frame_max_bytes, message_bytes_max, memory_high_watermark_bytes, disk_free_limit_bytes,
     /// message_memory_bytes, management_listen, auth_mechanisms, handshake_timeout_ms,
+    /// connection_max,
     /// load_definitions, and a
     /// [tls] table: listen, cert, key, ca, verify_peer, fail_if_no_peer_cert, versions,
     /// cert_login_from, management_listen, management_cert, management_key, cluster,
@@ -84,6 +85,10 @@ struct ServerArgs {
     /// accepted are closed: milliseconds, or a number with s or ms [default: 10s].
     #[arg(long, env = "WARREN_HANDSHAKE_TIMEOUT")]
     handshake_timeout: Option<String>,
+    /// Client connections (AMQP and AMQPS) the node holds at most; more are closed as they
+    /// are accepted (RabbitMQ's connection_max) [default: no limit].
+    #[arg(long, env = "WARREN_CONNECTION_MAX")]
+    connection_max: Option<u64>,
     /// Where the management API is served over HTTPS [default: none].
     #[arg(long, env = "WARREN_MANAGEMENT_TLS_LISTEN")]
     management_tls_listen: Option<String>,
@@ -244,6 +249,9 @@ impl ServerArgs {
         }
         if let Some(v) = &self.auth_mechanisms {
             c.auth_mechanisms = v.iter().map(|s| s.trim().to_ascii_uppercase()).collect();
+        }
+        if let Some(v) = self.connection_max {
+            c.connection_max = Some(v);
         }
         if let Some(v) = &self.handshake_timeout {
             c.handshake_timeout_ms = parse_duration_ms(v).ok_or_else(|| {

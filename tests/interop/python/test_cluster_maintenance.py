@@ -1,13 +1,14 @@
 """Maintenance mode and the probes around it, on real processes: `warren ctl drain` / `revive`
 (rabbitmq-upgrade's), `await_online_quorum_plus_one`, `await_online_nodes`, `await_startup`,
 `check_if_node_is_quorum_critical` (exit code 69, as RabbitMQ's CLI), the health checks a
-node cut off from its cluster's majority fails, SIGTERM's handover, and a management port that
-cannot be bound.
+node cut off from its cluster's majority fails, SIGTERM's handover, a management port that
+cannot be bound, and `--connection-max` with `below-node-connection-limit`.
 
 Each cluster test starts its own 3-node cluster (see test_cluster.py) and waits by polling
 with deadlines, never by sleeping a fixed time.
 """
 
+import base64
 import json
 import os
 import socket
@@ -16,6 +17,7 @@ import tempfile
 import threading
 import time
 import urllib.error
+import urllib.request
 
 import pika
 import pytest
@@ -270,6 +272,19 @@ def test_sigterm_hands_the_leadership_over_before_the_node_stops(cluster):
           f"SIGKILL {kill_pause * 1000:.0f} ms")
 
 
+class SingleNodeApi:
+    """The management API of a node a test started itself, as Node.api for status_of."""
+
+    def __init__(self, port):
+        self.port = port
+
+    def api(self, path):
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}")
+        req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())
+
+
 def single_node(tmp, amqp, http, *extra):
     return subprocess.Popen(
         [WARREN_BIN, "server", "--listen", f"127.0.0.1:{amqp}",
@@ -320,6 +335,35 @@ def test_a_single_node_drains_its_clients_and_listeners_across_a_restart():
             eventually(lambda: socket.create_connection(("127.0.0.1", amqp), 1).close() or True,
                        "the node accepts AMQP again")
             assert "not under maintenance" in ctl(http, "status").stdout
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_node_connection_limit_closes_extra_clients_and_fails_its_checks():
+    amqp, http = free_ports(2)
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = single_node(tmp, amqp, http, "--connection-max", "1")
+        try:
+            eventually(lambda: ctl(http, "ping").returncode == 0, "the node answers")
+            node = SingleNodeApi(http)
+            assert status_of(node, "/api/health/checks/below-node-connection-limit") == (
+                200, {"status": "ok", "limit": 1, "connections": 0})
+            first = pika.BlockingConnection(pika.ConnectionParameters(host="127.0.0.1", port=amqp))
+            eventually(lambda: status_of(node, "/api/health/checks/below-node-connection-limit")[0] == 503,
+                       "the limit is reached")
+            assert status_of(node, "/api/health/checks/below-node-connection-limit") == (
+                503, {"status": "failed", "reason": "node connection limit is reached",
+                      "connections": 1})
+            assert status_of(node, "/api/health/checks/ready-to-serve-clients")[1]["reason"] == \
+                "node connection limit is reached"
+            with pytest.raises(pika.exceptions.AMQPConnectionError):
+                pika.BlockingConnection(pika.ConnectionParameters(
+                    host="127.0.0.1", port=amqp, connection_attempts=1))
+            first.close()
+            eventually(lambda: status_of(node, "/api/health/checks/ready-to-serve-clients")
+                       == (200, {"status": "ok"}), "below the limit again")
+            pika.BlockingConnection(pika.ConnectionParameters(host="127.0.0.1", port=amqp)).close()
         finally:
             proc.kill()
             proc.wait()

@@ -101,9 +101,21 @@ pub async fn is_in_service(State(s): Api, headers: HeaderMap) -> Response {
     }
 }
 
-/// RabbitMQ 4.x's `below-node-connection-limit`: warren has no node-wide connection limit
-/// (RabbitMQ's `connection_max` defaults to infinity), so it passes while the node serves,
-/// with the number of client connections.
+/// Whether the node's client sockets reached `--connection-max` (RabbitMQ's
+/// `connection_max`): the failure, with the count.
+fn at_connection_limit(s: &Shared) -> Option<Response> {
+    let connections = s.client_sockets.load(std::sync::atomic::Ordering::Relaxed);
+    let max = s.config.connection_max?;
+    (connections as u64 >= max).then(|| {
+        failed(
+            "node connection limit is reached",
+            json!({ "connections": connections }),
+        )
+    })
+}
+
+/// RabbitMQ 4.x's `below-node-connection-limit`: fails while the node holds
+/// `--connection-max` client connections; passes without a limit (RabbitMQ's infinity).
 pub async fn below_node_connection_limit(State(s): Api, headers: HeaderMap) -> Response {
     if let Err(r) = auth::caller(&s, &headers) {
         return r;
@@ -111,8 +123,15 @@ pub async fn below_node_connection_limit(State(s): Api, headers: HeaderMap) -> R
     if let Some(r) = without_leader(&s) {
         return r;
     }
-    let connections = s.connections.list().len();
-    Json(json!({ "status": "ok", "limit": "infinity", "connections": connections })).into_response()
+    if let Some(r) = at_connection_limit(&s) {
+        return r;
+    }
+    let connections = s.client_sockets.load(std::sync::atomic::Ordering::Relaxed);
+    let limit = s
+        .config
+        .connection_max
+        .map_or_else(|| json!("infinity"), |m| json!(m));
+    Json(json!({ "status": "ok", "limit": limit, "connections": connections })).into_response()
 }
 
 /// RabbitMQ 4.x's `ready-to-serve-clients`: `is-in-service`, an AMQP or AMQPS listener,
@@ -132,6 +151,9 @@ pub async fn ready_to_serve_clients(State(s): Api, headers: HeaderMap) -> Respon
         .any(|(p, _)| *p == "amqp" || *p == "amqp/ssl")
     {
         return failed("no active listeners for AMQP/AMQPS", json!({}));
+    }
+    if let Some(r) = at_connection_limit(&s) {
+        return r;
     }
     Json(json!({ "status": "ok" })).into_response()
 }
