@@ -695,17 +695,6 @@ fn run_command(ep: Endpoint, command: CtlCommand) -> Result<(), String> {
             for a in alarms {
                 println!("{a}");
             }
-            let cluster: Value = serde_json::from_str(&expect_ok(request(
-                &ep,
-                "GET",
-                "/api/warren/cluster",
-                None,
-            )?)?)
-            .unwrap_or_default();
-            if !cluster["metadata"].is_null() {
-                println!("\nCluster");
-                print_metadata_and_links(&cluster);
-            }
             let me = v["node"].as_str().unwrap_or_default();
             let drained = nodes.as_array().into_iter().flatten().any(|n| {
                 n["name"].as_str() == Some(me) && n["being_drained"].as_bool() == Some(true)
@@ -719,6 +708,17 @@ fn run_command(ep: Endpoint, command: CtlCommand) -> Result<(), String> {
                     "not under maintenance"
                 }
             );
+            let cluster: Value = serde_json::from_str(&expect_ok(request(
+                &ep,
+                "GET",
+                "/api/warren/cluster",
+                None,
+            )?)?)
+            .unwrap_or_default();
+            if !cluster["metadata"].is_null() {
+                println!("\nCluster");
+                print_metadata_and_links(&cluster);
+            }
         }
     }
     Ok(())
