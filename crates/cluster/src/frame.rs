@@ -69,6 +69,20 @@ pub struct NodeInfo {
     pub amqp: SocketAddr,
     /// Its HTTP management API, if any.
     pub management: Option<SocketAddr>,
+    /// The node is in maintenance mode (`warren ctl drain`): it takes no leaderships and no
+    /// new queues. Carried here, in the member table every node replicates, so that every
+    /// node's `/api/nodes` and placement see it and it outlives the node's restarts, as
+    /// RabbitMQ's replicated maintenance table does. Why a field with a default rather than
+    /// an entry of its own: a node of an older build parses a member entry or a hello that
+    /// has it, ignoring the unknown field (none of these structs denies unknown fields), where
+    /// a new kind of metadata entry would be unreadable to it. Left out when false, so a node
+    /// that never drained sends what older builds sent, byte for byte.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub draining: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// A decoded frame.
@@ -229,6 +243,7 @@ mod tests {
             cluster: "127.0.0.1:25673".parse().unwrap(),
             amqp: "127.0.0.1:5673".parse().unwrap(),
             management: None,
+            draining: false,
         };
         let m = Message {
             to: 3,

@@ -73,6 +73,7 @@ mod commit_latency;
 mod failover;
 mod hibernation;
 mod load;
+mod maintenance;
 mod proposals;
 mod raft_links;
 mod syncer;
@@ -81,6 +82,7 @@ use apply::{advance_apply, apply_ahead, apply_handed_out, snapshot_may_cover};
 use failover::{elect_without, stand_again};
 use hibernation::{is_heartbeat, may_sleep};
 use load::Load;
+use maintenance::hand_off;
 use proposals::{proposals_apart, propose, propose_waiting};
 pub use raft_links::InputSender;
 use raft_links::RaftLinks;
@@ -176,6 +178,12 @@ pub enum Input {
         group: u64,
         to: u64,
     },
+    /// The node entered (true) or left maintenance mode: while in it, every group it leads
+    /// hands its leadership to another member ([`maintenance`]).
+    SetDraining(bool),
+    /// The other nodes in maintenance mode, as the member table says: a leaderless group
+    /// elects, and a draining leader hands on to, a member outside them when it can.
+    PeersDraining(BTreeSet<u64>),
     /// This node is no longer among the queue's members: its replica stays until the group's
     /// leader (another member) has removed it from the voters, then closes and deletes its log.
     /// Closing at once could leave a two-member group without the majority that removal needs.
@@ -288,6 +296,8 @@ impl QueueGroups {
             flush,
             is_up,
             timing,
+            draining: false,
+            draining_nodes: BTreeSet::new(),
             groups: BTreeMap::new(),
             touched: BTreeSet::new(),
             views: views.clone(),
@@ -329,6 +339,16 @@ impl QueueGroups {
     /// number of groups in it.
     pub fn syncs(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)
+    }
+
+    /// How many groups this node leads now.
+    pub fn led(&self) -> usize {
+        self.views
+            .lock()
+            .expect("views lock")
+            .values()
+            .filter(|v| v.is_leader)
+            .count()
     }
 
     /// How many groups are awake (ticking) now.
@@ -415,6 +435,10 @@ struct Runner {
     flush: Flush,
     is_up: IsUp,
     timing: GroupsTiming,
+    /// In maintenance mode: groups led here hand their leadership on ([`hand_off`]).
+    draining: bool,
+    /// The nodes in maintenance mode, this one included while it is.
+    draining_nodes: BTreeSet<u64>,
     groups: BTreeMap<u64, Group>,
     /// Groups stepped, ticked or proposed to since their last ready: only they can have one,
     /// so a round costs what happened, not the number of (mostly sleeping) groups.
@@ -536,6 +560,30 @@ impl Runner {
                     self.touched.insert(group);
                 }
             }
+            Input::PeersDraining(mut nodes) => {
+                if self.draining {
+                    nodes.insert(self.me);
+                }
+                self.draining_nodes = nodes;
+            }
+            Input::SetDraining(draining) => {
+                self.draining = draining;
+                if draining {
+                    self.draining_nodes.insert(self.me);
+                } else {
+                    self.draining_nodes.remove(&self.me);
+                }
+                if draining {
+                    // Asleep or not: a sleeping leader must hand on too.
+                    let (me, is_up, avoid) = (self.me, &self.is_up, &self.draining_nodes);
+                    for (id, g) in self.groups.iter_mut().filter(|(_, g)| g.fetching.is_none()) {
+                        if hand_off(g, me, is_up, avoid) {
+                            g.wake();
+                            self.touched.insert(*id);
+                        }
+                    }
+                }
+            }
             Input::Leave { group } => {
                 if let Some(g) = self.groups.get_mut(&group) {
                     g.leaving = Some(Instant::now());
@@ -614,7 +662,7 @@ impl Runner {
                     if g.voters.contains(&peer) {
                         g.wake();
                         if g.raw.raft.leader_id == peer {
-                            elect_without(g, me, peer);
+                            elect_without(g, me, peer, &self.draining_nodes);
                         }
                         self.touched.insert(*id);
                     }
@@ -832,6 +880,9 @@ impl Runner {
             self.touched.insert(*id);
             g.raw.tick();
             stand_again(g, is_up);
+            if self.draining {
+                hand_off(g, self.me, is_up, &self.draining_nodes);
+            }
             propose_waiting(g);
             change_voters(g);
             g.quiet_ticks += 1;

@@ -117,6 +117,8 @@ pub struct ClusterConfig {
     /// The node's certificate, key and the cluster's CA: every link is then TLS with both
     /// ends' certificates checked. None: plain TCP, open to anyone who reaches `listen`.
     pub tls: Option<link_tls::LinkTlsFiles>,
+    /// The node was left in maintenance mode (`warren ctl drain`) when it last stopped.
+    pub draining: bool,
 }
 
 /// Who this node is in the cluster, fixed at its first start.
@@ -138,6 +140,8 @@ pub struct MemberStatus {
     pub management: Option<String>,
     pub running: bool,
     pub voter: bool,
+    /// In maintenance mode (`warren ctl drain`), as the member table says.
+    pub draining: bool,
 }
 
 /// What `warren ctl cluster_status`, `/api/nodes` and `/metrics` show.
@@ -153,6 +157,8 @@ pub struct ClusterStatus {
 /// A running node's cluster side.
 pub struct Cluster {
     me: NodeInfo,
+    /// Maintenance mode, as last set here (`me.draining` is only its value at start).
+    draining: std::sync::atomic::AtomicBool,
     seeds: BTreeMap<u64, HostPort>,
     transport: Transport,
     inputs: Mutex<std::sync::mpsc::Sender<Input>>,
@@ -221,6 +227,7 @@ impl Cluster {
             cluster: advertise.clone(),
             amqp: config.amqp,
             management: config.management,
+            draining: config.draining,
         };
         let listener = tokio::net::TcpListener::bind(bind)
             .await
@@ -399,6 +406,7 @@ impl Cluster {
                 .collect()
         };
         let cluster = Arc::new(Cluster {
+            draining: std::sync::atomic::AtomicBool::new(me.draining),
             me,
             seeds,
             transport,
@@ -551,6 +559,11 @@ impl Cluster {
                     management: info.and_then(|i| i.management.map(|a| a.to_string())),
                     running: self.transport.is_up(id),
                     voter: metadata.voters.contains(&id),
+                    draining: if id == self.me.id {
+                        self.is_draining()
+                    } else {
+                        info.is_some_and(|i| i.draining)
+                    },
                 }
             })
             .collect();
@@ -619,6 +632,54 @@ impl Cluster {
         if let Some(t) = self.groups_thread.lock().expect("thread lock").take() {
             let _ = t.join();
         }
+    }
+
+    /// Puts the node into maintenance mode or takes it out: the member table says so to every
+    /// node (placement skips it), and the metadata group and every quorum queue group whose
+    /// leader it is or becomes hand the leadership to another member that is up.
+    pub fn set_draining(&self, draining: bool) {
+        self.draining
+            .store(draining, std::sync::atomic::Ordering::Relaxed);
+        let _ = self
+            .inputs
+            .lock()
+            .expect("inputs lock")
+            .send(Input::SetDraining(draining));
+        self.queue_groups.send(groups::Input::SetDraining(draining));
+    }
+
+    /// The node is stopping: every leadership it holds goes to another member now, so that
+    /// clients see a handover rather than wait for an election, but the member table is not
+    /// told (the node is not in maintenance mode when it comes back).
+    pub fn hand_off_leaderships(&self) {
+        let _ = self
+            .inputs
+            .lock()
+            .expect("inputs lock")
+            .send(Input::HandOff);
+        self.queue_groups.send(groups::Input::SetDraining(true));
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether this node leads the metadata group, and how many quorum queue groups it leads.
+    pub fn leaderships(&self) -> (bool, usize) {
+        let metadata = self.status.lock().expect("status lock").leader == self.me.id;
+        (metadata, self.queue_groups.led())
+    }
+
+    /// The metadata group's leader, when this node knows one it can reach (itself, or a node
+    /// whose link is up). Without one, this node can change nothing: its side of a partition
+    /// is the minority, or the cluster has not formed; RabbitMQ's paused-minority nodes stop.
+    pub fn reachable_metadata_leader(&self) -> Option<String> {
+        let leader = self.status.lock().expect("status lock").leader;
+        if leader == 0 || leader != self.me.id && !self.transport.is_up(leader) {
+            return None;
+        }
+        self.member_name(leader)
+            .or_else(|| Some(format!("node-{leader}")))
     }
 
     /// The node's quorum queue groups.

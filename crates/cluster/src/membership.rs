@@ -664,6 +664,7 @@ mod tests {
             cluster: std::net::SocketAddr::from(([127, 0, 0, 1], port)).into(),
             amqp: std::net::SocketAddr::from(([127, 0, 0, 1], port + 1000)),
             management: None,
+            draining: false,
         }
     }
 

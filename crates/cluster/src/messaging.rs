@@ -950,6 +950,7 @@ mod tests {
             cluster: addr.into(),
             amqp: addr,
             management: None,
+            draining: false,
         };
         let transport = Transport::start(
             me,

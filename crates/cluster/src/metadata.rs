@@ -154,6 +154,12 @@ pub enum Input {
         name: String,
         reply: tokio::sync::oneshot::Sender<Result<(), MembershipError>>,
     },
+    /// Maintenance mode on or off: the member table is told (this node registers again with
+    /// it), and while on, this node hands the group's leadership to another.
+    SetDraining(bool),
+    /// The node is stopping (SIGTERM): it hands the leadership on as a draining node does,
+    /// without telling the member table (it is not in maintenance once it is back).
+    HandOff,
     Stop,
 }
 
@@ -192,6 +198,8 @@ pub struct MetadataGroup {
     applied: u64,
     snapshot_index: u64,
     registering: Option<Instant>,
+    /// Stopping: hand the leadership on ([`Input::HandOff`]).
+    handing_off: bool,
 }
 
 fn no_majority(why: &str) -> AmqpError {
@@ -281,6 +289,7 @@ impl MetadataGroup {
             applied: snapshot_index,
             snapshot_index,
             registering: None,
+            handing_off: false,
         };
         if snapshot_index > 0 {
             group.open_all_replicas();
@@ -302,6 +311,7 @@ impl MetadataGroup {
                 self.raw.tick();
                 self.stand_first_if_founding();
                 self.register_if_needed();
+                self.hand_off_if_draining();
                 self.retry_proposals();
                 self.retry_membership_changes();
             }
@@ -331,6 +341,17 @@ impl MetadataGroup {
             }) if group == MEMBERSHIP_GROUP => self.on_membership_messages(messages),
             Input::Peer(Inbound::Raft { .. } | Inbound::CatchUp { .. }) => {}
             Input::Forget { name, reply } => self.forget(&name, reply),
+            Input::SetDraining(draining) => {
+                self.me.draining = draining;
+                // Registered again at once, not after a retry interval.
+                self.registering = None;
+                self.register_if_needed();
+                self.hand_off_if_draining();
+            }
+            Input::HandOff => {
+                self.handing_off = true;
+                self.hand_off_if_draining();
+            }
             Input::Peer(Inbound::Hello(info)) => {
                 tracing::debug!(peer = info.id, name = %info.name, "cluster peer said hello");
             }
@@ -507,6 +528,36 @@ impl MetadataGroup {
                 info: self.me.clone(),
             },
         );
+    }
+
+    /// In maintenance mode, a leader hands the leadership to a voter that is up, one not in
+    /// maintenance itself if there is one, as RabbitMQ's drain transfers its metadata store's
+    /// leadership. Once the member table says this node drains: a new leader must not take
+    /// it for a node that serves.
+    fn hand_off_if_draining(&mut self) {
+        let raft = &self.raw.raft;
+        let draining = self.me.draining && self.members.get(&self.me.id) == Some(&self.me);
+        if !(draining || self.handing_off)
+            || raft.state != StateRole::Leader
+            || raft.lead_transferee.is_some()
+        {
+            return;
+        }
+        let to = raft
+            .prs()
+            .conf()
+            .voters()
+            .ids()
+            .iter()
+            .filter(|v| *v != self.me.id && self.transport.is_up(*v))
+            .max_by_key(|v| {
+                let serving = !self.members.get(v).is_some_and(|m| m.draining);
+                (serving, raft.prs().get(*v).map_or(0, |p| p.matched))
+            });
+        if let Some(to) = to {
+            tracing::info!(to, "maintenance mode: handing the metadata leadership on");
+            self.raw.transfer_leader(to);
+        }
     }
 
     fn send(&mut self, messages: Vec<Message>) {
@@ -842,6 +893,17 @@ impl MetadataGroup {
         s.voters = self.raw.raft.prs().conf().voters().ids().iter().collect();
         s.voters.sort_unstable();
         if s.members != self.members {
+            let draining = |members: &BTreeMap<u64, NodeInfo>| -> Vec<u64> {
+                members
+                    .values()
+                    .filter(|m| m.draining && m.id != self.me.id)
+                    .map(|m| m.id)
+                    .collect()
+            };
+            if draining(&s.members) != draining(&self.members) {
+                self.replicas
+                    .set_peers_draining(draining(&self.members).into_iter().collect());
+            }
             s.members = self.members.clone();
         }
     }

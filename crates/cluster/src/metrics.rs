@@ -84,6 +84,7 @@ mod tests {
             management: None,
             running,
             voter: true,
+            draining: false,
         }
     }
 

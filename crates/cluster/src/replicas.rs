@@ -86,6 +86,11 @@ impl Replicas {
         self.groups.send(Input::Retain { groups });
     }
 
+    /// The other nodes in maintenance mode, for the queue groups' elections and handovers.
+    pub fn set_peers_draining(&self, nodes: std::collections::BTreeSet<u64>) {
+        self.groups.send(Input::PeersDraining(nodes));
+    }
+
     /// The voters the queue's members are now: the group's leader changes Raft's to match.
     pub fn set_voters(&self, group: u64, voters: Vec<u64>) {
         self.groups.send(Input::SetVoters { group, voters });

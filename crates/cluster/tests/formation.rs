@@ -62,6 +62,7 @@ async fn a_fresh_cluster_elects_a_leader_without_waiting_out_an_election_timeout
             dir: dir.join("cluster"),
             timing: timing.clone(),
             tls: None,
+            draining: false,
         };
         let cluster = Cluster::start(config, Arc::new(store), Arc::new(Broker::new()))
             .await

@@ -187,6 +187,7 @@ async fn trusted_nodes_exchange_frames_and_strangers_are_refused() {
                 cluster: "127.0.0.1:1".parse().unwrap(),
                 amqp: "127.0.0.1:1".parse().unwrap(),
                 management: None,
+                draining: false,
             },
             boot: 1,
             to: None,

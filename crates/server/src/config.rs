@@ -45,6 +45,10 @@ pub struct ServerConfig {
     /// A connection that has not finished its handshake (TLS and AMQP, up to connection.open-ok)
     /// this long after it was accepted is closed: RabbitMQ's `handshake_timeout`.
     pub handshake_timeout_ms: u64,
+    /// Client sockets (AMQP and AMQPS, handshaking or open) the node holds at most; one
+    /// accepted beyond it is closed at once, and `below-node-connection-limit` fails while it
+    /// is reached: RabbitMQ's `connection_max`. None: no limit (RabbitMQ's infinity).
+    pub connection_max: Option<u64>,
     pub data_dir: PathBuf,
     /// The write-ahead log's directory [default: DATA_DIR/wal]: best on its own disk.
     pub wal_dir: Option<PathBuf>,
@@ -153,6 +157,7 @@ impl Default for ServerConfig {
                 .map(|m| m.to_string())
                 .collect(),
             handshake_timeout_ms: HANDSHAKE_TIMEOUT_DEFAULT_MS,
+            connection_max: None,
             data_dir: PathBuf::from("./warren-data"),
             wal_dir: None,
             segment_dir: None,

@@ -288,7 +288,11 @@ pub async fn serve_stream<R, W>(
         .counters
         .connections_opened
         .fetch_add(1, Ordering::Relaxed);
-    shared.connections.insert(entry);
+    shared.connections.insert(entry.clone());
+    if shared.maintenance.is_draining() {
+        // Its handshake ended after a drain closed the others.
+        entry.close(crate::maintenance::CLOSE_REASON);
+    }
     c.run(&mut rd, &mut buf).await;
     shared.connections.remove(id);
     c.cleanup();

@@ -20,6 +20,8 @@
 //!   and `--load-definitions` at boot.
 //! - [`tls`]: AMQP over TLS, the management API over HTTPS, certificate logins and reloads.
 //! - [`fault_injection`]: test-only HTTP switches that make the next fsync fail.
+//! - [`maintenance`]: `warren ctl drain` / `revive`: listeners suspended, clients closed,
+//!   leaderships handed on; and SIGTERM's short handover.
 //! - [`metadata`]: durable topology: the journal it is written to and replayed from.
 //! - [`replicated`]: topology changes in a cluster: proposed to the replicated metadata, the
 //!   client answered once its node applied them; [`lost_queues`]: the transient and exclusive
@@ -54,6 +56,7 @@ pub mod fault_injection;
 pub mod flow;
 mod handshake;
 pub mod lost_queues;
+pub mod maintenance;
 pub mod management;
 pub mod memory;
 pub mod metadata;
@@ -95,6 +98,9 @@ pub struct Shared {
     pub next_conn: AtomicU64,
     pub next_channel: AtomicU64,
     pub connections_open: AtomicUsize,
+    /// Client sockets accepted and not yet closed (handshaking ones included), against
+    /// `connection_max`.
+    pub client_sockets: AtomicUsize,
     /// The open connections, for the management API.
     pub connections: registry::Registry,
     /// Message rates for the management API, sampled when it is asked.
@@ -117,6 +123,8 @@ pub struct Shared {
     pub cluster: Option<Arc<warren_cluster::Cluster>>,
     /// Requests waiting on quorum queue groups, and this node's replicas' figures.
     pub quorum: quorum_client::QuorumQueues,
+    /// Maintenance mode (`warren ctl drain`).
+    pub maintenance: maintenance::Maintenance,
 }
 
 impl Shared {
@@ -130,6 +138,7 @@ impl Shared {
             Vec::new(),
         ));
         let (_, shutdown) = watch::channel(false);
+        let maintenance = maintenance::Maintenance::new(&config.meta_dir(), false);
         Arc::new(Shared {
             broker,
             config,
@@ -137,6 +146,7 @@ impl Shared {
             next_conn: AtomicU64::new(1),
             next_channel: AtomicU64::new(1),
             connections_open: AtomicUsize::new(0),
+            client_sockets: AtomicUsize::new(0),
             connections: registry::Registry::default(),
             rates: management::stats::Rates::default(),
             node_stats: management::node_stats::Board::default(),
@@ -148,6 +158,7 @@ impl Shared {
             durability: Default::default(),
             cluster: None,
             quorum: Default::default(),
+            maintenance,
         })
     }
 
@@ -208,10 +219,14 @@ pub struct Listeners {
     /// AMQP over TLS; None without `--tls-listen`.
     pub amqps: Option<TcpListener>,
     pub tls: Option<Arc<tls::Tls>>,
+    /// The management API over HTTP and HTTPS, when configured.
+    pub management: Option<TcpListener>,
+    pub management_tls: Option<TcpListener>,
 }
 
-/// Loads the certificates and binds the listeners; separate from [`serve`] so callers learn
-/// of a busy port or a bad certificate file at once. The error says which.
+/// Loads the certificates and binds the listeners, the management API's included; separate
+/// from [`serve`] so callers learn of a busy port or a bad certificate file at once, and stop
+/// (as RabbitMQ refuses to boot when a listener's port is taken). The error says which.
 pub async fn bind(config: &ServerConfig) -> Result<Listeners, String> {
     let tls = tls::Tls::load(&config.tls).map_err(|e| e.to_string())?;
     if config.auth_mechanisms.iter().any(|m| m == "EXTERNAL") && !config.tls.verify_peer {
@@ -227,10 +242,28 @@ pub async fn bind(config: &ServerConfig) -> Result<Listeners, String> {
     for a in &config.listen {
         amqp.push(bind_listener(*a)?);
     }
+    let management_tls = match (config.tls.management_listen, &tls) {
+        (Some(a), Some(_)) => Some(bind_management(a, "HTTPS ")?),
+        _ => None,
+    };
     Ok(Listeners {
         amqp,
         amqps: listen(config.tls.listen).await?,
         tls,
+        management: config
+            .management_listen
+            .map(|a| bind_management(a, ""))
+            .transpose()?,
+        management_tls,
+    })
+}
+
+fn bind_management(a: std::net::SocketAddr, what: &str) -> Result<TcpListener, String> {
+    bind_listener(a).map_err(|e| {
+        format!(
+            "{e}: the management API {what}cannot start (set --management-listen to a free \
+             address, or none)"
+        )
     })
 }
 
@@ -241,7 +274,7 @@ const LISTEN_BACKLOG: u32 = 1024;
 /// Binds one listener as `TcpListener::bind` would, except that an IPv6 one takes IPv6 only
 /// (IPV6_V6ONLY): `[::]:5672` beside `0.0.0.0:5672` is then two listeners, as in RabbitMQ,
 /// rather than a failed second bind because the first took both families.
-fn bind_listener(a: std::net::SocketAddr) -> Result<TcpListener, String> {
+pub(crate) fn bind_listener(a: std::net::SocketAddr) -> Result<TcpListener, String> {
     let fail = |e: std::io::Error| format!("cannot listen on {a}: {e}");
     let socket = match a {
         std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
@@ -289,6 +322,15 @@ async fn accept_any(
     .await
 }
 
+/// Whether the node holds `connection_max` client sockets already (RabbitMQ's
+/// `connection_max`): one more is closed as it is accepted.
+fn at_connection_max(shared: &Shared, sockets: usize) -> bool {
+    shared
+        .config
+        .connection_max
+        .is_some_and(|max| sockets as u64 >= max)
+}
+
 /// Accepts on a listener that may be off (then never returns).
 async fn accept(
     listener: Option<&TcpListener>,
@@ -308,18 +350,20 @@ fn boot_stamp() -> u64 {
         & 0xFFFF
 }
 
-/// Accepts connections until `shutdown` turns true, then closes every connection with
-/// 320 CONNECTION_FORCED, as RabbitMQ does when it stops.
+/// Accepts connections until `stop` turns true, then closes the client listeners, hands the
+/// node's leaderships to other members while its clients are still connected (bounded:
+/// [`maintenance::hand_over_before_stop`]), and closes every connection with 320
+/// CONNECTION_FORCED, as RabbitMQ does when it stops.
 pub async fn serve(
     listeners: Listeners,
     config: ServerConfig,
     broker: Arc<Broker>,
-    mut shutdown: watch::Receiver<bool>,
+    mut stop: watch::Receiver<bool>,
     journal: Option<warren_store::journal::Journal>,
     storage: Option<(Arc<warren_store::Store>, Arc<durability::Durability>)>,
     cluster: Option<Arc<warren_cluster::Cluster>>,
 ) {
-    let management_listen = config.management_listen;
+    let mut listeners = listeners;
     let alarms = Arc::new(alarms::Alarms::new(
         config.memory_high_watermark_bytes,
         config.disk_free_limit_bytes,
@@ -329,6 +373,9 @@ pub async fn serve(
         alarms.watch_store(store.clone());
     }
     tokio::spawn(alarms::monitor(alarms.clone()));
+    let config_meta_dir = config.meta_dir();
+    // What the connections watch: turned on once the leaderships are handed over.
+    let (shutdown_tx, shutdown) = watch::channel(false);
     let shared = Arc::new(Shared {
         broker,
         config,
@@ -346,6 +393,7 @@ pub async fn serve(
                 + 1,
         ),
         connections_open: AtomicUsize::new(0),
+        client_sockets: AtomicUsize::new(0),
         connections: registry::Registry::default(),
         rates: management::stats::Rates::default(),
         node_stats: management::node_stats::Board::default(),
@@ -355,6 +403,13 @@ pub async fn serve(
         journal: journal.map(std::sync::Mutex::new),
         store: storage.as_ref().map(|s| s.0.clone()),
         durability: storage.map(|s| s.1).unwrap_or_default(),
+        maintenance: maintenance::Maintenance::new(
+            &config_meta_dir,
+            maintenance::stored(&config_meta_dir).unwrap_or_else(|e| {
+                tracing::error!(error = %e, "maintenance mode: staying in it");
+                true
+            }),
+        ),
         cluster,
         quorum: Default::default(),
     });
@@ -386,27 +441,49 @@ pub async fn serve(
             metadata::tick(&ticking);
         }
     });
-    if let Some(addr) = management_listen {
-        match tokio::net::TcpListener::bind(addr).await {
-            Ok(l) => {
-                tracing::info!(listen = %addr, "management API started");
-                let app = management::router(shared.clone());
-                tokio::spawn(async move {
-                    let _ = axum::serve(l, app).await;
-                });
-            }
-            Err(e) => {
-                tracing::error!(listen = %addr, error = %e, "cannot start the management API")
-            }
+    if let Some(l) = listeners.management.take() {
+        if let Ok(addr) = l.local_addr() {
+            tracing::info!(listen = %addr, "management API started");
         }
+        let app = management::router(shared.clone());
+        tokio::spawn(async move {
+            let _ = axum::serve(l, app).await;
+        });
     }
-    if let (Some(addr), Some(tls)) = (shared.config.tls.management_listen, &shared.tls) {
-        tls::https::start(addr, tls.clone(), shared.clone()).await;
+    if let (Some(l), Some(tls)) = (listeners.management_tls.take(), &shared.tls) {
+        tls::https::start(l, tls.clone(), shared.clone());
+    }
+    // Maintenance mode (`maintenance`): the client listeners closed while on, bound again by
+    // revive and taken up here.
+    let mut listening = shared.maintenance.listening.subscribe();
+    if !*listening.borrow_and_update() {
+        tracing::warn!("the node is in maintenance mode (warren ctl drain): client listeners stay closed until warren ctl revive");
+        listeners.amqp.clear();
+        listeners.amqps = None;
+        shared.maintenance.suspended.send_replace(true);
     }
     let mut connections = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
+            Ok(()) = listening.changed() => {
+                if *listening.borrow_and_update() {
+                    let resumed = shared.maintenance.resumed.lock().expect("resumed lock").take();
+                    if let Some(r) = resumed {
+                        listeners.amqp = r.amqp;
+                        listeners.amqps = r.amqps;
+                    }
+                    shared.maintenance.suspended.send_replace(false);
+                } else {
+                    listeners.amqp.clear();
+                    listeners.amqps = None;
+                    shared.maintenance.suspended.send_replace(true);
+                }
+            }
             accepted = accept_any(&listeners.amqp) => match accepted {
+                Ok((stream, peer)) if at_connection_max(&shared, connections.len()) => {
+                    drop(stream);
+                    tracing::debug!(%peer, "connection_max reached: connection closed");
+                }
                 Ok((stream, peer)) => {
                     connections.spawn(connection::serve(stream, peer, shared.clone()));
                 }
@@ -416,6 +493,10 @@ pub async fn serve(
                 }
             },
             accepted = accept(listeners.amqps.as_ref()) => match accepted {
+                Ok((stream, peer)) if at_connection_max(&shared, connections.len()) => {
+                    drop(stream);
+                    tracing::debug!(%peer, "connection_max reached: TLS connection closed");
+                }
                 Ok((stream, peer)) => {
                     connections.spawn(tls::serve_amqps(stream, peer, shared.clone()));
                 }
@@ -424,11 +505,16 @@ pub async fn serve(
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
             },
-            _ = shutdown.changed() => break,
+            _ = stop.changed() => break,
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
+        shared
+            .client_sockets
+            .store(connections.len(), std::sync::atomic::Ordering::Relaxed);
     }
     drop(listeners);
+    maintenance::hand_over_before_stop(&shared).await;
+    let _ = shutdown_tx.send(true);
     let _ = tokio::time::timeout(SHUTDOWN_GRACE * 8, async {
         while connections.join_next().await.is_some() {}
     })

@@ -56,14 +56,17 @@ impl Connection {
                 })?;
             }
         }
-        if exclusive || locator == crate::config::QueueLocator::ClientLocal {
+        // A node in maintenance mode hosts no new queue while another can (RabbitMQ's drain);
+        // an exclusive queue lives with its connection wherever that is.
+        let local_serves = !cluster.is_draining();
+        if exclusive || locator == crate::config::QueueLocator::ClientLocal && local_serves {
             return Ok(cluster.node_name().to_string());
         }
         let running: Vec<String> = cluster
             .status()
             .members
             .into_iter()
-            .filter(|m| m.running && m.voter && m.amqp.is_some())
+            .filter(|m| m.running && m.voter && m.amqp.is_some() && !m.draining)
             .map(|m| m.name)
             .collect();
         if running.is_empty() {
@@ -96,12 +99,14 @@ pub(crate) fn rand_log_id() -> u64 {
 
 /// A quorum queue's `size` members among `voters` (the names the replicated member table
 /// holds): the home first, then the nodes after it in name order, wrapping, so members of
-/// successive queues spread like their leaders. Refused when the table does not name the
-/// home: no node could open that replica.
+/// successive queues spread like their leaders; nodes in maintenance mode (`drained`) last,
+/// so they are members only when there are too few others. Refused when the table does not
+/// name the home: no node could open that replica.
 pub(crate) fn members(
     home: &str,
     mut voters: Vec<String>,
     size: usize,
+    drained: &[String],
 ) -> Result<Vec<String>, AmqpError> {
     voters.sort();
     let Some(start) = voters.iter().position(|n| n == home) else {
@@ -114,6 +119,8 @@ pub(crate) fn members(
         ));
     };
     voters.rotate_left(start);
+    // Stable: the home stays first, the order after it stays the name order.
+    voters[1..].sort_by_key(|n| drained.contains(n));
     voters.truncate(size.max(1));
     Ok(voters)
 }
@@ -130,23 +137,37 @@ mod tests {
     fn members_start_at_the_home_and_wrap_in_name_order() {
         let voters = names(&["n3", "n1", "n2"]);
         assert_eq!(
-            members("n2", voters.clone(), 3).unwrap(),
+            members("n2", voters.clone(), 3, &[]).unwrap(),
             names(&["n2", "n3", "n1"])
         );
         assert_eq!(
-            members("n3", voters.clone(), 2).unwrap(),
+            members("n3", voters.clone(), 2, &[]).unwrap(),
             names(&["n3", "n1"])
         );
         assert_eq!(
-            members("n1", voters, 5).unwrap(),
+            members("n1", voters, 5, &[]).unwrap(),
             names(&["n1", "n2", "n3"])
+        );
+    }
+
+    #[test]
+    fn nodes_in_maintenance_are_members_only_when_too_few_others() {
+        let voters = names(&["n1", "n2", "n3", "n4"]);
+        let drained = names(&["n2"]);
+        assert_eq!(
+            members("n1", voters.clone(), 3, &drained).unwrap(),
+            names(&["n1", "n3", "n4"])
+        );
+        assert_eq!(
+            members("n1", voters, 4, &drained).unwrap(),
+            names(&["n1", "n3", "n4", "n2"])
         );
     }
 
     #[test]
     fn a_home_the_member_table_does_not_name_is_refused() {
         // Just after the cluster formed: node-2's registration not applied yet.
-        let refused = members("n2", names(&["n1", "n3"]), 3).unwrap_err();
+        let refused = members("n2", names(&["n1", "n3"]), 3, &[]).unwrap_err();
         assert!(refused
             .text
             .contains("'n2' is not in the cluster's member table"));

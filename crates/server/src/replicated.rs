@@ -161,7 +161,19 @@ impl Connection {
                 if let (Command::QueueDeclare { node, members, .. }, Some(size)) =
                     (&mut command, quorum_size)
                 {
-                    *members = crate::placement::members(node, cluster.voter_names().await, size)?;
+                    let drained: Vec<String> = cluster
+                        .status()
+                        .members
+                        .into_iter()
+                        .filter(|m| m.draining)
+                        .map(|m| m.name)
+                        .collect();
+                    *members = crate::placement::members(
+                        node,
+                        cluster.voter_names().await,
+                        size,
+                        &drained,
+                    )?;
                 }
                 let mut outcome = crate::remote::execute_everywhere(&cluster, command).await?;
                 if let (Some((queue, conn)), Outcome::QueueDeclared(ok)) = (declared, &mut outcome)

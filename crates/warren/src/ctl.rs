@@ -5,6 +5,7 @@ mod access;
 mod health;
 mod listings;
 mod queues;
+mod upgrade;
 
 use base64::Engine;
 use clap::{Args, Subcommand};
@@ -149,6 +150,19 @@ enum CtlCommand {
     /// rabbitmq-diagnostics' health checks.
     #[command(flatten)]
     Health(health::HealthCommand),
+    /// rabbitmq-upgrade's maintenance mode and the checks around it.
+    #[command(flatten)]
+    Upgrade(upgrade::UpgradeCommand),
+}
+
+/// How `warren ctl` fails: the exit code and what it prints.
+#[derive(Debug)]
+pub struct Exit(pub u8, pub String);
+
+impl From<String> for Exit {
+    fn from(message: String) -> Exit {
+        Exit(1, message)
+    }
 }
 
 /// rabbitmqctl set_policy's arguments, shared by set_operator_policy.
@@ -417,14 +431,22 @@ fn expect_ok(r: (u16, String)) -> Result<String, String> {
     }
 }
 
-pub fn run(args: CtlArgs) -> Result<(), String> {
+pub fn run(args: CtlArgs) -> Result<(), Exit> {
     let ep = parse_uri(&args.uri, args.cacert.as_deref())?;
-    let seg = encode_segment;
     match args.command {
+        CtlCommand::Upgrade(command) => upgrade::run(&ep, command),
+        command => run_command(ep, command).map_err(Exit::from),
+    }
+}
+
+fn run_command(ep: Endpoint, command: CtlCommand) -> Result<(), String> {
+    let seg = encode_segment;
+    match command {
         CtlCommand::Access(command) => access::run(&ep, command)?,
         CtlCommand::Queues(command) => queues::run(&ep, command)?,
         CtlCommand::Listings(command) => listings::run(&ep, command)?,
         CtlCommand::Health(command) => health::run(&ep, command)?,
+        CtlCommand::Upgrade(_) => unreachable!("run() handles it"),
         CtlCommand::AddUser { user, password } => {
             let (code, body) = request(&ep, "GET", "/api/users", None)?;
             let existing: Value =
@@ -684,6 +706,19 @@ pub fn run(args: CtlArgs) -> Result<(), String> {
             for a in alarms {
                 println!("{a}");
             }
+            let me = v["node"].as_str().unwrap_or_default();
+            let drained = nodes.as_array().into_iter().flatten().any(|n| {
+                n["name"].as_str() == Some(me) && n["being_drained"].as_bool() == Some(true)
+            });
+            println!("\nMaintenance status\n");
+            println!(
+                "Status: {}",
+                if drained {
+                    "being drained (warren ctl revive ends it)"
+                } else {
+                    "not under maintenance"
+                }
+            );
             let cluster: Value = serde_json::from_str(&expect_ok(request(
                 &ep,
                 "GET",

@@ -40,7 +40,7 @@ struct ServerArgs {
     /// wal_file_bytes_max, adopt_live_percent_min, wal_commit_window_us, heartbeat_s, channel_max,
     /// frame_max_bytes, message_bytes_max, memory_high_watermark_bytes, disk_free_limit_bytes,
     /// message_memory_bytes, management_listen, auth_mechanisms, handshake_timeout_ms,
-    /// load_definitions, default_user, default_pass, loopback_users, and a
+    /// connection_max, load_definitions, default_user, default_pass, loopback_users, and a
     /// [tls] table: listen, cert, key, ca, verify_peer, fail_if_no_peer_cert, versions,
     /// cert_login_from, management_listen, management_cert, management_key, cluster,
     /// cluster_cert, cluster_key, cluster_ca; see docs/tls.md).
@@ -85,6 +85,10 @@ struct ServerArgs {
     /// accepted are closed: milliseconds, or a number with s or ms [default: 10s].
     #[arg(long, env = "WARREN_HANDSHAKE_TIMEOUT")]
     handshake_timeout: Option<String>,
+    /// Client connections (AMQP and AMQPS) the node holds at most; more are closed as they
+    /// are accepted (RabbitMQ's connection_max) [default: no limit].
+    #[arg(long, env = "WARREN_CONNECTION_MAX")]
+    connection_max: Option<u64>,
     /// Where the management API is served over HTTPS [default: none].
     #[arg(long, env = "WARREN_MANAGEMENT_TLS_LISTEN")]
     management_tls_listen: Option<String>,
@@ -269,6 +273,9 @@ impl ServerArgs {
         if let Some(v) = &self.auth_mechanisms {
             c.auth_mechanisms = v.iter().map(|s| s.trim().to_ascii_uppercase()).collect();
         }
+        if let Some(v) = self.connection_max {
+            c.connection_max = Some(v);
+        }
         if let Some(v) = &self.handshake_timeout {
             c.handshake_timeout_ms = parse_duration_ms(v).ok_or_else(|| {
                 format!("--handshake-timeout '{v}': expected e.g. 10s, 500ms or 10000")
@@ -443,9 +450,9 @@ fn main() -> std::process::ExitCode {
         },
         Command::Ctl(args) => match ctl::run(args) {
             Ok(()) => std::process::ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("warren ctl: {e}");
-                std::process::ExitCode::from(1)
+            Err(ctl::Exit(code, message)) => {
+                eprintln!("warren ctl: {message}");
+                std::process::ExitCode::from(code)
             }
         },
     }
@@ -561,6 +568,14 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
                 return std::process::ExitCode::from(1);
             }
         };
+        // Left in maintenance mode (`warren ctl drain`) when it stopped: it stays so.
+        let draining = match warren_server::maintenance::stored(&config.meta_dir()) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("warren: {e}");
+                return std::process::ExitCode::from(1);
+            }
+        };
         let cluster = match config.cluster_listen.clone() {
             None => None,
             Some(listen) => {
@@ -590,6 +605,7 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
                         ..Default::default()
                     },
                     tls: config.cluster_tls().expect("validate() checked the cluster TLS files"),
+                    draining,
                 };
                 broker.set_local_node(&cluster_config.node_name);
                 match warren_cluster::Cluster::start(cluster_config, store.clone(), broker.clone()).await {

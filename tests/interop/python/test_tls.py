@@ -24,6 +24,7 @@ a message naming it; certificates reloaded by SIGHUP and `warren ctl reload_cert
 ssl_cert_login_from common_name.
 """
 
+import json
 import os
 import re
 import shutil
@@ -533,3 +534,32 @@ def test_certificates_reload_on_sighup_and_ctl_without_dropping_connections(node
         back.close()
     finally:
         b.stop()
+
+
+def test_certificate_expiration_check_names_the_listener_whose_certificate_expires(node):
+    # The server certificate and its CA are valid for 30 days: not within a week, within two
+    # months. RabbitMQ 3.10 passes both: it looks for the files in the listener's options,
+    # where a listener configured by ssl_options has none (checked against 3.10.8).
+    base = node.broker.management_uri.replace("http://guest:guest@", "http://")
+
+    def check(within):
+        req = urllib.request.Request(f"{base}/api/health/checks/certificate-expiration/{within}",
+                                     headers={"Authorization": "Basic Z3Vlc3Q6Z3Vlc3Q="})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    assert check("1/weeks") == (200, {"status": "ok"})
+    assert check("1/fortnights")[0] == 400
+    if node.kind != "warren":
+        return
+    code, body = check("2/months")
+    assert (code, body.get("status"), body.get("reason")) == (503, "failed", "Certificates expiring"), body
+    # Its HTTPS listener serves the same certificate.
+    assert [(e["protocol"], e["port"]) for e in body["expired"]] == [
+        ("amqp/ssl", node.tls_port), ("https", node.management_tls_port)]
+    first = body["expired"][0]
+    assert first["certfile"] == node.pki.server.cert and first["cacertfile"] == node.pki.ca.cert
+    assert len(first["certfile_expires_on"]) == 1 and len(first["cacertfile_expires_on"]) == 1

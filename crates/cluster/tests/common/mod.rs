@@ -15,6 +15,7 @@ pub fn node_info(id: u64, addr: SocketAddr) -> NodeInfo {
         cluster: addr.into(),
         amqp: addr,
         management: None,
+        draining: false,
     }
 }
 

@@ -114,6 +114,26 @@ pub fn router(shared: Arc<Shared>) -> Router {
             "/api/health/checks/node-is-quorum-critical",
             get(health::node_is_quorum_critical),
         )
+        .route(
+            "/api/health/checks/is-in-service",
+            get(health::is_in_service),
+        )
+        .route(
+            "/api/health/checks/below-node-connection-limit",
+            get(health::below_node_connection_limit),
+        )
+        .route(
+            "/api/health/checks/ready-to-serve-clients",
+            get(health::ready_to_serve_clients),
+        )
+        .route(
+            "/api/health/checks/certificate-expiration/{within}/{unit}",
+            get(health::certificate_expiration),
+        )
+        .route(
+            "/api/health/checks/metadata-leader",
+            get(health::metadata_leader),
+        )
         .route("/api/aliveness-test/{vhost}", get(health::aliveness_test))
         .route("/api/vhosts", get(vhosts::list))
         .route(
@@ -255,6 +275,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/metrics/detailed", get(metrics::metrics_detailed));
     router = router
         .merge(crate::cluster_admin::routes())
+        .merge(crate::maintenance::routes())
         .merge(ui::routes());
     if shared.config.fault_injection.is_some() {
         router = router.merge(crate::fault_injection::routes());

@@ -46,7 +46,7 @@ pub fn node_json(s: &Shared) -> Value {
         "disk_free_alarm": alarms.disk,
         "storage_failed": alarms.storage,
         "storage_failure": s.alarms.storage_failure(),
-        "being_drained": false,
+        "being_drained": s.maintenance.is_draining(),
         "fd_used": process.fds,
         "fd_total": super::metrics::max_fds(),
         "sockets_used": process.sockets,
@@ -159,10 +159,15 @@ pub async fn all_nodes(s: &Shared) -> Vec<Value> {
                     "name": m.name,
                     "type": "disc",
                     "running": false,
-                    "being_drained": false,
                 })
             })
         };
+        // As the replicated member table has it: the node's own answer may be older.
+        node["being_drained"] = json!(if m.name == s.node_name() {
+            s.maintenance.is_draining()
+        } else {
+            m.draining
+        });
         node["cluster_address"] = json!(m.cluster);
         node["amqp_address"] = json!(m.amqp);
         node["management_address"] = json!(m.management);

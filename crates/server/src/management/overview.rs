@@ -35,10 +35,13 @@ pub fn listeners(s: &Shared) -> Vec<Value> {
             }));
         }
     };
-    for a in &s.config.listen {
-        add("amqp", Some(*a));
+    // In maintenance mode the client listeners are closed.
+    if !s.maintenance.is_draining() {
+        for a in &s.config.listen {
+            add("amqp", Some(*a));
+        }
+        add("amqp/ssl", s.config.tls.listen);
     }
-    add("amqp/ssl", s.config.tls.listen);
     add("http", s.config.management_listen);
     add("https", s.config.tls.management_listen);
     if let Some(a) = &s.config.cluster_listen {

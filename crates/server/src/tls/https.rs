@@ -90,20 +90,15 @@ impl axum::serve::Listener for HttpsListener {
     }
 }
 
-/// Serves the management API over HTTPS on `addr`; logs and goes on without it if the port
-/// is taken, as the plain management listener does.
-pub async fn start(addr: SocketAddr, tls: Arc<Tls>, shared: Arc<crate::Shared>) {
-    match TcpListener::bind(addr).await {
-        Ok(l) => {
-            tracing::info!(listen = %addr, "management API over HTTPS started");
-            let listener = HttpsListener::new(l, tls, shared.config.handshake_timeout());
-            let app = crate::management::router(shared);
-            tokio::spawn(async move {
-                let _ = axum::serve(listener, app).await;
-            });
-        }
-        Err(e) => {
-            tracing::error!(listen = %addr, error = %e, "cannot start the management API over HTTPS")
-        }
+/// Serves the management API over HTTPS on `l`, bound at start by [`crate::bind`] (a port
+/// that cannot be bound stops the node there, as RabbitMQ refuses to boot).
+pub fn start(l: TcpListener, tls: Arc<Tls>, shared: Arc<crate::Shared>) {
+    if let Ok(addr) = l.local_addr() {
+        tracing::info!(listen = %addr, "management API over HTTPS started");
     }
+    let listener = HttpsListener::new(l, tls, shared.config.handshake_timeout());
+    let app = crate::management::router(shared);
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
 }

@@ -13,7 +13,8 @@ use serde_json::Value;
 pub enum HealthCommand {
     /// rabbitmq-diagnostics ping: the node answers.
     Ping,
-    /// rabbitmq-diagnostics check_running: the node has booted and serves clients.
+    /// rabbitmq-diagnostics check_running: the node has booted and serves clients; fails
+    /// while it has no metadata leader it can reach (a minority partition).
     CheckRunning,
     /// rabbitmq-diagnostics check_alarms: fails (exit code 1) while any alarm is in effect in
     /// the cluster, naming each.
@@ -39,6 +40,16 @@ pub fn run(ep: &Endpoint, command: HealthCommand) -> Result<(), String> {
         }
         HealthCommand::CheckRunning => {
             let node = node_name(ep)?;
+            // A node cut off from the cluster's majority can change nothing: it fails, as a
+            // paused-minority RabbitMQ node does (a broker without the check passes).
+            let (code, body) = request(ep, "GET", "/api/health/checks/metadata-leader", None)?;
+            if code == 503 {
+                let v: Value = serde_json::from_str(&body).unwrap_or_default();
+                return Err(format!(
+                    "node {node} is not running: {}",
+                    v["reason"].as_str().unwrap_or("it has no metadata leader")
+                ));
+            }
             println!("RabbitMQ on node {node} is fully booted and running");
             Ok(())
         }

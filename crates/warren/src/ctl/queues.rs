@@ -1,7 +1,5 @@
 //! `warren ctl`'s quorum queue commands, with rabbitmq-queues' names: `quorum_status` (each
-//! member of a queue's Raft group and its role), `check_if_node_is_quorum_critical` (whether
-//! stopping the node would leave a quorum queue, or the cluster's metadata, without a majority),
-//! `add_member` and `delete_member` (one queue), `grow` and `shrink` (a node into or out of
+//! member of a queue's Raft group and its role), `add_member` and `delete_member` (one queue), `grow` and `shrink` (a node into or out of
 //! every quorum queue that matches), `rebalance` (leaders spread over the nodes), spoken to the management API as the rest of ctl is.
 
 use super::{encode_segment as seg, expect_ok, request, Endpoint};
@@ -17,9 +15,6 @@ pub enum QueuesCommand {
         vhost: String,
         queue: String,
     },
-    /// Fails (non-zero) when stopping the node would leave a quorum queue, or the cluster's
-    /// metadata, without a majority of its members running; lists those queues.
-    CheckIfNodeIsQuorumCritical,
     /// Adds NODE to the quorum queue's members: it gets a replica and catches up.
     AddMember {
         #[arg(short = 'p', long = "vhost", default_value = "/")]
@@ -100,28 +95,6 @@ pub fn run(ep: &Endpoint, command: QueuesCommand) -> Result<(), String> {
                 };
                 println!("{m}\t{state}");
             }
-        }
-        QueuesCommand::CheckIfNodeIsQuorumCritical => {
-            let path = "/api/health/checks/node-is-quorum-critical";
-            let (code, body) = request(ep, "GET", path, None)?;
-            if code == 503 {
-                let v: Value = serde_json::from_str(&body).unwrap_or_default();
-                let queues: Vec<String> = v["queues"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|q| q["readable_name"].as_str().map(str::to_string))
-                    .collect();
-                return Err(format!(
-                    "{}:\n{}",
-                    v["reason"]
-                        .as_str()
-                        .unwrap_or("the node is quorum critical"),
-                    queues.join("\n")
-                ));
-            }
-            expect_ok((code, body))?;
-            println!("Node is not critical for the quorum of any quorum queue");
         }
         QueuesCommand::AddMember { vhost, queue, node } => {
             add_member(ep, &vhost, &queue, &node)?;
