@@ -54,6 +54,58 @@ pub struct Hello {
     /// than take another node's traffic. Nodes of older builds ignore it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to: Option<u64>,
+    /// The cluster protocol the node speaks ([`PROTOCOL`]; absent: an older build, 1).
+    #[serde(default = "first_protocol")]
+    pub protocol: u32,
+    /// The oldest protocol it works beside ([`PROTOCOL_MIN`]).
+    #[serde(default = "first_protocol")]
+    pub protocol_min: u32,
+}
+
+/// The cluster protocol of this build. Nodes of adjacent builds run side by side during a
+/// rolling upgrade, so a change of what travels between nodes either keeps older nodes working
+/// (new JSON fields they ignore, new frames they are never sent) or raises this number, and a
+/// node asks of a peer only what the peer's protocol has: 2 added the identify frame, a
+/// hello's `to` and the `node` request (`/api/nodes`).
+pub const PROTOCOL: u32 = 2;
+/// The oldest protocol this build works beside: a peer below it (or one that needs a newer
+/// one than [`PROTOCOL`]) has its links refused with a line that says which to upgrade.
+pub const PROTOCOL_MIN: u32 = 1;
+
+fn first_protocol() -> u32 {
+    1
+}
+
+impl Hello {
+    /// This build's hello: `boot` 0 for a one-off connection, `to` the node meant.
+    pub fn new(info: NodeInfo, boot: u64, to: Option<u64>) -> Hello {
+        Hello {
+            info,
+            boot,
+            to,
+            protocol: PROTOCOL,
+            protocol_min: PROTOCOL_MIN,
+        }
+    }
+
+    /// Why this node cannot work beside the peer that sent this hello, if it cannot.
+    pub fn incompatibility(&self) -> Option<String> {
+        if self.protocol < PROTOCOL_MIN {
+            return Some(format!(
+                "node {} speaks cluster protocol {}, and this build needs at least {PROTOCOL_MIN}: \
+                 upgrade {} first (nodes of adjacent releases work side by side)",
+                self.info.name, self.protocol, self.info.name
+            ));
+        }
+        if self.protocol_min > PROTOCOL {
+            return Some(format!(
+                "node {} needs cluster protocol {} or newer, and this build speaks {PROTOCOL}: \
+                 upgrade this node (nodes of adjacent releases work side by side)",
+                self.info.name, self.protocol_min
+            ));
+        }
+        None
+    }
 }
 
 /// Who a node is and where to reach it: sent in hello, kept in the replicated member table.
@@ -252,11 +304,7 @@ mod tests {
             ..Default::default()
         };
         let mut buf = BytesMut::new();
-        let hello = Hello {
-            info: info.clone(),
-            boot: 9,
-            to: Some(3),
-        };
+        let hello = Hello::new(info.clone(), 9, Some(3));
         encode_hello(&mut buf, &hello);
         encode_ping(&mut buf, KIND_PING, 42);
         encode_raft(&mut buf, 0, &[m.clone(), m.clone()]);
@@ -280,6 +328,48 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn an_older_builds_hello_reads_as_protocol_1_and_ours_reads_there_too() {
+        // What a node of the build before protocol 2 sends.
+        let old = r#"{"id":2,"name":"n2","cluster":"10.0.0.2:25672","amqp":"127.0.0.1:5672","management":null,"boot":7}"#;
+        let hello: Hello = serde_json::from_str(old).unwrap();
+        assert_eq!((hello.protocol, hello.protocol_min, hello.to), (1, 1, None));
+        assert_eq!(hello.incompatibility(), None);
+        // An older build reads ours with serde's defaults: unknown fields are ignored, and
+        // addresses written as IP literals are SocketAddr strings.
+        #[derive(Deserialize)]
+        #[allow(dead_code)]
+        struct OldNodeInfo {
+            id: u64,
+            name: String,
+            cluster: SocketAddr,
+            amqp: SocketAddr,
+            management: Option<SocketAddr>,
+        }
+        #[derive(Deserialize)]
+        #[allow(dead_code)]
+        struct OldHello {
+            #[serde(flatten)]
+            info: OldNodeInfo,
+            boot: u64,
+        }
+        let mut ours = serde_json::to_value(Hello::new(hello.info.clone(), 8, Some(1))).unwrap();
+        let parsed: OldHello = serde_json::from_value(ours.clone()).unwrap();
+        assert_eq!(parsed.boot, 8);
+        ours["protocol_min"] = 3.into();
+        let newer: Hello = serde_json::from_value(ours).unwrap();
+        assert!(newer
+            .incompatibility()
+            .unwrap()
+            .contains("upgrade this node"));
+        let mut ancient = hello;
+        ancient.protocol = 0;
+        assert!(ancient
+            .incompatibility()
+            .unwrap()
+            .contains("upgrade n2 first"));
     }
 
     #[test]

@@ -576,6 +576,16 @@ impl Cluster {
         }
     }
 
+    /// The cluster protocol the member with this name speaks (0: not known yet; this node's
+    /// own: [`frame::PROTOCOL`]): requests a peer's build does not know are not sent to it.
+    pub fn member_protocol(&self, name: &str) -> u32 {
+        if name == self.me.name {
+            return frame::PROTOCOL;
+        }
+        self.member_id(name)
+            .map_or(0, |id| self.transport.peer_protocol(id))
+    }
+
     /// Whether the node with this name is up, as this node sees it (`None`: no such member).
     pub fn is_node_running(&self, name: &str) -> Option<bool> {
         if name == self.me.name {

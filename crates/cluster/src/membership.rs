@@ -279,14 +279,7 @@ async fn send_join_request(
         .map_err(JoinSendError::Unreachable)?;
     let mut out = bytes::BytesMut::new();
     // Boot 0: not a link of the node's own, so no peer takes it for a restart.
-    frame::encode_hello(
-        &mut out,
-        &frame::Hello {
-            info: me.clone(),
-            boot: 0,
-            to: None,
-        },
-    );
+    frame::encode_hello(&mut out, &frame::Hello::new(me.clone(), 0, None));
     let request = Request::Join { info: me.clone() };
     frame::encode_raft(
         &mut out,

@@ -160,6 +160,8 @@ struct Peer {
     dropped: AtomicU64,
     /// Dials that reached nobody (refused, unreachable, timed out).
     dials_failed: AtomicU64,
+    /// The cluster protocol its last hello said it speaks (0: none seen yet).
+    protocol: std::sync::atomic::AtomicU32,
     started: AtomicBool,
     /// Counts the peer's inbound links: only the newest one ending is a broken link.
     inbound: AtomicU64,
@@ -197,6 +199,7 @@ impl Peer {
             frames_in: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             dials_failed: AtomicU64::new(0),
+            protocol: std::sync::atomic::AtomicU32::new(0),
             started: AtomicBool::new(false),
             inbound: AtomicU64::new(0),
             generation: AtomicU64::new(0),
@@ -328,14 +331,7 @@ impl Transport {
         let ask = async {
             let mut stream = self.open(addr).await?;
             let mut out = BytesMut::new();
-            frame::encode_hello(
-                &mut out,
-                &Hello {
-                    info: self.inner.me.clone(),
-                    boot: 0,
-                    to: None,
-                },
-            );
+            frame::encode_hello(&mut out, &Hello::new(self.inner.me.clone(), 0, None));
             frame::encode_identify(&mut out);
             stream
                 .write_all(&out)
@@ -438,6 +434,9 @@ impl Transport {
     /// this node at an address that belonged to that node (an IP given to another pod, two
     /// nodes with one advertised address). The dialler resolves and dials again.
     fn misdialled(&self, hello: &Hello) -> Option<String> {
+        if let Some(why) = hello.incompatibility() {
+            return Some(format!("cluster link refused: {why}"));
+        }
         let me = &self.inner.me;
         let meant = hello.to?;
         (meant != me.id).then(|| {
@@ -447,6 +446,17 @@ impl Transport {
                 hello.info.name, hello.info.cluster, me.name, me.id
             )
         })
+    }
+
+    /// The cluster protocol peer `id` speaks, as its last link's hello said (0: no hello yet):
+    /// what may be asked of it ([`frame::PROTOCOL`]).
+    pub fn peer_protocol(&self, id: u64) -> u32 {
+        self.inner
+            .peers
+            .lock()
+            .expect("peers lock")
+            .get(&id)
+            .map_or(0, |p| p.protocol.load(Ordering::Relaxed))
     }
 
     fn is_forgotten(&self, id: u64) -> bool {
@@ -726,11 +736,7 @@ impl Transport {
         let mut hello = BytesMut::new();
         frame::encode_hello(
             &mut hello,
-            &Hello {
-                info: self.inner.me.clone(),
-                boot: self.inner.boot,
-                to: Some(id),
-            },
+            &Hello::new(self.inner.me.clone(), self.inner.boot, Some(id)),
         );
         if wr.write_all(&hello).await.is_err() {
             return (false, None);
@@ -841,11 +847,7 @@ impl Transport {
             let mut out = BytesMut::new();
             frame::encode_raft_link_hello(
                 &mut out,
-                &Hello {
-                    info: self.inner.me.clone(),
-                    boot: self.inner.boot,
-                    to: Some(id),
-                },
+                &Hello::new(self.inner.me.clone(), self.inner.boot, Some(id)),
             );
             if wr.write_all(&out).await.is_err() || direct.is_none() {
                 continue;
@@ -939,6 +941,9 @@ impl Transport {
                         }
                         let info = hello.info;
                         let peer = self.peer(info.id);
+                        if hello.boot != 0 {
+                            peer.protocol.store(hello.protocol, Ordering::Relaxed);
+                        }
                         if hello.boot == 0 {
                             // A one-off connection (a join request), not the peer's link:
                             // it neither replaces nor breaks the link.
@@ -964,11 +969,7 @@ impl Transport {
                         let mut out = BytesMut::new();
                         frame::encode_hello(
                             &mut out,
-                            &Hello {
-                                info: self.inner.me.clone(),
-                                boot: self.inner.boot,
-                                to: None,
-                            },
+                            &Hello::new(self.inner.me.clone(), self.inner.boot, None),
                         );
                         let _ = wr.write_all(&out).await;
                         let _ = wr.flush().await;

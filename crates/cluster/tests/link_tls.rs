@@ -191,6 +191,8 @@ async fn trusted_nodes_exchange_frames_and_strangers_are_refused() {
             },
             boot: 1,
             to: None,
+            protocol: frame::PROTOCOL,
+            protocol_min: frame::PROTOCOL_MIN,
         },
     );
     frame::encode_raft(&mut forged, 0, &[raft::eraftpb::Message::default()]);

@@ -49,6 +49,7 @@ pub mod cluster_admin;
 pub mod config;
 mod confirms;
 pub mod connection;
+pub mod data_format;
 pub mod definitions;
 pub mod definitions_import;
 pub mod durability;

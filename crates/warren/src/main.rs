@@ -486,6 +486,10 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
         .build()
         .expect("tokio runtime");
     rt.block_on(async move {
+        if let Err(e) = warren_server::data_format::check(&config.meta_dir()) {
+            eprintln!("warren: {e}");
+            return std::process::ExitCode::from(1);
+        }
         let listeners = match warren_server::bind(&config).await {
             Ok(l) => l,
             Err(e) => {

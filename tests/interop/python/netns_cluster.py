@@ -161,6 +161,8 @@ class Node:
         self.ns = f"{cluster.prefix}-{self.name}"
         self.cluster_ip = f"{CLUSTER_NET}.{index + 1}"
         self.host = f"n{index + 1}.warren.test"
+        # Which build runs the node (a rolling upgrade changes it between restarts).
+        self.binary = WARREN_BIN
         self.client_ip = "127.0.0.1"
         self.data = os.path.join(cluster.dir, self.name)
         self.log_path = os.path.join(cluster.dir, f"{self.name}.log")
@@ -190,7 +192,7 @@ class Node:
         else:
             seeds = seeds or ",".join(f"{n.cluster_ip}:{CLUSTER_PORT}" for n in cluster.nodes)
             addresses = ["--cluster-listen", f"{self.cluster_ip}:{CLUSTER_PORT}"]
-        return (["ip", "netns", "exec", self.ns, WARREN_BIN, "server", "--node-name",
+        return (["ip", "netns", "exec", self.ns, self.binary, "server", "--node-name",
                  name or self.name,
                  "--listen", f"{self.client_ip}:{AMQP_PORT}"] + addresses
                 + ["--cluster-seeds", seeds, "--data-dir", self.data,

@@ -125,6 +125,9 @@ fn process_uptime_ms() -> Option<u64> {
     Some(((system_uptime_s - started_s).max(0.0) * 1000.0) as u64)
 }
 
+/// The cluster protocol that brought the `node` request.
+const NODE_REQUEST_PROTOCOL: u32 = 2;
+
 /// Every node of the cluster (this one alone outside a cluster), in the members' order.
 pub async fn all_nodes(s: &Shared) -> Vec<Value> {
     let me = node_json(s);
@@ -134,7 +137,12 @@ pub async fn all_nodes(s: &Shared) -> Vec<Value> {
     let members = cluster.status().members;
     let asks = members.iter().map(|m| {
         let messaging = cluster.messaging().clone();
-        let ask = (m.name != s.node_name() && m.running).then_some(m.id);
+        // A node of an older build (a rolling upgrade) would drop the link on a request it
+        // does not know: it is listed with what the member table says.
+        let ask = (m.name != s.node_name()
+            && m.running
+            && cluster.member_protocol(&m.name) >= NODE_REQUEST_PROTOCOL)
+            .then_some(m.id);
         async move {
             let peer = ask?;
             match tokio::time::timeout(
@@ -155,10 +163,11 @@ pub async fn all_nodes(s: &Shared) -> Vec<Value> {
             me.clone()
         } else {
             answer.unwrap_or_else(|| {
+                // Down, or of an older build not asked: what the member table knows.
                 json!({
                     "name": m.name,
                     "type": "disc",
-                    "running": false,
+                    "running": m.running,
                 })
             })
         };
