@@ -32,6 +32,8 @@
 //!   views of each other consistent across broken links.
 //! - [`membership`]: nodes joining a running cluster (`join_cluster`) and stopped ones removed
 //!   (`forget_cluster_node`), as configuration changes of the metadata group.
+//! - [`force_boot`]: `warren ctl force_boot`, a node that makes itself the only voter at its
+//!   next start when the rest of its cluster is gone for good.
 //! - [`metrics`]: the links' and the metadata group's Prometheus series.
 //!
 //! A topology change flows: a connection's channel (server) builds a
@@ -51,6 +53,7 @@ pub mod address;
 pub mod applied_requests;
 pub mod catch_up;
 mod discovery;
+pub mod force_boot;
 pub mod frame;
 pub mod groups;
 mod inputs;

@@ -94,10 +94,10 @@ enum Request {
 /// The context of a configuration change entry: who proposed it (to answer its caller when it
 /// is applied there) and, for an added node, where to reach it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct ChangeContext {
-    origin: u64,
-    request: u64,
-    info: Option<NodeInfo>,
+pub(crate) struct ChangeContext {
+    pub origin: u64,
+    pub request: u64,
+    pub info: Option<NodeInfo>,
 }
 
 /// A change this node proposed, until it is applied.
@@ -432,7 +432,7 @@ pub(crate) fn spawn_auto_join(cluster: std::sync::Arc<Cluster>, seeds: Vec<HostP
 }
 
 impl MetadataGroup {
-    fn voter_ids(&self) -> Vec<u64> {
+    pub(crate) fn voter_ids(&self) -> Vec<u64> {
         let mut v: Vec<u64> = self.raw.raft.prs().conf().voters().ids().iter().collect();
         v.sort_unstable();
         v

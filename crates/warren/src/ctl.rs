@@ -89,6 +89,20 @@ enum CtlCommand {
     ForgetClusterNode {
         node: String,
     },
+    /// Run against a STOPPED node's data: at its next start the node boots without the
+    /// peers it waits for, making itself the cluster's only voter (the members it cannot
+    /// reach are removed). Only for a cluster that lost its majority for good, when the other
+    /// nodes will not come back: if they do, they are refused and must be reset (their data
+    /// directories deleted) and join again; what they changed on their own side is lost.
+    /// A leader found at start (a majority back after all) cancels it.
+    ForceBoot {
+        /// The stopped node's --data-dir (its cluster state is in DATA_DIR/meta/cluster).
+        #[arg(long = "data-dir", required_unless_present = "meta_dir")]
+        data_dir: Option<std::path::PathBuf>,
+        /// The stopped node's --meta-dir, if it was started with one.
+        #[arg(long = "meta-dir")]
+        meta_dir: Option<std::path::PathBuf>,
+    },
     /// Set the memory alarm threshold: a fraction of RAM (0.4), or `absolute BYTES`.
     SetVmMemoryHighWatermark {
         args: Vec<String>,
@@ -435,6 +449,19 @@ pub fn run(args: CtlArgs) -> Result<(), Exit> {
     let ep = parse_uri(&args.uri, args.cacert.as_deref())?;
     match args.command {
         CtlCommand::Upgrade(command) => upgrade::run(&ep, command),
+        CtlCommand::ForceBoot { data_dir, meta_dir } => {
+            let meta = meta_dir
+                .or_else(|| data_dir.map(|d| d.join("meta")))
+                .expect("clap requires one of them");
+            warren_cluster::force_boot::request(&meta.join("cluster"))?;
+            println!(
+                "Forcing boot for node in {}: at its next start it makes itself the cluster's \
+                 only voter. The other members must not come back with their data: reset them \
+                 before they join again.",
+                meta.display()
+            );
+            Ok(())
+        }
         command => run_command(ep, command).map_err(Exit::from),
     }
 }
@@ -446,7 +473,9 @@ fn run_command(ep: Endpoint, command: CtlCommand) -> Result<(), String> {
         CtlCommand::Queues(command) => queues::run(&ep, command)?,
         CtlCommand::Listings(command) => listings::run(&ep, command)?,
         CtlCommand::Health(command) => health::run(&ep, command)?,
-        CtlCommand::Upgrade(_) => unreachable!("run() handles it"),
+        CtlCommand::Upgrade(_) | CtlCommand::ForceBoot { .. } => {
+            unreachable!("run() handles it")
+        }
         CtlCommand::AddUser { user, password } => {
             let (code, body) = request(&ep, "GET", "/api/users", None)?;
             let existing: Value =
