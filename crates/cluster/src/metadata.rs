@@ -154,6 +154,10 @@ pub enum Input {
         name: String,
         reply: tokio::sync::oneshot::Sender<Result<(), MembershipError>>,
     },
+    /// `reset`: this node leaves the cluster.
+    Leave {
+        reply: tokio::sync::oneshot::Sender<Result<(), MembershipError>>,
+    },
     /// Maintenance mode on or off: the member table is told (this node registers again with
     /// it), and while on, this node hands the group's leadership to another.
     SetDraining(bool),
@@ -349,6 +353,7 @@ impl MetadataGroup {
             }) if group == MEMBERSHIP_GROUP => self.on_membership_messages(messages),
             Input::Peer(Inbound::Raft { .. } | Inbound::CatchUp { .. }) => {}
             Input::Forget { name, reply } => self.forget(&name, reply),
+            Input::Leave { reply } => self.leave(reply),
             Input::SetDraining(draining) => {
                 self.me.draining = draining;
                 // Registered again at once, not after a retry interval.

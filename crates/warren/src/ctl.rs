@@ -103,6 +103,12 @@ enum CtlCommand {
         #[arg(long = "meta-dir")]
         meta_dir: Option<std::path::PathBuf>,
     },
+    /// Return the node to its virgin state, as rabbitmqctl reset: it leaves its cluster (which
+    /// needs a majority of the members: refused otherwise, and nothing is deleted), then stops
+    /// and deletes all its data: users, vhosts, queues and their messages. Started again, it is
+    /// a new node, which can join a cluster. Unlike rabbitmqctl there is no stop_app first:
+    /// the node stops itself.
+    Reset,
     /// Set the memory alarm threshold: a fraction of RAM (0.4), or `absolute BYTES`.
     SetVmMemoryHighWatermark {
         args: Vec<String>,
@@ -537,6 +543,14 @@ fn run_command(ep: Endpoint, command: CtlCommand) -> Result<(), String> {
             for u in users.as_array().into_iter().flatten() {
                 println!("{}\t{}", u["name"].as_str().unwrap_or_default(), u["tags"]);
             }
+        }
+        CtlCommand::Reset => {
+            let (code, body) = request(&ep, "POST", "/api/warren/reset", None)?;
+            expect_ok((code, body))?;
+            println!(
+                "Resetting node: it left its cluster and stops; its data is deleted. Started \
+                 again it is a new node."
+            );
         }
         CtlCommand::ClusterStatus => {
             let body = expect_ok(request(&ep, "GET", "/api/warren/cluster", None)?)?;

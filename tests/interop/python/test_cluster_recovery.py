@@ -1,6 +1,7 @@
-"""A cluster that lost its majority for good, recovered as rabbitmqctl's force_boot does, with
-real processes: `warren ctl force_boot` on a stopped node's data makes it the only voter at its
-next start.
+"""A cluster that lost its majority for good, recovered as rabbitmqctl's force_boot does, and
+a member returned to its virgin state as rabbitmqctl's reset does, with real processes:
+`warren ctl force_boot` on a stopped node's data makes it the only voter at its next start;
+`warren ctl reset` makes a member leave, stop and delete its data, to come back as a new node.
 
 Each test starts its own 3-node cluster (test_cluster.py's helpers: loopback, free ports, fresh
 data dirs, every node stopped on every exit path) and polls conditions up to a deadline.
@@ -14,7 +15,7 @@ import pytest
 
 from conftest import BROKER_KIND, IN_CLUSTER_RUN
 from test_cluster import WARREN_BIN, Cluster, eventually, passive_queue
-from test_cluster_membership import member_names, refusal, running_names, voters
+from test_cluster_membership import ctl, member_names, refusal, running_names, voters
 
 pytestmark = [
     pytest.mark.skipif(IN_CLUSTER_RUN, reason="starts warren nodes itself"),
@@ -96,3 +97,52 @@ def test_force_boot_makes_the_last_node_the_only_voter_and_keeps_its_data(cluste
     conn = n1.connection()
     conn.channel().queue_declare("after-restart", durable=True)
     conn.close()
+
+
+def node_id(node):
+    return node.api("/api/warren/cluster")["id"]
+
+
+def test_reset_leaves_the_cluster_deletes_the_data_and_comes_back_as_a_new_node(cluster):
+    n1, n2, n3 = cluster.nodes
+    conn = n1.connection()
+    conn.channel().queue_declare("before-reset", durable=True)
+    conn.close()
+    eventually(lambda: passive_queue(n3, "before-reset"), "n3 has the queue")
+    identity = os.path.join(n3.data, "meta", "cluster", "node.json")
+    assert node_id(n3) == 3
+
+    # Without a majority the node cannot leave: refused, nothing deleted, still running.
+    n1.stop()
+    n2.stop()
+    eventually(lambda: running_names(n3) == {"n3"}, "n3 sees n1 and n2 down")
+    refused = ctl(n3, "reset")
+    assert refused.returncode != 0
+    assert "cannot leave the cluster without a majority" in refused.stderr, refused.stderr
+    assert n3.proc.poll() is None
+    assert os.path.isfile(identity)
+    n1.start()
+    n2.start()
+    eventually(lambda: running_names(n1) == {"n1", "n2", "n3"}, "all three back")
+
+    reset = ctl(n3, "reset")
+    assert reset.returncode == 0, reset.stderr
+    assert n3.proc.wait(timeout=30) == 0
+    n3.proc = None
+    assert not os.path.exists(identity)
+    for node in (n1, n2):
+        eventually(lambda node=node: member_names(node) == {"n1", "n2"},
+                   f"n3 gone from {node.name}'s members")
+        eventually(lambda node=node: len(voters(node)) == 2, f"{node.name} counts 2 voters")
+
+    # Started again with the same command line (its address still among the seeds), it is a
+    # new node: a joiner's id, the cluster's topology, a voter again.
+    n3.start()
+    eventually(lambda: member_names(n1) == {"n1", "n2", "n3"}, "n3 a member again")
+    eventually(lambda: len(voters(n1)) == 3, "three voters again")
+    assert node_id(n3) not in (1, 2, 3)
+    eventually(lambda: passive_queue(n3, "before-reset"), "n3 has the cluster's topology")
+    conn = n3.connection()
+    conn.channel().queue_declare("after-reset", durable=True)
+    conn.close()
+    eventually(lambda: passive_queue(n1, "after-reset"), "declared on the new n3")
