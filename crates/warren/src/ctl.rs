@@ -90,8 +90,8 @@ enum CtlCommand {
         node: String,
     },
     /// Run against a STOPPED node's data: at its next start the node boots without the
-    /// peers it waits for, making itself the cluster's only voter (the members it cannot
-    /// reach are removed). Only for a cluster that lost its majority for good, when the other
+    /// peers it waits for, making itself the cluster's only voter (every other member is
+    /// removed). Only for a cluster that lost its majority for good, when the other
     /// nodes will not come back: if they do, they are refused and must be reset (their data
     /// directories deleted) and join again; what they changed on their own side is lost.
     /// A leader found at start (a majority back after all) cancels it.
