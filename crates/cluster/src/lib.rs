@@ -32,6 +32,8 @@
 //!   views of each other consistent across broken links.
 //! - [`membership`]: nodes joining a running cluster (`join_cluster`) and stopped ones removed
 //!   (`forget_cluster_node`), as configuration changes of the metadata group.
+//! - [`force_boot`]: `warren ctl force_boot`, a node that makes itself the only voter at its
+//!   next start when the rest of its cluster is gone for good.
 //! - [`metrics`]: the links' and the metadata group's Prometheus series.
 //!
 //! A topology change flows: a connection's channel (server) builds a
@@ -51,6 +53,7 @@ pub mod address;
 pub mod applied_requests;
 pub mod catch_up;
 mod discovery;
+pub mod force_boot;
 pub mod frame;
 pub mod groups;
 mod inputs;
@@ -88,6 +91,10 @@ pub const PROPOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a quorum queue's declare waits for the member table to name every voter.
 pub const VOTER_NAMES_WAIT: Duration = Duration::from_secs(5);
+
+/// The file `warren ctl reset` leaves in a node's emptied cluster directory: the node starts as
+/// a joiner, never as the founder it may have been.
+pub const RESET_NODE: &str = "reset_node";
 
 /// What a node is told about the cluster at start.
 #[derive(Debug, Clone)]
@@ -214,6 +221,20 @@ impl Cluster {
         };
         let identity = match stored {
             Some(identity) => identity,
+            // A reset node is new to the cluster even where the seeds list it: its founding
+            // id is taken (and forgotten), so it joins under a new one.
+            None if config.dir.join(RESET_NODE).is_file() => {
+                let others: Vec<HostPort> = config
+                    .seeds
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| Some(*i) != placed)
+                    .map(|(_, s)| s.clone())
+                    .collect();
+                let identity = store_identity(&config.dir, membership::joiner_identity(&others))?;
+                let _ = std::fs::remove_file(config.dir.join(RESET_NODE));
+                identity
+            }
             None => store_identity(&config.dir, first_identity(&config.seeds, placed))?,
         };
         let tls = config

@@ -94,10 +94,10 @@ enum Request {
 /// The context of a configuration change entry: who proposed it (to answer its caller when it
 /// is applied there) and, for an added node, where to reach it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct ChangeContext {
-    origin: u64,
-    request: u64,
-    info: Option<NodeInfo>,
+pub(crate) struct ChangeContext {
+    pub origin: u64,
+    pub request: u64,
+    pub info: Option<NodeInfo>,
 }
 
 /// A change this node proposed, until it is applied.
@@ -402,6 +402,29 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// `reset`: this node leaves the cluster (a `RemoveNode` of itself), once a majority of the
+    /// members has the change; a node that is no member, or the only one, has nothing to leave.
+    pub async fn leave(&self) -> Result<(), MembershipError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let stopped = || MembershipError::NoMajority("the metadata store has stopped".into());
+        self.inputs
+            .lock()
+            .expect("inputs lock")
+            .send(crate::metadata::Input::Leave { reply })
+            .map_err(|_| stopped())?;
+        match tokio::time::timeout(crate::PROPOSE_TIMEOUT, answer).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(_)) => Err(stopped()),
+            Err(_) => Err(MembershipError::NoMajority(format!(
+                "timed out after {} s waiting for a majority of the cluster to remove this \
+                 node: it was not reset; the change takes effect only if a majority already has it",
+                crate::PROPOSE_TIMEOUT.as_secs()
+            ))),
+        }
+    }
+}
+
 /// A node started with seeds that do not list it asks them in turn until it is a member, or one
 /// refuses it for good.
 pub(crate) fn spawn_auto_join(cluster: std::sync::Arc<Cluster>, seeds: Vec<HostPort>) {
@@ -425,7 +448,7 @@ pub(crate) fn spawn_auto_join(cluster: std::sync::Arc<Cluster>, seeds: Vec<HostP
 }
 
 impl MetadataGroup {
-    fn voter_ids(&self) -> Vec<u64> {
+    pub(crate) fn voter_ids(&self) -> Vec<u64> {
         let mut v: Vec<u64> = self.raw.raft.prs().conf().voters().ids().iter().collect();
         v.sort_unstable();
         v
@@ -558,6 +581,54 @@ impl MetadataGroup {
         );
     }
 
+    /// `reset` on this node: refused without a majority (the others could never learn that it
+    /// left), else proposed; answered when applied here.
+    pub(crate) fn leave(
+        &mut self,
+        reply: tokio::sync::oneshot::Sender<Result<(), MembershipError>>,
+    ) {
+        let voters = self.voter_ids();
+        if voters.iter().all(|v| *v == self.me.id) {
+            let _ = reply.send(Ok(()));
+            return;
+        }
+        if !self.reaches_majority() {
+            let up = voters.iter().filter(|v| self.transport.is_up(**v)).count();
+            let _ = reply.send(Err(MembershipError::NoMajority(format!(
+                "this node reaches {up} of the cluster's {} nodes: it cannot leave the cluster \
+                 without a majority of them, so it was not reset. Start the other nodes first; \
+                 if they are gone for good, use warren ctl force_boot on the one that is left",
+                voters.len()
+            ))));
+            return;
+        }
+        let request = self.next_request;
+        self.next_request += 1;
+        let context = ChangeContext {
+            origin: self.me.id,
+            request,
+            info: None,
+        };
+        let change = ConfChange {
+            change_type: ConfChangeType::RemoveNode,
+            node_id: self.me.id,
+            context: serde_json::to_vec(&context)
+                .expect("contexts serialise")
+                .into(),
+            ..Default::default()
+        };
+        tracing::warn!("reset: this node leaves the cluster");
+        let _ = self.raw.propose_conf_change(vec![], change.clone());
+        self.membership.pending.insert(
+            request,
+            PendingChange {
+                change,
+                reply,
+                tried: Instant::now(),
+            },
+        );
+    }
+
     /// Proposes again the changes of this node not applied in [`CHANGE_RETRY`] (no leader, or
     /// another change was pending); forgets those nobody waits for.
     pub(crate) fn retry_membership_changes(&mut self) {
@@ -598,7 +669,10 @@ impl MetadataGroup {
                 self.membership.forgotten.insert(id);
                 self.transport.forget(id);
                 self.applied_requests.forget(id);
-                if id == self.me.id {
+                let left = context.as_ref().is_some_and(|c| c.origin == self.me.id);
+                if id == self.me.id && left {
+                    tracing::warn!("this node left the cluster (reset)");
+                } else if id == self.me.id {
                     tracing::error!("this node was forgotten by the cluster: it takes no part in it any more; delete its data directory before it joins again");
                 } else {
                     tracing::info!(id, name = ?name, "node forgotten");

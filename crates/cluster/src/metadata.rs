@@ -154,6 +154,10 @@ pub enum Input {
         name: String,
         reply: tokio::sync::oneshot::Sender<Result<(), MembershipError>>,
     },
+    /// `reset`: this node leaves the cluster.
+    Leave {
+        reply: tokio::sync::oneshot::Sender<Result<(), MembershipError>>,
+    },
     /// Maintenance mode on or off: the member table is told (this node registers again with
     /// it), and while on, this node hands the group's leadership to another.
     SetDraining(bool),
@@ -183,7 +187,7 @@ pub struct MetadataGroup {
     pub(crate) transport: Transport,
     broker: Arc<Broker>,
     store: Arc<Store>,
-    timing: Timing,
+    pub(crate) timing: Timing,
     /// Proposals of this node not yet applied here, by request id.
     waiting: HashMap<u64, Waiting>,
     pub(crate) next_request: u64,
@@ -200,6 +204,10 @@ pub struct MetadataGroup {
     registering: Option<Instant>,
     /// Stopping: hand the leadership on ([`Input::HandOff`]).
     handing_off: bool,
+    /// `warren ctl force_boot` asked for this start (see `force_boot`).
+    pub(crate) force_boot: Option<crate::force_boot::ForceBoot>,
+    /// The last entry this node knew committed when it started.
+    replay_target: u64,
 }
 
 fn no_majority(why: &str) -> AmqpError {
@@ -255,10 +263,11 @@ impl MetadataGroup {
             ..Default::default()
         };
         config.validate().map_err(|e| e.to_string())?;
-        status.lock().expect("status lock").replay_target = store
+        let replay_target = store
             .hard_state(METADATA_LOG_ID)
             .map_or(0, |hs| hs.commit)
             .max(snapshot_index);
+        status.lock().expect("status lock").replay_target = replay_target;
         let logger = slog::Logger::root(slog::Discard, slog::o!());
         let raw = RawNode::new(&config, log, &logger).map_err(|e| e.to_string())?;
         for &id in &forgotten {
@@ -290,6 +299,8 @@ impl MetadataGroup {
             snapshot_index,
             registering: None,
             handing_off: false,
+            force_boot: crate::force_boot::ForceBoot::asked(dir),
+            replay_target,
         };
         if snapshot_index > 0 {
             group.open_all_replicas();
@@ -309,6 +320,7 @@ impl MetadataGroup {
             if Instant::now() >= next_tick {
                 next_tick = Instant::now() + self.timing.tick;
                 self.raw.tick();
+                self.force_boot_step(self.applied >= self.replay_target);
                 self.stand_first_if_founding();
                 self.register_if_needed();
                 self.hand_off_if_draining();
@@ -341,6 +353,7 @@ impl MetadataGroup {
             }) if group == MEMBERSHIP_GROUP => self.on_membership_messages(messages),
             Input::Peer(Inbound::Raft { .. } | Inbound::CatchUp { .. }) => {}
             Input::Forget { name, reply } => self.forget(&name, reply),
+            Input::Leave { reply } => self.leave(reply),
             Input::SetDraining(draining) => {
                 self.me.draining = draining;
                 // Registered again at once, not after a retry interval.

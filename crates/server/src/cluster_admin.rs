@@ -5,6 +5,9 @@
 //!   this node joins that member's cluster; 204 once it is a member.
 //! - `DELETE /api/nodes/{name}`: the cluster forgets the stopped member `name`; 204 once a
 //!   majority has the change.
+//! - `POST /api/warren/reset`: rabbitmqctl's `reset`. This node leaves its cluster, then stops
+//!   and deletes its data ([`reset_data_if_asked`]); started again it is a new node. 204 once
+//!   it has left; 503 where it cannot leave (no majority), and then nothing is deleted.
 //!
 //! Refusals carry a reason: 400 (joining itself, forgetting the node asked, a bad address),
 //! 404 (no such member), 409 (already a member, the node still runs, a name in use), 503 (no
@@ -26,6 +29,7 @@ pub fn routes() -> Router<Arc<Shared>> {
     Router::new()
         .route("/api/warren/cluster/join", post(join))
         .route("/api/nodes/{name}", delete(forget))
+        .route("/api/warren/reset", post(reset))
 }
 
 fn refusal(e: MembershipError) -> Response {
@@ -103,4 +107,63 @@ async fn forget(
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => refusal(e),
     }
+}
+
+/// The file in the meta dir that says the node's data is to be deleted: written once the node
+/// left its cluster, so a node stopped (or killed) before deleting it does so at its next start.
+pub const RESET_MARKER: &str = "reset";
+
+async fn reset(State(s): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if let Err(r) = authorize(&s, &headers) {
+        return r;
+    }
+    if let Some(cluster) = &s.cluster {
+        if let Err(e) = cluster.leave().await {
+            return refusal(e);
+        }
+    }
+    let meta = s.config.meta_dir();
+    let marker = meta.join(RESET_MARKER);
+    if let Err(e) = std::fs::create_dir_all(&meta).and_then(|()| std::fs::write(&marker, b"")) {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!(
+                "this node left its cluster but cannot write {}: {e}; stop it and delete its \
+                 data directory by hand",
+                marker.display()
+            ),
+        );
+    }
+    tracing::warn!("reset: the node stops and deletes its data");
+    // The answer goes out first; then the node stops as on SIGTERM.
+    tokio::spawn(async {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        // SAFETY: kill(2) on this process's own id, with a signal its handler takes.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGTERM);
+        }
+    });
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// Deletes the node's data (its WAL, segments and meta dirs) if `reset` asked for it; the
+/// marker, in the meta dir, goes last, so an interrupted deletion is done again.
+pub fn reset_data_if_asked(config: &crate::config::ServerConfig) -> Result<bool, String> {
+    let meta = config.meta_dir();
+    if !meta.join(RESET_MARKER).is_file() {
+        return Ok(false);
+    }
+    for dir in [config.wal_dir(), config.segment_dir(), meta.clone()] {
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("reset: cannot delete {}: {e}", dir.display())),
+        }
+    }
+    let cluster = meta.join("cluster");
+    std::fs::create_dir_all(&cluster)
+        .and_then(|()| std::fs::write(cluster.join(warren_cluster::RESET_NODE), b""))
+        .map_err(|e| format!("reset: cannot write {}: {e}", cluster.display()))?;
+    tracing::warn!(data_dir = %config.data_dir.display(), "reset: the node's data was deleted");
+    Ok(true)
 }

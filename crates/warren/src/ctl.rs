@@ -89,6 +89,26 @@ enum CtlCommand {
     ForgetClusterNode {
         node: String,
     },
+    /// Run against a STOPPED node's data: at its next start the node boots without the
+    /// peers it waits for, making itself the cluster's only voter (every other member is
+    /// removed). Only for a cluster that lost its majority for good, when the other
+    /// nodes will not come back: if they do, they are refused and must be reset (their data
+    /// directories deleted) and join again; what they changed on their own side is lost.
+    /// A leader found at start (a majority back after all) cancels it.
+    ForceBoot {
+        /// The stopped node's --data-dir (its cluster state is in DATA_DIR/meta/cluster).
+        #[arg(long = "data-dir", required_unless_present = "meta_dir")]
+        data_dir: Option<std::path::PathBuf>,
+        /// The stopped node's --meta-dir, if it was started with one.
+        #[arg(long = "meta-dir")]
+        meta_dir: Option<std::path::PathBuf>,
+    },
+    /// Return the node to its virgin state, as rabbitmqctl reset: it leaves its cluster (which
+    /// needs a majority of the members: refused otherwise, and nothing is deleted), then stops
+    /// and deletes all its data: users, vhosts, queues and their messages. Started again, it is
+    /// a new node, which can join a cluster. Unlike rabbitmqctl there is no stop_app first:
+    /// the node stops itself.
+    Reset,
     /// Set the memory alarm threshold: a fraction of RAM (0.4), or `absolute BYTES`.
     SetVmMemoryHighWatermark {
         args: Vec<String>,
@@ -435,6 +455,19 @@ pub fn run(args: CtlArgs) -> Result<(), Exit> {
     let ep = parse_uri(&args.uri, args.cacert.as_deref())?;
     match args.command {
         CtlCommand::Upgrade(command) => upgrade::run(&ep, command),
+        CtlCommand::ForceBoot { data_dir, meta_dir } => {
+            let meta = meta_dir
+                .or_else(|| data_dir.map(|d| d.join("meta")))
+                .expect("clap requires one of them");
+            warren_cluster::force_boot::request(&meta.join("cluster"))?;
+            println!(
+                "Forcing boot for node in {}: at its next start it makes itself the cluster's \
+                 only voter. The other members must not come back with their data: reset them \
+                 before they join again.",
+                meta.display()
+            );
+            Ok(())
+        }
         command => run_command(ep, command).map_err(Exit::from),
     }
 }
@@ -446,7 +479,9 @@ fn run_command(ep: Endpoint, command: CtlCommand) -> Result<(), String> {
         CtlCommand::Queues(command) => queues::run(&ep, command)?,
         CtlCommand::Listings(command) => listings::run(&ep, command)?,
         CtlCommand::Health(command) => health::run(&ep, command)?,
-        CtlCommand::Upgrade(_) => unreachable!("run() handles it"),
+        CtlCommand::Upgrade(_) | CtlCommand::ForceBoot { .. } => {
+            unreachable!("run() handles it")
+        }
         CtlCommand::AddUser { user, password } => {
             let (code, body) = request(&ep, "GET", "/api/users", None)?;
             let existing: Value =
@@ -508,6 +543,14 @@ fn run_command(ep: Endpoint, command: CtlCommand) -> Result<(), String> {
             for u in users.as_array().into_iter().flatten() {
                 println!("{}\t{}", u["name"].as_str().unwrap_or_default(), u["tags"]);
             }
+        }
+        CtlCommand::Reset => {
+            let (code, body) = request(&ep, "POST", "/api/warren/reset", None)?;
+            expect_ok((code, body))?;
+            println!(
+                "Resetting node: it left its cluster and stops; its data is deleted. Started \
+                 again it is a new node."
+            );
         }
         CtlCommand::ClusterStatus => {
             let body = expect_ok(request(&ep, "GET", "/api/warren/cluster", None)?)?;

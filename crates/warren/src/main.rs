@@ -474,6 +474,11 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    // `warren ctl reset` left the cluster but the node stopped before its data was deleted.
+    if let Err(e) = warren_server::cluster_admin::reset_data_if_asked(&config) {
+        eprintln!("warren: {e}");
+        return std::process::ExitCode::from(1);
+    }
     if let Err(e) = std::fs::create_dir_all(&config.data_dir) {
         eprintln!(
             "warren: cannot create data dir {}: {e}",
@@ -635,9 +640,14 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
             eprintln!("warren: cannot recover stored messages: {e}");
             return std::process::ExitCode::from(1);
         }
+        let stopped_config = config.clone();
         warren_server::serve(listeners, config, broker, stop_rx, journal, Some((store, durability)), cluster.clone()).await;
         if let Some(c) = cluster {
             c.stop();
+        }
+        if let Err(e) = warren_server::cluster_admin::reset_data_if_asked(&stopped_config) {
+            tracing::error!("{e}");
+            return std::process::ExitCode::from(1);
         }
         tracing::info!("stopped");
         std::process::ExitCode::SUCCESS
