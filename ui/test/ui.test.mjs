@@ -205,14 +205,71 @@ async function main() {
   await page.waitForURL(/#\/queues$/);
   await page.locator("#queue-pager", { hasText: "1 of 1 queues" }).waitFor();
 
+  await clusterPages(page);
+
   assert.deepEqual(errors, [], "the pages threw");
   log("passed");
 }
 
+/** A 3-node cluster seen from one node's UI: a quorum queue's page names its leader, its
+ *  members and which are online, and the admin page's node table has every node's figures. */
+async function clusterPages(page) {
+  log("a 3-node cluster: a quorum queue's page and the node table, from another node");
+  const ports = [];
+  for (let i = 0; i < 9; i++) ports.push(await freePort());
+  const cluster = (i) => `127.0.0.1:${ports[6 + i]}`;
+  const seeds = [0, 1, 2].map(cluster).join(",");
+  const http = (i) => ports[3 + i];
+  for (const i of [0, 1, 2]) {
+    const data = mkdtempSync(join(tmpdir(), `warren-ui-cluster-${i}-`));
+    dirs.push(data);
+    start(BIN, ["server", "--node-name", `ui${i + 1}`, "--listen", `127.0.0.1:${ports[i]}`,
+      "--management-listen", `127.0.0.1:${http(i)}`, "--cluster-listen", cluster(i),
+      "--cluster-seeds", seeds, "--data-dir", data], `cluster node ${i + 1}`);
+  }
+  for (const i of [0, 1, 2]) await waitPort(http(i), 30_000);
+  const auth = { Authorization: "Basic " + Buffer.from("guest:guest").toString("base64") };
+  // Declared on node 1 once the cluster formed (a declare before it is refused: retried).
+  const deadline = Date.now() + STEP_MS;
+  for (;;) {
+    const r = await fetch(`http://127.0.0.1:${http(0)}/api/queues/%2F/ui-quorum`, {
+      method: "PUT",
+      headers: { ...auth, "content-type": "application/json" },
+      body: JSON.stringify({ durable: true, arguments: { "x-queue-type": "quorum" } }),
+    });
+    if (r.ok) break;
+    if (Date.now() > deadline) throw new Error(`declaring the quorum queue: ${r.status} ${await r.text()}`);
+    await new Promise((ok) => setTimeout(ok, 200));
+  }
+  const base = `http://127.0.0.1:${http(1)}/?refresh=1000`;
+  await page.goto(base);
+  await page.fill("#login [name=username]", "guest");
+  await page.fill("#login [name=password]", "guest");
+  await page.click("#login button[type=submit]");
+  await page.locator("nav .who", { hasText: "guest" }).waitFor();
+  await page.goto(`${base}#/queue/%2F/ui-quorum`);
+  await page.waitForFunction(() => {
+    const v = (k) => document.querySelector(`.total[data-key="${k}"] .v`)?.textContent || "";
+    const all = (t) => ["ui1", "ui2", "ui3"].every((n) => t.includes(n));
+    return /^ui[123]$/.test(v("Leader").trim()) && all(v("Members")) && all(v("Online"));
+  });
+  await shot(page, "quorum-queue");
+  await page.click('nav a[href="#/admin"]');
+  await page.locator("#nodes-table tbody tr").nth(2).waitFor();
+  const rows = await page.locator("#nodes-table tbody tr").allTextContents();
+  assert.equal(rows.length, 3, rows.join(" | "));
+  for (const [i, row] of rows.entries()) {
+    assert.ok(row.includes(`ui${i + 1}`), row);
+    assert.ok(!row.includes("undefined") && !row.includes("NaN"), row);
+    // Every node's own figures, asked of it over the cluster links.
+    assert.match(row, / of /, row);
+  }
+}
+
 const timer = setTimeout(() => {
-  log("timed out after 180 s");
+  log("timed out after 240 s");
   cleanup().finally(() => process.exit(1));
-}, 180_000);
+}, 240_000);
 main()
   .then(() => cleanup())
   .then(() => {
