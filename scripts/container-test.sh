@@ -80,7 +80,10 @@ await_node "$single"
 amqp="127.0.0.1:$(host_port "$single" 5672)"
 roundtrip operator container-secret classic "$amqp"
 roundtrip --refused guest guest "$amqp"
-pod exec "$single" warren ctl status | grep -q '"node"' || { log "warren ctl status printed no node"; exit 1; }
+# Captured first: `grep -q` stops reading at its match, and pipefail would count the writer's
+# closed pipe against it.
+status=$(pod exec "$single" warren ctl status)
+grep -q '"node"' <<<"$status" || { log "warren ctl status printed no node"; exit 1; }
 pod exec "$single" warren perf -h amqp://operator:container-secret@127.0.0.1:5672 \
   -x 1 -y 1 -s 100 -z 2 >/dev/null
 log "warren ctl status and warren perf ran inside $single"
@@ -132,7 +135,8 @@ pod run -d --name "$held" "${run_args[@]}" -p 127.0.0.1::5672 -e WARREN_LOOPBACK
   "$tag" >/dev/null
 await_node "$held"   # warren ctl inside logs in as guest over the container's loopback
 roundtrip --refused guest guest "127.0.0.1:$(host_port "$held" 5672)"
-pod logs "$held" 2>&1 | grep -q "user 'guest' may only connect via localhost" \
+held_log=$(pod logs "$held" 2>&1)
+grep -q "user 'guest' may only connect via localhost" <<<"$held_log" \
   || { log "no loopback refusal in $held's log"; exit 1; }
 pod rm -f -v -t 2 "$held" >/dev/null
 

@@ -437,6 +437,15 @@ fn parse_duration_ms(text: &str) -> Option<u64> {
     text.parse().ok()
 }
 
+/// `warren ctl`: its output ends quietly when the reader goes (`warren ctl list_queues | head`),
+/// as other command-line tools do, rather than panic on a write to a closed pipe (Rust ignores
+/// SIGPIPE by default).
+fn run_ctl(args: ctl::CtlArgs) -> Result<(), ctl::Exit> {
+    // SAFETY: setting a signal's disposition to its default has no preconditions.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    ctl::run(args)
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -448,7 +457,7 @@ fn main() -> std::process::ExitCode {
                 std::process::ExitCode::from(1)
             }
         },
-        Command::Ctl(args) => match ctl::run(args) {
+        Command::Ctl(args) => match run_ctl(args) {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(ctl::Exit(code, message)) => {
                 eprintln!("warren ctl: {message}");
