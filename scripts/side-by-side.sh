@@ -5,7 +5,9 @@ RMQ=../shared/rabbitmq/rabbitmq.sh
 cargo build --release -p warren >/dev/null 2>&1
 ss -ltn | grep -q ":5680 " || "$RMQ" start >/dev/null
 DATA=$(mktemp -d)
-./target/release/warren server --listen "127.0.0.1:$WPORT" --data-dir "$DATA" --management-listen none >"$DATA/log" 2>&1 &
+# In a session of its own, as rabbitmq.sh starts RabbitMQ's nodes (`setsid`): the kernel's
+# autogroup scheduling would otherwise share one CPU group between warren and PerfTest.
+setsid "${WARREN_BIN:-./target/release/warren}" server --listen "127.0.0.1:$WPORT" --data-dir "$DATA" --management-listen none >"$DATA/log" 2>&1 &
 WPID=$!
 trap 'kill $WPID 2>/dev/null || true; rm -rf "$DATA"' EXIT
 for _ in $(seq 50); do ss -ltn | grep -q ":$WPORT " && break; sleep 0.1; done

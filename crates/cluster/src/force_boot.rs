@@ -15,9 +15,8 @@
 //! If a leader shows up meanwhile (a majority came back after all), forcing would split the
 //! cluster in two: the marker is deleted and nothing is forced.
 
-use crate::membership::ChangeContext;
 use crate::metadata::MetadataGroup;
-use raft::eraftpb::{ConfChange, ConfChangeSingle, ConfChangeType, ConfChangeV2};
+use raft::eraftpb::{ConfChangeSingle, ConfChangeType, ConfChangeV2};
 use raft::StateRole;
 use std::path::{Path, PathBuf};
 
@@ -140,27 +139,12 @@ impl MetadataGroup {
             .find(|id| !self.membership.forgotten.contains(id));
         match in_log.copied() {
             Some(id) => {
-                let request = self.next_request;
-                self.next_request += 1;
-                let context = ChangeContext {
-                    origin: me,
-                    request,
-                    info: None,
-                };
-                let change = ConfChange {
-                    change_type: ConfChangeType::RemoveNode,
-                    node_id: id,
-                    context: serde_json::to_vec(&context)
-                        .expect("contexts serialise")
-                        .into(),
-                    ..Default::default()
-                };
                 tracing::warn!(
                     id,
                     name = %self.member_label(id),
                     "force_boot: removing a lost member through the log"
                 );
-                let _ = self.raw.propose_conf_change(vec![], change);
+                self.propose_removal(id);
                 self.force_boot = Some(boot);
             }
             None => {

@@ -554,23 +554,8 @@ impl MetadataGroup {
             ))));
             return;
         }
-        let request = self.next_request;
-        self.next_request += 1;
-        let context = ChangeContext {
-            origin: self.me.id,
-            request,
-            info: None,
-        };
-        let change = ConfChange {
-            change_type: ConfChangeType::RemoveNode,
-            node_id: id,
-            context: serde_json::to_vec(&context)
-                .expect("contexts serialise")
-                .into(),
-            ..Default::default()
-        };
         tracing::info!(node = name, id, "forgetting a node");
-        let _ = self.raw.propose_conf_change(vec![], change.clone());
+        let (request, change) = self.propose_removal(id);
         self.membership.pending.insert(
             request,
             PendingChange {
@@ -602,6 +587,21 @@ impl MetadataGroup {
             ))));
             return;
         }
+        tracing::warn!("reset: this node leaves the cluster");
+        let (request, change) = self.propose_removal(self.me.id);
+        self.membership.pending.insert(
+            request,
+            PendingChange {
+                change,
+                reply,
+                tried: Instant::now(),
+            },
+        );
+    }
+
+    /// Proposes removing voter `id` (forget, reset, force_boot), under a request id of this
+    /// node's: the request and the change, for a caller that waits for it to apply.
+    pub(crate) fn propose_removal(&mut self, id: u64) -> (u64, ConfChange) {
         let request = self.next_request;
         self.next_request += 1;
         let context = ChangeContext {
@@ -611,22 +611,14 @@ impl MetadataGroup {
         };
         let change = ConfChange {
             change_type: ConfChangeType::RemoveNode,
-            node_id: self.me.id,
+            node_id: id,
             context: serde_json::to_vec(&context)
                 .expect("contexts serialise")
                 .into(),
             ..Default::default()
         };
-        tracing::warn!("reset: this node leaves the cluster");
         let _ = self.raw.propose_conf_change(vec![], change.clone());
-        self.membership.pending.insert(
-            request,
-            PendingChange {
-                change,
-                reply,
-                tried: Instant::now(),
-            },
-        );
+        (request, change)
     }
 
     /// Proposes again the changes of this node not applied in [`CHANGE_RETRY`] (no leader, or
