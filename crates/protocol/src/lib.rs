@@ -11,6 +11,8 @@
 //!   only when routing or queue semantics need them.
 //! - [`constants`]: reply codes and class ids.
 //! - [`wire`]: the primitive readers and writers shared by the hand-coded parts.
+//! - [`stream`]: RabbitMQ's stream protocol (port 5552): its frames and commands, a codec of its
+//!   own beside the 0-9-1 one.
 //!
 //! A byte stream flows `frame::decode` -> `method::Method::decode` / `content::ContentHeader::decode`;
 //! outbound traffic is appended to a `BytesMut` by the `encode` functions, so a caller can build
@@ -20,6 +22,7 @@ pub mod constants;
 pub mod content;
 pub mod frame;
 pub mod method;
+pub mod stream;
 pub mod wire;
 
 pub use amq_protocol::protocol as amqp;
