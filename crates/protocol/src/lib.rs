@@ -11,6 +11,7 @@
 //!   only when routing or queue semantics need them.
 //! - [`constants`]: reply codes and class ids.
 //! - [`wire`]: the primitive readers and writers shared by the hand-coded parts.
+//! - [`amqp10`]: the AMQP 1.0 message format that stream messages are stored and read in.
 //! - [`stream`]: RabbitMQ's stream protocol (port 5552): its frames and commands, a codec of its
 //!   own beside the 0-9-1 one.
 //!
@@ -18,6 +19,7 @@
 //! outbound traffic is appended to a `BytesMut` by the `encode` functions, so a caller can build
 //! many frames into one buffer and write them with one syscall.
 
+pub mod amqp10;
 pub mod constants;
 pub mod content;
 pub mod frame;
