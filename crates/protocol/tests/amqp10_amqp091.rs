@@ -100,7 +100,7 @@ proptest! {
         p in properties(), body in vec(any::<u8>(), 0..200),
     ) {
         let body = Bytes::from(body);
-        let stored = from_amqp091(&p, &body).unwrap();
+        let stored = from_amqp091(b"", b"q", &p, &body).unwrap();
         let message = Message::decode(stored).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let (back, back_body) = to_amqp091(&message);
         prop_assert_eq!(back_body, body);
@@ -135,12 +135,14 @@ fn a_091_publish_becomes_the_sections_rabbitmq_stores() {
         ("count", AMQPValue::LongInt(3)),
         ("nested", AMQPValue::FieldTable(FieldTable::default())),
     ])));
-    let stored = from_amqp091(&p, &Bytes::from_static(b"hi")).unwrap();
+    let stored = from_amqp091(b"shop", b"orders.new", &p, &Bytes::from_static(b"hi")).unwrap();
     let m = Message::decode(stored).unwrap();
     let sym = |s: &str| Value::Symbol(s.into());
     assert_eq!(
         m.message_annotations,
         Some(vec![
+            (sym("x-routing-key"), Value::String("orders.new".into())),
+            (sym("x-exchange"), Value::String("shop".into())),
             (sym("x-basic-priority"), Value::Ubyte(5)),
             (sym("x-basic-delivery-mode"), Value::Ubyte(2)),
             (sym("x-basic-expiration"), Value::String("60000".into())),
@@ -155,12 +157,12 @@ fn a_091_publish_becomes_the_sections_rabbitmq_stores() {
             ..Properties::default()
         })
     );
-    // app-id and type first, then the headers a stream can carry (not the nested table).
+    // Type and app-id first, then the headers a stream can carry (not the nested table).
     assert_eq!(
         m.application_properties,
         Some(vec![
-            ("x-basic-app-id".into(), Value::String("shop".into())),
             ("x-basic-type".into(), Value::String("order".into())),
+            ("x-basic-app-id".into(), Value::String("shop".into())),
             ("count".into(), Value::Int(3)),
         ])
     );
@@ -179,8 +181,12 @@ fn a_091_publish_of_type_amqp_1_0_is_stored_as_its_own_sections() {
         kind: Some(Bytes::from_static(b"amqp-1.0")),
         ..content::Properties::default()
     };
-    let stored = from_amqp091(&p, &inner.to_bytes()).unwrap();
-    assert_eq!(Message::decode(stored.clone()).unwrap(), inner);
+    let stored = from_amqp091(b"", b"q", &p, &inner.to_bytes()).unwrap();
+    let m = Message::decode(stored.clone()).unwrap();
+    assert_eq!(
+        (m.application_properties, m.body),
+        (inner.application_properties.clone(), inner.body.clone())
+    );
     // And back out over 0-9-1: the sections again, typed amqp-1.0.
     let (back, body) = to_amqp091(&Message::decode(stored).unwrap());
     assert_eq!(back.kind.as_deref(), Some(&b"amqp-1.0"[..]));
@@ -208,7 +214,7 @@ fn sections_given_in_x_amqp_1_0_headers_are_stored_as_they_are() {
         "x-amqp-1.0-properties",
         AMQPValue::LongString(LongString::from(given.to_vec())),
     )])));
-    let m = Message::decode(from_amqp091(&p, &Bytes::new()).unwrap()).unwrap();
+    let m = Message::decode(from_amqp091(b"", b"q", &p, &Bytes::new()).unwrap()).unwrap();
     assert_eq!(m.properties.unwrap().subject.as_deref(), Some("kept whole"));
     assert_eq!(
         m.application_properties, None,

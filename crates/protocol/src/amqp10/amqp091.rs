@@ -1,14 +1,16 @@
 //! How RabbitMQ 3.10 maps between an AMQP 0-9-1 message and the AMQP 1.0 message a stream keeps
-//! (`rabbit_msg_record:from_amqp091/2` and `to_amqp091/1`), so a 0-9-1 publisher's messages read
-//! the same from a stream client as from RabbitMQ, and the other way round.
+//! (`rabbit_msg_record` and the stream queue), so a 0-9-1 publisher's messages read the same from
+//! a stream client as from RabbitMQ, and the other way round. The section order and contents
+//! below are what a RabbitMQ 3.10.8 node stores (checked against one by `tests/amqp10_rabbitmq.rs`).
 //!
 //! 0-9-1 to 1.0 ([`from_amqp091`]):
-//! - priority, delivery mode and expiration become message annotations `x-basic-priority`,
-//!   `x-basic-delivery-mode` (ubyte) and `x-basic-expiration` (string);
+//! - the routing key and exchange become message annotations `x-routing-key` and `x-exchange`,
+//!   then priority, delivery mode and expiration `x-basic-priority`, `x-basic-delivery-mode`
+//!   (ubyte) and `x-basic-expiration` (string);
 //! - message id, user id, reply-to, correlation id, content type and encoding and the timestamp
 //!   (seconds, times 1000) become properties;
 //! - headers become application properties (tables and arrays are left out; a long string is a
-//!   string), after `x-basic-app-id` and `x-basic-type` (unless the type is `amqp-1.0`);
+//!   string), after `x-basic-type` (unless the type is `amqp-1.0`) and `x-basic-app-id`;
 //! - headers `x-amqp-1.0-message-annotations`, `-properties` and `-app-properties` carry those
 //!   sections already encoded, and replace them whole;
 //! - the body is one data section, unless the type is `amqp-1.0`: then it is the sections.
@@ -18,7 +20,11 @@
 //! an `x-message-id-type` (`x-correlation-id-type`) header, and ids too long for a short string
 //! move to an `x-message-id` (`x-correlation-id`) header. The header section is not carried.
 //!
-//! Where 3.10 fails on a value (a decimal header, an application property of a type 0-9-1
+//! Where 3.10 fails on a message warren delivers it as the mapping intends: 3.10 closes a 0-9-1
+//! consumer's connection with INTERNAL_ERROR for an amqp-value or amqp-sequence body and for a
+//! message without a body section (warren: the sections typed `amqp-1.0`; an empty body), and
+//! delivers only the last of several data sections (warren: all of them, as sections typed
+//! `amqp-1.0`). Where 3.10 fails on a value (a decimal header, an application property of a type 0-9-1
 //! headers lack: symbol, char, ulong, uuid, decimal, list, map, array, described) or would write
 //! a short string over 255 bytes, warren leaves that one value out instead, so a message never
 //! stops a stream; long strings that are not UTF-8 become binary.
@@ -34,6 +40,8 @@ pub const AMQP10_TYPE: &str = "amqp-1.0";
 pub const HEADER_PROPERTIES: &str = "x-amqp-1.0-properties";
 pub const HEADER_APP_PROPERTIES: &str = "x-amqp-1.0-app-properties";
 pub const HEADER_MESSAGE_ANNOTATIONS: &str = "x-amqp-1.0-message-annotations";
+pub const ANNOTATION_ROUTING_KEY: &str = "x-routing-key";
+pub const ANNOTATION_EXCHANGE: &str = "x-exchange";
 pub const ANNOTATION_PRIORITY: &str = "x-basic-priority";
 pub const ANNOTATION_DELIVERY_MODE: &str = "x-basic-delivery-mode";
 pub const ANNOTATION_EXPIRATION: &str = "x-basic-expiration";
@@ -86,17 +94,43 @@ fn header_value(v: &AMQPValue) -> Option<Value> {
     })
 }
 
-/// The AMQP 1.0 message RabbitMQ 3.10 stores for a 0-9-1 publish; `Err` when the headers table
-/// is malformed.
-pub fn from_amqp091(p: &content::Properties, body: &Bytes) -> Result<Bytes, Truncated> {
+/// The AMQP 1.0 message RabbitMQ 3.10 stores for a 0-9-1 publish to `exchange` with
+/// `routing_key`; `Err` when the headers table is malformed.
+pub fn from_amqp091(
+    exchange: &[u8],
+    routing_key: &[u8],
+    p: &content::Properties,
+    body: &Bytes,
+) -> Result<Bytes, Truncated> {
     let headers = p.headers_table()?;
     let headers = headers.as_ref();
     let mut out = BytesMut::new();
 
+    // The stream queue puts routing key and exchange in front of whatever annotations the
+    // message has, given ones included.
+    let mut annotations = vec![
+        (
+            Value::Symbol(ANNOTATION_ROUTING_KEY.into()),
+            text(&Bytes::copy_from_slice(routing_key)),
+        ),
+        (
+            Value::Symbol(ANNOTATION_EXCHANGE.into()),
+            text(&Bytes::copy_from_slice(exchange)),
+        ),
+    ];
     match raw_section(headers, HEADER_MESSAGE_ANNOTATIONS) {
-        Some(raw) => out.extend_from_slice(&raw),
+        Some(raw) => match Value::decode_bytes(&raw) {
+            Ok(Value::Described(d, v)) if *d == Value::Ulong(0x72) => match *v {
+                Value::Map(given) => {
+                    annotations.extend(given);
+                    described(0x72, Value::Map(annotations)).encode(&mut out);
+                }
+                _ => out.extend_from_slice(&raw),
+            },
+            // Not annotations after all: stored as given, as RabbitMQ stores such a header.
+            _ => out.extend_from_slice(&raw),
+        },
         None => {
-            let mut annotations = Vec::new();
             if let Some(x) = p.priority {
                 annotations.push((Value::Symbol(ANNOTATION_PRIORITY.into()), Value::Ubyte(x)));
             }
@@ -109,9 +143,7 @@ pub fn from_amqp091(p: &content::Properties, body: &Bytes) -> Result<Bytes, Trun
             if let Some(x) = &p.expiration {
                 annotations.push((Value::Symbol(ANNOTATION_EXPIRATION.into()), text(x)));
             }
-            if !annotations.is_empty() {
-                described(0x72, Value::Map(annotations)).encode(&mut out);
-            }
+            described(0x72, Value::Map(annotations)).encode(&mut out);
         }
     }
 
@@ -152,11 +184,11 @@ pub fn from_amqp091(p: &content::Properties, body: &Bytes) -> Result<Bytes, Trun
         Some(raw) => out.extend_from_slice(&raw),
         None => {
             let mut application = Vec::new();
-            if let Some(x) = &p.app_id {
-                application.push((APP_PROPERTY_APP_ID.to_owned(), text(x)));
-            }
             if let (Some(x), false) = (&p.kind, is_amqp10) {
                 application.push((APP_PROPERTY_TYPE.to_owned(), text(x)));
+            }
+            if let Some(x) = &p.app_id {
+                application.push((APP_PROPERTY_APP_ID.to_owned(), text(x)));
             }
             for (k, v) in headers.map(|h| h.inner().iter()).into_iter().flatten() {
                 let k = k.as_str();
