@@ -5,6 +5,7 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughpu
 use warren_protocol::content::{encode_header, ContentHeader, Properties};
 use warren_protocol::frame::{self, encode_body};
 use warren_protocol::method::{encode_deliver, encode_publish, Method};
+use warren_protocol::stream::{self, Command, PublishedMessage};
 
 fn publish_bytes(n: usize, body: &[u8]) -> BytesMut {
     let props = Properties {
@@ -75,9 +76,51 @@ fn codec(c: &mut Criterion) {
     g.finish();
 }
 
+/// The stream protocol's data plane: Publish frames of 100 messages (stream-perf-test's batch)
+/// parsed into commands, messages sliced out of the buffer, as the server reads them.
+fn stream_codec(c: &mut Criterion) {
+    let mut g = c.benchmark_group("stream_codec");
+    for (name, size) in [("parse_publish_12B", 12), ("parse_publish_1KB", 1024)] {
+        let message = Bytes::from(vec![7u8; size]);
+        let frames = 10;
+        let per_frame = 100;
+        let mut wire = BytesMut::new();
+        for f in 0..frames {
+            stream::encode(
+                &mut wire,
+                &Command::Publish {
+                    publisher_id: 1,
+                    messages: (0..per_frame)
+                        .map(|i| PublishedMessage {
+                            publishing_id: (f * per_frame + i) as u64,
+                            filter_value: None,
+                            message: message.clone(),
+                        })
+                        .collect(),
+                },
+            );
+        }
+        let wire = wire.freeze();
+        g.throughput(Throughput::Elements((frames * per_frame) as u64));
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let mut buf = BytesMut::from(&wire[..]);
+                let mut n = 0;
+                while let Some(c) = stream::decode(&mut buf, 1_048_576).unwrap() {
+                    if let Command::Publish { messages, .. } = c {
+                        n += messages.len();
+                    }
+                }
+                black_box(n)
+            })
+        });
+    }
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(std::time::Duration::from_secs(3)).sample_size(20);
-    targets = codec
+    targets = codec, stream_codec
 }
 criterion_main!(benches);
