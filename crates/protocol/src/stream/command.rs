@@ -255,7 +255,7 @@ pub enum Command {
     OpenResponse {
         correlation_id: u32,
         code: u16,
-        /// `advertised_host`, `advertised_port`; written only with code OK.
+        /// `advertised_host`, `advertised_port`; a server sends them only with code OK.
         properties: Vec<(String, String)>,
     },
     Close {
@@ -721,8 +721,9 @@ impl Command {
             } => {
                 out.put_u32(*correlation_id);
                 out.put_u16(*code);
-                // RabbitMQ writes the map only with OK; clients read it only then.
-                if *code == RESPONSE_CODE_OK {
+                // RabbitMQ writes the map only with OK and clients read it only then; one given
+                // with another code is written all the same, so that what decodes re-encodes.
+                if *code == RESPONSE_CODE_OK || !properties.is_empty() {
                     put_string_map(out, properties);
                 }
             }

@@ -320,7 +320,7 @@ pub fn command(t: Text) -> BoxedStrategy<Command> {
             .prop_map(|(correlation_id, code, properties)| Command::OpenResponse {
                 correlation_id,
                 code,
-                // Written only with OK: anything else carries none.
+                // A server sends them only with OK, and the Rust client reads them only then.
                 properties: if code == RESPONSE_CODE_OK {
                     properties
                 } else {
