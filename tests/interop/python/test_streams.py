@@ -125,8 +125,17 @@ def test_max_age_that_is_not_a_duration_is_refused(ch, name):
         assert f"invalid arg 'x-max-age' for queue '{name}'" in text
 
 
+@pytest.mark.parametrize("value", ["7d", "1H", "1y", "0s", "0D", "1h30m", "10", "1D ", "1.5h", "1W"])
+def test_max_age_grammar_is_digits_then_one_unit(ch, name, value):
+    # One positive whole number, then Y, M (months), D, h, m (minutes) or s: case matters.
+    text = expect_channel_error(406, "PRECONDITION_FAILED", declare, ch, name, **{"x-max-age": value})
+    assert text == (f"PRECONDITION_FAILED - invalid arg 'x-max-age' for queue '{name}' in vhost "
+                    "'/': invalid_max_age")
+
+
 @pytest.mark.parametrize("args", [
     {"x-max-age": "7D"}, {"x-max-age": "12h"}, {"x-max-age": "1Y"}, {"x-max-age": "30s"},
+    {"x-max-age": "30M"}, {"x-max-age": "30m"}, {"x-max-age": "007D"},
     {"x-max-length-bytes": 10_000_000}, {"x-stream-max-segment-size-bytes": 1000},
     {"x-initial-cluster-size": 1}, {"x-queue-leader-locator": "balanced"},
 ], ids=lambda a: ",".join(f"{k}={v}" for k, v in a.items()))
@@ -215,7 +224,10 @@ def test_nack_and_reject_are_540(broker, ch, stream, settle):
 
 @pytest.mark.parametrize("offset,reason", [
     ("3", '{invalid_stream_offset_arg,{longstr,<<"3">>}}'),
-], ids=["numeric-string"])
+    ("1d", '{invalid_stream_offset_arg,{longstr,<<"1d">>}}'),
+    ("0s", '{invalid_stream_offset_arg,{longstr,<<"0s">>}}'),
+    ("1h30m", '{invalid_stream_offset_arg,{longstr,<<"1h30m">>}}'),
+], ids=["numeric-string", "lower-case-day", "zero-interval", "two-units"])
 def test_invalid_offset_is_406(broker, ch, stream, offset, reason):
     ch.basic_qos(prefetch_count=10)
     text = expect_channel_error(406, "PRECONDITION_FAILED", ch.basic_consume, stream,
