@@ -155,7 +155,8 @@ pub enum Command {
         properties: Vec<(String, String)>,
     },
     /// A chunk for a subscription. The chunk (header, entries, trailer) is the store's format and
-    /// travels as opaque bytes; `committed_offset` makes it a version 2 Deliver (3.13).
+    /// travels as opaque bytes; `committed_offset` (PROTOCOL.adoc's CommittedChunkId: the first
+    /// offset of the last chunk a majority has) makes it a version 2 Deliver (3.13).
     Deliver {
         subscription_id: u8,
         committed_offset: Option<u64>,
