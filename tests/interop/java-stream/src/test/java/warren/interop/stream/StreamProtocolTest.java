@@ -510,6 +510,37 @@ class StreamProtocolTest {
     assertTrue(later.offsets.get(0) >= firstKept, "offset 0 reads from the oldest kept chunk");
   }
 
+  @Test
+  void maxAgeDropsSegmentsOlderThanItWhenANewSegmentStarts() throws Exception {
+    String s = stream("max-age");
+    env.streamCreator()
+        .stream(s)
+        .maxSegmentSizeBytes(ByteCapacity.B(2_000))
+        .maxAge(Duration.ofSeconds(1))
+        .create();
+    String pad = "x".repeat(200);
+    publishEach(s, bodies(pad, 0, 20));
+    Thread.sleep(1_500);
+    // Retention is evaluated when a segment closes: these fill and close the segments that
+    // hold nothing older than a second, and the old ones go.
+    publishEach(s, bodies(pad, 20, 40));
+    long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(WAIT_MS);
+    long firstKept;
+    while (true) {
+      Received r = new Received();
+      try (Consumer c = consume(s, OffsetSpecification.first(), r)) {
+        waitFor("the last message", () -> r.offsets.contains(39L));
+      }
+      firstKept = r.offsets.get(0);
+      assertEquals(range(firstKept, 40), r.offsets);
+      if (firstKept > 0 || System.nanoTime() > deadline) {
+        break;
+      }
+      Thread.sleep(100);
+    }
+    assertTrue(firstKept > 0, "no segment older than max-age was removed");
+  }
+
   // --- deduplication -------------------------------------------------------------------------
 
   @Test
