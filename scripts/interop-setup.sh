@@ -8,8 +8,9 @@
 #   ~/.m2             the stream Java client (com.rabbitmq:stream-client) as tests/interop/java-stream/pom.xml
 #                     pins it
 #   target/rust-stream   the Rust stream client's suite (tests/interop/rust-stream, outside the
-#                     workspace, its Cargo.lock committed) built once with --locked (about N minutes
-#                     on 1 core). INTEROP_SKIP_STREAM=1 skips both stream suites' installs.
+#                     workspace, its Cargo.lock committed) built once with --locked (about 65 s of
+#                     CPU; 4 minutes on a busy 2-core machine). INTEROP_SKIP_STREAM=1 skips both
+#                     stream suites' installs.
 #   .tools/bin/rabbitmqadmin   rabbitmqadmin v2 (the crate of that name, version pinned below), built
 #                     from crates.io with --locked once (about 10 minutes on 1 core; its target dir
 #                     is target/rabbitmqadmin); test_management_api.py drives it.
