@@ -830,6 +830,106 @@ class StreamProtocolTest {
     assertTrue(m.getReplicas().isEmpty());
   }
 
+  // --- the protocol's own commands, through the client's low-level API ---------------------
+
+  @Test
+  void aReaderAskedForAnOffsetPastTheEndGetsChunksFromTheEnd() throws Exception {
+    String s = createdStream("raw-past-end");
+    publishEach(s, bodies("m", 0, 3));
+    List<Long> chunkOffsets = new CopyOnWriteArrayList<>();
+    try (Client raw =
+        new Client(
+            new Client.ClientParameters()
+                .host(HOST)
+                .port(port)
+                .username(USER)
+                .password(PASS)
+                .chunkListener(
+                    (c, subscriptionId, offset, messageCount, dataSize) -> {
+                      chunkOffsets.add(offset);
+                      c.credit(subscriptionId, 1);
+                      return null;
+                    }))) {
+      assertTrue(raw.subscribe((byte) 0, s, OffsetSpecification.offset(5), 10).isOk());
+      Thread.sleep(SETTLE_MS);
+      assertTrue(chunkOffsets.isEmpty(), "chunks before any was written: " + chunkOffsets);
+      publishEach(s, bodies("m", 3, 7));
+      waitFor("4 chunks", () -> chunkOffsets.size() >= 4);
+    }
+    // Not 5: RabbitMQ 3.10 attaches the reader at the end of the stream as it was.
+    assertEquals(List.of(3L, 4L, 5L, 6L), chunkOffsets);
+  }
+
+  @Test
+  void aReaderAskedForAnOffsetInsideAChunkGetsTheWholeChunk() throws Exception {
+    String s = createdStream("raw-in-chunk");
+    try (Producer producer = env.producerBuilder().stream(s).build()) {
+      // Sent before any confirm: the client batches them, and the broker writes one chunk per
+      // batch it is handed.
+      Set<Long> confirmed = ConcurrentHashMap.newKeySet();
+      for (int i = 0; i < 10; i++) {
+        long id = i;
+        producer.send(producer.messageBuilder().addData(utf8("m" + i)).build(), st -> confirmed.add(id));
+      }
+      waitFor("10 confirms", () -> confirmed.size() == 10);
+    }
+    List<long[]> chunks = new CopyOnWriteArrayList<>();
+    try (Client raw =
+        new Client(
+            new Client.ClientParameters()
+                .host(HOST)
+                .port(port)
+                .username(USER)
+                .password(PASS)
+                .chunkListener(
+                    (c, subscriptionId, offset, messageCount, dataSize) -> {
+                      chunks.add(new long[] {offset, messageCount});
+                      c.credit(subscriptionId, 1);
+                      return null;
+                    }))) {
+      assertTrue(raw.subscribe((byte) 0, s, OffsetSpecification.offset(7), 10).isOk());
+      waitFor("the chunk holding offset 9", () -> chunks.stream().anyMatch(c -> c[0] + c[1] == 10));
+    }
+    long[] first = chunks.get(0);
+    assertTrue(first[0] <= 7 && 7 < first[0] + first[1], "first chunk " + Arrays.toString(first));
+  }
+
+  @Test
+  void publishingThroughAnUndeclaredPublisherIsAPublishError() throws Exception {
+    String s = createdStream("raw-publish");
+    List<Short> errors = new CopyOnWriteArrayList<>();
+    try (Client raw =
+        new Client(
+            new Client.ClientParameters()
+                .host(HOST)
+                .port(port)
+                .username(USER)
+                .password(PASS)
+                .publishErrorListener((publisherId, publishingId, code) -> errors.add(code)))) {
+      raw.publish((byte) 7, List.of(raw.messageBuilder().addData(utf8("lost")).build()));
+      waitFor("a publish error", () -> !errors.isEmpty());
+      assertEquals(List.of(Constants.RESPONSE_CODE_PUBLISHER_DOES_NOT_EXIST), errors);
+      assertEquals(
+          Constants.RESPONSE_CODE_PUBLISHER_DOES_NOT_EXIST,
+          raw.deletePublisher((byte) 7).getResponseCode());
+      assertTrue(raw.declarePublisher((byte) 1, null, s).isOk());
+      assertTrue(raw.deletePublisher((byte) 1).isOk());
+    }
+  }
+
+  @Test
+  void subscriptionIdsAreOneSubscriptionEach() {
+    String s = createdStream("raw-subscribe");
+    assertTrue(client.subscribe((byte) 3, s, OffsetSpecification.first(), 1).isOk());
+    assertEquals(
+        Constants.RESPONSE_CODE_SUBSCRIPTION_ID_ALREADY_EXISTS,
+        client.subscribe((byte) 3, s, OffsetSpecification.first(), 1).getResponseCode());
+    assertTrue(client.unsubscribe((byte) 3).isOk());
+    assertEquals(
+        Constants.RESPONSE_CODE_SUBSCRIPTION_ID_DOES_NOT_EXIST,
+        client.unsubscribe((byte) 3).getResponseCode());
+  }
+
   // --- errors --------------------------------------------------------------------------------
 
   @Test
