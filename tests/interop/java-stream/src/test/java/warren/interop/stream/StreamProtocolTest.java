@@ -53,10 +53,14 @@ class StreamProtocolTest {
    */
   private static final long SETTLE_MS = 600;
 
-  private static final String BROKER = System.getenv().getOrDefault("WARREN_TEST_BROKER", "warren");
-  private static final String HOST = System.getenv().getOrDefault("WARREN_TEST_STREAM_HOST", "127.0.0.1");
-  private static final String USER = System.getenv().getOrDefault("WARREN_TEST_STREAM_USER", "guest");
-  private static final String PASS = System.getenv().getOrDefault("WARREN_TEST_STREAM_PASSWORD", "guest");
+  private static final String BROKER = env("WARREN_TEST_BROKER", "warren");
+  private static final String HOST = env("WARREN_TEST_STREAM_HOST", "127.0.0.1");
+  private static final String USER = env("WARREN_TEST_STREAM_USER", "guest");
+  private static final String PASS = env("WARREN_TEST_STREAM_PASSWORD", "guest");
+
+  private static String env(String name, String otherwise) {
+    return System.getenv().getOrDefault(name, otherwise);
+  }
 
   private int port;
   private Environment env;
@@ -186,10 +190,14 @@ class StreamProtocolTest {
     if ("rabbitmq".equals(BROKER)) {
       cmd.addAll(List.of(System.getenv("RABBITMQ_SH"), "ctl", "1"));
     } else {
-      cmd.addAll(List.of(System.getenv("WARREN_BIN"), "ctl", "--uri", System.getenv("WARREN_TEST_URI")));
+      cmd.addAll(warrenCtl());
     }
     cmd.addAll(Arrays.asList(args));
     run(cmd);
+  }
+
+  private static List<String> warrenCtl() {
+    return List.of(System.getenv("WARREN_BIN"), "ctl", "--uri", System.getenv("WARREN_TEST_URI"));
   }
 
   /** rabbitmq-streams (RabbitMQ) or `warren ctl` (warren, which has its commands too). */
@@ -198,7 +206,7 @@ class StreamProtocolTest {
     if ("rabbitmq".equals(BROKER)) {
       cmd.addAll(List.of(System.getenv("RABBITMQ_SH"), "tool", "1", "rabbitmq-streams"));
     } else {
-      cmd.addAll(List.of(System.getenv("WARREN_BIN"), "ctl", "--uri", System.getenv("WARREN_TEST_URI")));
+      cmd.addAll(warrenCtl());
     }
     cmd.addAll(Arrays.asList(args));
     run(cmd);
@@ -407,7 +415,7 @@ class StreamProtocolTest {
   }
 
   @Test
-  void numericOffsetPastTheEndWaitsForThatOffset() throws Exception {
+  void numericOffsetPastTheEndStartsAtTheEnd() throws Exception {
     String s = createdStream("offset-past-end");
     publishEach(s, bodies("m", 0, 3));
     Received got = new Received();
@@ -793,7 +801,9 @@ class StreamProtocolTest {
               .build();
     }
     publishEach(s, bodies("m", 0, 5));
-    waitFor("5 deliveries to one consumer", () -> got[0].offsets.size() + got[1].offsets.size() >= 5);
+    waitFor(
+        "5 deliveries to one consumer",
+        () -> got[0].offsets.size() + got[1].offsets.size() >= 5);
     Thread.sleep(SETTLE_MS);
     int active = got[0].offsets.isEmpty() ? 1 : 0;
     int standby = 1 - active;
@@ -869,7 +879,8 @@ class StreamProtocolTest {
       Set<Long> confirmed = ConcurrentHashMap.newKeySet();
       for (int i = 0; i < 10; i++) {
         long id = i;
-        producer.send(producer.messageBuilder().addData(utf8("m" + i)).build(), st -> confirmed.add(id));
+        producer.send(
+            producer.messageBuilder().addData(utf8("m" + i)).build(), st -> confirmed.add(id));
       }
       waitFor("10 confirms", () -> confirmed.size() == 10);
     }
