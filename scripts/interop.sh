@@ -121,6 +121,10 @@ stream_suites() {
     echo "[interop] stream suites skipped (INTEROP_SKIP_STREAM=1)" >&2
     return
   fi
+  if [ -z "${WARREN_TEST_STREAM_PORT:-}" ] && [ "$BROKER" = rabbitmq ]; then
+    echo "[interop] stream suites skipped: RMQ_PLUGINS has no rabbitmq_stream" >&2
+    return
+  fi
   # Without an endpoint the Java suite skips every test with the reason itself.
   echo "[interop] java stream suite (stream-client) against $BROKER" >&2
   (cd tests/interop/java-stream && mvn -B -ntp test) || status=1
