@@ -1,0 +1,1 @@
+//! Empty: the suite is in tests/.
