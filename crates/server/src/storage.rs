@@ -1,3 +1,7 @@
+//! What a vhost's changes write to disk: durable topology to the metadata journal, and
+//! messages to the storage engine ([`apply_store_ops`], [`recover_messages`]); [`MetaGuard`], a
+//! locked vhost that writes both (and sends its work for other nodes) when released.
+//!
 //! Durable topology on disk: changes a command made to durable entities are appended to the
 //! metadata journal (and synced) while the vhost is still locked, so the journal's order is
 //! the order of the changes and a declare-ok is sent only once the declare is durable.

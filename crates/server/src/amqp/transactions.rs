@@ -186,8 +186,9 @@ impl Connection {
     }
 
     /// tx.commit-ok once this node's replicas applied the transaction's settlements of quorum
-    /// queue deliveries (see [`crate::queues::quorum::client::settle_applied`]) and its publishes to quorum
-    /// queues and to queues on other nodes are in them (`waits`, as a confirm waits).
+    /// queue deliveries (see [`crate::queues::quorum::client::settle_applied`]) and its
+    /// publishes to quorum queues and to queues on other nodes are in them (`waits`, as a
+    /// confirm waits).
     fn commit_after(&mut self, number: u16, settles: Vec<RemoteEffect>, waits: Vec<(u64, u64)>) {
         let (shared, outbox) = (self.shared.clone(), self.outbox.clone());
         self.await_request(number, (90, 20), async move {

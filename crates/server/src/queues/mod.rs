@@ -1,17 +1,23 @@
 //! What a channel does with a queue, warren's `rabbit_queue_type`: one interface, one
 //! implementation per place a queue can be, chosen in one place ([`Connection::queue_backend`])
-//! so that `channel.rs` decodes, checks permissions and makes one call per method.
+//! so that `amqp::channel` decodes, checks permissions and makes one call per method.
 //!
 //! The map:
 //! - [`QueueBackend`]: the interface. So far queue.purge, queue.delete and basic.get; consume,
-//!   cancel, a passive declare and publish still choose their own way (`channel.rs`,
-//!   `remote_queue.rs`, `quorum_channel.rs`) until they move here too.
-//! - [`local`]: a queue this node's vhost holds itself: every queue of a single node (its
+//!   cancel, a passive declare and publish still choose their own way (`amqp::channel`,
+//!   `remote_queue`, `quorum::channel`) until they move here too.
+//! - `local`: a queue this node's vhost holds itself: every queue of a single node (its
 //!   quorum queues included) and a cluster's classic queues placed here.
-//! - [`remote`]: a queue another node of the cluster hosts, reached by asking that node (a
-//!   quorum queue of which this node is no member is reached this way, through its home).
+//! - `remote`: a queue another node of the cluster hosts, reached by asking that node through
+//!   [`crate::peers`] (a quorum queue of which this node is no member is reached this way,
+//!   through its home); `remote_queue`: where such a queue lives, and the methods on it not
+//!   moved onto `remote` yet.
 //! - [`quorum`]: a quorum queue of a cluster this node is a member of: requests to its Raft
 //!   group through this node's member, answered by this node's replica.
+//!
+//! A method flows: `amqp::channel` -> [`Connection::queue_backend`] -> one implementation, which
+//! answers at once (local: under the vhost's lock) or leaves the connection a request to wait
+//! on, whose answer writes the reply (remote: the peer's answer; quorum: the applied entry).
 
 mod local;
 pub mod quorum;

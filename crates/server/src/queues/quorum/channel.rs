@@ -1,6 +1,6 @@
 //! A channel's methods on a quorum queue of a cluster that have not moved to `queues::quorum`
 //! yet (consume, cancel): each is a request to the queue's Raft
-//! group through this node's member ([`crate::queues::quorum::client`]). The connection waits for its
+//! group through this node's member ([`super::client`]). The connection waits for its
 //! entry to be applied here before it reads the channel's next method, as for other requests
 //! that cross nodes; the reply (consume-ok, cancel-ok) is written by this node's
 //! replica, in order with the deliveries it writes.

@@ -5,7 +5,7 @@
 //! `docs/design/quorum-queues.md`): a publish is `Enqueue`, basic.consume `Checkout`, an ack `Settle`.
 //! This node's member hands the proposal to raft-rs, which forwards it to the leader. The
 //! answer is an effect of the committed entry, carried out by this node's replica
-//! ([`crate::queues::quorum::replica`]) when it applies it: a confirm advances the publishing channel's
+//! ([`super::replica`]) when it applies it: a confirm advances the publishing channel's
 //! stream (see [`crate::durability::Durability::quorum_next`]), a checkout writes consume-ok and
 //! then the deliveries, a dequeue basic.get-ok. Requests that wait for their entry (consume,
 //! cancel, get, purge) are [`Wait`]ers the replica resolves; an idempotent one is proposed
