@@ -10,6 +10,7 @@ use warren_broker::error::AmqpError;
 use warren_broker::queue::ChannelKey;
 use warren_broker::vhost::GetResult;
 use warren_protocol::amqp::{basic, queue, AMQPClass};
+use warren_protocol::method::Method;
 
 pub(crate) struct LocalQueue;
 
@@ -65,6 +66,61 @@ impl QueueBackend for LocalQueue {
             );
         }
         conn.release_cancels(number);
+        Ok(())
+    }
+
+    fn consume(
+        &self,
+        conn: &mut Connection,
+        number: u16,
+        key: ChannelKey,
+        queue: String,
+        c: basic::Consume,
+        now: u64,
+    ) -> Result<(), AmqpError> {
+        let mut v = conn.meta_vhost();
+        let tag = v.basic_consume(
+            key,
+            &queue,
+            c.consumer_tag.as_str(),
+            c.no_ack,
+            c.exclusive,
+            c.arguments,
+            now,
+        )?;
+        if !c.nowait {
+            let ok = Method::Other(AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(
+                basic::ConsumeOk {
+                    consumer_tag: tag.as_str().into(),
+                },
+            )));
+            conn.outbox.push(|b| ok.encode(number, b));
+        }
+        // Deliveries only after consume-ok: still under the vhost lock, so no publisher on
+        // another connection can dispatch to this consumer first.
+        v.kick(&queue, now);
+        Ok(())
+    }
+
+    fn cancel(
+        &self,
+        conn: &mut Connection,
+        number: u16,
+        key: ChannelKey,
+        c: basic::Cancel,
+        now: u64,
+    ) -> Result<(), AmqpError> {
+        conn.meta_vhost()
+            .basic_cancel(key, c.consumer_tag.as_str(), now);
+        if !c.nowait {
+            ctl(
+                conn,
+                number,
+                AMQPClass::Basic(basic::AMQPMethod::CancelOk(basic::CancelOk {
+                    consumer_tag: c.consumer_tag,
+                })),
+            );
+        }
         Ok(())
     }
 

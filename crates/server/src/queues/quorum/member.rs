@@ -8,10 +8,13 @@ use crate::amqp::connection::Connection;
 use crate::queues::{Delete, QueueBackend};
 use crate::replicated::{Proposal, Reply};
 use client::Wait;
+use std::sync::atomic::Ordering;
 use warren_broker::command::{Command, Outcome};
 use warren_broker::error::AmqpError;
 use warren_broker::queue::ChannelKey;
-use warren_protocol::amqp::{queue, AMQPClass};
+use warren_broker::quorum::ConsumerSpec;
+use warren_cluster::replicas::group_id;
+use warren_protocol::amqp::{basic, queue, AMQPClass};
 use warren_protocol::method::Method;
 
 pub(crate) struct QuorumMember {
@@ -88,6 +91,107 @@ impl QueueBackend for QuorumMember {
         Ok(())
     }
 
+    /// Registered in the channel first (deliveries follow the checkout at once), after the
+    /// checks RabbitMQ makes of the consume itself; then the group is asked (`Checkout`) and
+    /// consume-ok is written by this node's replica when it applies the entry.
+    fn consume(
+        &self,
+        conn: &mut Connection,
+        number: u16,
+        key: ChannelKey,
+        queue: String,
+        c: basic::Consume,
+        _now: u64,
+    ) -> Result<(), AmqpError> {
+        let consume = conn.vhost.lock().expect("vhost lock").consume_quorum(
+            key,
+            &queue,
+            c.consumer_tag.as_str(),
+            &c.arguments,
+        )?;
+        let group = group_id(consume.log);
+        let spec = ConsumerSpec {
+            credit: consume.prefetch,
+            priority: consume.priority,
+            no_ack: c.no_ack,
+            exclusive: c.exclusive,
+        };
+        let command = client::checkout(&conn.shared, key, &consume.tag, spec);
+        let reply = (!c.nowait).then(|| {
+            client::write_reply(
+                key,
+                Method::Other(AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(
+                    basic::ConsumeOk {
+                        consumer_tag: consume.tag.as_str().into(),
+                    },
+                ))),
+            )
+        });
+        let wait = Wait::Checkout {
+            group,
+            channel: key,
+            tag: consume.tag.clone(),
+        };
+        let (shared, vhost, tag) = (conn.shared.clone(), conn.vhost.clone(), consume.tag);
+        conn.await_request(number, (60, 20), async move {
+            let r = client::request(shared, group, wait, reply, command).await;
+            if r.is_err() {
+                vhost
+                    .lock()
+                    .expect("vhost lock")
+                    .forget_remote_consumer(key, &tag);
+            }
+            r
+        });
+        Ok(())
+    }
+
+    /// cancel-ok is written by this node's replica when it applies the entry; a group out of
+    /// reach ends the consumer here all the same (its channel closing, or the node-down
+    /// sweep, returns what it holds).
+    fn cancel(
+        &self,
+        conn: &mut Connection,
+        number: u16,
+        key: ChannelKey,
+        c: basic::Cancel,
+        _now: u64,
+    ) -> Result<(), AmqpError> {
+        let tag = c.consumer_tag.as_str().to_string();
+        let group = self.group;
+        let command = client::cancel(&conn.shared, key, &tag);
+        let cancel_ok = Method::Other(AMQPClass::Basic(basic::AMQPMethod::CancelOk(
+            basic::CancelOk {
+                consumer_tag: tag.as_str().into(),
+            },
+        )));
+        let reply = (!c.nowait).then(|| client::write_reply(key, cancel_ok.clone()));
+        let wait = Wait::Cancel {
+            group,
+            channel: key,
+            tag: tag.clone(),
+        };
+        let (shared, vhost, outbox) =
+            (conn.shared.clone(), conn.vhost.clone(), conn.outbox.clone());
+        let nowait = c.nowait;
+        conn.await_request(number, (60, 30), async move {
+            if client::request(shared, group, wait, reply, command)
+                .await
+                .is_err()
+            {
+                vhost
+                    .lock()
+                    .expect("vhost lock")
+                    .forget_remote_consumer(key, &tag);
+                if !nowait {
+                    outbox.push(|b| cancel_ok.encode(number, b));
+                }
+            }
+            Ok(())
+        });
+        Ok(())
+    }
+
     fn get(
         &self,
         conn: &mut Connection,
@@ -112,5 +216,23 @@ impl QueueBackend for QuorumMember {
             client::request(shared, group, wait, None, command).await
         });
         Ok(())
+    }
+}
+
+impl Connection {
+    /// The Raft group of `queue` when it is a quorum queue of this node's cluster.
+    pub fn quorum_group(&self, queue: &str) -> Option<u64> {
+        self.shared.cluster.as_ref()?;
+        let log = self.vhost.lock().expect("vhost lock").quorum_log(queue)?;
+        Some(group_id(log))
+    }
+
+    /// A quorum queue's ready messages and consumers, as this node's replica has them.
+    pub fn quorum_counts(&self, queue: &str) -> Option<(u32, u32)> {
+        let info = self.shared.quorum.replica(self.quorum_group(queue)?)?;
+        Some((
+            info.ready.load(Ordering::Relaxed).min(u32::MAX as u64) as u32,
+            info.consumers.load(Ordering::Relaxed).min(u32::MAX as u64) as u32,
+        ))
     }
 }

@@ -3,8 +3,7 @@
 //!
 //! The map:
 //! - `member`: the [`crate::queues::QueueBackend`] of a queue this node is a member of: each
-//!   method a request to the group; `channel`: consume and cancel, which have not moved onto
-//!   it yet.
+//!   method a request to the group.
 //! - [`client`]: how a request reaches the group (proposed through this node's member, which
 //!   raft-rs forwards to the leader) and how its answer comes back: the [`client::Wait`]ers a
 //!   replica resolves, publish numbering for confirms, batched settles.
@@ -16,14 +15,13 @@
 //! - [`peers`]: the member's side for nodes that are no members: their forwarded publishes and
 //!   stand-in consumers become requests to the group like a local channel's.
 //!
-//! A request flows: `amqp::channel` -> `member` (or `channel`) -> `client::request` -> the
+//! A request flows: `amqp::channel` -> `member` -> `client::request` -> the
 //! cluster's groups loop (raft-rs, the shared WAL) -> committed on a majority -> `replica`
 //! applies it on every member -> the effect for this node resolves the `Wait` or writes to the
 //! client's connection. A publish needs no waiter: its confirm is the group's answer, counted by
 //! [`crate::durability`].
 
 mod bodies;
-mod channel;
 pub mod client;
 mod dead_letters;
 mod member;
