@@ -43,7 +43,7 @@ pub struct Channel {
     /// Highest sequence number already confirmed, to count confirms for metrics.
     pub confirmed_upto: u64,
     /// Publishes waiting for their stored copies to be synced, in sequence order.
-    pub pending_confirms: std::collections::VecDeque<(u64, Vec<(u64, u64)>)>,
+    pub pending_confirms: std::collections::VecDeque<(u64, Vec<crate::durability::Wait>)>,
     pub tx: Option<Vec<TxOp>>,
     /// The queue most recently declared on this channel: an empty queue name means it.
     pub last_queue: Option<String>,

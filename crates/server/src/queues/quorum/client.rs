@@ -271,7 +271,7 @@ pub fn publish(
     queues: Vec<QuorumTarget>,
     message: &MessageRef,
     publisher: Option<ChannelKey>,
-) -> Vec<(u64, u64)> {
+) -> Vec<crate::durability::Wait> {
     let mut waits = Vec::new();
     let header = EnqueueHeader {
         size_bytes: message.body.len() as u32,
@@ -293,8 +293,11 @@ pub fn publish(
             propose_entry(shared, group, entry(None, 0), None);
             continue;
         };
-        let (log, seq) = shared.durability.quorum_next(channel, group);
-        waits.push((log, seq));
+        let wait = shared.durability.quorum_next(channel, group);
+        waits.push(wait);
+        let crate::durability::Wait::Quorum { seq, .. } = wait else {
+            unreachable!("quorum_next gives a quorum stream's wait");
+        };
         let entry = entry(Some(&PublisherId::new(me.clone(), channel)), seq);
         let now = std::time::Instant::now();
         shared
