@@ -727,14 +727,17 @@ impl Connection {
                     }
                     return Ok(());
                 }
-                if d.passive && self.remote_queue(&name)?.is_some() {
-                    return self.declare_remote(number, name, d.nowait);
+                if d.passive {
+                    return self
+                        .queue_backend(&name)
+                        .declare_passive(self, number, name, d.nowait, now);
                 }
+                // A new queue (or an equivalent one again) on a single node.
                 let mut v = self.meta_vhost();
                 let ok = v.queue_declare(
                     self.id,
                     &name,
-                    d.passive,
+                    false,
                     d.durable,
                     d.exclusive,
                     d.auto_delete,
@@ -742,24 +745,19 @@ impl Connection {
                     now,
                 )?;
                 v.persist()?;
-                if !d.passive {
-                    self.shared.broker.queue_churn.declared(ok.created);
-                }
+                self.shared.broker.queue_churn.declared(ok.created);
                 self.channels
                     .get_mut(&number)
                     .expect("open channel")
                     .last_queue = Some(ok.queue.clone());
-                let (message_count, consumer_count) = self
-                    .quorum_counts(&ok.queue)
-                    .unwrap_or((ok.message_count, ok.consumer_count));
                 if !d.nowait {
                     ctl(
                         self,
                         number,
                         AMQPClass::Queue(Q::DeclareOk(queue::DeclareOk {
                             queue: ok.queue.as_str().into(),
-                            message_count,
-                            consumer_count,
+                            message_count: ok.message_count,
+                            consumer_count: ok.consumer_count,
                         })),
                     );
                 }

@@ -5,6 +5,7 @@ use super::{Delete, QueueBackend};
 use crate::amqp::channel::ctl;
 use crate::amqp::connection::Connection;
 use crate::replicated::Reply;
+use amq_protocol_types::FieldTable;
 use warren_broker::command::Command;
 use warren_broker::error::AmqpError;
 use warren_broker::queue::ChannelKey;
@@ -67,6 +68,17 @@ impl QueueBackend for LocalQueue {
         }
         conn.release_cancels(number);
         Ok(())
+    }
+
+    fn declare_passive(
+        &self,
+        conn: &mut Connection,
+        number: u16,
+        queue: String,
+        nowait: bool,
+        now: u64,
+    ) -> Result<(), AmqpError> {
+        declare_passive_here(conn, number, queue, nowait, now, None)
     }
 
     fn consume(
@@ -147,6 +159,48 @@ impl QueueBackend for LocalQueue {
         }
         Ok(())
     }
+}
+
+/// A passive declare answered from this node's vhost, which knows whether the queue exists and
+/// whether this connection may use it; `counts` (messages, consumers) replace the vhost's
+/// figures when another part of the node keeps them (a quorum queue's replica).
+pub(super) fn declare_passive_here(
+    conn: &mut Connection,
+    number: u16,
+    queue: String,
+    nowait: bool,
+    now: u64,
+    counts: Option<(u32, u32)>,
+) -> Result<(), AmqpError> {
+    let mut v = conn.meta_vhost();
+    let ok = v.queue_declare(
+        conn.id,
+        &queue,
+        true,
+        false,
+        false,
+        false,
+        FieldTable::default(),
+        now,
+    )?;
+    v.persist()?;
+    conn.channels
+        .get_mut(&number)
+        .expect("open channel")
+        .last_queue = Some(ok.queue.clone());
+    let (message_count, consumer_count) = counts.unwrap_or((ok.message_count, ok.consumer_count));
+    if !nowait {
+        ctl(
+            conn,
+            number,
+            AMQPClass::Queue(queue::AMQPMethod::DeclareOk(queue::DeclareOk {
+                queue: ok.queue.as_str().into(),
+                message_count,
+                consumer_count,
+            })),
+        );
+    }
+    Ok(())
 }
 
 /// queue.delete in a cluster of a queue whose messages and consumers are not asked of another

@@ -3,15 +3,15 @@
 //! so that `amqp::channel` decodes, checks permissions and makes one call per method.
 //!
 //! The map:
-//! - [`QueueBackend`]: the interface. So far queue.purge, queue.delete, basic.consume,
-//!   basic.cancel and basic.get; a passive declare, publish and settlement still choose their
-//!   own way (`amqp::channel`, `remote_queue`, the vhost's routing) until they move here too.
+//! - [`QueueBackend`]: the interface: a passive queue.declare, queue.purge, queue.delete,
+//!   basic.consume, basic.cancel and basic.get. Publish and settlement still choose their way
+//!   in the broker's vhost, by the effects it emits for each kind of queue (carried out by
+//!   [`crate::peers::carry_out`]), until they move here too.
 //! - `local`: a queue this node's vhost holds itself: every queue of a single node (its
 //!   quorum queues included) and a cluster's classic queues placed here.
 //! - `remote`: a queue another node of the cluster hosts, reached by asking that node through
 //!   [`crate::peers`] (a quorum queue of which this node is no member is reached this way,
-//!   through its home); `remote_queue`: where such a queue lives, and the methods on it not
-//!   moved onto `remote` yet.
+//!   through its home).
 //! - [`quorum`]: a quorum queue of a cluster this node is a member of: requests to its Raft
 //!   group through this node's member, answered by this node's replica.
 //!
@@ -27,9 +27,9 @@
 mod local;
 pub mod quorum;
 mod remote;
-mod remote_queue;
 
 use crate::amqp::connection::Connection;
+use crate::peers;
 use warren_broker::error::AmqpError;
 use warren_broker::queue::ChannelKey;
 use warren_cluster::replicas::group_id;
@@ -64,6 +64,17 @@ pub(crate) trait QueueBackend {
         number: u16,
         queue: String,
         delete: Delete,
+    ) -> Result<(), AmqpError>;
+
+    /// A passive queue.declare: declare-ok with the queue's messages and consumers, or 404 (405
+    /// for another connection's exclusive queue). The queue becomes the channel's last one.
+    fn declare_passive(
+        &self,
+        conn: &mut Connection,
+        number: u16,
+        queue: String,
+        nowait: bool,
+        now: u64,
     ) -> Result<(), AmqpError>;
 
     /// basic.consume: consume-ok (unless nowait) before the consumer's first delivery. The
@@ -115,6 +126,21 @@ impl Connection {
             Ok(None) => Box::new(local::LocalQueue),
             Ok(Some(peer)) => Box::new(remote::RemoteQueue::Reachable(peer)),
             Err(down) => Box::new(remote::RemoteQueue::Down(down)),
+        }
+    }
+
+    /// The peer hosting `queue` when that is another node (`None`: this node hosts it, or
+    /// there is no such queue, which the local path reports); 404 when its node is down.
+    fn remote_queue(&self, queue: &str) -> Result<Option<u64>, AmqpError> {
+        if self.shared.cluster.is_none() {
+            return Ok(None);
+        }
+        let home = self.vhost.lock().expect("vhost lock").remote_home(queue);
+        match home {
+            None => Ok(None),
+            Some(node) => {
+                peers::reachable_home(&self.shared, &node, queue, &self.vhost_name).map(Some)
+            }
         }
     }
 

@@ -1,7 +1,8 @@
 //! A queue another node of the cluster hosts: that node alone knows its messages and
 //! consumers, so each method is asked of it and the reply written when its answer arrives
 //! (see [`Connection::ask_remote`]). A queue whose node is down gets RabbitMQ's 404 "home node
-//! ... is down or inaccessible", except an unconditional delete, which goes ahead without it.
+//! ... is down or inaccessible", except an unconditional delete, which goes ahead without it,
+//! and a consumer's cancel, which ends the consumer here all the same.
 
 use super::{local, Delete, QueueBackend};
 use crate::amqp::connection::Connection;
@@ -123,6 +124,49 @@ impl QueueBackend for RemoteQueue {
                 }
             }),
         });
+        Ok(())
+    }
+
+    /// Its node alone knows the queue's counts: asked, with a passive declare request.
+    fn declare_passive(
+        &self,
+        conn: &mut Connection,
+        number: u16,
+        name: String,
+        nowait: bool,
+        _now: u64,
+    ) -> Result<(), AmqpError> {
+        let peer = self.peer()?;
+        if let Some(ch) = conn.channels.get_mut(&number) {
+            ch.last_queue = Some(name.clone());
+        }
+        let request = Request::Declare {
+            vhost: conn.vhost_name.clone(),
+            conn: conn.id,
+            queue: name.clone(),
+        };
+        let outbox = conn.outbox.clone();
+        let answered = move |r| {
+            if let (
+                Response::Declared {
+                    messages,
+                    consumers,
+                },
+                false,
+            ) = (r, nowait)
+            {
+                let m = Method::Other(AMQPClass::Queue(queue::AMQPMethod::DeclareOk(
+                    queue::DeclareOk {
+                        queue: name.as_str().into(),
+                        message_count: messages,
+                        consumer_count: consumers,
+                    },
+                )));
+                outbox.push(|b| m.encode(number, b));
+            }
+            Ok(())
+        };
+        conn.ask_remote(number, (50, 10), peer, request, answered, || {});
         Ok(())
     }
 

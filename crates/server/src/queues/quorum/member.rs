@@ -5,8 +5,9 @@
 
 use super::client;
 use crate::amqp::connection::Connection;
-use crate::queues::{Delete, QueueBackend};
+use crate::queues::{local, Delete, QueueBackend};
 use crate::replicated::{Proposal, Reply};
+use crate::Shared;
 use client::Wait;
 use std::sync::atomic::Ordering;
 use warren_broker::command::{Command, Outcome};
@@ -55,7 +56,7 @@ impl QueueBackend for QuorumMember {
         name: String,
         delete: Delete,
     ) -> Result<(), AmqpError> {
-        let (messages, consumers) = conn.quorum_counts(&name).unwrap_or((0, 0));
+        let (messages, consumers) = replica_counts(&conn.shared, self.group).unwrap_or((0, 0));
         let vhost = &conn.vhost_name;
         if delete.if_unused && consumers > 0 {
             return Err(AmqpError::precondition(format!(
@@ -89,6 +90,19 @@ impl QueueBackend for QuorumMember {
             }),
         });
         Ok(())
+    }
+
+    /// This node's vhost knows whether the queue may be used; its counts are the replica's.
+    fn declare_passive(
+        &self,
+        conn: &mut Connection,
+        number: u16,
+        queue: String,
+        nowait: bool,
+        now: u64,
+    ) -> Result<(), AmqpError> {
+        let counts = replica_counts(&conn.shared, self.group);
+        local::declare_passive_here(conn, number, queue, nowait, now, counts)
     }
 
     /// Registered in the channel first (deliveries follow the checkout at once), after the
@@ -226,13 +240,13 @@ impl Connection {
         let log = self.vhost.lock().expect("vhost lock").quorum_log(queue)?;
         Some(group_id(log))
     }
+}
 
-    /// A quorum queue's ready messages and consumers, as this node's replica has them.
-    pub fn quorum_counts(&self, queue: &str) -> Option<(u32, u32)> {
-        let info = self.shared.quorum.replica(self.quorum_group(queue)?)?;
-        Some((
-            info.ready.load(Ordering::Relaxed).min(u32::MAX as u64) as u32,
-            info.consumers.load(Ordering::Relaxed).min(u32::MAX as u64) as u32,
-        ))
-    }
+/// A quorum queue's ready messages and consumers, as this node's replica of `group` has them.
+fn replica_counts(shared: &Shared, group: u64) -> Option<(u32, u32)> {
+    let info = shared.quorum.replica(group)?;
+    Some((
+        info.ready.load(Ordering::Relaxed).min(u32::MAX as u64) as u32,
+        info.consumers.load(Ordering::Relaxed).min(u32::MAX as u64) as u32,
+    ))
 }
