@@ -398,4 +398,69 @@ mod tests {
             index: 10
         }]));
     }
+
+    #[test]
+    fn a_wait_is_taken_only_by_its_own_kind_of_source_whatever_its_numbers() {
+        let d = Durability::default();
+        let forward = d.forwarded(9, 1, 5);
+        let Wait::Forwarded { link, .. } = forward else {
+            panic!("not a forward: {forward:?}");
+        };
+        let publish = d.quorum_next(3, 7);
+        let Wait::Quorum { stream, seq } = publish else {
+            panic!("not a quorum publish: {publish:?}");
+        };
+        // The storage engine syncing logs numbered like the link and the stream takes neither.
+        d.on_durable(link, 100);
+        d.on_durable(stream, 100);
+        assert!(!d.all_durable(&[forward]));
+        assert!(!d.all_durable(&[publish]));
+        d.remote_progress(9, 1, 5, &[]);
+        d.quorum_applied(3, 7, &[(seq, false)]);
+        assert!(d.all_durable(&[forward, publish]));
+        assert!(!d.any_refused(&[forward, publish]));
+    }
+
+    #[test]
+    fn a_forward_is_refused_when_its_peer_rejects_it_or_its_link_ends_before_taking_it() {
+        let d = Durability::default();
+        let (taken, rejected, lost) = (
+            d.forwarded(9, 1, 1),
+            d.forwarded(9, 1, 2),
+            d.forwarded(9, 1, 3),
+        );
+        d.remote_progress(9, 1, 2, &[2]);
+        assert!(!d.any_refused(&[taken]));
+        assert!(d.any_refused(&[rejected]));
+        assert!(!d.any_refused(&[lost]), "the link may still take it");
+        d.remote_failed(9, 1);
+        assert!(d.any_refused(&[lost]));
+        assert!(!d.any_refused(&[taken]), "taken before the link ended");
+        let next_epoch = d.forwarded(9, 2, 1);
+        assert_ne!(
+            next_epoch, lost,
+            "a new epoch's forwards wait on a link of their own"
+        );
+        assert!(!d.any_refused(&[next_epoch]));
+        d.forget_refusal(&[rejected]);
+        assert!(!d.any_refused(&[rejected]));
+    }
+
+    #[test]
+    fn quorum_publishes_a_group_skipped_or_a_leader_change_dropped_are_refused() {
+        let d = Durability::default();
+        let waits: Vec<Wait> = (0..4).map(|_| d.quorum_next(3, 7)).collect();
+        // Applied: the second, rejected by its queue; the first was skipped.
+        d.quorum_applied(3, 7, &[(2, true)]);
+        assert!(d.any_refused(&waits[0..1]));
+        assert!(d.any_refused(&waits[1..2]));
+        assert!(d.all_durable(&waits[0..2]), "answered either way");
+        d.quorum_abandon(7, None, 0);
+        assert!(d.any_refused(&waits[2..3]) && d.any_refused(&waits[3..4]));
+        assert_eq!(d.forget_quorum_channel(3), vec![7]);
+        assert!(
+            !d.any_refused(&waits),
+            "a closed channel's refusals are forgotten with its streams"
+        );
+    }
 }
