@@ -17,6 +17,8 @@ use amq_protocol_types::AMQPValue;
 /// A segment file's size when the declare does not say (`x-stream-max-segment-size-bytes`,
 /// RabbitMQ's default).
 pub const SEGMENT_BYTES_DEFAULT: u64 = 500_000_000;
+/// The largest `x-stream-max-segment-size-bytes` RabbitMQ accepts.
+pub const SEGMENT_BYTES_LIMIT: u64 = 3_000_000_000;
 
 /// The units of `x-max-age` and of an interval offset, in milliseconds. RabbitMQ counts a
 /// month as 30 days and a year as 365 (rabbit_amqqueue:unit_value_in_ms).
@@ -107,9 +109,13 @@ impl StreamConfig {
                     );
                 }
                 "x-stream-max-segment-size-bytes" => {
+                    // RabbitMQ takes 0 (a segment per chunk, in effect) and refuses above
+                    // its limit with a text of its own.
                     let n = non_negative(key, v)?;
-                    if n == 0 {
-                        return Err(bad(key, "{value_zero,0}".into()));
+                    if n > SEGMENT_BYTES_LIMIT {
+                        return Err(AmqpError::precondition(
+                            "Exceeded max value for x-stream-max-segment-size-bytes",
+                        ));
                     }
                     c.segment_bytes = n;
                 }
@@ -287,6 +293,13 @@ mod tests {
         assert_eq!(
             err(&[("x-max-length-bytes", long("10"))]),
             "PRECONDITION_FAILED - invalid arg 'x-max-length-bytes' for queue 's' in vhost '/': \"expected integer, got longstr\""
+        );
+        assert_eq!(
+            err(&[(
+                "x-stream-max-segment-size-bytes",
+                AMQPValue::LongLongInt(3_000_000_001)
+            )]),
+            "PRECONDITION_FAILED - Exceeded max value for x-stream-max-segment-size-bytes"
         );
         assert_eq!(
             err(&[("x-initial-cluster-size", AMQPValue::LongInt(0))]),

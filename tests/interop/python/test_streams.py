@@ -137,11 +137,18 @@ def test_max_age_grammar_is_digits_then_one_unit(ch, name, value):
     {"x-max-age": "7D"}, {"x-max-age": "12h"}, {"x-max-age": "1Y"}, {"x-max-age": "30s"},
     {"x-max-age": "30M"}, {"x-max-age": "30m"}, {"x-max-age": "007D"},
     {"x-max-length-bytes": 10_000_000}, {"x-stream-max-segment-size-bytes": 1000},
+    {"x-stream-max-segment-size-bytes": 0}, {"x-stream-max-segment-size-bytes": 3_000_000_000},
     {"x-initial-cluster-size": 1}, {"x-queue-leader-locator": "balanced"},
 ], ids=lambda a: ",".join(f"{k}={v}" for k, v in a.items()))
 def test_stream_accepts_its_arguments(ch, name, args):
     declare(ch, name, **args)
     ch.queue_delete(name)
+
+
+def test_segment_size_above_three_gigabytes_is_406(ch, name):
+    text = expect_channel_error(406, "PRECONDITION_FAILED", declare, ch, name,
+                                **{"x-stream-max-segment-size-bytes": 3_000_000_001})
+    assert text == "PRECONDITION_FAILED - Exceeded max value for x-stream-max-segment-size-bytes"
 
 
 def test_server_named_stream_is_406(ch):
