@@ -1,18 +1,40 @@
-//! Publisher confirms for stored messages: a confirm goes out only once the WAL writer has
-//! synced the message (the engine tells us per log, after each group commit).
+//! What publisher confirms wait for. A confirm goes out once each place its message went has
+//! taken it ([`Wait`]): this node's storage engine (the WAL writer synced it; the engine tells
+//! us per log, after each group commit), another node a publish was forwarded to (its
+//! `Published` answers), or a quorum queue's Raft group (it applied the publish). The same
+//! waits hold back tx.commit-ok and an at-least-once dead letter's settlement.
 //!
-//! A publish forwarded to a queue on another node waits the same way, on a pseudo log per
-//! (peer, epoch) whose index is the forward's number: the peer's `Published` answers advance
-//! it, a refusal there or a broken link refuses it (the publisher gets a nack).
+//! A refusal (a peer's, a group's, a link that broke, a leader change) refuses the wait: the
+//! publisher gets a nack.
 
 use std::sync::Mutex;
 use tokio::sync::watch;
 use warren_store::{DurabilityListener, Error};
 use warren_store::{IdHashMap, IdHashSet};
 
-/// What the WAL writer has made durable, per log, and a generation counter connections watch.
+/// One thing a publish waits for before its confirm. Copy, three words and no allocation of
+/// its own: a publish's waits cost what the `(log, index)` pairs they replaced did, one word
+/// more each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Wait {
+    /// Appended to this node's storage engine at `index` of the queue's `log`: taken once the
+    /// WAL writer synced it.
+    Stored { log: u64, index: u64 },
+    /// Forwarded to the queue's node as the `seq`-th forward on `link` (one per peer and
+    /// epoch of the connection to it): taken once that node answered `Published` up to it.
+    Forwarded { link: u64, seq: u64 },
+    /// The `seq`-th publish of a channel's `stream` of publishes to one quorum queue: taken
+    /// once the queue's group applied it.
+    Quorum { stream: u64, seq: u64 },
+}
+
+// Three words: the kind, then the pair; a publish's waits stay a small copy.
+const _: () = assert!(std::mem::size_of::<Wait>() == 24);
+
+/// What the storage engine, the peers and the quorum groups have taken, and a generation
+/// counter connections watch to look again.
 pub struct Durability {
-    durable: Mutex<IdHashMap<u64, u64>>,
+    taken: Mutex<Taken>,
     remote: Mutex<Remote>,
     generation: watch::Sender<u64>,
     failed: std::sync::atomic::AtomicBool,
@@ -24,7 +46,7 @@ pub struct Durability {
 impl Default for Durability {
     fn default() -> Self {
         Durability {
-            durable: Mutex::new(IdHashMap::default()),
+            taken: Mutex::new(Taken::default()),
             remote: Mutex::new(Remote::default()),
             generation: watch::channel(0).0,
             failed: Default::default(),
@@ -33,97 +55,104 @@ impl Default for Durability {
     }
 }
 
+/// The newest index or sequence number taken, per source of each kind of [`Wait`].
+#[derive(Default)]
+struct Taken {
+    stored: IdHashMap<u64, u64>,
+    forwarded: IdHashMap<u64, u64>,
+    quorum: IdHashMap<u64, u64>,
+}
+
+impl Taken {
+    fn has(&self, wait: &Wait) -> bool {
+        let (newest, upto) = match wait {
+            Wait::Stored { log, index } => (self.stored.get(log), index),
+            Wait::Forwarded { link, seq } => (self.forwarded.get(link), seq),
+            Wait::Quorum { stream, seq } => (self.quorum.get(stream), seq),
+        };
+        newest.is_some_and(|n| n >= upto)
+    }
+}
+
 impl Durability {
-    pub fn is_durable(&self, log: u64, index: u64) -> bool {
-        self.durable
-            .lock()
-            .expect("durability lock")
-            .get(&log)
-            .is_some_and(|d| *d >= index)
+    /// Whether every one of `waits` was taken.
+    pub fn all_durable(&self, waits: &[Wait]) -> bool {
+        let taken = self.taken.lock().expect("durability lock");
+        waits.iter().all(|w| taken.has(w))
     }
 
-    /// Whether every (log, index) in `waits` is durable.
-    pub fn all_durable(&self, waits: &[(u64, u64)]) -> bool {
-        let map = self.durable.lock().expect("durability lock");
-        waits
-            .iter()
-            .all(|(log, index)| map.get(log).is_some_and(|d| d >= index))
-    }
-
-    /// The pseudo log a forward to `peer` in `epoch` waits on.
-    pub fn remote_log(&self, peer: u64, epoch: u64) -> u64 {
-        let mut r = self.remote.lock().expect("remote lock");
-        if let Some(log) = r.logs.get(&(peer, epoch)) {
-            return *log;
-        }
-        // Even and far above every store log id (queue logs are odd, the cluster's are small).
-        r.next += 2;
-        let log = REMOTE_LOGS + r.next;
-        r.logs.insert((peer, epoch), log);
-        log
+    /// The wait of the `seq`-th forward to `peer` in `epoch`.
+    pub fn forwarded(&self, peer: u64, epoch: u64, seq: u64) -> Wait {
+        let link = self.remote.lock().expect("remote lock").link(peer, epoch);
+        Wait::Forwarded { link, seq }
     }
 
     /// The peer has every forward up to `upto` of this epoch; `rejected` ones were refused.
     pub fn remote_progress(&self, peer: u64, epoch: u64, upto: u64, rejected: &[u64]) {
-        let log = self.remote_log(peer, epoch);
-        if !rejected.is_empty() {
+        let link = {
             let mut r = self.remote.lock().expect("remote lock");
-            r.rejected.extend(rejected.iter().map(|seq| (log, *seq)));
-        }
-        self.on_durable_now(log, upto);
+            let link = r.link(peer, epoch);
+            r.rejected
+                .extend(rejected.iter().map(|&seq| Wait::Forwarded { link, seq }));
+            link
+        };
+        self.taken_now(|t| &mut t.forwarded, link, upto);
     }
 
     /// The epoch ended: its forwards not confirmed yet never will be.
     pub fn remote_failed(&self, peer: u64, epoch: u64) {
-        let log = self.remote_log(peer, epoch);
         {
             let mut r = self.remote.lock().expect("remote lock");
-            r.failed.insert(log);
-            r.logs.remove(&(peer, epoch));
+            let link = r.link(peer, epoch);
+            r.ended.insert(link);
+            r.links.remove(&(peer, epoch));
         }
         self.generation.send_modify(|g| *g += 1);
     }
 
-    /// The next publish of `channel` to the quorum queue group `group`: the pseudo log and
-    /// sequence number its confirm waits on. Each (channel, group) is a stream whose proposals
-    /// the group applies in order, less those a leader change dropped.
-    pub fn quorum_next(&self, channel: u64, group: u64) -> (u64, u64) {
+    /// The next publish of `channel` to the quorum queue group `group`: the wait its confirm
+    /// is. Each (channel, group) is a stream whose proposals the group applies in order, less
+    /// those a leader change dropped.
+    pub fn quorum_next(&self, channel: u64, group: u64) -> Wait {
         let mut guard = self.remote.lock().expect("remote lock");
         let r = &mut *guard;
-        let next = &mut r.next;
+        let next = &mut r.next_stream;
         let stream = r.quorum.entry((channel, group)).or_insert_with(|| {
-            *next += 2;
+            *next += 1;
             Stream {
-                log: QUORUM_STREAMS + *next,
+                id: *next,
                 assigned: 0,
                 confirmed: 0,
                 answered: 0,
             }
         });
-        r.stream_of_log.insert(stream.log, (channel, group));
+        r.stream_key.insert(stream.id, (channel, group));
         stream.assigned += 1;
-        (stream.log, stream.assigned)
+        Wait::Quorum {
+            stream: stream.id,
+            seq: stream.assigned,
+        }
     }
 
     /// The group applied the publish `seq` of the stream (`rejected`: its queue refused it).
     /// Earlier ones not applied yet never will be, in this stream's order: they are refused.
     /// A stream not known here (closed since) is ignored.
     pub fn quorum_applied(&self, channel: u64, group: u64, seqs: &[(u64, bool)]) {
-        let (log, upto) = {
+        let (stream, upto) = {
             let mut r = self.remote.lock().expect("remote lock");
             let Some(stream) = r.quorum.get(&(channel, group)) else {
                 return;
             };
-            let (log, mut confirmed) = (stream.log, stream.confirmed);
+            let (id, mut confirmed) = (stream.id, stream.confirmed);
             let mut refused = Vec::new();
             for &(seq, rejected) in seqs {
                 // Late (after a refusal for a gap or a leader change): already answered.
                 if seq <= confirmed {
                     continue;
                 }
-                refused.extend((confirmed + 1..seq).map(|s| (log, s)));
+                refused.extend((confirmed + 1..seq).map(|seq| Wait::Quorum { stream: id, seq }));
                 if rejected {
-                    refused.push((log, seq));
+                    refused.push(Wait::Quorum { stream: id, seq });
                 }
                 confirmed = seq;
             }
@@ -131,9 +160,9 @@ impl Durability {
             let stream = r.quorum.get_mut(&(channel, group)).expect("found above");
             stream.confirmed = confirmed;
             stream.answered = stream.answered.max(confirmed);
-            (log, confirmed)
+            (id, confirmed)
         };
-        self.on_durable_now(log, upto);
+        self.taken_now(|t| &mut t.quorum, stream, upto);
     }
 
     /// Refuses every publish of the streams to `group` not applied yet (its leader changed,
@@ -151,7 +180,10 @@ impl Durability {
                 stream.assigned
             };
             if upto > stream.confirmed {
-                refused.extend((stream.confirmed + 1..=upto).map(|s| (stream.log, s)));
+                let id = stream.id;
+                refused.extend(
+                    (stream.confirmed + 1..=upto).map(|seq| Wait::Quorum { stream: id, seq }),
+                );
             }
             stream.answered = stream.answered.max(upto);
         }
@@ -163,10 +195,10 @@ impl Durability {
         self.generation.send_modify(|g| *g += 1);
     }
 
-    /// A channel closed: its streams' pseudo logs go. Returns the groups it published to.
+    /// A channel closed: its streams go. Returns the groups it published to.
     pub fn forget_quorum_channel(&self, channel: u64) -> Vec<u64> {
         let groups: Vec<u64>;
-        let logs: Vec<u64> = {
+        let streams: Vec<u64> = {
             let mut r = self.remote.lock().expect("remote lock");
             let keys: Vec<(u64, u64)> = r
                 .quorum
@@ -177,54 +209,58 @@ impl Durability {
             if keys.is_empty() {
                 return groups;
             }
-            let logs: Vec<u64> = keys
+            let streams: Vec<u64> = keys
                 .iter()
                 .filter_map(|k| r.quorum.remove(k))
-                .map(|s| s.log)
+                .map(|s| s.id)
                 .collect();
-            for log in &logs {
-                r.stream_of_log.remove(log);
+            for id in &streams {
+                r.stream_key.remove(id);
             }
-            let gone: std::collections::HashSet<u64> = logs.iter().copied().collect();
-            r.rejected.retain(|(log, _)| !gone.contains(log));
-            logs
+            let gone: std::collections::HashSet<u64> = streams.iter().copied().collect();
+            r.rejected
+                .retain(|w| !matches!(w, Wait::Quorum { stream, .. } if gone.contains(stream)));
+            streams
         };
-        if !logs.is_empty() {
-            let mut map = self.durable.lock().expect("durability lock");
-            for log in logs {
-                map.remove(&log);
+        if !streams.is_empty() {
+            let mut taken = self.taken.lock().expect("durability lock");
+            for id in streams {
+                taken.quorum.remove(&id);
             }
         }
         groups
     }
 
-    /// The group of quorum stream `log`, and how many of its publishes up to `newest` the group
+    /// The group of quorum `stream`, and how many of its publishes up to `newest` the group
     /// has not answered yet (applied, or refused by a leader change); `None` for a stream gone
     /// (its channel closed).
-    pub fn quorum_unanswered(&self, log: u64, newest: u64) -> Option<(u64, u64)> {
+    pub fn quorum_unanswered(&self, stream: u64, newest: u64) -> Option<(u64, u64)> {
         let r = self.remote.lock().expect("remote lock");
-        let key = r.stream_of_log.get(&log)?;
+        let key = r.stream_key.get(&stream)?;
         let stream = r.quorum.get(key)?;
         Some((key.1, newest.saturating_sub(stream.answered)))
     }
 
-    /// Whether any of `waits` was refused (rejected by a peer, or its epoch ended first).
-    pub fn any_refused(&self, waits: &[(u64, u64)]) -> bool {
-        if waits.iter().all(|(log, _)| *log < REMOTE_LOGS) {
+    /// Whether any of `waits` was refused (rejected by a peer or a group, or its link ended
+    /// first).
+    pub fn any_refused(&self, waits: &[Wait]) -> bool {
+        if waits.iter().all(|w| matches!(w, Wait::Stored { .. })) {
             return false;
         }
         let r = self.remote.lock().expect("remote lock");
-        let durable = self.durable.lock().expect("durability lock");
-        waits.iter().any(|w| {
-            w.0 >= REMOTE_LOGS
-                && (r.rejected.contains(w)
-                    || (r.failed.contains(&w.0) && durable.get(&w.0).is_none_or(|d| *d < w.1)))
+        let taken = self.taken.lock().expect("durability lock");
+        waits.iter().any(|w| match w {
+            Wait::Stored { .. } => false,
+            Wait::Forwarded { link, .. } => {
+                r.rejected.contains(w) || (r.ended.contains(link) && !taken.has(w))
+            }
+            Wait::Quorum { .. } => r.rejected.contains(w),
         })
     }
 
     /// Forgets what was kept about a confirm once it went out.
-    pub fn forget_refusal(&self, waits: &[(u64, u64)]) {
-        if waits.iter().any(|(log, _)| *log >= REMOTE_LOGS) {
+    pub fn forget_refusal(&self, waits: &[Wait]) {
+        if waits.iter().any(|w| !matches!(w, Wait::Stored { .. })) {
             let mut r = self.remote.lock().expect("remote lock");
             for w in waits {
                 r.rejected.remove(w);
@@ -232,11 +268,18 @@ impl Durability {
         }
     }
 
-    fn on_durable_now(&self, log_id: u64, durable_index: u64) {
+    /// Records that `source`'s waits up to `upto` are taken, in the table `kind` picks, and
+    /// wakes the connections to look.
+    fn taken_now(
+        &self,
+        kind: impl FnOnce(&mut Taken) -> &mut IdHashMap<u64, u64>,
+        source: u64,
+        upto: u64,
+    ) {
         {
-            let mut map = self.durable.lock().expect("durability lock");
-            let d = map.entry(log_id).or_insert(0);
-            *d = (*d).max(durable_index);
+            let mut taken = self.taken.lock().expect("durability lock");
+            let newest = kind(&mut taken).entry(source).or_insert(0);
+            *newest = (*newest).max(upto);
         }
         self.generation.send_modify(|g| *g += 1);
     }
@@ -256,40 +299,42 @@ impl Durability {
     }
 }
 
-/// Pseudo logs of forwarded publishes start here.
-const REMOTE_LOGS: u64 = 1 << 62;
-/// Pseudo logs of publishes to quorum queues (a range of the forwards' own, so that what
-/// treats every pseudo log alike still does).
-const QUORUM_STREAMS: u64 = REMOTE_LOGS + (1 << 61);
-
-/// Whether `log` is a channel's stream of publishes to a quorum queue. Queue logs are random
-/// odd numbers, so they reach into this range too: pseudo logs are even.
-pub fn is_quorum_stream(log: u64) -> bool {
-    log.is_multiple_of(2) && log >= QUORUM_STREAMS
-}
-
-/// What is known of forwards to other nodes.
+/// What is known of forwards to other nodes and of publishes to quorum queues.
 #[derive(Default)]
 struct Remote {
-    logs: IdHashMap<(u64, u64), u64>,
-    next: u64,
-    /// (pseudo log, forward number) refused by the peer.
-    rejected: IdHashSet<(u64, u64)>,
-    /// Pseudo logs whose epoch ended.
-    failed: IdHashSet<u64>,
+    /// Each (peer, epoch)'s link id, numbered from 1.
+    links: IdHashMap<(u64, u64), u64>,
+    next_link: u64,
+    next_stream: u64,
+    /// Forwards and quorum publishes refused.
+    rejected: IdHashSet<Wait>,
+    /// Links whose epoch ended.
+    ended: IdHashSet<u64>,
     /// Publishes to quorum queues, per (channel, group): ordered so that a closing channel
     /// finds its own streams without walking every channel's.
     quorum: std::collections::BTreeMap<(u64, u64), Stream>,
-    /// Each quorum stream's key by its pseudo log.
-    stream_of_log: IdHashMap<u64, (u64, u64)>,
+    /// Each quorum stream's key by its id.
+    stream_key: IdHashMap<u64, (u64, u64)>,
+}
+
+impl Remote {
+    /// The link of forwards to `peer` in `epoch`.
+    fn link(&mut self, peer: u64, epoch: u64) -> u64 {
+        if let Some(link) = self.links.get(&(peer, epoch)) {
+            return *link;
+        }
+        self.next_link += 1;
+        self.links.insert((peer, epoch), self.next_link);
+        self.next_link
+    }
 }
 
 /// A channel's publishes to one quorum queue group.
 struct Stream {
-    log: u64,
+    id: u64,
     /// The last sequence number given out.
     assigned: u64,
-    /// The last one the group applied (or that was refused): the pseudo log's durable index.
+    /// The last one the group applied (or that was refused): what its waits have taken.
     confirmed: u64,
     /// The last one answered either way, refusals for a leader change included: what the
     /// publisher's flow control counts as no longer in flight.
@@ -309,7 +354,7 @@ impl DurabilityListener for Durability {
         if is_raft_log(log_id) {
             return;
         }
-        self.on_durable_now(log_id, durable_index);
+        self.taken_now(|t| &mut t.stored, log_id, durable_index);
     }
 
     fn on_failure(&self, error: &Error) {
@@ -348,6 +393,74 @@ mod tests {
         }
         durability.on_durable(0x1234_5679, 10);
         assert!(watching.has_changed().unwrap());
-        assert!(durability.all_durable(&[(0x1234_5679, 10)]));
+        assert!(durability.all_durable(&[Wait::Stored {
+            log: 0x1234_5679,
+            index: 10
+        }]));
+    }
+
+    #[test]
+    fn a_wait_is_taken_only_by_its_own_kind_of_source_whatever_its_numbers() {
+        let d = Durability::default();
+        let forward = d.forwarded(9, 1, 5);
+        let Wait::Forwarded { link, .. } = forward else {
+            panic!("not a forward: {forward:?}");
+        };
+        let publish = d.quorum_next(3, 7);
+        let Wait::Quorum { stream, seq } = publish else {
+            panic!("not a quorum publish: {publish:?}");
+        };
+        // The storage engine syncing logs numbered like the link and the stream takes neither.
+        d.on_durable(link, 100);
+        d.on_durable(stream, 100);
+        assert!(!d.all_durable(&[forward]));
+        assert!(!d.all_durable(&[publish]));
+        d.remote_progress(9, 1, 5, &[]);
+        d.quorum_applied(3, 7, &[(seq, false)]);
+        assert!(d.all_durable(&[forward, publish]));
+        assert!(!d.any_refused(&[forward, publish]));
+    }
+
+    #[test]
+    fn a_forward_is_refused_when_its_peer_rejects_it_or_its_link_ends_before_taking_it() {
+        let d = Durability::default();
+        let (taken, rejected, lost) = (
+            d.forwarded(9, 1, 1),
+            d.forwarded(9, 1, 2),
+            d.forwarded(9, 1, 3),
+        );
+        d.remote_progress(9, 1, 2, &[2]);
+        assert!(!d.any_refused(&[taken]));
+        assert!(d.any_refused(&[rejected]));
+        assert!(!d.any_refused(&[lost]), "the link may still take it");
+        d.remote_failed(9, 1);
+        assert!(d.any_refused(&[lost]));
+        assert!(!d.any_refused(&[taken]), "taken before the link ended");
+        let next_epoch = d.forwarded(9, 2, 1);
+        assert_ne!(
+            next_epoch, lost,
+            "a new epoch's forwards wait on a link of their own"
+        );
+        assert!(!d.any_refused(&[next_epoch]));
+        d.forget_refusal(&[rejected]);
+        assert!(!d.any_refused(&[rejected]));
+    }
+
+    #[test]
+    fn quorum_publishes_a_group_skipped_or_a_leader_change_dropped_are_refused() {
+        let d = Durability::default();
+        let waits: Vec<Wait> = (0..4).map(|_| d.quorum_next(3, 7)).collect();
+        // Applied: the second, rejected by its queue; the first was skipped.
+        d.quorum_applied(3, 7, &[(2, true)]);
+        assert!(d.any_refused(&waits[0..1]));
+        assert!(d.any_refused(&waits[1..2]));
+        assert!(d.all_durable(&waits[0..2]), "answered either way");
+        d.quorum_abandon(7, None, 0);
+        assert!(d.any_refused(&waits[2..3]) && d.any_refused(&waits[3..4]));
+        assert_eq!(d.forget_quorum_channel(3), vec![7]);
+        assert!(
+            !d.any_refused(&waits),
+            "a closed channel's refusals are forgotten with its streams"
+        );
     }
 }

@@ -1,46 +1,31 @@
 //! The network edge: sockets, connections, channels and authentication.
 //!
-//! The map:
-//! - [`config`]: what a node is told at start.
-//! - [`connection`]: one client: frame loop, content assembly, closing; `handshake`: its
-//!   opening, up to connection.open-ok.
-//! - [`channel`]: what each method on an open channel does (permissions, reply codes);
-//!   [`access`]: where it and the handshake enforce limits and topic permissions;
-//!   [`transactions`]: acks, nacks and rejects, and the tx class that holds them back.
-//! - [`flow`]: publisher flow control: a connection whose appends the storage engine has not
-//!   synced yet stops being read past a bound.
-//! - [`writer`]: drains a connection's outbox into its socket, sends heartbeats.
-//! - [`alarms`]: memory, disk and storage-failure alarms that block publishers; [`memory`]:
-//!   memory readings.
-//! - [`durability`]: what the storage engine has synced, for publisher confirms.
-//! - [`management`]: the HTTP management API and Prometheus metrics; [`registry`]: the open
-//!   connections it lists and closes; [`cluster_admin`]: its
-//!   cluster membership routes (join, forget); [`definitions`]: its `GET /api/definitions`,
-//!   the whole topology in RabbitMQ's export format; [`definitions_import`]: `POST` of one,
-//!   and `--load-definitions` at boot.
-//! - [`tls`]: AMQP over TLS, the management API over HTTPS, certificate logins and reloads.
-//! - [`fault_injection`]: test-only HTTP switches that make the next fsync fail.
-//! - [`maintenance`]: `warren ctl drain` / `revive`: listeners suspended, clients closed,
-//!   leaderships handed on; and SIGTERM's short handover.
-//! - [`metadata`]: durable topology: the journal it is written to and replayed from.
+//! The map, a folder or file per concept:
+//! - [`amqp`]: the AMQP front end: connection, handshake, channel, transactions, confirms,
+//!   flow control, writer, and the limits and registry of open connections.
+//! - [`queues`]: what a channel does with a queue, one implementation per place a queue can be
+//!   (this node, another node, a quorum queue's Raft group, under [`queues::quorum`]).
+//! - [`peers`]: messages across nodes: publishes forwarded to a queue's node, deliveries relayed
+//!   to consumers connected elsewhere, and what other nodes ask of this one.
+//! - [`storage`]: what a vhost's changes write to disk: durable topology to the metadata
+//!   journal, messages to the storage engine; and their recovery at start.
+//! - [`durability`]: what the storage engine, the queues' nodes and the quorum groups have
+//!   taken, for publisher confirms.
 //! - [`replicated`]: topology changes in a cluster: proposed to the replicated metadata, the
 //!   client answered once its node applied them; [`lost_queues`]: the transient and exclusive
-//!   queues of a node that restarted or stays down, deleted everywhere.
-//! - [`remote`]: messages across nodes: publishes forwarded to the queue's node, deliveries
-//!   relayed to consumers connected elsewhere, and what other nodes ask of this one;
-//!   `remote_queue`: a channel's methods on a queue another node hosts.
-//! - [`placement`]: which node hosts a new queue, and a quorum queue's members.
-//! - `queues`: what a channel does with a queue, one implementation per place a queue can
-//!   be (this node, another node, a quorum queue's Raft group), chosen in one place.
-//! - [`queue_stats`]: queue figures for the management API, asked of each queue's node.
-//! - [`quorum_client`]: a channel's requests to a quorum queue's Raft group (publish, consume,
-//!   settle, get, purge) and how their answers come back; [`quorum_replica`]: this node's
-//!   replica of a quorum queue under its group, carrying out the effects addressed here;
-//!   `quorum_bodies`: the bodies of its waiting messages it keeps in memory;
-//!   `quorum_dead_letters`: the leader's publisher of at-least-once dead letters.
+//!   queues of a node that restarted or stays down, deleted everywhere; [`placement`]: which
+//!   node hosts a new queue, and a quorum queue's members.
+//! - [`node`]: config, alarms, memory, data format, maintenance mode, fault injection.
+//! - [`management`]: the HTTP management API and Prometheus metrics; [`queue_stats`]: queue
+//!   figures asked of each queue's node; [`cluster_admin`]: its cluster membership routes
+//!   (join, forget, reset); [`definitions`]: `GET /api/definitions`, the whole topology in
+//!   RabbitMQ's export format; [`definitions_import`]: `POST` of one, and
+//!   `--load-definitions` at boot.
+//! - [`tls`]: AMQP over TLS, the management API over HTTPS, certificate logins and reloads.
 //!
-//! A frame flows: socket -> `connection` (decode) -> `channel` (command) -> the broker's vhost
-//! (route, enqueue, dispatch) -> consumer connection's outbox -> its `writer` -> socket.
+//! A frame flows: socket -> `amqp::connection` (decode) -> `amqp::channel` (command) -> the
+//! broker's vhost (route, enqueue, dispatch) or a queue's [`queues`] implementation ->
+//! consumer connection's outbox -> its `amqp::writer` -> socket.
 
 pub mod amqp;
 pub mod cluster_admin;
@@ -333,7 +318,7 @@ fn boot_stamp() -> u64 {
 
 /// Accepts connections until `stop` turns true, then closes the client listeners, hands the
 /// node's leaderships to other members while its clients are still connected (bounded:
-/// [`maintenance::hand_over_before_stop`]), and closes every connection with 320
+/// [`node::maintenance::hand_over_before_stop`]), and closes every connection with 320
 /// CONNECTION_FORCED, as RabbitMQ does when it stops.
 pub async fn serve(
     listeners: Listeners,

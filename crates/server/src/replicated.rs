@@ -114,6 +114,22 @@ impl Connection {
         });
     }
 
+    /// Waits for `answer` before the channel's next method; its reply was written by whoever
+    /// resolved it, an error closes the channel naming the method `ids`.
+    pub(crate) fn await_request(
+        &mut self,
+        number: u16,
+        ids: (u16, u16),
+        answer: impl std::future::Future<Output = Result<(), AmqpError>> + Send + 'static,
+    ) {
+        self.proposal = Some(Proposal {
+            number,
+            nowait: true,
+            reply: Reply::Remote(ids.0, ids.1),
+            answer: Box::pin(async move { answer.await.map(|_| Outcome::Done) }),
+        });
+    }
+
     /// Proposes `command`; the connection answers it once replicated and applied here.
     pub fn propose(&mut self, number: u16, reply: Reply, nowait: bool, command: Command) {
         self.propose_placing(number, reply, nowait, command, None);

@@ -1,3 +1,7 @@
+//! What a vhost's changes write to disk: durable topology to the metadata journal, and
+//! messages to the storage engine ([`apply_store_ops`], [`recover_messages`]); [`MetaGuard`], a
+//! locked vhost that writes both (and sends its work for other nodes) when released.
+//!
 //! Durable topology on disk: changes a command made to durable entities are appended to the
 //! metadata journal (and synced) while the vhost is still locked, so the journal's order is
 //! the order of the changes and a declare-ok is sent only once the declare is durable.
@@ -205,7 +209,10 @@ pub struct NotStored;
 /// Carries out a command's storage work, in order (still under the vhost lock, so each log's
 /// appends reach the engine in index order). Returns the appended (log, index) pairs a
 /// publisher confirm must wait for, or `Err` when an append failed (the publisher gets a nack).
-pub fn apply_store_ops(shared: &Shared, ops: Vec<StoreOp>) -> Result<Vec<(u64, u64)>, NotStored> {
+pub fn apply_store_ops(
+    shared: &Shared,
+    ops: Vec<StoreOp>,
+) -> Result<Vec<crate::durability::Wait>, NotStored> {
     let Some(store) = &shared.store else {
         return Ok(Vec::new());
     };
@@ -229,7 +236,7 @@ pub fn apply_store_ops(shared: &Shared, ops: Vec<StoreOp>) -> Result<Vec<(u64, u
                     r = store.append_blocking(log, &entry);
                 }
                 if r.is_ok() {
-                    appended.push((log, index));
+                    appended.push(crate::durability::Wait::Stored { log, index });
                 } else {
                     failed = true;
                 }

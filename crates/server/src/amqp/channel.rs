@@ -43,7 +43,7 @@ pub struct Channel {
     /// Highest sequence number already confirmed, to count confirms for metrics.
     pub confirmed_upto: u64,
     /// Publishes waiting for their stored copies to be synced, in sequence order.
-    pub pending_confirms: std::collections::VecDeque<(u64, Vec<(u64, u64)>)>,
+    pub pending_confirms: std::collections::VecDeque<(u64, Vec<crate::durability::Wait>)>,
     pub tx: Option<Vec<TxOp>>,
     /// The queue most recently declared on this channel: an empty queue name means it.
     pub last_queue: Option<String>,
@@ -727,14 +727,17 @@ impl Connection {
                     }
                     return Ok(());
                 }
-                if d.passive && self.remote_queue(&name)?.is_some() {
-                    return self.declare_remote(number, name, d.nowait);
+                if d.passive {
+                    return self
+                        .queue_backend(&name)
+                        .declare_passive(self, number, name, d.nowait, now);
                 }
+                // A new queue (or an equivalent one again) on a single node.
                 let mut v = self.meta_vhost();
                 let ok = v.queue_declare(
                     self.id,
                     &name,
-                    d.passive,
+                    false,
                     d.durable,
                     d.exclusive,
                     d.auto_delete,
@@ -742,24 +745,19 @@ impl Connection {
                     now,
                 )?;
                 v.persist()?;
-                if !d.passive {
-                    self.shared.broker.queue_churn.declared(ok.created);
-                }
+                self.shared.broker.queue_churn.declared(ok.created);
                 self.channels
                     .get_mut(&number)
                     .expect("open channel")
                     .last_queue = Some(ok.queue.clone());
-                let (message_count, consumer_count) = self
-                    .quorum_counts(&ok.queue)
-                    .unwrap_or((ok.message_count, ok.consumer_count));
                 if !d.nowait {
                     ctl(
                         self,
                         number,
                         AMQPClass::Queue(Q::DeclareOk(queue::DeclareOk {
                             queue: ok.queue.as_str().into(),
-                            message_count,
-                            consumer_count,
+                            message_count: ok.message_count,
+                            consumer_count: ok.consumer_count,
                         })),
                     );
                 }
@@ -877,62 +875,14 @@ impl Connection {
             B::Consume(c) => {
                 let q = self.queue_name(number, c.queue.as_str()).map_err(fail)?;
                 self.check(Access::Read, "queue", &q).map_err(fail)?;
-                if self.quorum_group(&q).is_some() {
-                    return self.consume_quorum(number, key, q, c).map_err(fail);
-                }
-                if let Some(peer) = self.remote_queue(&q).map_err(fail)? {
-                    return self.consume_remote(number, key, q, c, peer).map_err(fail);
-                }
-                let mut v = self.meta_vhost();
-                let tag = v
-                    .basic_consume(
-                        key,
-                        &q,
-                        c.consumer_tag.as_str(),
-                        c.no_ack,
-                        c.exclusive,
-                        c.arguments,
-                        now,
-                    )
+                self.queue_backend(&q)
+                    .consume(self, number, key, q, c, now)
                     .map_err(fail)?;
-                if !c.nowait {
-                    let ok = Method::Other(AMQPClass::Basic(B::ConsumeOk(basic::ConsumeOk {
-                        consumer_tag: tag.as_str().into(),
-                    })));
-                    self.outbox.push(|b| ok.encode(number, b));
-                }
-                // Deliveries only after consume-ok: still under the vhost lock, so no
-                // publisher on another connection can dispatch to this consumer first.
-                v.kick(&q, now);
             }
             B::Cancel(c) => {
-                let (home, log) = {
-                    let v = self.vhost.lock().expect("vhost lock");
-                    let tag = c.consumer_tag.as_str();
-                    (
-                        v.remote_consumer_home(key, tag),
-                        v.quorum_consumer_log(key, tag),
-                    )
-                };
-                if let Some(log) = log {
-                    self.cancel_quorum(number, key, c, log);
-                    return Ok(());
-                }
-                if let Some(home) = home {
-                    self.cancel_remote(number, key, c, &home);
-                    return Ok(());
-                }
-                self.meta_vhost()
-                    .basic_cancel(key, c.consumer_tag.as_str(), now);
-                if !c.nowait {
-                    ctl(
-                        self,
-                        number,
-                        AMQPClass::Basic(B::CancelOk(basic::CancelOk {
-                            consumer_tag: c.consumer_tag,
-                        })),
-                    );
-                }
+                self.consumer_backend(key, c.consumer_tag.as_str())
+                    .cancel(self, number, key, c, now)
+                    .map_err(fail)?;
             }
             B::Get(g) => {
                 let q = self.queue_name(number, g.queue.as_str()).map_err(fail)?;

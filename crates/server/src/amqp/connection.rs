@@ -95,7 +95,7 @@ pub struct Connection {
     pub held_by_peer: Option<u64>,
     /// While a transaction commits: what its publishes to queues on other nodes and to quorum
     /// queues wait for (forwards answered, entries applied) before tx.commit-ok.
-    pub tx_waits: Option<Vec<(u64, u64)>>,
+    pub tx_waits: Option<Vec<crate::durability::Wait>>,
     /// This connection in the node's registry (`None` for the management API's own).
     pub registered: Option<Arc<crate::amqp::registry::Entry>>,
     /// What this connection handed its queues' storage that it has not synced yet.

@@ -43,7 +43,7 @@
 //! are bounded by the memory alarm).
 
 use crate::amqp::connection::Connection;
-use crate::durability::{is_quorum_stream, Durability};
+use crate::durability::{Durability, Wait};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use warren_store::Store;
@@ -89,7 +89,7 @@ pub struct Flow {
     pending: Vec<(u64, u64)>,
     bytes: u64,
     messages: u64,
-    /// The newest sequence per quorum stream (channel and group) published to.
+    /// The newest sequence per quorum stream (channel and group) published to: (stream, seq).
     quorum: Vec<(u64, u64)>,
     /// Publishes to quorum queues counted in flight: since the last look, plus those to queues
     /// falling behind that were unanswered then.
@@ -104,22 +104,31 @@ pub struct Flow {
 }
 
 impl Flow {
-    /// A publish of `bytes` was appended at `appended` (log, index) pairs.
+    /// A publish of `bytes` was handed on with `waits`.
     #[inline]
-    pub fn handed(&mut self, appended: &[(u64, u64)], bytes: u64) {
+    pub fn handed(&mut self, waits: &[Wait], bytes: u64) {
         let (mut engine, mut quorum) = (false, false);
-        for &(log, index) in appended {
-            let tracked = if is_quorum_stream(log) {
-                quorum = true;
-                &mut self.quorum
-            } else {
-                engine = true;
-                &mut self.pending
+        for wait in waits {
+            let (tracked, source, newest) = match *wait {
+                Wait::Stored { log, index } => {
+                    engine = true;
+                    (&mut self.pending, log, index)
+                }
+                // Counted with the engine's bytes and messages, not tracked: the engine does
+                // not know them and [`Connection::wait_for_peer`] holds them back.
+                Wait::Forwarded { .. } => {
+                    engine = true;
+                    continue;
+                }
+                Wait::Quorum { stream, seq } => {
+                    quorum = true;
+                    (&mut self.quorum, stream, seq)
+                }
             };
-            if let Some(p) = tracked.iter_mut().find(|(l, _)| *l == log) {
-                p.1 = p.1.max(index);
+            if let Some(p) = tracked.iter_mut().find(|(s, _)| *s == source) {
+                p.1 = p.1.max(newest);
             } else if tracked.len() < FLOW_LOGS_MAX {
-                tracked.push((log, index));
+                tracked.push((source, newest));
             }
         }
         if engine {
@@ -148,9 +157,8 @@ impl Flow {
     /// Forgets what the engine has synced (all of it, or nothing: one look at the newest index
     /// per log). Asks the engine, not the durability notifications, because a log deleted
     /// before its appends were synced (its queue was deleted) is never reported durable; also
-    /// true once the engine stopped, as nothing more will sync. Forwards to other nodes (pseudo
-    /// logs the engine does not know) count as taken here: [`Connection::wait_for_peer`] holds
-    /// those back.
+    /// true once the engine stopped, as nothing more will sync. Forwards to other nodes are not
+    /// tracked here: [`Connection::wait_for_peer`] holds those back.
     fn caught_up(
         &mut self,
         store: Option<&Store>,
@@ -177,8 +185,8 @@ impl Flow {
     /// still in flight.
     fn quorum_caught_up(&mut self, durability: &Durability, behind: impl Fn(u64) -> bool) -> bool {
         let (mut in_flight, mut all) = (0, 0);
-        self.quorum.retain(
-            |&(log, newest)| match durability.quorum_unanswered(log, newest) {
+        self.quorum.retain(|&(stream, newest)| {
+            match durability.quorum_unanswered(stream, newest) {
                 Some((group, unanswered)) if unanswered > 0 => {
                     if behind(group) {
                         in_flight += unanswered;
@@ -187,8 +195,8 @@ impl Flow {
                     true
                 }
                 _ => false,
-            },
-        );
+            }
+        });
         let (bytes, count) = self.quorum_handed;
         let all_bytes = all * bytes.checked_div(count).unwrap_or(0);
         if in_flight > QUORUM_IN_FLIGHT_RESUME
@@ -324,6 +332,18 @@ impl Connection {
 mod tests {
     use super::*;
 
+    fn stored(log: u64, index: u64) -> Wait {
+        Wait::Stored { log, index }
+    }
+
+    /// The sequence number of a quorum stream's wait.
+    fn seq(wait: Wait) -> u64 {
+        match wait {
+            Wait::Quorum { seq, .. } => seq,
+            other => panic!("not a quorum publish: {other:?}"),
+        }
+    }
+
     #[test]
     fn transient_publishes_never_count() {
         let mut f = Flow::default();
@@ -336,15 +356,15 @@ mod tests {
     #[test]
     fn over_past_either_bound() {
         let mut f = Flow::default();
-        f.handed(&[(3, 1)], FLOW_BYTES_MAX);
+        f.handed(&[stored(3, 1)], FLOW_BYTES_MAX);
         assert!(!f.over());
-        f.handed(&[(3, 2), (5, 7)], 1);
+        f.handed(&[stored(3, 2), stored(5, 7)], 1);
         assert!(f.over());
 
         let mut f = Flow::default();
         for i in 0..=FLOW_MESSAGES_MAX {
             assert!(!f.over());
-            f.handed(&[(3, 10 + i)], 1);
+            f.handed(&[stored(3, 10 + i)], 1);
         }
         assert!(f.over());
     }
@@ -365,12 +385,12 @@ mod tests {
         };
         store.append(3, &[entry(1), entry(2)]).unwrap();
         let mut f = Flow::default();
-        f.handed(&[(3, 2), (5, 1)], FLOW_BYTES_MAX + 1);
+        f.handed(&[stored(3, 2), stored(5, 1)], FLOW_BYTES_MAX + 1);
         // Log 5 is unknown to the engine (deleted, or a forward's pseudo log): taken.
         store.sync().unwrap();
         assert!(f.caught_up(Some(&store), &d, |_| true));
         assert!(!f.over());
-        f.handed(&[(3, 3)], FLOW_BYTES_MAX + 1);
+        f.handed(&[stored(3, 3)], FLOW_BYTES_MAX + 1);
         assert!(
             !f.caught_up(Some(&store), &d, |_| true),
             "index 3 was never appended"
@@ -423,7 +443,10 @@ mod tests {
         assert!(f.over());
         // A leader change refuses what was in flight: answered too.
         d.quorum_abandon(7, None, 0);
-        assert_eq!(d.quorum_unanswered(last.0, last.1), Some((7, 0)));
+        let Wait::Quorum { stream, seq } = last else {
+            panic!("not a quorum publish: {last:?}");
+        };
+        assert_eq!(d.quorum_unanswered(stream, seq), Some((7, 0)));
         assert!(f.caught_up(None, &d, behind));
     }
 
@@ -444,16 +467,16 @@ mod tests {
                 }
                 looks += 1;
             }
-            assert!(newest.1 <= QUORUM_UNANSWERED_MAX + 1, "never held back");
+            assert!(seq(newest) <= QUORUM_UNANSWERED_MAX + 1, "never held back");
         };
         assert!(looks > 0);
-        assert!(newest.1 > QUORUM_UNANSWERED_RESUME);
-        d.quorum_applied(1, 7, &[(newest.1 - QUORUM_UNANSWERED_RESUME - 1, false)]);
+        assert!(seq(newest) > QUORUM_UNANSWERED_RESUME);
+        d.quorum_applied(1, 7, &[(seq(newest) - QUORUM_UNANSWERED_RESUME - 1, false)]);
         assert!(
             !f.caught_up(None, &d, keeps_up),
             "one more than the resume mark"
         );
-        d.quorum_applied(1, 7, &[(newest.1 - QUORUM_UNANSWERED_RESUME, false)]);
+        d.quorum_applied(1, 7, &[(seq(newest) - QUORUM_UNANSWERED_RESUME, false)]);
         assert!(f.caught_up(None, &d, keeps_up));
         assert!(!f.over());
     }
@@ -469,13 +492,13 @@ mod tests {
         f.handed(&[second], FLOW_BYTES_MAX / 2 + 1);
         assert!(f.over());
         assert!(!f.caught_up(None, &d, |_| false), "nothing answered");
-        d.quorum_applied(1, 7, &[(first.1, false)]);
+        d.quorum_applied(1, 7, &[(seq(first), false)]);
         assert!(
             f.caught_up(None, &d, |_| false),
             "half the bound unanswered: the engine has none of it"
         );
         assert!(!f.over());
-        d.quorum_applied(1, 7, &[(second.1, false)]);
+        d.quorum_applied(1, 7, &[(seq(second), false)]);
         assert!(f.caught_up(None, &d, |_| false));
         assert_eq!(f.quorum_bytes, 0);
     }
@@ -485,7 +508,7 @@ mod tests {
         // Queue logs are random odd numbers; quorum streams' pseudo logs sit high up.
         for log in [3, (1 << 62) + 1, u64::MAX] {
             let mut f = Flow::default();
-            f.handed(&[(log, 1)], FLOW_BYTES_MAX + 1);
+            f.handed(&[stored(log, 1)], FLOW_BYTES_MAX + 1);
             assert!(f.over(), "log {log:#x}");
         }
     }

@@ -1,6 +1,6 @@
 //! The AMQP handshake of one connection, up to connection.open-ok: protocol header, SASL
 //! (PLAIN, AMQPLAIN, EXTERNAL over TLS), tuning, the vhost and its permissions, and the
-//! deadline that bounds it all. What it negotiates starts the [`crate::amqp::connection::Connection`].
+//! deadline that bounds it all. What it negotiates starts the [`super::connection::Connection`].
 
 use crate::amqp::connection::{control, ClientCaps};
 use crate::Shared;

@@ -186,9 +186,15 @@ impl Connection {
     }
 
     /// tx.commit-ok once this node's replicas applied the transaction's settlements of quorum
-    /// queue deliveries (see [`crate::queues::quorum::client::settle_applied`]) and its publishes to quorum
-    /// queues and to queues on other nodes are in them (`waits`, as a confirm waits).
-    fn commit_after(&mut self, number: u16, settles: Vec<RemoteEffect>, waits: Vec<(u64, u64)>) {
+    /// queue deliveries (see [`crate::queues::quorum::client::settle_applied`]) and its
+    /// publishes to quorum queues and to queues on other nodes are in them (`waits`, as a
+    /// confirm waits).
+    fn commit_after(
+        &mut self,
+        number: u16,
+        settles: Vec<RemoteEffect>,
+        waits: Vec<crate::durability::Wait>,
+    ) {
         let (shared, outbox) = (self.shared.clone(), self.outbox.clone());
         self.await_request(number, (90, 20), async move {
             wait_published(&shared, &waits).await?;
@@ -202,7 +208,10 @@ impl Connection {
 
 /// Waits until every (pseudo log, index) in `waits` is durable where it went; an error when
 /// one was refused, or after a confirm's patience.
-async fn wait_published(shared: &Shared, waits: &[(u64, u64)]) -> Result<(), AmqpError> {
+async fn wait_published(
+    shared: &Shared,
+    waits: &[crate::durability::Wait],
+) -> Result<(), AmqpError> {
     if waits.is_empty() {
         return Ok(());
     }

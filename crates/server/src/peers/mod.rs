@@ -26,7 +26,7 @@ use warren_protocol::constants::NOT_FOUND;
 #[derive(Debug, Default)]
 pub struct Carried {
     /// What a publisher confirm must wait for: one entry per forward.
-    pub waits: Vec<(u64, u64)>,
+    pub waits: Vec<crate::durability::Wait>,
     /// A forward could not be sent (the link to the queue's node is down): nack.
     pub failed: bool,
     /// A peer whose link has too much waiting: the publisher waits until it drains.
@@ -88,7 +88,7 @@ pub fn carry_out_for(
                     Some(f) => {
                         carried
                             .waits
-                            .push((shared.durability.remote_log(f.peer, f.epoch), f.seq));
+                            .push(shared.durability.forwarded(f.peer, f.epoch, f.seq));
                         if messaging.is_congested(f.peer) {
                             carried.congested = Some(f.peer);
                         }
@@ -325,7 +325,7 @@ struct Forward {
     epoch: u64,
     seq: u64,
     /// The (log, index) appends it waits for.
-    waits: Vec<(u64, u64)>,
+    waits: Vec<crate::durability::Wait>,
     refused: bool,
 }
 

@@ -5,7 +5,7 @@
 //! `docs/design/quorum-queues.md`): a publish is `Enqueue`, basic.consume `Checkout`, an ack `Settle`.
 //! This node's member hands the proposal to raft-rs, which forwards it to the leader. The
 //! answer is an effect of the committed entry, carried out by this node's replica
-//! ([`crate::queues::quorum::replica`]) when it applies it: a confirm advances the publishing channel's
+//! ([`super::replica`]) when it applies it: a confirm advances the publishing channel's
 //! stream (see [`crate::durability::Durability::quorum_next`]), a checkout writes consume-ok and
 //! then the deliveries, a dequeue basic.get-ok. Requests that wait for their entry (consume,
 //! cancel, get, purge) are [`Wait`]ers the replica resolves; an idempotent one is proposed
@@ -271,7 +271,7 @@ pub fn publish(
     queues: Vec<QuorumTarget>,
     message: &MessageRef,
     publisher: Option<ChannelKey>,
-) -> Vec<(u64, u64)> {
+) -> Vec<crate::durability::Wait> {
     let mut waits = Vec::new();
     let header = EnqueueHeader {
         size_bytes: message.body.len() as u32,
@@ -293,8 +293,11 @@ pub fn publish(
             propose_entry(shared, group, entry(None, 0), None);
             continue;
         };
-        let (log, seq) = shared.durability.quorum_next(channel, group);
-        waits.push((log, seq));
+        let wait = shared.durability.quorum_next(channel, group);
+        waits.push(wait);
+        let crate::durability::Wait::Quorum { seq, .. } = wait else {
+            unreachable!("quorum_next gives a quorum stream's wait");
+        };
         let entry = entry(Some(&PublisherId::new(me.clone(), channel)), seq);
         let now = std::time::Instant::now();
         shared

@@ -60,7 +60,7 @@ enum State {
     /// Not published yet, or to publish again at the instant given.
     Waiting(Option<Instant>),
     /// Published at the instant; confirmed once every (log, index) is durable.
-    Published(Instant, Vec<(u64, u64)>),
+    Published(Instant, Vec<crate::durability::Wait>),
 }
 
 impl DeadLetters {
@@ -281,7 +281,7 @@ fn publish_one(
     queue: &str,
     group: u64,
     discard: Discard,
-) -> Option<Vec<(u64, u64)>> {
+) -> Option<Vec<crate::durability::Wait>> {
     let message = read_message(shared, group, discard.index)?;
     let outcome = v.dead_letter_quorum(
         queue,

@@ -2,7 +2,7 @@
 //! as a classic queue hosted by its home (its first member), so its publishes are forwarded
 //! there and its consumers are served through stand-in channels there. This is the member's
 //! side: a forwarded request for a quorum queue becomes a request to the group like a local
-//! channel's ([`crate::queues::quorum::client`]), answered once its entry is applied here; deliveries
+//! channel's ([`super::client`]), answered once its entry is applied here; deliveries
 //! to a stand-in's consumer are relayed as a classic queue's are.
 
 use crate::queues::quorum::client::{self, Wait};
