@@ -48,6 +48,10 @@ desktops and on this machine) the shared arrangement schedules warren and its lo
 one group and flatters warren (issue 37): it is there to measure that, and every line printed
 says which arrangement ran. `both` runs warren both ways, own first.
 
+--profile prints, for each rate case and broker, per thread kind (threads grouped by name) the
+CPU, voluntary and involuntary context switches and the hot path's syscalls per message
+(scripts/thread_profile.py; perf, root): what batching saves does not move with the load.
+
 --port-offset N moves every port of both clusters up by N (warren's AMQP 5672+N.., management
 15672+N.., links 25672+N..; RabbitMQ's AMQP 5700+N.., distribution 25700+N..), to run beside
 another cluster on the same machine.
@@ -72,6 +76,9 @@ import urllib.request
 
 import pika
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from thread_profile import Profile  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RMQ = os.path.join(ROOT, "..", "shared", "rabbitmq", "rabbitmq.sh")
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -83,6 +90,8 @@ RATE_FLAGS = ["-s", "1024", "-c", "1000", "-q", "1000", "-f", "persistent"]
 SPREAD_PRODUCERS = ["--producer-random-start-delay", "1"]
 ALL_CASES = ["leader", "follower", "w2", "4q", "40q", "40q-tail", "failover"]
 WARREN_BIN = os.environ.get("WARREN_BIN", os.path.join(ROOT, "target", "release", "warren"))
+# --profile: each rate case's nodes profiled per thread kind (scripts/thread_profile.py).
+PROFILE = False
 
 
 def log(msg):
@@ -127,8 +136,13 @@ class Broker:
             wait_formed(self.mgmt_ports[0])
 
     def stop(self):
+        pids = self.pids()
         subprocess.run(self._stop, env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
+        # Gone before the next cluster binds the same ports.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in pids):
+            time.sleep(0.1)
 
 
 def stall_disks(spec, mgmt_ports):
@@ -187,7 +201,9 @@ def declare(port, queue, group_size=3):
 def perftest(broker, uris, seconds, args):
     cmd = [RMQ, "perftest", "-H", ",".join(uris), "-z", str(seconds), "-p"] + args
     t0 = broker.cpu_ticks()
-    out = subprocess.run(cmd, env=broker.env, cwd=ROOT, capture_output=True, text=True).stdout
+    with Profile(broker.pids() if PROFILE else []) as prof:
+        out = subprocess.run(cmd, env=broker.env, cwd=ROOT, capture_output=True,
+                             text=True).stdout
     cpu_s = (broker.cpu_ticks() - t0) / TICKS
     sent = re.search(r"sending rate avg: (\d+) msg/s", out)
     recv = re.search(r"receiving rate avg: (\d+) msg/s", out)
@@ -200,6 +216,9 @@ def perftest(broker, uris, seconds, args):
         log(f"{broker.name}: PerfTest sent nothing:\n{out[-3000:]}")
     result = {"sent": sent, "received": recv,
               "cpu_us_per_msg": cpu_s * 1e6 / max(1, sent * seconds)}
+    if PROFILE:
+        print(prof.table(sent * seconds, f"{broker.name} {' '.join(args[:2])}: "), flush=True)
+        result["profile"] = dict(prof.rows(sent * seconds))
     if lat:
         p = [int(x) for x in lat.group(1).split("/")]
         result.update(lat_p50_us=p[1], lat_p95_us=p[3], lat_p99_us=p[4])
@@ -388,17 +407,23 @@ def main():
     p.add_argument("--warren-session", choices=("own", "shared", "both"), default="own",
                    help="warren's nodes each in a session of their own (as RabbitMQ's), or in "
                         "this script's, or both one after the other")
+    p.add_argument("--profile", action="store_true",
+                   help="per thread kind: CPU, context switches, syscalls per message (perf, root)")
     p.add_argument("--port-offset", type=int, default=0,
                    help="every port of both clusters moved up by this much")
     p.add_argument("--confirm-window", type=int,
                    help="unconfirmed publishes per producer (PerfTest -c) instead of 1000")
     args = p.parse_args()
+    global PROFILE
+    PROFILE = args.profile
     if args.confirm_window:
         RATE_FLAGS[RATE_FLAGS.index("-c") + 1] = str(args.confirm_window)
     cases = [c for c in args.cases.split(",") if c]
     if args.warren_disk_stalls:
         args.warren_args = f"{args.warren_args} --fault-injection".strip()
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "warren"], cwd=ROOT, check=True)
+    if "WARREN_BIN" not in os.environ:  # as cluster.sh: a given binary is not rebuilt
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "warren"], cwd=ROOT,
+                       check=True)
     off = args.port_offset
     wdir = tempfile.mkdtemp(prefix="warren-compare-quorum.")
     sessions = ["own", "shared"] if args.warren_session == "both" else [args.warren_session]
@@ -439,7 +464,8 @@ def main():
                 r = case_failover(b, args.seconds) if case == "failover" \
                     else case_rate(b, args.seconds, case, args.trace_disk)
                 results.setdefault(case, {})[b.name] = r
-                print(f"{case:9} {b.name:9} {r}", flush=True)
+                shown = {k: v for k, v in r.items() if k != "profile"} if r else r
+                print(f"{case:9} {b.name:9} {shown}", flush=True)
         finally:
             b.stop()
     # Each run's nodes write gigabytes; fifty runs filled this machine's disk.
