@@ -52,6 +52,9 @@ says which arrangement ran. `both` runs warren both ways, own first.
 CPU, voluntary and involuntary context switches and the hot path's syscalls per message
 (scripts/thread_profile.py; perf, root): what batching saves does not move with the load.
 
+--pin-nodes CPUS (e.g. 0,1,0) pins node i of each broker, every thread of it, to the i-th CPU
+(`taskset -a -p`, once it runs), as on a host whose neighbours leave each node one core.
+
 --port-offset N moves every port of both clusters up by N (warren's AMQP 5672+N.., management
 15672+N.., links 25672+N..; RabbitMQ's AMQP 5700+N.., distribution 25700+N..), to run beside
 another cluster on the same machine.
@@ -409,6 +412,8 @@ def main():
                         "this script's, or both one after the other")
     p.add_argument("--profile", action="store_true",
                    help="per thread kind: CPU, context switches, syscalls per message (perf, root)")
+    p.add_argument("--pin-nodes", metavar="CPUS",
+                   help="node i of each broker pinned to the i-th CPU of this list (taskset)")
     p.add_argument("--port-offset", type=int, default=0,
                    help="every port of both clusters moved up by this much")
     p.add_argument("--confirm-window", type=int,
@@ -455,6 +460,12 @@ def main():
     for b in brokers:
         try:
             b.start()
+            if args.pin_nodes:
+                cpus = args.pin_nodes.split(",")
+                for i, pid in enumerate(b.pids()):
+                    subprocess.run(["taskset", "-a", "-p", "-c", cpus[i % len(cpus)], str(pid)],
+                                   check=True, stdout=subprocess.DEVNULL)
+                log(f"{b.name}: nodes pinned to CPUs {args.pin_nodes}")
             if b.mgmt_ports and args.warren_disk_stalls:
                 stall_disks(args.warren_disk_stalls, b.mgmt_ports)
             log(f"{b.name}: load before: {open('/proc/loadavg').read().split()[:3]}")
