@@ -355,7 +355,7 @@ impl ServerArgs {
         if let Some(v) = self.worker_threads {
             c.worker_threads = v;
         }
-        let max = warren_server::config::WORKER_THREADS_MAX;
+        let max = warren_server::node::config::WORKER_THREADS_MAX;
         if !(1..=max).contains(&c.worker_threads) {
             return Err(format!(
                 "worker threads must be between 1 and {max}, got {}",
