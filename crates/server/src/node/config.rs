@@ -157,8 +157,8 @@ pub const WORKER_THREADS_MAX: usize = 256;
 /// over more workers than the cores left to them hand each round to another thread, which
 /// wakes, steals and parks, instead of batching it. On 2 cores, one worker against two, each
 /// node in a session of its own (issue 37; docs/benchmarks/2026-11-29-fair-scheduling.md):
-/// 0.4x the CPU and 0.3x the context switches per message for a quorum queue on 3 nodes, 0.6x
-/// the CPU for one node's persistent 1p1c.
+/// 0.4-0.6x the CPU and 0.3-0.5x the context switches per message for a quorum queue on 3
+/// nodes, 0.6-0.8x the CPU for one node's persistent 1p1c.
 pub fn worker_threads_default() -> usize {
     std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
 }
