@@ -90,7 +90,9 @@ def warren_cluster(n_queues):
                 [WARREN, "server", "--node-name", f"n{i + 1}", "--listen", f"127.0.0.1:{5771 + i}",
                  "--cluster-listen", f"127.0.0.1:{25771 + i}", "--cluster-seeds", seeds,
                  "--data-dir", os.path.join(d, f"n{i + 1}"),
-                 "--management-listen", f"127.0.0.1:{15771 + i}"], stdout=log, stderr=log))
+                 "--management-listen", f"127.0.0.1:{15771 + i}"], stdout=log, stderr=log,
+                # A session of its own, as rabbitmq.sh starts RabbitMQ's nodes (issue 37).
+                start_new_session=True))
         while True:
             try:
                 ok = True

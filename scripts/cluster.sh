@@ -16,11 +16,22 @@
 #   scripts/cluster.sh forget NODE   forget_cluster_node NODE (stop it first), run on n1 or $VIA
 # WARREN_CLUSTER_PORT_OFFSET (default 0) moves every port up by that much, for a cluster beside
 # another one (AMQP on 5671+OFFSET+i, and so on).
+# Each node runs in a session of its own (`setsid`), as ../shared/rabbitmq/rabbitmq.sh starts
+# RabbitMQ's: with the kernel's autogroup scheduling, a node left in the caller's session shares
+# one CPU group with whatever else runs there (a load generator, say), which flatters a benchmark
+# (issue 37). WARREN_SESSION=shared keeps the nodes in the caller's session, to measure that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${WARREN_CLUSTER_DIR:-./warren-cluster}
 BIN=${WARREN_BIN:-./target/release/warren}
 O=${WARREN_CLUSTER_PORT_OFFSET:-0}
+# Backgrounded without job control, a command is no process group leader, so setsid execs in
+# place and $! stays the node's own PID.
+case "${WARREN_SESSION:-own}" in
+  own) SESSION=setsid ;;
+  shared) SESSION= ;;
+  *) echo "WARREN_SESSION is own or shared, not '$WARREN_SESSION'" >&2; exit 2 ;;
+esac
 
 seeds() {
   local n=$1 out=""
@@ -59,7 +70,7 @@ start_node() {
   # Here, not inside the backgrounded command: nodes' certificates are made one at a time.
   tls=$(tls_args "$i")
   # shellcheck disable=SC2086 # the TLS arguments are words
-  "$BIN" server $tls --node-name "n$i" --listen "127.0.0.1:$((5671 + O + i))" \
+  $SESSION "$BIN" server $tls --node-name "n$i" --listen "127.0.0.1:$((5671 + O + i))" \
     --cluster-listen "127.0.0.1:$((25671 + O + i))" --cluster-seeds "$(seeds "$n")" \
     --data-dir "$DIR/n$i" --management-listen "127.0.0.1:$((15671 + O + i))" \
     ${WARREN_EXTRA_ARGS:-} >>"$DIR/n$i.log" 2>&1 &
@@ -107,6 +118,6 @@ case "${1:-}" in
     done
     ;;
   *)
-    sed -n '2,19p' "$0"; exit 2
+    sed -n '2,23p' "$0"; exit 2
     ;;
 esac

@@ -82,6 +82,7 @@ run() {  # name port pids...
 }
 
 echo "workload: ${FLAGS[*]} for ${SECONDS_RUN}s, queue on node 1; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "started: each node of both brokers in a session of its own (WARREN_SESSION=${WARREN_SESSION:-own})"
 # shellcheck disable=SC2086
 run warren_1 5672 $WPIDS
 # shellcheck disable=SC2086

@@ -46,7 +46,8 @@ openssl x509 -req -in "$WORK/server.csr" -CA "$WORK/ca.pem" -CAkey "$WORK/ca.key
   -days 2 -extfile "$WORK/san.ext" -out "$WORK/server.pem" 2>/dev/null
 
 cargo build --release -p warren >/dev/null 2>&1
-./target/release/warren server --listen "127.0.0.1:$WPORT" --tls-listen "127.0.0.1:$WTLS" \
+# In a session of its own, as rabbitmq.sh starts RabbitMQ (autogroup scheduling: issue 37).
+setsid ./target/release/warren server --listen "127.0.0.1:$WPORT" --tls-listen "127.0.0.1:$WTLS" \
   --tls-cert "$WORK/server.pem" --tls-key "$WORK/server.key" \
   --data-dir "$WORK/warren" --management-listen none >"$WORK/warren.log" 2>&1 &
 WPID=$!

@@ -5,6 +5,7 @@
 #   scripts/compare-perftest.sh [SECONDS] [PerfTest flags...]
 #   default workload: -x 1 -y 1 -s 1024 -c 1000 -q 1000 (confirms, acks, 1 KB transient)
 #   e.g.  scripts/compare-perftest.sh 30 -x 1 -y 1 -s 1024 -c 1000 -q 1000 -f persistent
+#   WARREN_SESSION=shared: warren in this script's session (see scripts/side-by-side.sh)
 #
 # Prints one line per broker: rates, consumer latency percentiles, broker CPU seconds and CPU
 # microseconds per message, write amplification (bytes the broker wrote to disk, /proc/PID/io,
@@ -45,6 +46,7 @@ run() {  # name pid port
 }
 
 echo "workload: ${FLAGS[*]} for ${SECONDS_RUN}s; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "started: $WSESSION"
 run warren "$WPID" "$WPORT"
 run rabbitmq "$RPID" 5680
 awk -v ws="$warren_sent" -v rs="$rabbitmq_sent" -v wc="$warren_cpu" -v rc="$rabbitmq_cpu" \

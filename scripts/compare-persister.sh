@@ -17,6 +17,7 @@ OUT=target/compare-persister
 . scripts/side-by-side.sh
 
 echo "persister: $N x $SIZE B; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "started: $WSESSION"
 ./target/release/warren perf persister -h "amqp://guest:guest@127.0.0.1:$WPORT" --broker-pid "$WPID" \
   -C "$N" -s "$SIZE" --out "$OUT/warren" "$@" >/dev/null
 ./target/release/warren perf persister -h "amqp://guest:guest@127.0.0.1:5680" --broker-pid "$RPID" \

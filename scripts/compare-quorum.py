@@ -23,6 +23,7 @@ as JSON (--json).
   scripts/compare-quorum.py [--seconds 20] [--cases leader,follower,...] [--json FILE]
                             [--brokers warren,rabbitmq] [--warren-args "--wal-commit-window-us 500"]
                             [--confirm-window N] [--warmup-seconds 20]
+                            [--warren-session own|shared|both] [--port-offset N]
 
 Before the first case, each broker runs the leader case's load unmeasured for --warmup-seconds
 (default 20; 0 skips) on a queue of its own, so that the first measured case does not pay for
@@ -39,6 +40,24 @@ running (an fdatasync loop alone sees it too): one stall in a case's window deci
 makes their WAL syncs stall the same way, together, every EVERY_MS for STALL_MS (or, with
 SYNC_MS, each sync in that spell SYNC_MS slower): how warren's tail rides out the stalls above,
 the same ones for every build compared (RabbitMQ has no such switch; measure it alone).
+
+--warren-session own (default) starts each warren node in a session of its own (`setsid`, through
+scripts/cluster.sh), as rabbitmq.sh starts RabbitMQ's; `shared` leaves them in this script's
+session, which PerfTest runs in too. With the kernel's autogroup scheduling (Linux's default on
+desktops and on this machine) the shared arrangement schedules warren and its load generator as
+one group and flatters warren (issue 37): it is there to measure that, and every line printed
+says which arrangement ran. `both` runs warren both ways, own first.
+
+--profile prints, for each rate case and broker, per thread kind (threads grouped by name) the
+CPU, voluntary and involuntary context switches and the hot path's syscalls per message
+(scripts/thread_profile.py; perf, root): what batching saves does not move with the load.
+
+--pin-nodes CPUS (e.g. 0,1,0) pins node i of each broker, every thread of it, to the i-th CPU
+(`taskset -a -p`, once it runs), as on a host whose neighbours leave each node one core.
+
+--port-offset N moves every port of both clusters up by N (warren's AMQP 5672+N.., management
+15672+N.., links 25672+N..; RabbitMQ's AMQP 5700+N.., distribution 25700+N..), to run beside
+another cluster on the same machine.
 
 --confirm-window N replaces -c 1000 by -c N: each producer then waits on round trips rather
 than on the CPU, which is how to see on a 2-core machine whether throughput grows with the
@@ -60,6 +79,9 @@ import urllib.request
 
 import pika
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from thread_profile import Profile  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RMQ = os.path.join(ROOT, "..", "shared", "rabbitmq", "rabbitmq.sh")
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -71,6 +93,8 @@ RATE_FLAGS = ["-s", "1024", "-c", "1000", "-q", "1000", "-f", "persistent"]
 SPREAD_PRODUCERS = ["--producer-random-start-delay", "1"]
 ALL_CASES = ["leader", "follower", "w2", "4q", "40q", "40q-tail", "failover"]
 WARREN_BIN = os.environ.get("WARREN_BIN", os.path.join(ROOT, "target", "release", "warren"))
+# --profile: each rate case's nodes profiled per thread kind (scripts/thread_profile.py).
+PROFILE = False
 
 
 def log(msg):
@@ -78,9 +102,10 @@ def log(msg):
 
 
 class Broker:
-    def __init__(self, name, first_port, env, pid_files, start, stop):
+    def __init__(self, name, first_port, env, pid_files, start, stop, mgmt_port=None):
         self.name = name
         self.ports = [first_port + i for i in range(3)]
+        self.mgmt_ports = [mgmt_port + i for i in range(3)] if mgmt_port else []
         self.env = env
         self.pid_files = pid_files
         self._start, self._stop = start, stop
@@ -110,30 +135,35 @@ class Broker:
     def start(self):
         subprocess.run(self._start, env=self.env, cwd=ROOT, check=True,
                        stdout=subprocess.DEVNULL)
-        if self.name == "warren":
-            wait_formed()
+        if self.mgmt_ports:
+            wait_formed(self.mgmt_ports[0])
 
     def stop(self):
+        pids = self.pids()
         subprocess.run(self._stop, env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
+        # Gone before the next cluster binds the same ports.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in pids):
+            time.sleep(0.1)
 
 
-def stall_disks(spec):
+def stall_disks(spec, mgmt_ports):
     """Every warren node's WAL syncs stall as `spec` (EVERY_MS,STALL_MS[,SYNC_MS]) says."""
     every, stall, *sync = spec.split(",")
     query = f"every_ms={every}&stall_ms={stall}&sync_ms={sync[0] if sync else 0}"
-    for port in (15672, 15673, 15674):
+    for port in mgmt_ports:
         req = urllib.request.Request(
             f"http://127.0.0.1:{port}/api/warren/faults/disk-stalls?{query}", method="POST")
         req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
         urllib.request.urlopen(req, timeout=5)
 
 
-def wait_formed(deadline_s=60):
+def wait_formed(mgmt_port, deadline_s=60):
     """Until node 1 sees a metadata leader and all three members running: topology changes
     are refused before."""
     deadline = time.monotonic() + deadline_s
-    req = urllib.request.Request("http://127.0.0.1:15672/api/warren/cluster")
+    req = urllib.request.Request(f"http://127.0.0.1:{mgmt_port}/api/warren/cluster")
     req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
     while True:
         try:
@@ -174,7 +204,9 @@ def declare(port, queue, group_size=3):
 def perftest(broker, uris, seconds, args):
     cmd = [RMQ, "perftest", "-H", ",".join(uris), "-z", str(seconds), "-p"] + args
     t0 = broker.cpu_ticks()
-    out = subprocess.run(cmd, env=broker.env, cwd=ROOT, capture_output=True, text=True).stdout
+    with Profile(broker.pids() if PROFILE else []) as prof:
+        out = subprocess.run(cmd, env=broker.env, cwd=ROOT, capture_output=True,
+                             text=True).stdout
     cpu_s = (broker.cpu_ticks() - t0) / TICKS
     sent = re.search(r"sending rate avg: (\d+) msg/s", out)
     recv = re.search(r"receiving rate avg: (\d+) msg/s", out)
@@ -187,6 +219,9 @@ def perftest(broker, uris, seconds, args):
         log(f"{broker.name}: PerfTest sent nothing:\n{out[-3000:]}")
     result = {"sent": sent, "received": recv,
               "cpu_us_per_msg": cpu_s * 1e6 / max(1, sent * seconds)}
+    if PROFILE:
+        print(prof.table(sent * seconds, f"{broker.name} {' '.join(args[:2])}: "), flush=True)
+        result["profile"] = dict(prof.rows(sent * seconds))
     if lat:
         p = [int(x) for x in lat.group(1).split("/")]
         result.update(lat_p50_us=p[1], lat_p95_us=p[3], lat_p99_us=p[4])
@@ -372,38 +407,67 @@ def main():
                    help="count the disk's stalls during the 40-queue cases (perf, root)")
     p.add_argument("--warren-disk-stalls", metavar="EVERY_MS,STALL_MS[,SYNC_MS]",
                    help="warren's WAL syncs stall together this way (fault injection)")
+    p.add_argument("--warren-session", choices=("own", "shared", "both"), default="own",
+                   help="warren's nodes each in a session of their own (as RabbitMQ's), or in "
+                        "this script's, or both one after the other")
+    p.add_argument("--profile", action="store_true",
+                   help="per thread kind: CPU, context switches, syscalls per message (perf, root)")
+    p.add_argument("--pin-nodes", metavar="CPUS",
+                   help="node i of each broker pinned to the i-th CPU of this list (taskset)")
+    p.add_argument("--port-offset", type=int, default=0,
+                   help="every port of both clusters moved up by this much")
     p.add_argument("--confirm-window", type=int,
                    help="unconfirmed publishes per producer (PerfTest -c) instead of 1000")
     args = p.parse_args()
+    global PROFILE
+    PROFILE = args.profile
     if args.confirm_window:
         RATE_FLAGS[RATE_FLAGS.index("-c") + 1] = str(args.confirm_window)
     cases = [c for c in args.cases.split(",") if c]
     if args.warren_disk_stalls:
         args.warren_args = f"{args.warren_args} --fault-injection".strip()
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "warren"], cwd=ROOT, check=True)
+    if "WARREN_BIN" not in os.environ:  # as cluster.sh: a given binary is not rebuilt
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "warren"], cwd=ROOT,
+                       check=True)
+    off = args.port_offset
     wdir = tempfile.mkdtemp(prefix="warren-compare-quorum.")
-    wenv = dict(os.environ, WARREN_CLUSTER_DIR=wdir,
-                WARREN_BIN=os.environ.get("WARREN_BIN",
-                                          os.path.join(ROOT, "target", "release", "warren")),
-                WARREN_EXTRA_ARGS=args.warren_args)
-    rstate = "/tmp/warren-rabbitmq-quorum"
-    renv = dict(os.environ, RMQ_STATE=rstate, RMQ_PORT="5700", RMQ_DIST_PORT="25700")
-    brokers = [
-        Broker("warren", 5672, wenv, [f"{wdir}/n{i}.pid" for i in (1, 2, 3)],
-               ["scripts/cluster.sh", "start", "3"], ["scripts/cluster.sh", "stop"]),
-        Broker("rabbitmq", 5700, renv, [f"{rstate}/rabbit{i}.pid" for i in (1, 2, 3)],
-               [RMQ, "start", "3"], [RMQ, "stop"]),
-    ]
+    sessions = ["own", "shared"] if args.warren_session == "both" else [args.warren_session]
+    brokers = []
+    for session in sessions:
+        # One name per arrangement when both run: results and ratios keep them apart.
+        name = "warren" if len(sessions) == 1 else f"warren-{session}"
+        wenv = dict(os.environ, WARREN_CLUSTER_DIR=os.path.join(wdir, session),
+                    WARREN_BIN=WARREN_BIN, WARREN_EXTRA_ARGS=args.warren_args,
+                    WARREN_SESSION=session, WARREN_CLUSTER_PORT_OFFSET=str(off))
+        brokers.append(Broker(name, 5672 + off, wenv,
+                              [f"{wdir}/{session}/n{i}.pid" for i in (1, 2, 3)],
+                              ["scripts/cluster.sh", "start", "3"], ["scripts/cluster.sh", "stop"],
+                              mgmt_port=15672 + off))
+    rstate = "/tmp/warren-rabbitmq-quorum" + (f"-{off}" if off else "")
+    renv = dict(os.environ, RMQ_STATE=rstate, RMQ_PORT=str(5700 + off),
+                RMQ_DIST_PORT=str(25700 + off))
+    brokers.append(Broker("rabbitmq", 5700 + off, renv,
+                          [f"{rstate}/rabbit{i}.pid" for i in (1, 2, 3)],
+                          [RMQ, "start", "3"], [RMQ, "stop"]))
     wanted = args.brokers.split(",")
-    brokers = [b for b in brokers if b.name in wanted]
+    brokers = [b for b in brokers if b.name.split("-")[0] in wanted]
+    log("warren's nodes: " + ", then ".join(
+        "each in a session of its own (setsid), as RabbitMQ's" if s == "own"
+        else "in this script's session, with PerfTest (not like for like)" for s in sessions))
     results = {}
     # One broker at a time: an idle Erlang VM's schedulers spin, and on a small machine the
     # other cluster's mere presence moved latency percentiles by tens of milliseconds.
     for b in brokers:
         try:
             b.start()
-            if b.name == "warren" and args.warren_disk_stalls:
-                stall_disks(args.warren_disk_stalls)
+            if args.pin_nodes:
+                cpus = args.pin_nodes.split(",")
+                for i, pid in enumerate(b.pids()):
+                    subprocess.run(["taskset", "-a", "-p", "-c", cpus[i % len(cpus)], str(pid)],
+                                   check=True, stdout=subprocess.DEVNULL)
+                log(f"{b.name}: nodes pinned to CPUs {args.pin_nodes}")
+            if b.mgmt_ports and args.warren_disk_stalls:
+                stall_disks(args.warren_disk_stalls, b.mgmt_ports)
             log(f"{b.name}: load before: {open('/proc/loadavg').read().split()[:3]}")
             if args.warmup_seconds > 0:
                 warm_up(b, args.warmup_seconds)
@@ -411,31 +475,36 @@ def main():
                 r = case_failover(b, args.seconds) if case == "failover" \
                     else case_rate(b, args.seconds, case, args.trace_disk)
                 results.setdefault(case, {})[b.name] = r
-                print(f"{case:9} {b.name:9} {r}", flush=True)
+                shown = {k: v for k, v in r.items() if k != "profile"} if r else r
+                print(f"{case:9} {b.name:9} {shown}", flush=True)
         finally:
             b.stop()
     # Each run's nodes write gigabytes; fifty runs filled this machine's disk.
     shutil.rmtree(wdir, ignore_errors=True)
     print()
+    warrens = {b.name: b.env["WARREN_SESSION"] for b in brokers if b.mgmt_ports}
     for case, r in results.items():
-        w, q = r.get("warren"), r.get("rabbitmq")
-        if not w or not q or "sent" not in w:
-            continue
-        line = (f"{case:9} warren/RabbitMQ rate {w['sent'] / max(1, q['sent']):.2f}x, "
-                f"received {w['received'] / max(1, q['received']):.2f}x, "
-                f"CPU per message {w['cpu_us_per_msg'] / max(1e-9, q['cpu_us_per_msg']):.3f}x")
-        if "lat_p99_us" in w and "lat_p99_us" in q:
-            line += f", p99 {w['lat_p99_us']} us vs {q['lat_p99_us']} us"
-        if "lat_p999_us" in w and "lat_p999_us" in q:
-            line += f", p99.9 {w['lat_p999_us']} us vs {q['lat_p999_us']} us"
-        print(line)
-    for name in ("warren", "rabbitmq"):
+        for wname, session in warrens.items():
+            w, q = r.get(wname), r.get("rabbitmq")
+            if not w or not q or "sent" not in w:
+                continue
+            line = (f"{case:9} {wname} ({session} session)/RabbitMQ "
+                    f"rate {w['sent'] / max(1, q['sent']):.2f}x, "
+                    f"received {w['received'] / max(1, q['received']):.2f}x, "
+                    f"CPU per message {w['cpu_us_per_msg'] / max(1e-9, q['cpu_us_per_msg']):.3f}x")
+            if "lat_p99_us" in w and "lat_p99_us" in q:
+                line += f", p99 {w['lat_p99_us']} us vs {q['lat_p99_us']} us"
+            if "lat_p999_us" in w and "lat_p999_us" in q:
+                line += f", p99.9 {w['lat_p999_us']} us vs {q['lat_p999_us']} us"
+            print(line)
+    for name in [*warrens, "rabbitmq"]:
         lead = results.get("leader", {}).get(name)
         for other in ("follower", "w2", "4q"):
             o = results.get(other, {}).get(name)
             if lead and o:
                 print(f"{name:9} {other}/leader rate {o['sent'] / max(1, lead['sent']):.2f}x, "
                       f"received {o['received'] / max(1, lead['received']):.2f}x")
+    results["warren_sessions"] = warrens
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

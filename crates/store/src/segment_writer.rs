@@ -1013,8 +1013,7 @@ fn wait_synced(shared: &Shared, seq: u64) -> Result<bool> {
             // last batch.
             let (next, timeout) = shared
                 .synced_cv
-                .wait_timeout(st, Duration::from_millis(DISK_FULL_RETRY_MS))
-                .unwrap_or_else(|e| e.into_inner());
+                .wait_timeout(st, Duration::from_millis(DISK_FULL_RETRY_MS));
             st = next;
             if timeout.timed_out() && st.synced_seq < seq {
                 return Ok(false);
@@ -1024,7 +1023,6 @@ fn wait_synced(shared: &Shared, seq: u64) -> Result<bool> {
         st = shared
             .synced_cv
             .wait_timeout(st, Duration::from_millis(DISK_FULL_RETRY_MS))
-            .unwrap_or_else(|e| e.into_inner())
             .0;
     }
 }

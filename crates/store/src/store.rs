@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::File;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, WaitTimeoutResult};
 use std::task::{Context, Poll, Waker};
 use std::thread::JoinHandle;
 
@@ -391,20 +391,65 @@ impl State {
     }
 }
 
+/// A condvar rung by the WAL writer after every round, whose waiters are rare (blocking
+/// callers, tests, tools): a notify is a futex syscall whether anyone waits or not, so it
+/// rings only when someone does. Waiters count themselves in under the state's lock, and the
+/// state they wait on changes under it, so a ring that finds nobody comes before any wait.
+#[derive(Default)]
+pub(crate) struct Bell {
+    cv: Condvar,
+    waiters: AtomicUsize,
+}
+
+impl Bell {
+    pub(crate) fn wait<'a>(&self, st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        st
+    }
+
+    pub(crate) fn wait_timeout<'a>(
+        &self,
+        st: MutexGuard<'a, State>,
+        timeout: std::time::Duration,
+    ) -> (MutexGuard<'a, State>, WaitTimeoutResult) {
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let out = self
+            .cv
+            .wait_timeout(st, timeout)
+            .unwrap_or_else(|e| e.into_inner());
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        out
+    }
+
+    pub(crate) fn notify_all(&self) {
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            self.cv.notify_all();
+        }
+    }
+}
+
 /// What the engine's threads share.
 pub(crate) struct Shared {
     pub config: Config,
     pub state: Mutex<State>,
-    /// Wakes the WAL writer: records are pending, a roll is asked, or shutdown.
+    /// Wakes the WAL writer: records are pending, a roll is asked, or shutdown. Notified only
+    /// through [`Shared::wake_writer`], except at shutdown.
     pub writer_cv: Condvar,
+    /// Whether the WAL writer waits on `writer_cv`: set by it under the state's lock before
+    /// each wait, cleared by whoever wakes it. A condvar's notify is a futex syscall whether
+    /// anyone waits or not, and every append, release and truncate asks for one: two per
+    /// message consumed (issue 37), where a round of the writer needs one.
+    pub writer_asleep: AtomicBool,
     /// Wakes blocking submitters: the pending queue has room.
-    pub room_cv: Condvar,
+    pub room_cv: Bell,
     /// Wakes [`Store::sync`] callers: a batch is durable.
-    pub synced_cv: Condvar,
+    pub synced_cv: Bell,
     /// Wakes the segment writer.
     pub segment_writer_cv: Condvar,
     /// Wakes [`Store::wait_idle`] callers.
-    pub idle_cv: Condvar,
+    pub idle_cv: Bell,
     pub listener: Arc<dyn DurabilityListener>,
     pub counters: Counters,
 }
@@ -412,6 +457,15 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wakes the WAL writer if it waits, after the caller changed the state under the lock:
+    /// the writer sets `writer_asleep` under that lock before it waits, so a change made
+    /// before it looked is seen by it, and one made after finds the flag set.
+    pub(crate) fn wake_writer(&self) {
+        if self.writer_asleep.swap(false, Ordering::SeqCst) {
+            self.writer_cv.notify_one();
+        }
     }
 
     /// Marks the engine failed for good and tells everyone waiting.
@@ -468,10 +522,11 @@ impl Store {
             config,
             state: Mutex::new(recovered.state),
             writer_cv: Condvar::new(),
-            room_cv: Condvar::new(),
-            synced_cv: Condvar::new(),
+            writer_asleep: AtomicBool::new(false),
+            room_cv: Bell::default(),
+            synced_cv: Bell::default(),
             segment_writer_cv: Condvar::new(),
-            idle_cv: Condvar::new(),
+            idle_cv: Bell::default(),
             listener,
             counters: Counters::default(),
         });
@@ -594,7 +649,7 @@ impl Store {
             .appends
             .fetch_add(entries.len() as u64, Ordering::Relaxed);
         if wake_writer {
-            self.shared.writer_cv.notify_one();
+            self.shared.wake_writer();
         }
         Ok(())
     }
@@ -618,7 +673,7 @@ impl Store {
             match self.queue_append(log_id, entries, wake) {
                 Err(Error::Backpressure) => {
                     // What fills the queue may all have been queued without a wake-up.
-                    self.shared.writer_cv.notify_one();
+                    self.shared.wake_writer();
                     let st = self.shared.lock();
                     if !st.has_room() && st.poisoned.is_none() && !st.shutdown {
                         drop(self.shared.room_cv.wait(st));
@@ -663,7 +718,7 @@ impl Store {
         st.cache_bytes -= freed;
         st.push_op(RecordKind::Truncate, log_id, from_index, 0, Bytes::new());
         drop(guard);
-        self.shared.writer_cv.notify_one();
+        self.shared.wake_writer();
         Ok(())
     }
 
@@ -685,7 +740,7 @@ impl Store {
         st.gc_requested = true;
         st.push_op(RecordKind::Release, log_id, index, 0, Bytes::new());
         drop(guard);
-        self.shared.writer_cv.notify_one();
+        self.shared.wake_writer();
         Ok(())
     }
 
@@ -727,7 +782,7 @@ impl Store {
         st.gc_requested = true;
         st.push_op(RecordKind::ReleasePrefix, log_id, index, term, snapshot);
         drop(guard);
-        self.shared.writer_cv.notify_one();
+        self.shared.wake_writer();
         Ok(())
     }
 
@@ -772,7 +827,7 @@ impl Store {
         }
         drop(guard);
         if wake_writer {
-            self.shared.writer_cv.notify_one();
+            self.shared.wake_writer();
         }
         Ok(())
     }
@@ -797,7 +852,7 @@ impl Store {
         st.gc_requested = true;
         st.push_op(RecordKind::DeleteLog, log_id, 0, 0, Bytes::new());
         drop(guard);
-        self.shared.writer_cv.notify_one();
+        self.shared.wake_writer();
         Ok(())
     }
 
@@ -864,7 +919,7 @@ impl Store {
         let target = st.next_seq - 1;
         if st.synced_seq < target && st.sync_target < target {
             st.sync_target = target;
-            self.shared.writer_cv.notify_one();
+            self.shared.wake_writer();
         }
         loop {
             if let Some(why) = &st.poisoned {
@@ -876,11 +931,7 @@ impl Store {
             if st.shutdown {
                 return Err(Error::Closed);
             }
-            st = self
-                .shared
-                .synced_cv
-                .wait(st)
-                .unwrap_or_else(|e| e.into_inner());
+            st = self.shared.synced_cv.wait(st);
         }
     }
 
@@ -918,7 +969,7 @@ impl Store {
         }
         if st.sync_target < target {
             st.sync_target = target;
-            self.shared.writer_cv.notify_one();
+            self.shared.wake_writer();
         }
         st.sync_waiters.push(target, done);
     }
@@ -930,7 +981,7 @@ impl Store {
         st.roll_requested = true;
         st.roll_after_seq = st.next_seq - 1;
         drop(st);
-        self.shared.writer_cv.notify_one();
+        self.shared.wake_writer();
     }
 
     /// Asks the segment writer for a pass of deletion of released segments, compaction and
@@ -969,7 +1020,6 @@ impl Store {
                 .shared
                 .idle_cv
                 .wait_timeout(st, std::time::Duration::from_millis(50))
-                .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
     }

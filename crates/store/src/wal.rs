@@ -452,14 +452,18 @@ fn write_batches(shared: &Arc<Shared>, w: &mut Writer, started: std::sync::mpsc:
             }
             let mut lazy_deadline = None;
             while !must_write(&st) {
+                // Under the lock, so that whoever changes the state after this look wakes us.
+                shared.writer_asleep.store(true, Ordering::SeqCst);
                 if st.pending.is_empty() {
                     st = shared.writer_cv.wait(st).unwrap_or_else(|e| e.into_inner());
+                    shared.writer_asleep.store(false, Ordering::SeqCst);
                     continue;
                 }
                 let deadline =
                     *lazy_deadline.get_or_insert_with(|| Instant::now() + LAZY_WRITE_AFTER);
                 let now = Instant::now();
                 if now >= deadline {
+                    shared.writer_asleep.store(false, Ordering::SeqCst);
                     break;
                 }
                 st = shared
@@ -467,6 +471,7 @@ fn write_batches(shared: &Arc<Shared>, w: &mut Writer, started: std::sync::mpsc:
                     .wait_timeout(st, deadline - now)
                     .unwrap_or_else(|e| e.into_inner())
                     .0;
+                shared.writer_asleep.store(false, Ordering::SeqCst);
             }
             // A test holding the writer clears the switch without a wake-up: poll for it.
             while shared.config.faults.writer_held() && !st.shutdown {

@@ -37,9 +37,9 @@ enum Command {
 #[derive(Args, Debug)]
 struct ServerArgs {
     /// TOML file with server settings (keys: listen, data_dir, wal_dir, segment_dir, meta_dir,
-    /// wal_file_bytes_max, adopt_live_percent_min, wal_commit_window_us, heartbeat_s, channel_max,
-    /// frame_max_bytes, message_bytes_max, memory_high_watermark_bytes, disk_free_limit_bytes,
-    /// message_memory_bytes, management_listen, auth_mechanisms, handshake_timeout_ms,
+    /// wal_file_bytes_max, adopt_live_percent_min, wal_commit_window_us, worker_threads,
+    /// heartbeat_s, channel_max, frame_max_bytes, message_bytes_max,
+    /// memory_high_watermark_bytes, disk_free_limit_bytes, message_memory_bytes, management_listen, auth_mechanisms, handshake_timeout_ms,
     /// connection_max, load_definitions, default_user, default_pass, loopback_users, and a
     /// [tls] table: listen, cert, key, ca, verify_peer, fail_if_no_peer_cert, versions,
     /// cert_login_from, management_listen, management_cert, management_key, cluster,
@@ -155,6 +155,10 @@ struct ServerArgs {
     /// more confirm latency); 0 syncs as soon as anything waits [default: 2000].
     #[arg(long, env = "WARREN_WAL_COMMIT_WINDOW_US")]
     wal_commit_window_us: Option<u64>,
+    /// Threads that run the client connections (1 to 256) [default: half the cores, at least
+    /// 1: the WAL writer and the queue groups' loop need the others].
+    #[arg(long, env = "WARREN_WORKER_THREADS")]
+    worker_threads: Option<usize>,
     /// Heartbeat interval offered to clients, in seconds; 0 disables [default: 60].
     #[arg(long, env = "WARREN_HEARTBEAT")]
     heartbeat: Option<u16>,
@@ -348,6 +352,16 @@ impl ServerArgs {
             }
             c.wal_commit_window_us = v;
         }
+        if let Some(v) = self.worker_threads {
+            c.worker_threads = v;
+        }
+        let max = warren_server::node::config::WORKER_THREADS_MAX;
+        if !(1..=max).contains(&c.worker_threads) {
+            return Err(format!(
+                "worker threads must be between 1 and {max}, got {}",
+                c.worker_threads
+            ));
+        }
         if let Some(v) = self.heartbeat {
             c.heartbeat_s = v;
         }
@@ -496,6 +510,7 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
         return std::process::ExitCode::from(1);
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.worker_threads)
         .enable_all()
         .build()
         .expect("tokio runtime");

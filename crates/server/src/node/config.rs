@@ -68,6 +68,8 @@ pub struct ServerConfig {
     /// While publishes stream in, the WAL syncs no more often than this (microseconds): fewer
     /// bytes written per message at the cost of up to this much confirm latency; 0 syncs at once.
     pub wal_commit_window_us: u64,
+    /// Threads of the runtime that runs the connections: see [`worker_threads_default`].
+    pub worker_threads: usize,
     pub heartbeat_s: u16,
     pub channel_max: u16,
     pub frame_max_bytes: u32,
@@ -147,6 +149,20 @@ impl QueueLocator {
     }
 }
 
+/// Most threads `--worker-threads` accepts.
+pub const WORKER_THREADS_MAX: usize = 256;
+
+/// Half the cores, at least one: the connections' runtime shares the node with threads that
+/// are as hot as it (the WAL writer, the queue groups' loop), and a connection's tasks spread
+/// over more workers than the cores left to them hand each round to another thread, which
+/// wakes, steals and parks, instead of batching it. On 2 cores, one worker against two, each
+/// node in a session of its own (issue 37; docs/benchmarks/2026-11-29-fair-scheduling.md):
+/// 0.4-0.6x the CPU and 0.3-0.5x the context switches per message for a quorum queue on 3
+/// nodes, 0.6-0.8x the CPU for one node's persistent 1p1c.
+pub fn worker_threads_default() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+}
+
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
@@ -169,6 +185,7 @@ impl Default for ServerConfig {
             wal_file_bytes_max: warren_store::config::WAL_FILE_BYTES_DEFAULT,
             adopt_live_percent_min: warren_store::config::ADOPT_LIVE_PERCENT_MIN,
             wal_commit_window_us: warren_store::config::COMMIT_WINDOW_US_DEFAULT,
+            worker_threads: worker_threads_default(),
             heartbeat_s: HEARTBEAT_DEFAULT_S,
             channel_max: CHANNEL_MAX_DEFAULT,
             frame_max_bytes: FRAME_MAX_DEFAULT_BYTES,
