@@ -51,6 +51,20 @@ pub enum Error {
     AlreadyOpen(std::path::PathBuf),
     /// An I/O error outside the write path (opening, reading).
     Io(io::Error),
+    /// Bytes that are not a stream chunk (from a replica, say), or entries no chunk can hold.
+    InvalidChunk(crate::stream::ChunkError),
+    /// A stream chunk that does not continue the stream: its first offset is not the stream's
+    /// next one, or its epoch is older than the last chunk's (a leader that was fenced off).
+    ChunkOutOfOrder {
+        /// The stream's next offset.
+        expected_offset: u64,
+        /// The chunk's first offset.
+        offset: u64,
+        /// The epoch of the stream's last chunk.
+        last_epoch: u64,
+        /// The chunk's epoch.
+        epoch: u64,
+    },
 }
 
 impl fmt::Display for Error {
@@ -79,6 +93,17 @@ impl fmt::Display for Error {
             Error::Corrupt(why) => write!(f, "corrupt storage: {why}"),
             Error::AlreadyOpen(p) => write!(f, "{} is in use by another engine", p.display()),
             Error::Io(e) => write!(f, "i/o error: {e}"),
+            Error::InvalidChunk(e) => write!(f, "invalid stream chunk: {e}"),
+            Error::ChunkOutOfOrder {
+                expected_offset,
+                offset,
+                last_epoch,
+                epoch,
+            } => write!(
+                f,
+                "stream chunk at offset {offset} epoch {epoch} does not follow offset \
+                 {expected_offset} epoch {last_epoch}"
+            ),
         }
     }
 }

@@ -1,0 +1,311 @@
+//! Readers: a position in a stream, moved chunk by chunk. A reader finds its chunks through the
+//! index files (a binary search to position, then one index record per chunk) and hands each
+//! out as (file, position, length), so a consumer can `sendfile` it whole; or reads and decodes
+//! it. It never yields a chunk past the committed offset, and when retention deletes the
+//! segment it is in, it moves on to the first chunk left.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::chunk::{Chunk, Entry};
+use super::index::{self, IndexRecord, INDEX_RECORD_BYTES};
+use super::log::{SegmentSummary, Shared};
+use crate::{Error, Result};
+
+/// Where a reader starts, as a consumer asks (`x-stream-offset`, or the stream protocol's
+/// subscribe).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OffsetSpec {
+    /// The first chunk still held.
+    First,
+    /// The start of the last committed chunk (the next one to be written when none is).
+    Last,
+    /// The next offset to be written: only what comes after.
+    Next,
+    /// The chunk holding this offset; records before it are skipped. Below the first offset
+    /// held: the first; past the end: next.
+    Offset(u64),
+    /// The first chunk whose timestamp (ms since the Unix epoch) is at or after this one;
+    /// next when there is none.
+    Timestamp(i64),
+}
+
+/// A chunk found by a reader: where its bytes are. `file` stays readable even if retention
+/// deletes the segment meanwhile (the descriptor keeps it).
+#[derive(Clone, Debug)]
+pub struct ChunkSlice {
+    /// The segment file holding the chunk.
+    pub file: Arc<File>,
+    /// What the index says of the chunk: first offset, records, timestamp, epoch, type,
+    /// position and length in `file`.
+    pub record: IndexRecord,
+}
+
+impl ChunkSlice {
+    /// Where the chunk starts in `file`.
+    pub fn position(&self) -> u64 {
+        u64::from(self.record.position)
+    }
+
+    /// Bytes of the whole chunk (header, filter, data, trailer).
+    pub fn len(&self) -> u64 {
+        u64::from(self.record.chunk_bytes)
+    }
+
+    /// Never true: a chunk has at least its header.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Reads the chunk and checks it (CRC, entries, and that its header is what the index
+    /// says), right after the read.
+    pub fn read(&self) -> Result<Vec<u8>> {
+        let mut bytes = vec![0u8; self.record.chunk_bytes as usize];
+        self.file.read_exact_at(&mut bytes, self.position())?;
+        match Chunk::parse(&bytes) {
+            Ok(chunk) if self.record.matches(&chunk.header) => Ok(bytes),
+            Ok(_) => Err(Error::Corrupt(format!(
+                "stream chunk {} disagrees with its index record",
+                self.record.chunk_id
+            ))),
+            Err(e) => Err(Error::Corrupt(format!(
+                "stream chunk {}: {e}",
+                self.record.chunk_id
+            ))),
+        }
+    }
+}
+
+/// A chunk read and checked, with the offset below which its records are not for this
+/// reader.
+#[derive(Clone, Debug)]
+pub struct ReadChunk {
+    /// The chunk's bytes.
+    pub bytes: Vec<u8>,
+    /// Records below this offset are skipped by [`ReadChunk::entries`].
+    pub skip_below: u64,
+}
+
+impl ReadChunk {
+    /// The chunk, decoded (it was checked when read).
+    pub fn chunk(&self) -> Chunk<'_> {
+        Chunk::parse(&self.bytes).expect("checked when read")
+    }
+
+    /// The entries for this reader, each with its first offset: a sub-batch is kept whole if
+    /// any of its records is at or past the reader's start.
+    pub fn entries(&self) -> impl Iterator<Item = (u64, Entry<'_>)> + '_ {
+        let skip_below = self.skip_below;
+        self.chunk()
+            .entries()
+            .filter(move |(offset, e)| offset + u64::from(e.records()) > skip_below)
+    }
+}
+
+struct OpenSegment {
+    summary: SegmentSummary,
+    segment: Arc<File>,
+    index: File,
+    /// The index record of the reader's next chunk.
+    cursor: u64,
+}
+
+/// A position in a stream. Independent of the writer: it may live on another thread.
+pub struct Reader {
+    shared: Arc<Shared>,
+    /// The first offset of the next chunk to yield.
+    next_offset: u64,
+    /// Records below it are not for this reader (a numeric offset spec inside a chunk).
+    skip_below: u64,
+    open: Option<OpenSegment>,
+}
+
+impl Reader {
+    pub(crate) fn new(shared: Arc<Shared>, spec: OffsetSpec) -> Result<Reader> {
+        let written_end = shared.written_end.load(Ordering::Acquire);
+        let segments = shared.segments.read().expect("segments lock").clone();
+        let first = segments[0].first_offset;
+        let dir = &shared.dir;
+        let (next_offset, skip_below) = match spec {
+            OffsetSpec::First => (first, 0),
+            OffsetSpec::Next => (written_end, 0),
+            OffsetSpec::Last => {
+                let end = shared.visible_end();
+                if end <= first {
+                    (written_end, 0)
+                } else {
+                    (chunk_holding(dir, &segments, end - 1)?, 0)
+                }
+            }
+            OffsetSpec::Offset(o) if o < first => (first, 0),
+            OffsetSpec::Offset(o) if o >= written_end => (written_end, 0),
+            OffsetSpec::Offset(o) => (chunk_holding(dir, &segments, o)?, o),
+            OffsetSpec::Timestamp(t) => match chunk_at_or_after(dir, &segments, t)? {
+                Some(id) => (id, 0),
+                None => (written_end, 0),
+            },
+        };
+        Ok(Reader {
+            shared,
+            next_offset,
+            skip_below,
+            open: None,
+        })
+    }
+
+    /// The first offset of the next chunk this reader yields.
+    pub fn next_offset(&self) -> u64 {
+        self.next_offset
+    }
+
+    /// The next committed chunk, or `None` when the reader has reached the committed end
+    /// (call again once more is committed).
+    pub fn next_chunk(&mut self) -> Result<Option<ChunkSlice>> {
+        // Twice at most: once more after retention deleted the segment being opened.
+        for _ in 0..2 {
+            let visible_end = self.shared.visible_end();
+            let (first, summary) = {
+                let segments = self.shared.segments.read().expect("segments lock");
+                let first = segments[0].first_offset;
+                let at = segments.partition_point(|s| s.first_offset <= self.next_offset);
+                (first, segments[at.max(1) - 1])
+            };
+            if self.next_offset < first {
+                // Retention took the chunks this reader was to read.
+                self.next_offset = first;
+                self.skip_below = 0;
+                self.open = None;
+            }
+            if self.next_offset >= visible_end {
+                return Ok(None);
+            }
+            let same = self
+                .open
+                .as_ref()
+                .is_some_and(|o| o.summary.first_offset == summary.first_offset);
+            if same {
+                self.open.as_mut().expect("open").summary = summary;
+            } else {
+                match self.open_segment(summary) {
+                    Ok(open) => self.open = Some(open),
+                    Err(Error::Io(e)) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            let open = self.open.as_mut().expect("open");
+            if open.cursor >= open.summary.chunks {
+                return Err(Error::Corrupt(format!(
+                    "stream {}: offset {} is past the index of segment {}",
+                    self.shared.dir.display(),
+                    self.next_offset,
+                    open.summary.first_offset
+                )));
+            }
+            let record = read_record(&open.index, open.cursor)?;
+            if record.chunk_id != self.next_offset {
+                return Err(Error::Corrupt(format!(
+                    "stream {}: index record {} of segment {} is chunk {}, expected {}",
+                    self.shared.dir.display(),
+                    open.cursor,
+                    open.summary.first_offset,
+                    record.chunk_id,
+                    self.next_offset
+                )));
+            }
+            if record.next_offset() > visible_end {
+                return Ok(None);
+            }
+            open.cursor += 1;
+            self.next_offset = record.next_offset();
+            return Ok(Some(ChunkSlice {
+                file: open.segment.clone(),
+                record,
+            }));
+        }
+        Ok(None)
+    }
+
+    /// The next committed chunk, read and checked, with the records before this reader's
+    /// start marked to skip (see [`ReadChunk::entries`]).
+    pub fn next_read(&mut self) -> Result<Option<ReadChunk>> {
+        let skip_below = self.skip_below;
+        let Some(slice) = self.next_chunk()? else {
+            return Ok(None);
+        };
+        Ok(Some(ReadChunk {
+            bytes: slice.read()?,
+            skip_below,
+        }))
+    }
+
+    fn open_segment(&self, summary: SegmentSummary) -> Result<OpenSegment> {
+        let dir = &self.shared.dir;
+        let index = File::open(index::index_path(dir, summary.first_offset))?;
+        let segment = Arc::new(File::open(index::segment_path(dir, summary.first_offset))?);
+        let cursor = search(&index, summary.chunks, |r| r.chunk_id <= self.next_offset)?;
+        Ok(OpenSegment {
+            summary,
+            segment,
+            index,
+            cursor: cursor.saturating_sub(1),
+        })
+    }
+}
+
+fn read_record(index: &File, k: u64) -> Result<IndexRecord> {
+    let mut b = [0u8; INDEX_RECORD_BYTES as usize];
+    index.read_exact_at(&mut b, index::record_position(k))?;
+    IndexRecord::decode(&b)
+        .ok_or_else(|| Error::Corrupt(format!("stream index record {k} is damaged")))
+}
+
+/// The number of leading records of an index of `count` for which `below` holds (`below`
+/// must hold for a prefix): a binary search reading log2(count) records.
+fn search(index: &File, count: u64, below: impl Fn(&IndexRecord) -> bool) -> Result<u64> {
+    let (mut lo, mut hi) = (0, count);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if below(&read_record(index, mid)?) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(lo)
+}
+
+/// The first offset of the chunk holding `offset`, which must be within the stream.
+fn chunk_holding(dir: &std::path::Path, segments: &[SegmentSummary], offset: u64) -> Result<u64> {
+    let at = segments.partition_point(|s| s.first_offset <= offset);
+    let s = &segments[at.max(1) - 1];
+    if s.chunks == 0 || offset >= s.next_offset {
+        return Err(Error::Corrupt(format!(
+            "stream {}: offset {offset} is in no segment",
+            dir.display()
+        )));
+    }
+    let index = File::open(index::index_path(dir, s.first_offset))?;
+    let k = search(&index, s.chunks, |r| r.chunk_id <= offset)?;
+    Ok(read_record(&index, k - 1)?.chunk_id)
+}
+
+/// The first chunk stamped at or after `timestamp_ms`, if any (timestamps never go back in a
+/// stream: the writer raises a late one).
+fn chunk_at_or_after(
+    dir: &std::path::Path,
+    segments: &[SegmentSummary],
+    timestamp_ms: i64,
+) -> Result<Option<u64>> {
+    let Some(s) = segments
+        .iter()
+        .find(|s| s.chunks > 0 && s.last_timestamp_ms >= timestamp_ms)
+    else {
+        return Ok(None);
+    };
+    let index = File::open(index::index_path(dir, s.first_offset))?;
+    let k = search(&index, s.chunks, |r| r.timestamp_ms < timestamp_ms)?;
+    Ok(Some(read_record(&index, k.min(s.chunks - 1))?.chunk_id))
+}
