@@ -1,0 +1,331 @@
+//! Property test: a stream's log against a model (a list of chunks), under random appends of
+//! random sizes, retention by bytes and by age, and reopenings after the last segment or its
+//! index was cut at a random byte (what kill -9 or a power cut leaves). After each step a reader
+//! from a random offset spec must yield exactly the entries the model says, in order.
+
+mod common;
+
+use common::TempDir;
+use proptest::prelude::*;
+use warren_store::stream::{
+    chunk, index, AppendMeta, ChunkType, Entry, OffsetSpec, Retention, StreamConfig, StreamLog,
+};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum ModelEntry {
+    Simple(Vec<u8>),
+    SubBatch { records: u16, body: Vec<u8> },
+}
+
+impl ModelEntry {
+    fn records(&self) -> u64 {
+        match self {
+            ModelEntry::Simple(_) => 1,
+            ModelEntry::SubBatch { records, .. } => u64::from(*records),
+        }
+    }
+
+    fn as_entry(&self) -> Entry<'_> {
+        match self {
+            ModelEntry::Simple(b) => Entry::Simple(b),
+            ModelEntry::SubBatch { records, body } => Entry::SubBatch {
+                compression: 0,
+                records: *records,
+                uncompressed_bytes: body.len() as u32,
+                body,
+            },
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct ModelChunk {
+    id: u64,
+    timestamp_ms: i64,
+    entries: Vec<ModelEntry>,
+}
+
+impl ModelChunk {
+    fn records(&self) -> u64 {
+        self.entries.iter().map(ModelEntry::records).sum()
+    }
+
+    fn bytes(&self) -> u64 {
+        let data: usize = self
+            .entries
+            .iter()
+            .map(|e| e.as_entry().encoded_bytes())
+            .sum();
+        (chunk::CHUNK_HEADER_BYTES + data) as u64
+    }
+
+    /// (first offset, entry) of each entry.
+    fn offsets(&self) -> Vec<(u64, ModelEntry)> {
+        let mut at = self.id;
+        self.entries
+            .iter()
+            .map(|e| {
+                let here = at;
+                at += e.records();
+                (here, e.clone())
+            })
+            .collect()
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Append {
+        entries: Vec<(usize, u16)>,
+        clock_step_ms: i64,
+    },
+    RetainBytes {
+        fraction: f64,
+    },
+    RetainAge {
+        age_ms: u64,
+    },
+    /// Cut the last segment (`index` false) or its index at a fraction of its length, reopen.
+    CutAndReopen {
+        index: bool,
+        fraction: f64,
+    },
+    Read {
+        spec: u8,
+        pick: u64,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let entry = (0..300usize, prop_oneof![6 => Just(0u16), 1 => 1..6u16]);
+    prop_oneof![
+        10 => (prop::collection::vec(entry, 1..6), 0..3000i64)
+            .prop_map(|(entries, clock_step_ms)| Op::Append { entries, clock_step_ms }),
+        1 => (0.0..1.2f64).prop_map(|fraction| Op::RetainBytes { fraction }),
+        1 => (0..20_000u64).prop_map(|age_ms| Op::RetainAge { age_ms }),
+        2 => (any::<bool>(), 0.0..1.0f64)
+            .prop_map(|(index, fraction)| Op::CutAndReopen { index, fraction }),
+        4 => (0..5u8, any::<u64>()).prop_map(|(spec, pick)| Op::Read { spec, pick }),
+    ]
+}
+
+struct Harness {
+    dir: TempDir,
+    config: StreamConfig,
+    log: StreamLog,
+    chunks: Vec<ModelChunk>,
+    clock_ms: i64,
+    /// A counter that makes every body distinct.
+    serial: u64,
+}
+
+impl Harness {
+    fn next_offset(&self) -> u64 {
+        self.chunks
+            .last()
+            .map_or(self.log.handle().overview().first_offset, |c| {
+                c.id + c.records()
+            })
+    }
+
+    fn append(&mut self, sizes: &[(usize, u16)], clock_step_ms: i64) {
+        self.clock_ms += clock_step_ms;
+        let entries: Vec<ModelEntry> = sizes
+            .iter()
+            .map(|&(size, sub)| {
+                self.serial += 1;
+                let mut body = self.serial.to_be_bytes().to_vec();
+                body.resize(8 + size, (self.serial % 251) as u8);
+                match sub {
+                    0 => ModelEntry::Simple(body),
+                    records => ModelEntry::SubBatch { records, body },
+                }
+            })
+            .collect();
+        let refs: Vec<Entry<'_>> = entries.iter().map(ModelEntry::as_entry).collect();
+        let meta = AppendMeta {
+            chunk_type: ChunkType::User,
+            timestamp_ms: self.clock_ms,
+            epoch: 1,
+            filter: b"",
+            trailer: b"",
+        };
+        let id = self.next_offset();
+        let header = self.log.append(&meta, &refs).unwrap();
+        assert_eq!(header.chunk_id, id);
+        let chunk = ModelChunk {
+            id,
+            timestamp_ms: self.clock_ms,
+            entries,
+        };
+        assert_eq!(header.chunk_bytes(), chunk.bytes());
+        self.chunks.push(chunk);
+    }
+
+    fn expected(&self, spec: OffsetSpec) -> Vec<(u64, ModelEntry)> {
+        let all = || self.chunks.iter().flat_map(ModelChunk::offsets);
+        match spec {
+            OffsetSpec::First => all().collect(),
+            OffsetSpec::Next => vec![],
+            OffsetSpec::Last => self.chunks.last().map_or(vec![], ModelChunk::offsets),
+            OffsetSpec::Offset(o) => all().filter(|(at, e)| at + e.records() > o).collect(),
+            OffsetSpec::Timestamp(t) => {
+                match self.chunks.iter().position(|c| c.timestamp_ms >= t) {
+                    Some(i) => self.chunks[i..]
+                        .iter()
+                        .flat_map(ModelChunk::offsets)
+                        .collect(),
+                    None => vec![],
+                }
+            }
+        }
+    }
+
+    fn read(&self, spec: OffsetSpec) -> Vec<(u64, ModelEntry)> {
+        self.log.set_commit_end(self.log.next_offset());
+        let mut reader = self.log.reader(spec).unwrap();
+        let mut out = Vec::new();
+        while let Some(chunk) = reader.next_read().unwrap() {
+            for (offset, e) in chunk.entries() {
+                out.push((
+                    offset,
+                    match e {
+                        Entry::Simple(b) => ModelEntry::Simple(b.to_vec()),
+                        Entry::SubBatch { records, body, .. } => ModelEntry::SubBatch {
+                            records,
+                            body: body.to_vec(),
+                        },
+                    },
+                ));
+            }
+        }
+        out
+    }
+
+    fn spec(&self, kind: u8, pick: u64) -> OffsetSpec {
+        let first = self.log.handle().overview().first_offset;
+        let end = self.next_offset();
+        match kind {
+            0 => OffsetSpec::First,
+            1 => OffsetSpec::Last,
+            2 => OffsetSpec::Next,
+            // Anywhere from a little before the first offset to a little past the end.
+            3 => OffsetSpec::Offset(first.saturating_sub(3) + pick % (end - first + 6)),
+            _ => OffsetSpec::Timestamp(pick as i64 % (self.clock_ms + 2000) - 1000),
+        }
+    }
+
+    fn check_all_specs(&self) {
+        for kind in 0..5 {
+            for pick in [0, 7, 12345] {
+                let spec = self.spec(kind, pick);
+                assert_eq!(self.read(spec), self.expected(spec), "{spec:?}");
+            }
+        }
+    }
+
+    fn retain(&mut self, retention: Retention) {
+        let before = self.log.handle().segments();
+        let out = self.log.apply_retention(&retention, self.clock_ms).unwrap();
+        let after = self.log.handle().segments();
+        assert_eq!(after.len() + out.segments_deleted, before.len());
+        assert_eq!(after.last(), before.last(), "the last segment is kept");
+        assert_eq!(out.first_offset, after[0].first_offset);
+        // Deleted: every segment that retention wanted gone, and no more.
+        if after.len() > 1 {
+            let total: u64 = after.iter().map(|s| s.bytes).sum();
+            let over_bytes = retention.max_bytes.is_some_and(|m| total > m);
+            let too_old = retention
+                .max_age_ms
+                .is_some_and(|a| after[0].last_timestamp_ms < self.clock_ms - a as i64);
+            assert!(
+                !over_bytes && !too_old,
+                "kept a segment retention wanted gone"
+            );
+        }
+        if let Some(gone) = out.segments_deleted.checked_sub(1).map(|i| before[i]) {
+            let kept_with_it: u64 = after.iter().map(|s| s.bytes).sum::<u64>() + gone.bytes;
+            let wanted_gone = retention.max_bytes.is_some_and(|m| kept_with_it > m)
+                || retention
+                    .max_age_ms
+                    .is_some_and(|a| gone.last_timestamp_ms < self.clock_ms - a as i64);
+            assert!(wanted_gone, "deleted a segment retention wanted kept");
+        }
+        self.chunks.retain(|c| c.id >= out.first_offset);
+    }
+
+    fn cut_and_reopen(&mut self, cut_index: bool, fraction: f64) {
+        self.log.sync().unwrap();
+        let last = *self.log.handle().segments().last().unwrap();
+        let path = if cut_index {
+            index::index_path(self.dir.path(), last.first_offset)
+        } else {
+            index::segment_path(self.dir.path(), last.first_offset)
+        };
+        let len = std::fs::metadata(&path).unwrap().len();
+        let cut = (len as f64 * fraction) as u64;
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.set_len(cut).unwrap();
+        drop(file);
+        let config = self.config;
+        let (log, _report) = StreamLog::open(self.dir.path(), config).unwrap();
+        self.log = log;
+        if !cut_index {
+            // Chunks of the last segment that end past the cut are gone (all of them when the
+            // cut took part of the file header).
+            let mut end = index::FILE_HEADER_BYTES;
+            let mut keep = self
+                .chunks
+                .iter()
+                .take_while(|c| c.id < last.first_offset)
+                .count();
+            for c in &self.chunks[keep..] {
+                end += c.bytes();
+                if end > cut || cut < index::FILE_HEADER_BYTES {
+                    break;
+                }
+                keep += 1;
+            }
+            self.chunks.truncate(keep);
+        }
+        assert_eq!(self.log.next_offset(), self.next_offset());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn readers_yield_exactly_the_model_after_appends_retention_and_torn_reopens(
+        segment_bytes_max in prop_oneof![Just(150u64), Just(700), Just(4000)],
+        segment_chunks_max in prop_oneof![Just(3u32), Just(1000)],
+        ops in prop::collection::vec(op(), 1..60),
+    ) {
+        let dir = TempDir::new("stream-model");
+        let config = StreamConfig { segment_bytes_max, segment_chunks_max };
+        let (log, _) = StreamLog::open(dir.path(), config).unwrap();
+        let mut h = Harness { dir, config, log, chunks: Vec::new(), clock_ms: 1_000_000, serial: 0 };
+        for op in ops {
+            match op {
+                Op::Append { entries, clock_step_ms } => h.append(&entries, clock_step_ms),
+                Op::RetainBytes { fraction } => {
+                    let total = h.log.handle().overview().bytes;
+                    h.retain(Retention {
+                        max_bytes: Some((total as f64 * fraction) as u64),
+                        max_age_ms: None,
+                    });
+                }
+                Op::RetainAge { age_ms } => h.retain(Retention {
+                    max_bytes: None,
+                    max_age_ms: Some(age_ms),
+                }),
+                Op::CutAndReopen { index, fraction } => h.cut_and_reopen(index, fraction),
+                Op::Read { spec, pick } => {
+                    let spec = h.spec(spec, pick);
+                    prop_assert_eq!(h.read(spec), h.expected(spec), "{:?}", spec);
+                }
+            }
+        }
+        h.check_all_specs();
+    }
+}
