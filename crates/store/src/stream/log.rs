@@ -330,9 +330,11 @@ impl StreamLog {
         }
         let position = self.segment_bytes;
         let record = IndexRecord::of(header, position as u32);
-        self.segment
-            .write_all_at(bytes, position)
-            .map_err(write_error)?;
+        if let Err(e) = self.segment.write_all_at(bytes, position) {
+            // A partial chunk past the end is cut now rather than left for recovery.
+            let _ = self.segment.set_len(position);
+            return Err(write_error(e));
+        }
         let index_at = index::record_position(self.index_records);
         if let Err(e) = self.index.write_all_at(&record.encode(), index_at) {
             // A chunk without its index record would come back at recovery although the

@@ -125,7 +125,29 @@ pub struct Reader {
 
 impl Reader {
     pub(crate) fn new(shared: Arc<Shared>, spec: OffsetSpec) -> Result<Reader> {
+        let position = match Reader::position(&shared, spec) {
+            // Retention deleted the segment searched meanwhile: once more, past it.
+            Err(Error::Io(e)) if e.kind() == io::ErrorKind::NotFound => {
+                Reader::position(&shared, spec)
+            }
+            other => other,
+        };
+        let (next_offset, skip_below) = position?;
+        Ok(Reader {
+            shared,
+            next_offset,
+            skip_below,
+            open: None,
+        })
+    }
+
+    /// The first offset of the first chunk for `spec`, and the offset below which records
+    /// are skipped.
+    fn position(shared: &Shared, spec: OffsetSpec) -> Result<(u64, u64)> {
+        // Both ends before the summaries: a summary is updated before the ends move, so the
+        // copy holds every chunk below them.
         let written_end = shared.written_end.load(Ordering::Acquire);
+        let visible_end = shared.visible_end();
         let segments = shared.segments.read().expect("segments lock").clone();
         let first = segments[0].first_offset;
         let dir = &shared.dir;
@@ -133,11 +155,10 @@ impl Reader {
             OffsetSpec::First => (first, 0),
             OffsetSpec::Next => (written_end, 0),
             OffsetSpec::Last => {
-                let end = shared.visible_end();
-                if end <= first {
+                if visible_end <= first {
                     (written_end, 0)
                 } else {
-                    (chunk_holding(dir, &segments, end - 1)?, 0)
+                    (chunk_holding(dir, &segments, visible_end - 1)?, 0)
                 }
             }
             OffsetSpec::Offset(o) if o < first => (first, 0),
@@ -148,12 +169,7 @@ impl Reader {
                 None => (written_end, 0),
             },
         };
-        Ok(Reader {
-            shared,
-            next_offset,
-            skip_below,
-            open: None,
-        })
+        Ok((next_offset, skip_below))
     }
 
     /// The first offset of the next chunk this reader yields.
@@ -288,8 +304,14 @@ fn chunk_holding(dir: &std::path::Path, segments: &[SegmentSummary], offset: u64
         )));
     }
     let index = File::open(index::index_path(dir, s.first_offset))?;
-    let k = search(&index, s.chunks, |r| r.chunk_id <= offset)?;
-    Ok(read_record(&index, k - 1)?.chunk_id)
+    match search(&index, s.chunks, |r| r.chunk_id <= offset)? {
+        0 => Err(Error::Corrupt(format!(
+            "stream {}: the index of segment {} starts past offset {offset}",
+            dir.display(),
+            s.first_offset
+        ))),
+        k => Ok(read_record(&index, k - 1)?.chunk_id),
+    }
 }
 
 /// The first chunk stamped at or after `timestamp_ms`, if any (timestamps never go back in a
