@@ -65,6 +65,15 @@ pub enum Error {
         /// The chunk's epoch.
         epoch: u64,
     },
+    /// A stream truncation that would remove committed chunks, or chunks no longer held.
+    TruncateRefused {
+        /// The chunk sequence number to truncate from.
+        seq: u64,
+        /// The first chunk sequence number held.
+        first_seq: u64,
+        /// Records below it are committed.
+        commit_end: u64,
+    },
 }
 
 impl fmt::Display for Error {
@@ -103,6 +112,15 @@ impl fmt::Display for Error {
                 f,
                 "stream chunk at offset {offset} epoch {epoch} does not follow offset \
                  {expected_offset} epoch {last_epoch}"
+            ),
+            Error::TruncateRefused {
+                seq,
+                first_seq,
+                commit_end,
+            } => write!(
+                f,
+                "stream truncation from chunk {seq} refused: chunks from {first_seq} are held, \
+                 offsets below {commit_end} are committed"
             ),
         }
     }

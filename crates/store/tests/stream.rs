@@ -130,7 +130,7 @@ fn a_chunk_slice_is_the_chunk_as_delivered() {
         .next_chunk()
         .unwrap()
         .unwrap();
-    assert_eq!(slice.position(), index::FILE_HEADER_BYTES);
+    assert_eq!(slice.position(), index::SEGMENT_HEADER_BYTES);
     assert_eq!(slice.len(), header.chunk_bytes());
     // The bytes at (file, position, length) are the chunk: what sendfile would send.
     let bytes = slice.read().unwrap();
@@ -460,4 +460,165 @@ fn a_segment_created_just_before_a_crash_starts_again_empty() {
     let (mut log, _) = StreamLog::open(dir.path(), small_segments()).unwrap();
     fill(&mut log, 1, 1);
     assert_eq!(log.next_offset(), next + 1);
+}
+
+fn typed(chunk_type: ChunkType, epoch: u64) -> AppendMeta<'static> {
+    AppendMeta {
+        chunk_type,
+        epoch,
+        ..meta(0)
+    }
+}
+
+#[test]
+fn consumers_skip_tracking_and_raft_chunks_but_replication_reads_them() {
+    let dir = TempDir::new("stream-types");
+    let (mut log, _) = StreamLog::open(dir.path(), small_segments()).unwrap();
+    log.append(&typed(ChunkType::Empty, 1), &[Entry::Simple(b"")])
+        .unwrap(); // offset 0
+    fill(&mut log, 2, 2); // 1..5
+    log.append(
+        &typed(ChunkType::Configuration, 1),
+        &[Entry::Simple(b"conf")],
+    )
+    .unwrap(); // 5
+    fill(&mut log, 1, 3); // 6..9
+    log.append(
+        &typed(ChunkType::TrackingDelta, 1),
+        &[Entry::Simple(b"trk")],
+    )
+    .unwrap(); // 9
+    log.set_commit_end(10);
+    let all_user: Vec<_> = [1, 2, 3, 4, 6, 7, 8]
+        .into_iter()
+        .map(|o| (o, body(o)))
+        .collect();
+    assert_eq!(drain(&mut log.reader(OffsetSpec::First).unwrap()), all_user);
+    // "last" is the last user chunk, not the tracking chunk after it.
+    assert_eq!(
+        drain(&mut log.reader(OffsetSpec::Last).unwrap()),
+        expected(6..9)
+    );
+    assert_eq!(
+        drain(&mut log.reader(OffsetSpec::Offset(5)).unwrap()),
+        expected(6..9)
+    );
+    let mut replication = log.handle().replication_reader(0).unwrap();
+    let mut types = Vec::new();
+    while let Some(slice) = replication.next_chunk().unwrap() {
+        types.push((slice.record.chunk_id, slice.record.chunk_type));
+    }
+    assert_eq!(
+        types,
+        vec![
+            (0, ChunkType::Empty),
+            (1, ChunkType::User),
+            (3, ChunkType::User),
+            (5, ChunkType::Configuration),
+            (6, ChunkType::User),
+            (9, ChunkType::TrackingDelta),
+        ]
+    );
+}
+
+#[test]
+fn chunk_sequence_numbers_survive_retention_and_restarts() {
+    let dir = TempDir::new("stream-seq");
+    let (mut log, _) = StreamLog::open(dir.path(), small_segments()).unwrap();
+    fill(&mut log, 20, 3); // chunk n holds offsets 3n..3n+3
+    assert_eq!(log.next_seq(), 20);
+    let handle = log.handle();
+    for seq in [0, 7, 19] {
+        let slice = handle.chunk_by_seq(seq).unwrap().unwrap();
+        assert_eq!(slice.record.chunk_id, 3 * seq);
+        assert_eq!(slice.record.timestamp_ms, 3000 * seq as i64);
+    }
+    assert!(handle.chunk_by_seq(20).unwrap().is_none());
+    log.apply_retention(
+        &Retention {
+            max_bytes: Some(700),
+            ..Retention::default()
+        },
+        0,
+    )
+    .unwrap();
+    let overview = handle.overview();
+    assert!(overview.first_seq > 0);
+    assert_eq!(overview.first_offset, 3 * overview.first_seq);
+    assert!(handle
+        .chunk_by_seq(overview.first_seq - 1)
+        .unwrap()
+        .is_none());
+    drop((log, handle));
+    let (mut log, _) = StreamLog::open(dir.path(), small_segments()).unwrap();
+    assert_eq!(log.next_seq(), 20);
+    assert_eq!(log.handle().overview().first_seq, overview.first_seq);
+    fill(&mut log, 1, 1);
+    let slice = log.handle().chunk_by_seq(20).unwrap().unwrap();
+    assert_eq!((slice.record.chunk_id, slice.record.records), (60, 1));
+}
+
+#[test]
+fn truncation_removes_an_uncommitted_suffix_durably_and_appends_go_on_from_it() {
+    let dir = TempDir::new("stream-truncate");
+    let (mut log, _) = StreamLog::open(dir.path(), small_segments()).unwrap();
+    fill(&mut log, 20, 3); // chunks 0..20, offsets 0..60, several segments
+    let segments_before = log.handle().segments().len();
+    log.set_commit_end(15); // chunks 0..5 committed
+                            // Committed chunks cannot go.
+    assert!(matches!(
+        log.truncate_from_seq(4),
+        Err(Error::TruncateRefused {
+            seq: 4,
+            commit_end: 15,
+            ..
+        })
+    ));
+    let mut consumer = log.reader(OffsetSpec::First).unwrap();
+    assert_eq!(drain(&mut consumer), expected(0..15));
+    log.truncate_from_seq(6).unwrap();
+    assert_eq!((log.next_seq(), log.next_offset()), (6, 18));
+    assert!(log.handle().segments().len() < segments_before);
+    assert!(log.handle().chunk_by_seq(6).unwrap().is_none());
+    // A new term's chunks in place of the old ones.
+    for i in 0..3u64 {
+        let b = format!("term 2, chunk {i}").into_bytes();
+        log.append(&typed(ChunkType::User, 2), &[Entry::Simple(&b)])
+            .unwrap();
+    }
+    log.set_commit_end(21);
+    let got = drain(&mut consumer);
+    assert_eq!(got[..3], expected(15..18)[..]);
+    assert_eq!(got[3].1, b"term 2, chunk 0");
+    assert_eq!(got.len(), 6);
+    // The same after a restart: nothing of the old suffix comes back.
+    drop(log);
+    let (log, report) = StreamLog::open(dir.path(), small_segments()).unwrap();
+    assert_eq!(report, Default::default());
+    assert_eq!(
+        (log.next_seq(), log.next_offset(), log.last_epoch()),
+        (9, 21, 2)
+    );
+    log.set_commit_end(21);
+    assert_eq!(drain(&mut log.reader(OffsetSpec::First).unwrap()), {
+        let mut all = expected(0..18);
+        all.extend(got[3..].iter().cloned());
+        all
+    });
+    // Truncating everything left: the stream goes on from the same place.
+    let (mut log, _) = {
+        drop(log);
+        StreamLog::open(dir.path(), small_segments()).unwrap()
+    };
+    log.truncate_from_seq(0).unwrap();
+    assert_eq!(
+        (log.next_seq(), log.next_offset(), log.last_epoch()),
+        (0, 0, 0)
+    );
+    fill(&mut log, 1, 2);
+    log.set_commit_end(2);
+    assert_eq!(
+        drain(&mut log.reader(OffsetSpec::First).unwrap()),
+        expected(0..2)
+    );
 }

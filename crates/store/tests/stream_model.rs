@@ -85,7 +85,8 @@ enum Op {
     RetainAge {
         age_ms: u64,
     },
-    /// Cut the last segment (`index` false) or its index at a fraction of its length, reopen.
+    /// Cut the last segment (`index` false) or its index at a fraction of its length (past
+    /// its header), reopen.
     CutAndReopen {
         index: bool,
         fraction: f64,
@@ -263,7 +264,14 @@ impl Harness {
             index::segment_path(self.dir.path(), last.first_offset)
         };
         let len = std::fs::metadata(&path).unwrap().len();
-        let cut = (len as f64 * fraction) as u64;
+        // An index header is synced before the segment takes its first chunk: no crash tears
+        // it (a segment header may be torn: recovery starts such a segment again).
+        let floor = if cut_index {
+            index::INDEX_HEADER_BYTES
+        } else {
+            0
+        };
+        let cut = floor + ((len - floor) as f64 * fraction) as u64;
         let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
         file.set_len(cut).unwrap();
         drop(file);
@@ -273,7 +281,7 @@ impl Harness {
         if !cut_index {
             // Chunks of the last segment that end past the cut are gone (all of them when the
             // cut took part of the file header).
-            let mut end = index::FILE_HEADER_BYTES;
+            let mut end = index::SEGMENT_HEADER_BYTES;
             let mut keep = self
                 .chunks
                 .iter()
@@ -281,7 +289,7 @@ impl Harness {
                 .count();
             for c in &self.chunks[keep..] {
                 end += c.bytes();
-                if end > cut || cut < index::FILE_HEADER_BYTES {
+                if end > cut || cut < index::SEGMENT_HEADER_BYTES {
                     break;
                 }
                 keep += 1;

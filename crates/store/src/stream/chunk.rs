@@ -5,7 +5,8 @@
 //! ```text
 //! header, 48 bytes, big endian (as the stream protocol):
 //!  0  1  magic (high 4 bits, 5) and version (low 4 bits, 0; 1 is read too)
-//!  1  1  chunk type: 0 user, 1 tracking delta, 2 tracking snapshot
+//!  1  1  chunk type: 0 user, 1 tracking delta, 2 tracking snapshot (osiris's); 3 empty,
+//!        4 configuration (warren's: Raft's own entries, which consumers never see)
 //!  2  2  number of entries
 //!  4  4  number of records (a simple entry is one, a sub-batch says how many it holds)
 //!  8  8  timestamp, milliseconds since the Unix epoch (signed)
@@ -59,6 +60,12 @@ pub enum ChunkType {
     TrackingDelta = 1,
     /// All tracking state at once, written at the start of a segment.
     TrackingSnapshot = 2,
+    /// A Raft leader's empty entry at the start of its term: stored and counted (it takes an
+    /// offset and a chunk sequence number), skipped by consumers' readers.
+    Empty = 3,
+    /// A Raft configuration change (its entry is the change): stored and counted, skipped by
+    /// consumers' readers.
+    Configuration = 4,
 }
 
 impl ChunkType {
@@ -68,6 +75,8 @@ impl ChunkType {
             0 => Some(ChunkType::User),
             1 => Some(ChunkType::TrackingDelta),
             2 => Some(ChunkType::TrackingSnapshot),
+            3 => Some(ChunkType::Empty),
+            4 => Some(ChunkType::Configuration),
             _ => None,
         }
     }

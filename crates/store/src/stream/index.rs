@@ -13,7 +13,12 @@
 //!  0  8  magic "WRNSTIDX"
 //!  8  4  version (1), big endian
 //! 12  4  zero
-//! 16     records of 48 bytes, record k at 16 + 48 k, big endian:
+//! 16  8  chunk sequence number of the segment's first chunk (the n-th chunk of the stream,
+//!        from 0, kept across retention: a Raft log's index)
+//! 24  4  zero
+//! 28  4  crc32c of bytes 0..28
+//! 32     records of 48 bytes, record k (chunk sequence number first + k) at 32 + 48 k,
+//!        big endian:
 //!         0  8  chunk id (first offset)
 //!         8  8  timestamp, ms (signed)
 //!        16  8  epoch
@@ -26,6 +31,7 @@
 //!        44  4  crc32c of bytes 0..44
 //! ```
 //!
+//! The index file's header is synced when the segment is created, before any chunk goes in.
 //! The index record repeats what a reader needs to find a chunk by offset or by timestamp and
 //! to hand it out as (file, position, length) without reading the segment; its own checksum
 //! catches a torn record, and comparing it with the chunk's header catches a torn chunk.
@@ -34,8 +40,10 @@ use std::path::{Path, PathBuf};
 
 use super::chunk::{ChunkHeader, ChunkType};
 
-/// Bytes of the header of a segment or index file.
-pub const FILE_HEADER_BYTES: u64 = 16;
+/// Bytes of a segment file's header: its first chunk starts here.
+pub const SEGMENT_HEADER_BYTES: u64 = 16;
+/// Bytes of an index file's header.
+pub const INDEX_HEADER_BYTES: u64 = 32;
 /// Bytes of one index record.
 pub const INDEX_RECORD_BYTES: u64 = 48;
 const SEGMENT_MAGIC: &[u8; 8] = b"WRNSTSEG";
@@ -43,20 +51,29 @@ const INDEX_MAGIC: &[u8; 8] = b"WRNSTIDX";
 const VERSION: u32 = 1;
 
 /// The header of a segment file.
-pub fn segment_header() -> [u8; FILE_HEADER_BYTES as usize] {
-    file_header(SEGMENT_MAGIC)
-}
-
-/// The header of an index file.
-pub fn index_header() -> [u8; FILE_HEADER_BYTES as usize] {
-    file_header(INDEX_MAGIC)
-}
-
-fn file_header(magic: &[u8; 8]) -> [u8; FILE_HEADER_BYTES as usize] {
-    let mut h = [0u8; FILE_HEADER_BYTES as usize];
-    h[..8].copy_from_slice(magic);
+pub fn segment_header() -> [u8; SEGMENT_HEADER_BYTES as usize] {
+    let mut h = [0u8; SEGMENT_HEADER_BYTES as usize];
+    h[..8].copy_from_slice(SEGMENT_MAGIC);
     h[8..12].copy_from_slice(&VERSION.to_be_bytes());
     h
+}
+
+/// The header of an index file whose first record is chunk `first_seq` of the stream.
+pub fn index_header(first_seq: u64) -> [u8; INDEX_HEADER_BYTES as usize] {
+    let mut h = [0u8; INDEX_HEADER_BYTES as usize];
+    h[..8].copy_from_slice(INDEX_MAGIC);
+    h[8..12].copy_from_slice(&VERSION.to_be_bytes());
+    h[16..24].copy_from_slice(&first_seq.to_be_bytes());
+    let crc = crc32c::crc32c(&h[..28]);
+    h[28..32].copy_from_slice(&crc.to_be_bytes());
+    h
+}
+
+/// The first chunk sequence number an index header names, if the header is whole.
+pub fn parse_index_header(h: &[u8]) -> Option<u64> {
+    let h = h.get(..INDEX_HEADER_BYTES as usize)?;
+    let first_seq = u64::from_be_bytes(h[16..24].try_into().expect("8"));
+    (h == index_header(first_seq)).then_some(first_seq)
 }
 
 /// The segment file whose first chunk id is `first`.
@@ -168,7 +185,7 @@ impl IndexRecord {
             data_crc: u32_at(40),
         };
         let sane = record.records > 0
-            && u64::from(record.position) >= FILE_HEADER_BYTES
+            && u64::from(record.position) >= SEGMENT_HEADER_BYTES
             && record.chunk_bytes as usize >= super::chunk::CHUNK_HEADER_BYTES
             && record.chunk_bytes as usize <= super::chunk::CHUNK_BYTES_MAX
             && record
@@ -181,7 +198,7 @@ impl IndexRecord {
 
 /// Where index record `k` lives in the index file.
 pub fn record_position(k: u64) -> u64 {
-    FILE_HEADER_BYTES + INDEX_RECORD_BYTES * k
+    INDEX_HEADER_BYTES + INDEX_RECORD_BYTES * k
 }
 
 #[cfg(test)]
@@ -201,6 +218,18 @@ mod tests {
         assert_eq!(parse_name("99999999999999999999.index"), None);
         assert_eq!(parse_name("0001.index"), None);
         assert_eq!(parse_name("0000000000000000000x.index"), None);
+    }
+
+    #[test]
+    fn index_header_names_its_first_sequence_number() {
+        let h = index_header(1 << 40);
+        assert_eq!(parse_index_header(&h), Some(1 << 40));
+        for bit in 0..h.len() * 8 {
+            let mut bad = h;
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert_eq!(parse_index_header(&bad), None, "bit {bit}");
+        }
+        assert_eq!(parse_index_header(&h[..31]), None);
     }
 
     #[test]

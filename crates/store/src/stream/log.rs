@@ -11,7 +11,7 @@ use std::sync::{Arc, RwLock};
 
 use super::chunk::{self, ChunkHeader, ChunkMeta, ChunkType, Entry};
 use super::index::{self, IndexRecord};
-use super::reader::{OffsetSpec, Reader};
+use super::reader::{read_record, ChunkSlice, OffsetSpec, Reader};
 use super::recovery::{self, Recovered};
 use super::{Retention, StreamConfig};
 use crate::{Error, Result};
@@ -24,6 +24,8 @@ pub struct SegmentSummary {
     /// The first chunk id (the files' name); for an empty segment, the offset its first
     /// chunk will have.
     pub first_offset: u64,
+    /// The chunk sequence number of the first chunk (or of the next one, while empty).
+    pub first_seq: u64,
     /// One past the last record of the segment.
     pub next_offset: u64,
     /// Timestamp of the first chunk (0 while empty).
@@ -37,14 +39,15 @@ pub struct SegmentSummary {
 }
 
 impl SegmentSummary {
-    pub(crate) fn empty(first_offset: u64) -> SegmentSummary {
+    pub(crate) fn empty(first_offset: u64, first_seq: u64) -> SegmentSummary {
         SegmentSummary {
             first_offset,
+            first_seq,
             next_offset: first_offset,
             first_timestamp_ms: 0,
             last_timestamp_ms: 0,
             chunks: 0,
-            bytes: index::FILE_HEADER_BYTES,
+            bytes: index::SEGMENT_HEADER_BYTES,
         }
     }
 
@@ -56,6 +59,11 @@ impl SegmentSummary {
         self.next_offset = record.next_offset();
         self.chunks += 1;
         self.bytes = record.end_position();
+    }
+
+    /// One past the last chunk's sequence number.
+    pub fn next_seq(&self) -> u64 {
+        self.first_seq + self.chunks
     }
 }
 
@@ -96,6 +104,10 @@ pub struct Overview {
     pub next_offset: u64,
     /// Records below it are committed.
     pub commit_end: u64,
+    /// The chunk sequence number of the first chunk held.
+    pub first_seq: u64,
+    /// The chunk sequence number the next chunk gets.
+    pub next_seq: u64,
     /// Segments on disk.
     pub segments: usize,
     /// Chunks on disk.
@@ -109,9 +121,47 @@ pub struct Overview {
 }
 
 impl StreamHandle {
-    /// A reader positioned by `spec` (see [`OffsetSpec`]).
+    /// A consumer's reader positioned by `spec` (see [`OffsetSpec`]): user chunks only, up
+    /// to the committed offset.
     pub fn reader(&self, spec: OffsetSpec) -> Result<Reader> {
         Reader::new(self.shared.clone(), spec)
+    }
+
+    /// A replication reader from chunk sequence number `seq`: every chunk, whatever its type,
+    /// up to what is written (committed or not). A truncation ([`StreamLog::truncate_from_seq`])
+    /// past its position invalidates it: drop it when the node stops leading.
+    pub fn replication_reader(&self, seq: u64) -> Result<Reader> {
+        Reader::from_seq(self.shared.clone(), seq)
+    }
+
+    /// The chunk with sequence number `seq` (the n-th chunk of the stream, from 0), found with
+    /// one seek in its segment's index; `None` when retention deleted it or it is not written.
+    /// Its index record says its offsets, epoch (a Raft term) and type without reading it.
+    pub fn chunk_by_seq(&self, seq: u64) -> Result<Option<ChunkSlice>> {
+        let summary = {
+            let segments = self.shared.segments.read().expect("segments lock");
+            let at = segments.partition_point(|s| s.first_seq <= seq);
+            match at.checked_sub(1).map(|i| segments[i]) {
+                Some(s) if seq < s.next_seq() => s,
+                _ => return Ok(None),
+            }
+        };
+        let dir = &self.shared.dir;
+        let opened = File::open(index::index_path(dir, summary.first_offset)).and_then(|idx| {
+            let seg = File::open(index::segment_path(dir, summary.first_offset))?;
+            Ok((idx, seg))
+        });
+        let (idx, seg) = match opened {
+            Ok(files) => files,
+            // Retention deleted the segment meanwhile.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let record = read_record(&idx, seq - summary.first_seq)?;
+        Ok(Some(ChunkSlice {
+            file: Arc::new(seg),
+            record,
+        }))
     }
 
     /// The stream's figures now.
@@ -123,6 +173,8 @@ impl StreamHandle {
             first_offset: first.first_offset,
             next_offset: self.shared.written_end.load(Ordering::Acquire),
             commit_end: self.shared.commit_end.load(Ordering::Acquire),
+            first_seq: first.first_seq,
+            next_seq: segments.last().expect("at least one segment").next_seq(),
             segments: segments.len(),
             chunks: segments.iter().map(|s| s.chunks).sum(),
             bytes: segments.iter().map(|s| s.bytes).sum(),
@@ -186,8 +238,10 @@ pub struct StreamLog {
     segment_bytes: u64,
     /// Index records in the active segment.
     index_records: u64,
-    /// Chunks in the active segment.
+    /// The offset of the next record.
     next_offset: u64,
+    /// The sequence number of the next chunk.
+    next_seq: u64,
     last_epoch: u64,
     last_timestamp_ms: i64,
     /// Files written since the last sync.
@@ -223,6 +277,7 @@ impl StreamLog {
             segment_bytes: last.bytes,
             index_records: last.chunks,
             next_offset: last.next_offset,
+            next_seq: last.next_seq(),
             last_epoch: opened.last_epoch,
             last_timestamp_ms: opened.last_timestamp_ms,
             unsynced: false,
@@ -248,6 +303,11 @@ impl StreamLog {
     /// The offset the next record gets.
     pub fn next_offset(&self) -> u64 {
         self.next_offset
+    }
+
+    /// The chunk sequence number the next chunk gets.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
     }
 
     /// The epoch of the last chunk written (0 for an empty stream).
@@ -346,6 +406,7 @@ impl StreamLog {
         self.segment_bytes = record.end_position();
         self.index_records += 1;
         self.next_offset = record.next_offset();
+        self.next_seq += 1;
         self.last_epoch = header.epoch;
         self.last_timestamp_ms = header.timestamp_ms;
         self.unsynced = true;
@@ -363,21 +424,118 @@ impl StreamLog {
     }
 
     /// Ends the active segment (synced, so that only the last segment can ever hold a torn
-    /// tail and recovery reads only it) and starts a new one at the next offset.
+    /// tail and recovery reads only it) and starts a new one at the next offset, its headers
+    /// synced before any chunk goes in (so the chunk sequence number its index header holds
+    /// is never lost).
     fn roll(&mut self) -> Result<()> {
         self.sync_files()?;
         let dir = &self.shared.dir;
-        let (segment, index) = create_segment(dir, self.next_offset).map_err(write_error)?;
+        let (segment, index) =
+            create_segment(dir, self.next_offset, self.next_seq).map_err(write_error)?;
+        if let Err(e) = segment
+            .sync_data()
+            .and_then(|()| index.sync_data())
+            .and_then(|()| File::open(dir)?.sync_all())
+        {
+            return Err(self.poison(e));
+        }
         self.segment = segment;
         self.index = index;
-        self.segment_bytes = index::FILE_HEADER_BYTES;
+        self.segment_bytes = index::SEGMENT_HEADER_BYTES;
         self.index_records = 0;
-        self.dir_unsynced = true;
         self.shared
             .segments
             .write()
             .expect("segments lock")
-            .push(SegmentSummary::empty(self.next_offset));
+            .push(SegmentSummary::empty(self.next_offset, self.next_seq));
+        Ok(())
+    }
+
+    fn poison(&mut self, e: io::Error) -> Error {
+        let why = format!("fdatasync of stream {}: {e}", self.shared.dir.display());
+        self.poisoned = Some(why.clone());
+        Error::Poisoned(why)
+    }
+
+    /// Removes every chunk from sequence number `seq` on (a Raft follower's conflicting
+    /// suffix), durably before it returns, so that the chunks written in their place never
+    /// sit before stale ones on disk. Only what is not committed can go: a `seq` whose chunk
+    /// is below the committed offset, or below the first chunk kept, is refused.
+    pub fn truncate_from_seq(&mut self, seq: u64) -> Result<()> {
+        self.check_writable()?;
+        if seq >= self.next_seq {
+            return Ok(());
+        }
+        let handle = self.handle();
+        let commit_end = self.shared.commit_end.load(Ordering::Acquire);
+        let refused = Error::TruncateRefused {
+            seq,
+            first_seq: handle.overview().first_seq,
+            commit_end,
+        };
+        let cut = match handle.chunk_by_seq(seq)? {
+            Some(slice) if slice.record.chunk_id >= commit_end => slice.record,
+            _ => return Err(refused),
+        };
+        let dir = self.shared.dir.clone();
+        // Whole segments after the one holding `seq` go, newest first, so that a crash
+        // midway leaves a stream that recovery takes as it is.
+        let (doomed, keep) = {
+            let segments = self.shared.segments.read().expect("segments lock");
+            let at = segments.partition_point(|s| s.first_seq <= seq) - 1;
+            (segments[at + 1..].to_vec(), segments[at])
+        };
+        // Readers see the shorter stream before the files change.
+        self.shared
+            .written_end
+            .store(cut.chunk_id, Ordering::Release);
+        for s in doomed.iter().rev() {
+            remove_if_present(&index::segment_path(&dir, s.first_offset))?;
+            remove_if_present(&index::index_path(&dir, s.first_offset))?;
+        }
+        let k = seq - keep.first_seq;
+        let segment = open_rw(&index::segment_path(&dir, keep.first_offset))?;
+        let idx = open_rw(&index::index_path(&dir, keep.first_offset))?;
+        segment.set_len(u64::from(cut.position))?;
+        idx.set_len(index::record_position(k))?;
+        if let Err(e) = segment
+            .sync_data()
+            .and_then(|()| idx.sync_data())
+            .and_then(|()| File::open(&dir)?.sync_all())
+        {
+            return Err(self.poison(e));
+        }
+        // What is left: the summary of the kept segment, and the last chunk's epoch and
+        // timestamp (from the record before the cut, wherever it is).
+        let mut summary = SegmentSummary::empty(keep.first_offset, keep.first_seq);
+        if k > 0 {
+            let first = read_record(&idx, 0)?;
+            let last = read_record(&idx, k - 1)?;
+            summary.first_timestamp_ms = first.timestamp_ms;
+            summary.last_timestamp_ms = last.timestamp_ms;
+            summary.next_offset = last.next_offset();
+            summary.chunks = k;
+            summary.bytes = last.end_position();
+        }
+        let before = match seq.checked_sub(1) {
+            Some(prev) => handle.chunk_by_seq(prev)?.map(|s| s.record),
+            None => None,
+        };
+        {
+            let mut segments = self.shared.segments.write().expect("segments lock");
+            let at = segments.len() - doomed.len() - 1;
+            segments.truncate(at + 1);
+            segments[at] = summary;
+        }
+        self.segment = segment;
+        self.index = idx;
+        self.segment_bytes = u64::from(cut.position);
+        self.index_records = k;
+        self.next_offset = cut.chunk_id;
+        self.next_seq = seq;
+        self.last_epoch = before.map_or(0, |r| r.epoch);
+        self.last_timestamp_ms = before.map_or(0, |r| r.timestamp_ms);
+        self.unsynced = false;
         Ok(())
     }
 
@@ -396,9 +554,7 @@ impl StreamLog {
                 .sync_data()
                 .and_then(|()| self.index.sync_data())
             {
-                let why = format!("fdatasync of stream {}: {e}", self.shared.dir.display());
-                self.poisoned = Some(why.clone());
-                return Err(Error::Poisoned(why));
+                return Err(self.poison(e));
             }
             self.unsynced = false;
         }
@@ -471,9 +627,12 @@ fn write_error(e: io::Error) -> Error {
     }
 }
 
-/// Creates the files of a new, empty segment (headers only, not synced: the caller syncs the
-/// directory before it counts on them).
-pub(crate) fn create_segment(dir: &Path, first: u64) -> io::Result<(File, File)> {
+fn open_rw(path: &Path) -> io::Result<File> {
+    OpenOptions::new().read(true).write(true).open(path)
+}
+
+/// Creates the files of a new, empty segment (headers only, not synced).
+pub(crate) fn create_segment(dir: &Path, first: u64, first_seq: u64) -> io::Result<(File, File)> {
     let create = |path: PathBuf, header: &[u8]| -> io::Result<File> {
         let f = OpenOptions::new()
             .read(true)
@@ -484,7 +643,10 @@ pub(crate) fn create_segment(dir: &Path, first: u64) -> io::Result<(File, File)>
         f.write_all_at(header, 0)?;
         Ok(f)
     };
-    let index = create(index::index_path(dir, first), &index::index_header())?;
+    let index = create(
+        index::index_path(dir, first),
+        &index::index_header(first_seq),
+    )?;
     let segment = create(index::segment_path(dir, first), &index::segment_header())?;
     Ok((segment, index))
 }

@@ -10,10 +10,15 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::chunk::{Chunk, Entry};
+use super::chunk::{Chunk, ChunkType, Entry};
 use super::index::{self, IndexRecord, INDEX_RECORD_BYTES};
 use super::log::{SegmentSummary, Shared};
 use crate::{Error, Result};
+
+/// Most index records "last" walks back over to find a user chunk; past it, "last" is "next"
+/// (a stream whose tail is that long a run of tracking or Raft chunks has no last message
+/// worth finding).
+pub const LAST_USER_CHUNK_SCAN_MAX: u64 = 4096;
 
 /// Where a reader starts, as a consumer asks (`x-stream-offset`, or the stream protocol's
 /// subscribe).
@@ -116,6 +121,9 @@ struct OpenSegment {
 /// A position in a stream. Independent of the writer: it may live on another thread.
 pub struct Reader {
     shared: Arc<Shared>,
+    /// A replication reader: every chunk type, up to what is written. Otherwise a consumer's:
+    /// user chunks only, up to the committed offset.
+    replication: bool,
     /// The first offset of the next chunk to yield.
     next_offset: u64,
     /// Records below it are not for this reader (a numeric offset spec inside a chunk).
@@ -135,8 +143,36 @@ impl Reader {
         let (next_offset, skip_below) = position?;
         Ok(Reader {
             shared,
+            replication: false,
             next_offset,
             skip_below,
+            open: None,
+        })
+    }
+
+    pub(crate) fn from_seq(shared: Arc<Shared>, seq: u64) -> Result<Reader> {
+        let handle = super::StreamHandle {
+            shared: shared.clone(),
+        };
+        let overview = handle.overview();
+        let next_offset = if seq >= overview.next_seq {
+            overview.next_offset
+        } else {
+            match handle.chunk_by_seq(seq)? {
+                Some(slice) => slice.record.chunk_id,
+                None => {
+                    return Err(Error::OutOfRange {
+                        log_id: 0,
+                        index: seq,
+                    })
+                }
+            }
+        };
+        Ok(Reader {
+            shared,
+            replication: true,
+            next_offset,
+            skip_below: 0,
             open: None,
         })
     }
@@ -151,22 +187,28 @@ impl Reader {
         let segments = shared.segments.read().expect("segments lock").clone();
         let first = segments[0].first_offset;
         let dir = &shared.dir;
+        // "Next" is the committed end: a chunk boundary (Raft commits whole chunks), so a
+        // truncation of what is not committed never cuts under a reader's position.
+        let next = if visible_end < written_end {
+            (chunk_holding(dir, &segments, visible_end)?, visible_end)
+        } else {
+            (written_end, 0)
+        };
         let (next_offset, skip_below) = match spec {
             OffsetSpec::First => (first, 0),
-            OffsetSpec::Next => (written_end, 0),
-            OffsetSpec::Last => {
-                if visible_end <= first {
-                    (written_end, 0)
-                } else {
-                    (chunk_holding(dir, &segments, visible_end - 1)?, 0)
-                }
-            }
-            OffsetSpec::Offset(o) if o < first => (first, 0),
-            OffsetSpec::Offset(o) if o >= written_end => (written_end, 0),
-            OffsetSpec::Offset(o) => (chunk_holding(dir, &segments, o)?, o),
-            OffsetSpec::Timestamp(t) => match chunk_at_or_after(dir, &segments, t)? {
+            OffsetSpec::Next => next,
+            OffsetSpec::Last if visible_end <= first => next,
+            OffsetSpec::Last => match last_user_chunk(dir, &segments, visible_end)? {
                 Some(id) => (id, 0),
-                None => (written_end, 0),
+                None => next,
+            },
+            OffsetSpec::Offset(o) if o < first => (first, 0),
+            OffsetSpec::Offset(o) if o < visible_end => (chunk_holding(dir, &segments, o)?, o),
+            OffsetSpec::Offset(o) if o < written_end => (next.0, o),
+            OffsetSpec::Offset(_) => next,
+            OffsetSpec::Timestamp(t) => match chunk_at_or_after(dir, &segments, t)? {
+                Some(id) if id < visible_end => (id, 0),
+                _ => next,
             },
         };
         Ok((next_offset, skip_below))
@@ -177,12 +219,16 @@ impl Reader {
         self.next_offset
     }
 
-    /// The next committed chunk, or `None` when the reader has reached the committed end
-    /// (call again once more is committed).
+    /// The next chunk (for a consumer's reader: the next committed user chunk), or `None`
+    /// when the reader has reached the end (call again once more is written or committed).
     pub fn next_chunk(&mut self) -> Result<Option<ChunkSlice>> {
-        // Twice at most: once more after retention deleted the segment being opened.
-        for _ in 0..2 {
-            let visible_end = self.shared.visible_end();
+        let mut retried = false;
+        loop {
+            let end = if self.replication {
+                self.shared.written_end.load(Ordering::Acquire)
+            } else {
+                self.shared.visible_end()
+            };
             let (first, summary) = {
                 let segments = self.shared.segments.read().expect("segments lock");
                 let first = segments[0].first_offset;
@@ -195,7 +241,7 @@ impl Reader {
                 self.skip_below = 0;
                 self.open = None;
             }
-            if self.next_offset >= visible_end {
+            if self.next_offset >= end {
                 return Ok(None);
             }
             let same = self
@@ -207,7 +253,11 @@ impl Reader {
             } else {
                 match self.open_segment(summary) {
                     Ok(open) => self.open = Some(open),
-                    Err(Error::Io(e)) if e.kind() == io::ErrorKind::NotFound => continue,
+                    // Retention deleted the segment meanwhile: look again, once.
+                    Err(Error::Io(e)) if e.kind() == io::ErrorKind::NotFound && !retried => {
+                        retried = true;
+                        continue;
+                    }
                     Err(e) => return Err(e),
                 }
             }
@@ -231,17 +281,19 @@ impl Reader {
                     self.next_offset
                 )));
             }
-            if record.next_offset() > visible_end {
+            if record.next_offset() > end {
                 return Ok(None);
             }
             open.cursor += 1;
             self.next_offset = record.next_offset();
-            return Ok(Some(ChunkSlice {
-                file: open.segment.clone(),
-                record,
-            }));
+            if self.replication || record.chunk_type == ChunkType::User {
+                return Ok(Some(ChunkSlice {
+                    file: open.segment.clone(),
+                    record,
+                }));
+            }
+            // Tracking and Raft's own chunks take offsets but are not for consumers.
         }
-        Ok(None)
     }
 
     /// The next committed chunk, read and checked, with the records before this reader's
@@ -271,7 +323,7 @@ impl Reader {
     }
 }
 
-fn read_record(index: &File, k: u64) -> Result<IndexRecord> {
+pub(crate) fn read_record(index: &File, k: u64) -> Result<IndexRecord> {
     let mut b = [0u8; INDEX_RECORD_BYTES as usize];
     index.read_exact_at(&mut b, index::record_position(k))?;
     IndexRecord::decode(&b)
@@ -312,6 +364,36 @@ fn chunk_holding(dir: &std::path::Path, segments: &[SegmentSummary], offset: u64
         ))),
         k => Ok(read_record(&index, k - 1)?.chunk_id),
     }
+}
+
+/// The first offset of the last user chunk wholly below `end`, if any: the index is walked
+/// back from `end`, past tracking and Raft chunks (a run of them is short: they come between
+/// user chunks), for at most [`LAST_USER_CHUNK_SCAN_MAX`] records.
+fn last_user_chunk(
+    dir: &std::path::Path,
+    segments: &[SegmentSummary],
+    end: u64,
+) -> Result<Option<u64>> {
+    let mut scanned = 0;
+    for s in segments
+        .iter()
+        .rev()
+        .filter(|s| s.chunks > 0 && s.first_offset < end)
+    {
+        let index = File::open(index::index_path(dir, s.first_offset))?;
+        let below = search(&index, s.chunks, |r| r.next_offset() <= end)?;
+        for k in (0..below).rev() {
+            scanned += 1;
+            if scanned > LAST_USER_CHUNK_SCAN_MAX {
+                return Ok(None);
+            }
+            let record = read_record(&index, k)?;
+            if record.chunk_type == ChunkType::User {
+                return Ok(Some(record.chunk_id));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// The first chunk stamped at or after `timestamp_ms`, if any (timestamps never go back in a

@@ -16,7 +16,9 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use super::chunk::{Chunk, ChunkHeader, CHUNK_BYTES_MAX, CHUNK_HEADER_BYTES};
-use super::index::{self, IndexRecord, FILE_HEADER_BYTES, INDEX_RECORD_BYTES};
+use super::index::{
+    self, IndexRecord, INDEX_HEADER_BYTES, INDEX_RECORD_BYTES, SEGMENT_HEADER_BYTES,
+};
 use super::log::{create_segment, SegmentSummary};
 use super::RECOVERY_READ_BYTES;
 use crate::{Error, Result};
@@ -69,10 +71,12 @@ pub(crate) fn open(dir: &Path) -> Result<Opened> {
     }
     let mut report = Recovered::default();
     let Some(&last_first) = found.keys().next_back() else {
-        let (segment, index) = create_segment(dir, 0)?;
+        let (segment, index) = create_segment(dir, 0, 0)?;
+        segment.sync_data()?;
+        index.sync_data()?;
         File::open(dir)?.sync_all()?;
         return Ok(Opened {
-            segments: vec![SegmentSummary::empty(0)],
+            segments: vec![SegmentSummary::empty(0, 0)],
             segment,
             index,
             last_epoch: 0,
@@ -106,30 +110,15 @@ pub(crate) fn open(dir: &Path) -> Result<Opened> {
         at_head = false;
         let summary = closed_segment(dir, first)?;
         if let Some(prev) = segments.last() {
-            if prev.next_offset != first {
-                return Err(corrupt(
-                    &index::segment_path(dir, first),
-                    format!(
-                        "starts at {first}, the segment before ends at {}",
-                        prev.next_offset
-                    ),
-                ));
-            }
+            check_follows(dir, prev, first, Some(summary.first_seq))?;
         }
         segments.push(summary);
     }
     if let Some(prev) = segments.last() {
-        if prev.next_offset != last_first {
-            return Err(corrupt(
-                &index::segment_path(dir, last_first),
-                format!(
-                    "starts at {last_first}, the segment before ends at {}",
-                    prev.next_offset
-                ),
-            ));
-        }
+        check_follows(dir, prev, last_first, None)?;
     }
-    let last = active_segment(dir, last_first, &mut report)?;
+    let expected_seq = segments.last().map(SegmentSummary::next_seq);
+    let last = active_segment(dir, last_first, expected_seq, &mut report)?;
     let (last_epoch, last_timestamp_ms) = match last.last_record {
         Some(r) => (r.epoch, r.timestamp_ms),
         None => segments.last().map_or((0, 0), |s| {
@@ -154,18 +143,46 @@ pub(crate) fn open(dir: &Path) -> Result<Opened> {
     })
 }
 
+/// Whether the segment starting at `first` (chunk `first_seq`, when known) continues `prev`.
+fn check_follows(
+    dir: &Path,
+    prev: &SegmentSummary,
+    first: u64,
+    first_seq: Option<u64>,
+) -> Result<()> {
+    if prev.next_offset != first || first_seq.is_some_and(|seq| seq != prev.next_seq()) {
+        return Err(corrupt(
+            &index::index_path(dir, first),
+            format!(
+                "starts at offset {first} (chunk {first_seq:?}), the segment before ends at \
+                 offset {} (chunk {})",
+                prev.next_offset,
+                prev.next_seq()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn read_record(file: &File, path: &Path, k: u64) -> Result<IndexRecord> {
     let mut b = [0u8; INDEX_RECORD_BYTES as usize];
     file.read_exact_at(&mut b, index::record_position(k))?;
     IndexRecord::decode(&b).ok_or_else(|| corrupt(path, format!("index record {k} is damaged")))
 }
 
-fn check_header(file: &File, path: &Path, expected: &[u8]) -> Result<()> {
-    let mut h = [0u8; FILE_HEADER_BYTES as usize];
+fn check_segment_header(file: &File, path: &Path) -> Result<()> {
+    let mut h = [0u8; SEGMENT_HEADER_BYTES as usize];
     match file.read_exact_at(&mut h, 0) {
-        Ok(()) if h == expected => Ok(()),
+        Ok(()) if h == index::segment_header() => Ok(()),
         _ => Err(corrupt(path, "bad file header")),
     }
+}
+
+/// The first chunk sequence number of a whole index header.
+fn read_index_header(file: &File) -> Option<u64> {
+    let mut h = [0u8; INDEX_HEADER_BYTES as usize];
+    file.read_exact_at(&mut h, 0).ok()?;
+    index::parse_index_header(&h)
 }
 
 fn last_record(dir: &Path, s: &SegmentSummary) -> Result<IndexRecord> {
@@ -178,12 +195,13 @@ fn closed_segment(dir: &Path, first: u64) -> Result<SegmentSummary> {
     let index_path = index::index_path(dir, first);
     let segment_path = index::segment_path(dir, first);
     let idx = File::open(&index_path)?;
-    check_header(&idx, &index_path, &index::index_header())?;
+    let first_seq =
+        read_index_header(&idx).ok_or_else(|| corrupt(&index_path, "bad file header"))?;
     let seg = File::open(&segment_path)?;
-    check_header(&seg, &segment_path, &index::segment_header())?;
+    check_segment_header(&seg, &segment_path)?;
     let index_bytes = idx.metadata()?.len();
-    let records = (index_bytes - FILE_HEADER_BYTES) / INDEX_RECORD_BYTES;
-    if records == 0 || !(index_bytes - FILE_HEADER_BYTES).is_multiple_of(INDEX_RECORD_BYTES) {
+    let records = (index_bytes - INDEX_HEADER_BYTES) / INDEX_RECORD_BYTES;
+    if records == 0 || !(index_bytes - INDEX_HEADER_BYTES).is_multiple_of(INDEX_RECORD_BYTES) {
         return Err(corrupt(
             &index_path,
             format!("{index_bytes} bytes is not a whole, non-empty index"),
@@ -193,7 +211,8 @@ fn closed_segment(dir: &Path, first: u64) -> Result<SegmentSummary> {
     let tail = read_record(&idx, &index_path, records - 1)?;
     let segment_bytes = seg.metadata()?.len();
     if head.chunk_id != first
-        || u64::from(head.position) != FILE_HEADER_BYTES
+        || u64::from(head.position) != SEGMENT_HEADER_BYTES
+        || first_seq.checked_add(records).is_none()
         || tail.end_position() != segment_bytes
         || tail.chunk_id < head.chunk_id
     {
@@ -204,6 +223,7 @@ fn closed_segment(dir: &Path, first: u64) -> Result<SegmentSummary> {
     }
     Ok(SegmentSummary {
         first_offset: first,
+        first_seq,
         next_offset: tail.next_offset(),
         first_timestamp_ms: head.timestamp_ms,
         last_timestamp_ms: tail.timestamp_ms,
@@ -258,31 +278,57 @@ impl Window<'_> {
 }
 
 /// The last segment: every chunk read and checked, the index made to agree with them.
-fn active_segment(dir: &Path, first: u64, report: &mut Recovered) -> Result<Active> {
+/// `expected_seq` is where the segment before ends, if there is one.
+fn active_segment(
+    dir: &Path,
+    first: u64,
+    expected_seq: Option<u64>,
+    report: &mut Recovered,
+) -> Result<Active> {
     let segment_path = index::segment_path(dir, first);
     let index_path = index::index_path(dir, first);
     let segment = open_rw(&segment_path)?;
     let index = open_rw(&index_path)?;
-    // A header that is not whole was never synced, and neither was anything after it: the
-    // file starts again empty.
-    for (file, header) in [
-        (&segment, index::segment_header()),
-        (&index, index::index_header()),
-    ] {
-        let mut h = [0u8; FILE_HEADER_BYTES as usize];
-        if file.read_exact_at(&mut h, 0).is_err() || h != header {
-            if std::ptr::eq(file, &segment) {
-                report.segment_bytes_cut += file.metadata()?.len();
-            }
-            file.set_len(0)?;
-            file.write_all_at(&header, 0)?;
-            report.files_reset += 1;
-        }
+    // A header that is not whole was never synced (a segment's headers are synced before its
+    // first chunk is written), so the file holds nothing: it starts again empty.
+    let mut h = [0u8; SEGMENT_HEADER_BYTES as usize];
+    if segment.read_exact_at(&mut h, 0).is_err() || h != index::segment_header() {
+        report.segment_bytes_cut += segment.metadata()?.len();
+        segment.set_len(0)?;
+        segment.write_all_at(&index::segment_header(), 0)?;
+        report.files_reset += 1;
     }
+    let first_seq = match (read_index_header(&index), expected_seq) {
+        (Some(seq), Some(expected)) if seq != expected => {
+            return Err(corrupt(
+                &index_path,
+                format!("starts at chunk {seq}, the segment before ends at chunk {expected}"),
+            ))
+        }
+        (Some(seq), _) => seq,
+        (None, expected) => {
+            // Only the stream's first segment may be without a segment before it to say
+            // where it starts.
+            let seq = match expected {
+                Some(seq) => seq,
+                None if first == 0 => 0,
+                None => {
+                    return Err(corrupt(
+                        &index_path,
+                        "bad file header, and no segment before it to say its first chunk",
+                    ))
+                }
+            };
+            index.set_len(0)?;
+            index.write_all_at(&index::index_header(seq), 0)?;
+            report.files_reset += 1;
+            seq
+        }
+    };
     let segment_bytes = segment.metadata()?.len();
     let index_bytes = index.metadata()?.len();
-    let index_records = (index_bytes - FILE_HEADER_BYTES) / INDEX_RECORD_BYTES;
-    let mut summary = SegmentSummary::empty(first);
+    let index_records = (index_bytes - INDEX_HEADER_BYTES) / INDEX_RECORD_BYTES;
+    let mut summary = SegmentSummary::empty(first, first_seq);
     let mut window = Window {
         file: &segment,
         file_bytes: segment_bytes,
@@ -295,7 +341,8 @@ fn active_segment(dir: &Path, first: u64, report: &mut Recovered) -> Result<Acti
         start: 0,
         buf: Vec::new(),
     };
-    let mut pos = FILE_HEADER_BYTES;
+    let mut pos = SEGMENT_HEADER_BYTES;
+    let mut last_epoch = 0;
     let mut next_offset = first;
     let mut k = 0u64;
     // Index records from `k_rewrite` on are rewritten from the chunks.
@@ -306,6 +353,8 @@ fn active_segment(dir: &Path, first: u64, report: &mut Recovered) -> Result<Acti
             break;
         };
         if header.chunk_id != next_offset
+            || header.epoch < last_epoch
+            || first_seq + k == u64::MAX
             || pos + header.chunk_bytes() > u64::from(u32::MAX)
             || header.chunk_bytes() > CHUNK_BYTES_MAX as u64
         {
@@ -335,6 +384,7 @@ fn active_segment(dir: &Path, first: u64, report: &mut Recovered) -> Result<Acti
         }
         summary.add(&record);
         last_record = Some(record);
+        last_epoch = record.epoch;
         pos = record.end_position();
         next_offset = record.next_offset();
         k += 1;
