@@ -1,7 +1,9 @@
 //! Property test: a stream's log against a model (a list of chunks), under random appends of
-//! random sizes, retention by bytes and by age, and reopenings after the last segment or its
-//! index was cut at a random byte (what kill -9 or a power cut leaves). After each step a reader
-//! from a random offset spec must yield exactly the entries the model says, in order.
+//! random sizes (user chunks, and tracking and Raft chunks that consumers skip), retention by
+//! bytes and by age, truncations of what is not committed, and reopenings after the last
+//! segment or its index was cut at a random byte (what kill -9 or a power cut leaves). After
+//! each step a reader from a random offset spec must yield exactly the entries the model says,
+//! in order; a replication reader from a random chunk sequence number, every chunk from it.
 
 mod common;
 
@@ -40,6 +42,8 @@ impl ModelEntry {
 
 #[derive(Clone, Debug)]
 struct ModelChunk {
+    seq: u64,
+    chunk_type: ChunkType,
     id: u64,
     timestamp_ms: i64,
     entries: Vec<ModelEntry>,
@@ -76,8 +80,17 @@ impl ModelChunk {
 #[derive(Clone, Debug)]
 enum Op {
     Append {
+        chunk_type: u8,
         entries: Vec<(usize, u16)>,
         clock_step_ms: i64,
+    },
+    /// Truncate from a chunk picked among the last ones (refused when it is committed).
+    Truncate {
+        back: u64,
+    },
+    /// Look chunks up by sequence number, and read from one with a replication reader.
+    BySeq {
+        pick: u64,
     },
     RetainBytes {
         fraction: f64,
@@ -100,8 +113,14 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     let entry = (0..300usize, prop_oneof![6 => Just(0u16), 1 => 1..6u16]);
     prop_oneof![
-        10 => (prop::collection::vec(entry, 1..6), 0..3000i64)
-            .prop_map(|(entries, clock_step_ms)| Op::Append { entries, clock_step_ms }),
+        10 => (0..8u8, prop::collection::vec(entry, 1..6), 0..3000i64)
+            .prop_map(|(chunk_type, entries, clock_step_ms)| Op::Append {
+                chunk_type,
+                entries,
+                clock_step_ms,
+            }),
+        2 => (0..6u64).prop_map(|back| Op::Truncate { back }),
+        1 => any::<u64>().prop_map(|pick| Op::BySeq { pick }),
         1 => (0.0..1.2f64).prop_map(|fraction| Op::RetainBytes { fraction }),
         1 => (0..20_000u64).prop_map(|age_ms| Op::RetainAge { age_ms }),
         2 => (any::<bool>(), 0.0..1.0f64)
@@ -129,7 +148,14 @@ impl Harness {
             })
     }
 
-    fn append(&mut self, sizes: &[(usize, u16)], clock_step_ms: i64) {
+    fn append(&mut self, chunk_type: u8, sizes: &[(usize, u16)], clock_step_ms: i64) {
+        // Mostly user chunks; the others take offsets that consumers never see.
+        let chunk_type = match chunk_type {
+            5 => ChunkType::TrackingDelta,
+            6 => ChunkType::Empty,
+            7 => ChunkType::Configuration,
+            _ => ChunkType::User,
+        };
         self.clock_ms += clock_step_ms;
         let entries: Vec<ModelEntry> = sizes
             .iter()
@@ -145,16 +171,19 @@ impl Harness {
             .collect();
         let refs: Vec<Entry<'_>> = entries.iter().map(ModelEntry::as_entry).collect();
         let meta = AppendMeta {
-            chunk_type: ChunkType::User,
+            chunk_type,
             timestamp_ms: self.clock_ms,
             epoch: 1,
             filter: b"",
             trailer: b"",
         };
         let id = self.next_offset();
+        let seq = self.log.next_seq();
         let header = self.log.append(&meta, &refs).unwrap();
         assert_eq!(header.chunk_id, id);
         let chunk = ModelChunk {
+            seq,
+            chunk_type,
             id,
             timestamp_ms: self.clock_ms,
             entries,
@@ -163,22 +192,28 @@ impl Harness {
         self.chunks.push(chunk);
     }
 
+    /// What a consumer's reader from `spec` yields: user chunks only.
     fn expected(&self, spec: OffsetSpec) -> Vec<(u64, ModelEntry)> {
-        let all = || self.chunks.iter().flat_map(ModelChunk::offsets);
+        let user: Vec<&ModelChunk> = self
+            .chunks
+            .iter()
+            .filter(|c| c.chunk_type == ChunkType::User)
+            .collect();
+        let all = || user.iter().flat_map(|c| c.offsets());
         match spec {
             OffsetSpec::First => all().collect(),
             OffsetSpec::Next => vec![],
-            OffsetSpec::Last => self.chunks.last().map_or(vec![], ModelChunk::offsets),
+            OffsetSpec::Last => user.last().map_or(vec![], |c| c.offsets()),
             OffsetSpec::Offset(o) => all().filter(|(at, e)| at + e.records() > o).collect(),
-            OffsetSpec::Timestamp(t) => {
-                match self.chunks.iter().position(|c| c.timestamp_ms >= t) {
-                    Some(i) => self.chunks[i..]
-                        .iter()
-                        .flat_map(ModelChunk::offsets)
-                        .collect(),
-                    None => vec![],
-                }
-            }
+            // The first chunk of any type stamped at or after it, then its user chunks.
+            OffsetSpec::Timestamp(t) => match self.chunks.iter().find(|c| c.timestamp_ms >= t) {
+                Some(from) => user
+                    .iter()
+                    .filter(|c| c.id >= from.id)
+                    .flat_map(|c| c.offsets())
+                    .collect(),
+                None => vec![],
+            },
         }
     }
 
@@ -222,6 +257,65 @@ impl Harness {
                 let spec = self.spec(kind, pick);
                 assert_eq!(self.read(spec), self.expected(spec), "{spec:?}");
             }
+        }
+    }
+
+    /// Truncates from the chunk `back` chunks before the end: refused when it is committed.
+    fn truncate(&mut self, back: u64) {
+        let next_seq = self.log.next_seq();
+        let seq = next_seq.saturating_sub(back);
+        let overview = self.log.handle().overview();
+        let cut = self.chunks.iter().find(|c| c.seq == seq);
+        let allowed = seq == next_seq || cut.is_some_and(|c| c.id >= overview.commit_end);
+        match self.log.truncate_from_seq(seq) {
+            Ok(()) => {
+                assert!(
+                    allowed,
+                    "truncated chunk {seq}, committed below {}",
+                    overview.commit_end
+                );
+                self.chunks.retain(|c| c.seq < seq);
+            }
+            Err(warren_store::Error::TruncateRefused { .. }) => assert!(!allowed),
+            Err(e) => panic!("{e}"),
+        }
+        assert_eq!(self.log.next_offset(), self.next_offset());
+        assert_eq!(
+            self.log.next_seq(),
+            self.chunks.last().map_or(seq.min(next_seq), |c| c.seq + 1)
+        );
+    }
+
+    /// Chunks by sequence number, and a replication reader from one: every chunk, any type.
+    fn by_seq(&self, pick: u64) {
+        let overview = self.log.handle().overview();
+        let span = overview.next_seq - overview.first_seq + 2;
+        let seq = (overview.first_seq + pick % span).saturating_sub(1);
+        let found = self.log.handle().chunk_by_seq(seq).unwrap();
+        let model = self.chunks.iter().find(|c| c.seq == seq);
+        assert_eq!(
+            found.map(|s| (s.record.chunk_id, s.record.records, s.record.chunk_type)),
+            model.map(|c| (c.id, c.records() as u32, c.chunk_type)),
+            "chunk {seq}"
+        );
+        if let Ok(mut reader) = self.log.handle().replication_reader(seq) {
+            let mut got = Vec::new();
+            while let Some(slice) = reader.next_chunk().unwrap() {
+                slice.read().unwrap();
+                got.push(slice.record.chunk_id);
+            }
+            let want: Vec<u64> = self
+                .chunks
+                .iter()
+                .filter(|c| c.seq >= seq)
+                .map(|c| c.id)
+                .collect();
+            assert_eq!(got, want, "replication from chunk {seq}");
+        } else {
+            assert!(
+                seq < overview.first_seq,
+                "no replication reader from chunk {seq}"
+            );
         }
     }
 
@@ -315,7 +409,11 @@ proptest! {
         let mut h = Harness { dir, config, log, chunks: Vec::new(), clock_ms: 1_000_000, serial: 0 };
         for op in ops {
             match op {
-                Op::Append { entries, clock_step_ms } => h.append(&entries, clock_step_ms),
+                Op::Append { chunk_type, entries, clock_step_ms } => {
+                    h.append(chunk_type, &entries, clock_step_ms)
+                }
+                Op::Truncate { back } => h.truncate(back),
+                Op::BySeq { pick } => h.by_seq(pick),
                 Op::RetainBytes { fraction } => {
                     let total = h.log.handle().overview().bytes;
                     h.retain(Retention {
