@@ -300,7 +300,12 @@ fn retention_deletes_whole_segments_and_moves_readers_on() {
     drop(log);
     let (log, report) = StreamLog::open(dir.path(), small_segments()).unwrap();
     assert_eq!(report, Default::default());
+    // Readers made before anything is committed again wait at the first offset held.
+    let mut early = log.reader(OffsetSpec::Next).unwrap();
+    assert_eq!(early.next_offset(), left[0].first_offset);
+    assert_eq!(drain(&mut log.reader(OffsetSpec::Last).unwrap()), vec![]);
     log.set_commit_end(152);
+    assert_eq!(drain(&mut early), expected(left[0].first_offset..152));
     assert_eq!(
         drain(&mut log.reader(OffsetSpec::First).unwrap()),
         expected(left[0].first_offset..152)

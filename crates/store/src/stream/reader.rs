@@ -186,6 +186,9 @@ impl Reader {
         let visible_end = shared.visible_end();
         let segments = shared.segments.read().expect("segments lock").clone();
         let first = segments[0].first_offset;
+        // Nothing is committed after a restart until the caller says so: below the first
+        // offset held is the same as at it.
+        let visible_end = visible_end.max(first);
         let dir = &shared.dir;
         // "Next" is the committed end: a chunk boundary (Raft commits whole chunks), so a
         // truncation of what is not committed never cuts under a reader's position.
