@@ -19,6 +19,8 @@ const RETAIN_BYTES: u64 = 256 << 20;
 const RETAIN_EVERY_CHUNKS: u64 = 1024;
 /// Chunks of 100 entries in the stream the read case reads (about 100 MB).
 const READ_CHUNKS: u64 = 1000;
+/// Bytes of the last segment the recovery case opens.
+const RECOVER_SEGMENT_BYTES: u64 = 60 << 20;
 
 struct Case {
     dir: PathBuf,
@@ -128,6 +130,33 @@ fn bench(c: &mut Criterion) {
             }
             t.elapsed()
         });
+    });
+    // Opening a stream whose last segment holds 60 MB (from the page cache): recovery reads
+    // and checks every chunk of it, the cost of a restart per stream.
+    g.throughput(Throughput::Bytes(RECOVER_SEGMENT_BYTES));
+    g.sample_size(10);
+    g.bench_function("recover_last_segment/60MB", |b| {
+        let dir = {
+            let mut case = Case::new("recover");
+            while case.log.handle().overview().bytes < RECOVER_SEGMENT_BYTES {
+                case.append(100);
+            }
+            case.log.sync().expect("sync");
+            // Kept past the case's end (which deletes its directory) by a copy.
+            let copy = case.dir.with_extension("copy");
+            let _ = std::fs::remove_dir_all(&copy);
+            std::fs::create_dir_all(&copy).expect("mkdir");
+            for e in std::fs::read_dir(&case.dir).expect("list").flatten() {
+                std::fs::copy(e.path(), copy.join(e.file_name())).expect("copy");
+            }
+            copy
+        };
+        b.iter(|| {
+            let (log, report) = StreamLog::open(&dir, StreamConfig::default()).expect("open");
+            assert_eq!(report, Default::default());
+            std::hint::black_box(log.next_offset());
+        });
+        let _ = std::fs::remove_dir_all(&dir);
     });
     g.finish();
 }

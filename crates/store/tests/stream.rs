@@ -627,3 +627,15 @@ fn truncation_removes_an_uncommitted_suffix_durably_and_appends_go_on_from_it() 
         expected(0..2)
     );
 }
+
+#[test]
+fn a_second_writer_on_the_same_stream_is_refused() {
+    let dir = TempDir::new("stream-lock");
+    let (log, _) = StreamLog::open(dir.path(), StreamConfig::default()).unwrap();
+    assert!(matches!(
+        StreamLog::open(dir.path(), StreamConfig::default()),
+        Err(Error::AlreadyOpen(_))
+    ));
+    drop(log);
+    StreamLog::open(dir.path(), StreamConfig::default()).unwrap();
+}

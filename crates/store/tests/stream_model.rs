@@ -132,7 +132,8 @@ fn op() -> impl Strategy<Value = Op> {
 struct Harness {
     dir: TempDir,
     config: StreamConfig,
-    log: StreamLog,
+    /// `None` only while reopening: a stream has one writer at a time.
+    log: Option<StreamLog>,
     chunks: Vec<ModelChunk>,
     clock_ms: i64,
     /// A counter that makes every body distinct.
@@ -140,10 +141,18 @@ struct Harness {
 }
 
 impl Harness {
+    fn log(&self) -> &StreamLog {
+        self.log.as_ref().expect("open")
+    }
+
+    fn log_mut(&mut self) -> &mut StreamLog {
+        self.log.as_mut().expect("open")
+    }
+
     fn next_offset(&self) -> u64 {
         self.chunks
             .last()
-            .map_or(self.log.handle().overview().first_offset, |c| {
+            .map_or(self.log().handle().overview().first_offset, |c| {
                 c.id + c.records()
             })
     }
@@ -178,8 +187,8 @@ impl Harness {
             trailer: b"",
         };
         let id = self.next_offset();
-        let seq = self.log.next_seq();
-        let header = self.log.append(&meta, &refs).unwrap();
+        let seq = self.log().next_seq();
+        let header = self.log_mut().append(&meta, &refs).unwrap();
         assert_eq!(header.chunk_id, id);
         let chunk = ModelChunk {
             seq,
@@ -218,8 +227,8 @@ impl Harness {
     }
 
     fn read(&self, spec: OffsetSpec) -> Vec<(u64, ModelEntry)> {
-        self.log.set_commit_end(self.log.next_offset());
-        let mut reader = self.log.reader(spec).unwrap();
+        self.log().set_commit_end(self.log().next_offset());
+        let mut reader = self.log().reader(spec).unwrap();
         let mut out = Vec::new();
         while let Some(chunk) = reader.next_read().unwrap() {
             for (offset, e) in chunk.entries() {
@@ -239,7 +248,7 @@ impl Harness {
     }
 
     fn spec(&self, kind: u8, pick: u64) -> OffsetSpec {
-        let first = self.log.handle().overview().first_offset;
+        let first = self.log().handle().overview().first_offset;
         let end = self.next_offset();
         match kind {
             0 => OffsetSpec::First,
@@ -262,12 +271,12 @@ impl Harness {
 
     /// Truncates from the chunk `back` chunks before the end: refused when it is committed.
     fn truncate(&mut self, back: u64) {
-        let next_seq = self.log.next_seq();
+        let next_seq = self.log().next_seq();
         let seq = next_seq.saturating_sub(back);
-        let overview = self.log.handle().overview();
+        let overview = self.log().handle().overview();
         let cut = self.chunks.iter().find(|c| c.seq == seq);
         let allowed = seq == next_seq || cut.is_some_and(|c| c.id >= overview.commit_end);
-        match self.log.truncate_from_seq(seq) {
+        let truncated = match self.log_mut().truncate_from_seq(seq) {
             Ok(()) => {
                 assert!(
                     allowed,
@@ -275,30 +284,32 @@ impl Harness {
                     overview.commit_end
                 );
                 self.chunks.retain(|c| c.seq < seq);
+                true
             }
-            Err(warren_store::Error::TruncateRefused { .. }) => assert!(!allowed),
+            Err(warren_store::Error::TruncateRefused { .. }) => {
+                assert!(!allowed, "refused to truncate from chunk {seq}");
+                false
+            }
             Err(e) => panic!("{e}"),
-        }
-        assert_eq!(self.log.next_offset(), self.next_offset());
-        assert_eq!(
-            self.log.next_seq(),
-            self.chunks.last().map_or(seq.min(next_seq), |c| c.seq + 1)
-        );
+        };
+        assert_eq!(self.log().next_offset(), self.next_offset());
+        let next_seq_after = if truncated { seq } else { next_seq };
+        assert_eq!(self.log().next_seq(), next_seq_after);
     }
 
     /// Chunks by sequence number, and a replication reader from one: every chunk, any type.
     fn by_seq(&self, pick: u64) {
-        let overview = self.log.handle().overview();
+        let overview = self.log().handle().overview();
         let span = overview.next_seq - overview.first_seq + 2;
         let seq = (overview.first_seq + pick % span).saturating_sub(1);
-        let found = self.log.handle().chunk_by_seq(seq).unwrap();
+        let found = self.log().handle().chunk_by_seq(seq).unwrap();
         let model = self.chunks.iter().find(|c| c.seq == seq);
         assert_eq!(
             found.map(|s| (s.record.chunk_id, s.record.records, s.record.chunk_type)),
             model.map(|c| (c.id, c.records() as u32, c.chunk_type)),
             "chunk {seq}"
         );
-        if let Ok(mut reader) = self.log.handle().replication_reader(seq) {
+        if let Ok(mut reader) = self.log().handle().replication_reader(seq) {
             let mut got = Vec::new();
             while let Some(slice) = reader.next_chunk().unwrap() {
                 slice.read().unwrap();
@@ -320,9 +331,10 @@ impl Harness {
     }
 
     fn retain(&mut self, retention: Retention) {
-        let before = self.log.handle().segments();
-        let out = self.log.apply_retention(&retention, self.clock_ms).unwrap();
-        let after = self.log.handle().segments();
+        let before = self.log().handle().segments();
+        let now_ms = self.clock_ms;
+        let out = self.log_mut().apply_retention(&retention, now_ms).unwrap();
+        let after = self.log().handle().segments();
         assert_eq!(after.len() + out.segments_deleted, before.len());
         assert_eq!(after.last(), before.last(), "the last segment is kept");
         assert_eq!(out.first_offset, after[0].first_offset);
@@ -350,8 +362,8 @@ impl Harness {
     }
 
     fn cut_and_reopen(&mut self, cut_index: bool, fraction: f64) {
-        self.log.sync().unwrap();
-        let last = *self.log.handle().segments().last().unwrap();
+        self.log_mut().sync().unwrap();
+        let last = *self.log().handle().segments().last().unwrap();
         let path = if cut_index {
             index::index_path(self.dir.path(), last.first_offset)
         } else {
@@ -370,8 +382,9 @@ impl Harness {
         file.set_len(cut).unwrap();
         drop(file);
         let config = self.config;
+        self.log = None;
         let (log, _report) = StreamLog::open(self.dir.path(), config).unwrap();
-        self.log = log;
+        self.log = Some(log);
         if !cut_index {
             // Chunks of the last segment that end past the cut are gone (all of them when the
             // cut took part of the file header).
@@ -390,7 +403,7 @@ impl Harness {
             }
             self.chunks.truncate(keep);
         }
-        assert_eq!(self.log.next_offset(), self.next_offset());
+        assert_eq!(self.log().next_offset(), self.next_offset());
     }
 }
 
@@ -406,7 +419,7 @@ proptest! {
         let dir = TempDir::new("stream-model");
         let config = StreamConfig { segment_bytes_max, segment_chunks_max };
         let (log, _) = StreamLog::open(dir.path(), config).unwrap();
-        let mut h = Harness { dir, config, log, chunks: Vec::new(), clock_ms: 1_000_000, serial: 0 };
+        let mut h = Harness { dir, config, log: Some(log), chunks: Vec::new(), clock_ms: 1_000_000, serial: 0 };
         for op in ops {
             match op {
                 Op::Append { chunk_type, entries, clock_step_ms } => {
@@ -415,7 +428,7 @@ proptest! {
                 Op::Truncate { back } => h.truncate(back),
                 Op::BySeq { pick } => h.by_seq(pick),
                 Op::RetainBytes { fraction } => {
-                    let total = h.log.handle().overview().bytes;
+                    let total = h.log().handle().overview().bytes;
                     h.retain(Retention {
                         max_bytes: Some((total as f64 * fraction) as u64),
                         max_age_ms: None,

@@ -230,6 +230,7 @@ pub struct AppendMeta<'a> {
 /// The writer of one stream, in its own directory. One owner appends; readers come from
 /// [`StreamLog::handle`].
 pub struct StreamLog {
+    _lock: File,
     config: StreamConfig,
     shared: Arc<Shared>,
     segment: File,
@@ -255,7 +256,8 @@ pub struct StreamLog {
 }
 
 impl StreamLog {
-    /// Opens (creating it if needed) the stream in `dir` and recovers it: a torn tail of the
+    /// Opens (creating it if needed) the stream in `dir`, which no other [`StreamLog`] may
+    /// hold open ([`Error::AlreadyOpen`]), and recovers it: a torn tail of the
     /// last segment (a partial chunk, a bad CRC, an index record without its chunk) is cut,
     /// every complete chunk before it kept. Nothing is committed after a restart until the
     /// caller says so ([`StreamHandle::set_commit_end`]).
@@ -270,6 +272,7 @@ impl StreamLog {
             commit_end: AtomicU64::new(0),
         });
         let log = StreamLog {
+            _lock: opened.lock,
             config,
             shared,
             segment: opened.segment,

@@ -39,6 +39,8 @@ pub struct Recovered {
 }
 
 pub(crate) struct Opened {
+    /// The flock that keeps a second writer out of the directory, held while the log is open.
+    pub(crate) lock: File,
     pub(crate) segments: Vec<SegmentSummary>,
     pub(crate) segment: File,
     pub(crate) index: File,
@@ -51,8 +53,27 @@ fn corrupt(path: &Path, why: impl std::fmt::Display) -> Error {
     Error::Corrupt(format!("{}: {why}", path.display()))
 }
 
+/// Takes an exclusive, non-blocking flock on the stream's `LOCK` file: two writers would
+/// write over each other's chunks.
+fn lock(dir: &Path) -> Result<File> {
+    use std::os::fd::AsRawFd;
+    let path = dir.join("LOCK");
+    let file = open_rw(&path)?;
+    // SAFETY: flock on a valid, owned file descriptor has no memory-safety requirement.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() == std::io::ErrorKind::WouldBlock {
+            return Err(Error::AlreadyOpen(path));
+        }
+        return Err(e.into());
+    }
+    Ok(file)
+}
+
 pub(crate) fn open(dir: &Path) -> Result<Opened> {
     std::fs::create_dir_all(dir)?;
+    let lock = lock(dir)?;
     // first offset -> (segment file present, index file present)
     let mut found: BTreeMap<u64, (bool, bool)> = BTreeMap::new();
     for entry in std::fs::read_dir(dir)? {
@@ -76,6 +97,7 @@ pub(crate) fn open(dir: &Path) -> Result<Opened> {
         index.sync_data()?;
         File::open(dir)?.sync_all()?;
         return Ok(Opened {
+            lock,
             segments: vec![SegmentSummary::empty(0, 0)],
             segment,
             index,
@@ -134,6 +156,7 @@ pub(crate) fn open(dir: &Path) -> Result<Opened> {
     }
     segments.push(last.summary);
     Ok(Opened {
+        lock,
         segments,
         segment: last.segment,
         index: last.index,
