@@ -95,6 +95,18 @@ fn bench(c: &mut Criterion) {
             },
         );
     }
+    // The disk's own figure beside them: 1 KB appended to a plain file, then fdatasync.
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("baseline_append_fdatasync/1KB", |b| {
+        use std::io::Write;
+        let case = Case::new("baseline");
+        let mut file = std::fs::File::create(case.dir.join("plain")).expect("create");
+        let body = vec![0x5au8; ENTRY_BYTES];
+        b.iter(|| {
+            file.write_all(&body).expect("write");
+            file.sync_data().expect("fdatasync");
+        });
+    });
     // 100 chunks of one entry, then one sync: the cost per chunk of a batched sync.
     g.throughput(Throughput::Elements(100));
     g.bench_function("append_100_then_sync", |b| {

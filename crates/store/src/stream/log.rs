@@ -432,6 +432,10 @@ impl StreamLog {
     /// is never lost).
     fn roll(&mut self) -> Result<()> {
         self.sync_files()?;
+        // The index too: recovery trusts a closed segment's index without reading its chunks.
+        if let Err(e) = self.index.sync_data() {
+            return Err(self.poison(e));
+        }
         let dir = &self.shared.dir;
         let (segment, index) =
             create_segment(dir, self.next_offset, self.next_seq).map_err(write_error)?;
@@ -542,9 +546,12 @@ impl StreamLog {
         Ok(())
     }
 
-    /// Makes every chunk written so far durable: fdatasync of the active segment and index
-    /// (and of the directory when files came or went). Separate from [`StreamLog::append`] so
-    /// that the caller chooses: sync before each confirm, or batch the syncs of many streams.
+    /// Makes every chunk written so far durable: fdatasync of the active segment (and of the
+    /// directory when files came or went). Not of its index: recovery rebuilds the index
+    /// records of whole chunks from the segment, so one fdatasync per sync is enough; a
+    /// segment's index is synced when the segment is closed. Separate from
+    /// [`StreamLog::append`] so that the caller chooses: sync before each confirm, or batch the
+    /// syncs of many streams.
     pub fn sync(&mut self) -> Result<()> {
         self.check_writable()?;
         self.sync_files()
@@ -552,11 +559,7 @@ impl StreamLog {
 
     fn sync_files(&mut self) -> Result<()> {
         if self.unsynced {
-            if let Err(e) = self
-                .segment
-                .sync_data()
-                .and_then(|()| self.index.sync_data())
-            {
+            if let Err(e) = self.segment.sync_data() {
                 return Err(self.poison(e));
             }
             self.unsynced = false;
