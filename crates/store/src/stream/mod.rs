@@ -8,8 +8,8 @@
 //! |---|---|
 //! | [`chunk`] | the chunk, osiris's byte layout: encoder from entries, decoder that never panics |
 //! | [`index`] | segment and index files: names, headers, the 48-byte index record per chunk |
-//! | `log` | [`StreamLog`], the writer: append, roll, sync, retention; [`StreamHandle`] for readers |
-//! | `reader` | [`Reader`]: positioned by an [`OffsetSpec`], yields [`ChunkSlice`]s up to the committed offset |
+//! | `log` | [`StreamLog`], the writer: append, roll, sync, truncate, retention; [`StreamHandle`] for readers and lookups by chunk sequence number |
+//! | `reader` | [`Reader`]: a consumer's, positioned by an [`OffsetSpec`], yields user [`ChunkSlice`]s up to the committed offset; a replication reader, every chunk up to the written end |
 //! | `recovery` | opening after a crash: the last segment checked chunk by chunk, its torn tail cut |
 //!
 //! # How a chunk flows
@@ -23,6 +23,17 @@
 //! yields it as (file, position, length) for `sendfile`, or reads and checks it. When a segment
 //! reaches `segment_bytes_max` the writer syncs it and starts the next; retention deletes
 //! whole segments from the head, never the last.
+//!
+//! # As a Raft log
+//!
+//! Each chunk also has a sequence number, its place in the stream from 0, kept across
+//! retention (each index file's header holds its first one): a Raft group whose entries are
+//! the chunks finds entry `n` with [`StreamHandle::chunk_by_seq`] (one seek; the index record
+//! says its epoch, the entry's term), reads entries for followers with
+//! [`StreamHandle::replication_reader`], takes a leader's chunk whole with
+//! [`StreamLog::append_chunk`], drops a conflicting suffix with
+//! [`StreamLog::truncate_from_seq`], and stores its own entries as [`ChunkType::Empty`] and
+//! [`ChunkType::Configuration`] chunks, which consumers' readers skip.
 //!
 //! # On disk
 //!
