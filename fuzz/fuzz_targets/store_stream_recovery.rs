@@ -1,15 +1,17 @@
 //! A stream's recovery over damaged files: a stream of several segments (chunks of simple and
 //! sub-batch entries, a filter, a trailer) is made once; each input flips, zeroes or cuts bytes
 //! of a copy of its segment and index files, then the stream is opened and read from every
-//! offset spec. Opening may fail (an answer naming the file); it must not panic or hang, and a
-//! reader must yield chunks in order, within the stream, each passing its checks.
+//! offset spec and by a replication reader. Opening may fail (an answer naming the file); it
+//! must not panic or hang, and readers must yield chunks in order, within the stream, each
+//! passing its checks (a consumer's: user chunks only; a replication reader's: back to back).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use warren_store::stream::{
-    AppendMeta, ChunkType, Entry, OffsetSpec, Retention, StreamConfig, StreamLog,
+    AppendMeta, ChunkType, Entry, OffsetSpec, Overview, Reader, Retention, StreamConfig,
+    StreamLog,
 };
 
 /// Small segments, so the template has several and each input copies little.
@@ -79,6 +81,30 @@ fn files(dir: &Path) -> Vec<PathBuf> {
     names
 }
 
+fn read_all(mut reader: Reader, overview: &Overview, contiguous: bool) {
+    let mut end = None;
+    for _ in 0..CHUNKS_READ_MAX {
+        match reader.next_read() {
+            Ok(Some(chunk)) => {
+                let c = chunk.chunk();
+                assert!(c.header.chunk_id >= overview.first_offset);
+                assert!(c.header.next_offset() <= overview.next_offset);
+                assert!(contiguous || c.header.chunk_type == ChunkType::User);
+                if let Some(end) = end {
+                    if contiguous {
+                        assert_eq!(c.header.chunk_id, end, "chunks back to back");
+                    } else {
+                        assert!(c.header.chunk_id >= end, "chunks in order");
+                    }
+                }
+                end = Some(c.header.next_offset());
+                for _ in chunk.entries() {}
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     let template = template();
     let work = std::env::temp_dir().join(format!("warren-fuzz-stream-run-{}", std::process::id()));
@@ -117,6 +143,7 @@ fuzz_target!(|data: &[u8]| {
     if let Ok((log, _report)) = StreamLog::open(&work, config()) {
         let overview = log.handle().overview();
         log.set_commit_end(u64::MAX);
+        // Consumers' readers: user chunks, in order (tracking chunks between them skipped).
         for spec in [
             OffsetSpec::First,
             OffsetSpec::Last,
@@ -124,25 +151,14 @@ fuzz_target!(|data: &[u8]| {
             OffsetSpec::Offset(overview.first_offset + 7),
             OffsetSpec::Timestamp(30_000),
         ] {
-            let Ok(mut reader) = log.reader(spec) else {
+            let Ok(reader) = log.reader(spec) else {
                 continue;
             };
-            let mut last = None;
-            for _ in 0..CHUNKS_READ_MAX {
-                match reader.next_read() {
-                    Ok(Some(chunk)) => {
-                        let c = chunk.chunk();
-                        assert!(c.header.chunk_id >= overview.first_offset);
-                        assert!(c.header.next_offset() <= overview.next_offset);
-                        if let Some(end) = last {
-                            assert_eq!(c.header.chunk_id, end, "chunks in order");
-                        }
-                        last = Some(c.header.next_offset());
-                        for _ in chunk.entries() {}
-                    }
-                    Ok(None) | Err(_) => break,
-                }
-            }
+            read_all(reader, &overview, false);
+        }
+        // A replication reader: every chunk, back to back.
+        if let Ok(reader) = log.handle().replication_reader(overview.first_seq) {
+            read_all(reader, &overview, true);
         }
         drop(log);
     }
