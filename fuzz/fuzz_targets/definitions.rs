@@ -13,7 +13,7 @@ use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 use std::sync::{Arc, OnceLock};
 use warren_broker::broker::Broker;
-use warren_server::config::ServerConfig;
+use warren_server::node::config::ServerConfig;
 use warren_server::definitions::export;
 use warren_server::definitions_import::import;
 use warren_server::Shared;

@@ -13,7 +13,8 @@
 //! - [`quorum`]: a replicated quorum queue as a deterministic state machine (after RabbitMQ's
 //!   rabbit_fifo): log entries in, deliveries, confirms and dead letters out, alike on
 //!   every member of the queue's Raft group.
-//! - [`args`]: queue arguments validated as RabbitMQ validates them.
+//! - [`args`]: queue arguments validated as RabbitMQ validates them; [`stream_args`]: a
+//!   stream's retention and segment arguments and where its consumers start (`x-stream-offset`).
 //! - [`policy`]: policies and operator policies: validation, matching, and the effective
 //!   queue configuration they give with the declare's arguments.
 //! - [`command`]: topology changes as values, executed alike on every node of a cluster.
@@ -48,6 +49,7 @@ pub mod queue_type;
 pub mod quorum;
 pub mod relay;
 pub mod routing;
+pub mod stream_args;
 pub mod topic_permissions;
 pub mod users;
 pub mod vhost;

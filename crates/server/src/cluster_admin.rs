@@ -148,7 +148,7 @@ async fn reset(State(s): State<Arc<Shared>>, headers: HeaderMap) -> Response {
 
 /// Deletes the node's data (its WAL, segments and meta dirs) if `reset` asked for it; the
 /// marker, in the meta dir, goes last, so an interrupted deletion is done again.
-pub fn reset_data_if_asked(config: &crate::config::ServerConfig) -> Result<bool, String> {
+pub fn reset_data_if_asked(config: &crate::node::config::ServerConfig) -> Result<bool, String> {
     let meta = config.meta_dir();
     if !meta.join(RESET_MARKER).is_file() {
         return Ok(false);

@@ -345,9 +345,9 @@ async fn apply_meta(s: &Shared, record: MetaRecord) -> Result<(), String> {
             .map(drop)
             .map_err(|e| e.text);
     }
-    crate::metadata::refuse_if_failed(s).map_err(|e| e.text)?;
+    crate::storage::refuse_if_failed(s).map_err(|e| e.text)?;
     s.broker.apply(record.clone())?;
-    crate::metadata::append(s, vec![record]).map_err(|e| e.text)
+    crate::storage::append(s, vec![record]).map_err(|e| e.text)
 }
 
 /// Imports `doc` (a whole document, or one vhost's when `only` names it). `user` is the
@@ -494,7 +494,7 @@ pub async fn default_user_at_boot(s: &Arc<Shared>, name: &str, password: &str) {
         let (doc, name) = (doc.clone(), name.clone());
         async move {
             import(&s, &doc, None, "rmq-internal").await?;
-            let guest = crate::config::LOOPBACK_USER_DEFAULT;
+            let guest = crate::node::config::LOOPBACK_USER_DEFAULT;
             let has_guest = s.broker.users.read().expect("users lock").exists(guest);
             if name != guest && has_guest {
                 apply_meta(&s, MetaRecord::DeleteUser { name: guest.into() }).await?;

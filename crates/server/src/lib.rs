@@ -42,43 +42,23 @@
 //! A frame flows: socket -> `connection` (decode) -> `channel` (command) -> the broker's vhost
 //! (route, enqueue, dispatch) -> consumer connection's outbox -> its `writer` -> socket.
 
-pub mod access;
-pub mod alarms;
-pub mod channel;
+pub mod amqp;
 pub mod cluster_admin;
-pub mod config;
-mod confirms;
-pub mod connection;
-pub mod data_format;
 pub mod definitions;
 pub mod definitions_import;
 pub mod durability;
-pub mod fault_injection;
-pub mod flow;
-mod handshake;
 pub mod lost_queues;
-pub mod maintenance;
 pub mod management;
-pub mod memory;
-pub mod metadata;
+pub mod node;
+pub mod peers;
 pub mod placement;
 pub mod queue_stats;
-mod queues;
-mod quorum_bodies;
-mod quorum_channel;
-pub mod quorum_client;
-mod quorum_dead_letters;
-pub mod quorum_peers;
-pub mod quorum_replica;
-pub mod registry;
-pub mod remote;
-mod remote_queue;
+pub mod queues;
 pub mod replicated;
+pub mod storage;
 pub mod tls;
-pub mod transactions;
-pub mod writer;
 
-use config::ServerConfig;
+use node::config::ServerConfig;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
 use std::time::Duration;
@@ -103,7 +83,7 @@ pub struct Shared {
     /// `connection_max`.
     pub client_sockets: AtomicUsize,
     /// The open connections, for the management API.
-    pub connections: registry::Registry,
+    pub connections: amqp::registry::Registry,
     /// Message rates for the management API, sampled when it is asked.
     pub rates: management::stats::Rates,
     /// The snapshot of queues and channels `/metrics` reads, taken every 5 s.
@@ -111,7 +91,7 @@ pub struct Shared {
     pub counters: Counters,
     /// Memory and disk alarms; `warren ctl set_vm_memory_high_watermark` / `set_disk_free_limit`
     /// change their limits.
-    pub alarms: Arc<alarms::Alarms>,
+    pub alarms: Arc<node::alarms::Alarms>,
     /// Certificates for the TLS listeners, when there are any; reloadable.
     pub tls: Option<Arc<tls::Tls>>,
     /// Where durable-topology changes are written before they are acknowledged.
@@ -123,9 +103,9 @@ pub struct Shared {
     /// through its replicated metadata instead of the local journal.
     pub cluster: Option<Arc<warren_cluster::Cluster>>,
     /// Requests waiting on quorum queue groups, and this node's replicas' figures.
-    pub quorum: quorum_client::QuorumQueues,
+    pub quorum: queues::quorum::client::QuorumQueues,
     /// Maintenance mode (`warren ctl drain`).
-    pub maintenance: maintenance::Maintenance,
+    pub maintenance: node::maintenance::Maintenance,
 }
 
 impl Shared {
@@ -133,13 +113,13 @@ impl Shared {
     /// import and export work on, for tests and the `definitions` fuzz target, which run the
     /// very code `POST /api/definitions` runs on a fresh broker each time.
     pub fn standalone(config: ServerConfig, broker: Arc<Broker>) -> Arc<Shared> {
-        let alarms = Arc::new(alarms::Alarms::new(
+        let alarms = Arc::new(node::alarms::Alarms::new(
             config.memory_high_watermark_bytes,
             config.disk_free_limit_bytes,
             Vec::new(),
         ));
         let (_, shutdown) = watch::channel(false);
-        let maintenance = maintenance::Maintenance::new(&config.meta_dir(), false);
+        let maintenance = node::maintenance::Maintenance::new(&config.meta_dir(), false);
         Arc::new(Shared {
             broker,
             config,
@@ -148,7 +128,7 @@ impl Shared {
             next_channel: AtomicU64::new(1),
             connections_open: AtomicUsize::new(0),
             client_sockets: AtomicUsize::new(0),
-            connections: registry::Registry::default(),
+            connections: amqp::registry::Registry::default(),
             rates: management::stats::Rates::default(),
             node_stats: management::node_stats::Board::default(),
             counters: Counters::default(),
@@ -365,7 +345,7 @@ pub async fn serve(
     cluster: Option<Arc<warren_cluster::Cluster>>,
 ) {
     let mut listeners = listeners;
-    let alarms = Arc::new(alarms::Alarms::new(
+    let alarms = Arc::new(node::alarms::Alarms::new(
         config.memory_high_watermark_bytes,
         config.disk_free_limit_bytes,
         vec![config.wal_dir(), config.segment_dir(), config.meta_dir()],
@@ -373,7 +353,7 @@ pub async fn serve(
     if let Some((store, _)) = &storage {
         alarms.watch_store(store.clone());
     }
-    tokio::spawn(alarms::monitor(alarms.clone()));
+    tokio::spawn(node::alarms::monitor(alarms.clone()));
     let config_meta_dir = config.meta_dir();
     // What the connections watch: turned on once the leaderships are handed over.
     let (shutdown_tx, shutdown) = watch::channel(false);
@@ -395,7 +375,7 @@ pub async fn serve(
         ),
         connections_open: AtomicUsize::new(0),
         client_sockets: AtomicUsize::new(0),
-        connections: registry::Registry::default(),
+        connections: amqp::registry::Registry::default(),
         rates: management::stats::Rates::default(),
         node_stats: management::node_stats::Board::default(),
         counters: Counters::default(),
@@ -404,9 +384,9 @@ pub async fn serve(
         journal: journal.map(std::sync::Mutex::new),
         store: storage.as_ref().map(|s| s.0.clone()),
         durability: storage.map(|s| s.1).unwrap_or_default(),
-        maintenance: maintenance::Maintenance::new(
+        maintenance: node::maintenance::Maintenance::new(
             &config_meta_dir,
-            maintenance::stored(&config_meta_dir).unwrap_or_else(|e| {
+            node::maintenance::stored(&config_meta_dir).unwrap_or_else(|e| {
                 tracing::error!(error = %e, "maintenance mode: staying in it");
                 true
             }),
@@ -414,8 +394,8 @@ pub async fn serve(
         cluster,
         quorum: Default::default(),
     });
-    remote::install(&shared);
-    quorum_replica::install(&shared);
+    peers::install(&shared);
+    queues::quorum::replica::install(&shared);
     tokio::spawn(lost_queues::sweep(shared.clone()));
     let mut failure = shared.durability.subscribe_failure();
     let failing = shared.clone();
@@ -439,7 +419,7 @@ pub async fn serve(
         t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             t.tick().await;
-            metadata::tick(&ticking);
+            storage::tick(&ticking);
         }
     });
     if let Some(l) = listeners.management.take() {
@@ -486,7 +466,7 @@ pub async fn serve(
                     tracing::debug!(%peer, "connection_max reached: connection closed");
                 }
                 Ok((stream, peer)) => {
-                    connections.spawn(connection::serve(stream, peer, shared.clone()));
+                    connections.spawn(amqp::connection::serve(stream, peer, shared.clone()));
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
@@ -514,7 +494,7 @@ pub async fn serve(
             .store(connections.len(), std::sync::atomic::Ordering::Relaxed);
     }
     drop(listeners);
-    maintenance::hand_over_before_stop(&shared).await;
+    node::maintenance::hand_over_before_stop(&shared).await;
     let _ = shutdown_tx.send(true);
     let _ = tokio::time::timeout(SHUTDOWN_GRACE * 8, async {
         while connections.join_next().await.is_some() {}

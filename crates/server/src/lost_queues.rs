@@ -7,7 +7,7 @@
 //! - It restarts: at start, before any client connects, it lists what it held in its previous
 //!   life and deletes it everywhere ([`forget_previous_life`]).
 //! - It stays down: the metadata group's leader deletes what it held once it has been
-//!   unreachable for [`crate::config::ServerConfig::node_down_after_s`] ([`sweep`]). The wait
+//!   unreachable for [`crate::node::config::ServerConfig::node_down_after_s`] ([`sweep`]). The wait
 //!   is RabbitMQ's `net_ticktime` (60 s): a node paused or cut off for less keeps its queues,
 //!   and its clients' exclusive queues with them. One cut off for longer finds them deleted
 //!   when it rejoins, as a RabbitMQ node does after a partition.

@@ -2,7 +2,7 @@
 //! locators, client-local and balanced) and a quorum queue's members; and the storage log id
 //! the proposer picks for it, so every node applies the same declare alike.
 
-use crate::connection::Connection;
+use crate::amqp::connection::Connection;
 use warren_broker::error::AmqpError;
 
 impl Connection {
@@ -49,7 +49,7 @@ impl Connection {
         for key in ["x-queue-leader-locator", "x-queue-master-locator"] {
             if let Some(v) = arguments.inner().get(key) {
                 let name = warren_broker::args::string(v).unwrap_or_default();
-                locator = crate::config::QueueLocator::parse(&name).ok_or_else(|| {
+                locator = crate::node::config::QueueLocator::parse(&name).ok_or_else(|| {
                     AmqpError::precondition(format!(
                         "invalid arg '{key}' for queue: \"{name}\" is not a known locator"
                     ))
@@ -59,7 +59,7 @@ impl Connection {
         // A node in maintenance mode hosts no new queue while another can (RabbitMQ's drain);
         // an exclusive queue lives with its connection wherever that is.
         let local_serves = !cluster.is_draining();
-        if exclusive || locator == crate::config::QueueLocator::ClientLocal && local_serves {
+        if exclusive || locator == crate::node::config::QueueLocator::ClientLocal && local_serves {
             return Ok(cluster.node_name().to_string());
         }
         let running: Vec<String> = cluster

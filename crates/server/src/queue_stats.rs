@@ -132,7 +132,7 @@ pub async fn queue_views(shared: &Shared, vhost: Option<&str>) -> Vec<QueueView>
             let counts = match peer {
                 Some(peer) => tokio::time::timeout(
                     STATS_TIMEOUT,
-                    crate::remote::call(&messaging, peer, request),
+                    crate::peers::call(&messaging, peer, request),
                 )
                 .await
                 .ok()

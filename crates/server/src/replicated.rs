@@ -11,7 +11,7 @@
 //! its reply is written by the answer's handler on the cluster link's reader, so it is ordered
 //! with the deliveries that follow it on that link.
 
-use crate::connection::{Connection, Fault};
+use crate::amqp::connection::{Connection, Fault};
 use std::future::Future;
 use std::pin::Pin;
 use warren_broker::command::{Command, Outcome};
@@ -175,7 +175,7 @@ impl Connection {
                         &drained,
                     )?;
                 }
-                let mut outcome = crate::remote::execute_everywhere(&cluster, command).await?;
+                let mut outcome = crate::peers::execute_everywhere(&cluster, command).await?;
                 if let (Some((queue, conn)), Outcome::QueueDeclared(ok)) = (declared, &mut outcome)
                 {
                     let log = vhost.lock().expect("vhost lock").quorum_log(&queue);
@@ -189,10 +189,10 @@ impl Connection {
                     }
                     let home = vhost.lock().expect("vhost lock").remote_home(&queue);
                     let peer = home.and_then(|home| {
-                        crate::remote::reachable_home(&shared, &home, &queue, &vhost_name).ok()
+                        crate::peers::reachable_home(&shared, &home, &queue, &vhost_name).ok()
                     });
                     if let Some(peer) = peer {
-                        let (messages, consumers) = crate::remote::declared_there(
+                        let (messages, consumers) = crate::peers::declared_there(
                             &cluster,
                             peer,
                             warren_cluster::messaging::Request::Declare {

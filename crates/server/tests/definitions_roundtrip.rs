@@ -7,9 +7,9 @@
 use serde_json::{json, Value};
 use std::sync::Arc;
 use warren_broker::broker::Broker;
-use warren_server::config::ServerConfig;
 use warren_server::definitions::export;
 use warren_server::definitions_import::import;
+use warren_server::node::config::ServerConfig;
 use warren_server::Shared;
 
 fn fresh() -> Arc<Shared> {

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use warren_cluster::address::HostPort;
-use warren_server::config::ServerConfig;
+use warren_server::node::config::ServerConfig;
 
 #[derive(Parser)]
 #[command(
@@ -76,7 +76,7 @@ struct ServerArgs {
     /// whole subject, RFC 4514) or common_name (RabbitMQ's ssl_cert_login_from)
     /// [default: distinguished_name].
     #[arg(long, env = "WARREN_TLS_CERT_LOGIN_FROM")]
-    tls_cert_login_from: Option<warren_server::config::CertLoginFrom>,
+    tls_cert_login_from: Option<warren_server::node::config::CertLoginFrom>,
     /// SASL mechanisms offered, comma-separated, from PLAIN, AMQPLAIN and EXTERNAL (the last
     /// on TLS connections only) [default: PLAIN,AMQPLAIN].
     #[arg(long, env = "WARREN_AUTH_MECHANISMS", value_delimiter = ',')]
@@ -241,7 +241,7 @@ impl ServerArgs {
             }
             None => ServerConfig::default(),
         };
-        use warren_server::config::{parse_address_or_none, parse_addresses_or_none};
+        use warren_server::node::config::{parse_address_or_none, parse_addresses_or_none};
         if !self.listen.is_empty() {
             c.listen =
                 parse_addresses_or_none(&self.listen).map_err(|e| format!("--listen {e}"))?;
@@ -325,7 +325,7 @@ impl ServerArgs {
             c.default_pass = Some(v.clone());
         }
         if let Some(v) = &self.loopback_users {
-            c.loopback_users = warren_server::config::parse_names_or_none(v);
+            c.loopback_users = warren_server::node::config::parse_names_or_none(v);
         }
         if let Some(v) = self.wal_file_bytes_max {
             c.wal_file_bytes_max = v;
@@ -402,8 +402,8 @@ impl ServerArgs {
             c.cluster_seed_resolve_timeout_s = v;
         }
         if let Some(v) = &self.queue_leader_locator {
-            c.queue_leader_locator =
-                warren_server::config::QueueLocator::parse(v).ok_or_else(|| {
+            c.queue_leader_locator = warren_server::node::config::QueueLocator::parse(v)
+                .ok_or_else(|| {
                     format!("--queue-leader-locator {v}: expected client-local or balanced")
                 })?;
         }
@@ -500,7 +500,7 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
         .build()
         .expect("tokio runtime");
     rt.block_on(async move {
-        if let Err(e) = warren_server::data_format::check(&config.meta_dir()) {
+        if let Err(e) = warren_server::node::data_format::check(&config.meta_dir()) {
             eprintln!("warren: {e}");
             return std::process::ExitCode::from(1);
         }
@@ -555,7 +555,7 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
         let journal = if config.cluster_listen.is_some() {
             None
         } else {
-            match warren_server::metadata::recover(&config.meta_dir().join("topology"), &broker) {
+            match warren_server::storage::recover(&config.meta_dir().join("topology"), &broker) {
                 Ok(mut j) => {
                     if let Some(faults) = &config.fault_injection {
                         j.set_faults(faults.metadata.clone());
@@ -587,7 +587,7 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
             }
         };
         // Left in maintenance mode (`warren ctl drain`) when it stopped: it stays so.
-        let draining = match warren_server::maintenance::stored(&config.meta_dir()) {
+        let draining = match warren_server::node::maintenance::stored(&config.meta_dir()) {
             Ok(d) => d,
             Err(e) => {
                 eprintln!("warren: {e}");
@@ -642,10 +642,10 @@ fn run_server(args: ServerArgs) -> std::process::ExitCode {
             }
         };
         broker.enable_paging(
-            Arc::new(warren_server::metadata::StorePayloads(store.clone())),
+            Arc::new(warren_server::storage::StorePayloads(store.clone())),
             Arc::new(warren_broker::backlog::MemoryBudget::new(config.message_memory_bytes as usize)),
         );
-        if let Err(e) = warren_server::metadata::recover_messages(&store, &broker) {
+        if let Err(e) = warren_server::storage::recover_messages(&store, &broker) {
             eprintln!("warren: cannot recover stored messages: {e}");
             return std::process::ExitCode::from(1);
         }

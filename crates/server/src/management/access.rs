@@ -34,7 +34,7 @@ async fn change(s: &Shared, record: MetaRecord, status: StatusCode) -> Response 
     if let Err(e) = s.broker.apply(record.clone()) {
         return error(StatusCode::BAD_REQUEST, &e);
     }
-    match crate::metadata::append(s, vec![record]) {
+    match crate::storage::append(s, vec![record]) {
         Ok(()) => status.into_response(),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.text),
     }

@@ -57,7 +57,7 @@ pub(crate) fn answer_clients(
             None => Err((NOT_FOUND, format!("no connection '{name}' on this node"))),
         },
         ClientsAsk::Counts { vhost, user } => Ok(messaging::Response::ClientCounts {
-            counts: crate::access::local_counts(s, vhost, user),
+            counts: crate::amqp::access::local_counts(s, vhost, user),
         }),
     }
 }
@@ -70,7 +70,7 @@ pub(super) async fn cluster_wide(s: &Shared, listing: ClientListing) -> Vec<Valu
         let request = Request::Clients {
             ask: ClientsAsk::List { listing },
         };
-        for answer in crate::remote::ask_running_peers(cluster, request, PEER_TIMEOUT).await {
+        for answer in crate::peers::ask_running_peers(cluster, request, PEER_TIMEOUT).await {
             if let messaging::Response::Clients { items: theirs } = answer {
                 items.extend(theirs);
             }
@@ -127,7 +127,7 @@ pub(super) async fn close_on(s: &Shared, node: &str, name: &str, reason: &str) -
             reason: reason.to_string(),
         },
     };
-    match tokio::time::timeout(PEER_TIMEOUT, crate::remote::call(&messaging, peer, request)).await {
+    match tokio::time::timeout(PEER_TIMEOUT, crate::peers::call(&messaging, peer, request)).await {
         Ok(Ok(_)) => StatusCode::NO_CONTENT.into_response(),
         Ok(Err(e)) if e.code == NOT_FOUND => not_found(),
         Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.text),

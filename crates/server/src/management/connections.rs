@@ -4,7 +4,7 @@
 //! channels, a monitor or administrator everyone's; consumers are shown per vhost, like queues.
 //! `/api/connections` and `/api/channels` page as RabbitMQ pages them ([`super::paging`]).
 //!
-//! What a node lists comes from its [`crate::registry`] (what each connection negotiated) and
+//! What a node lists comes from its [`crate::amqp::registry`] (what each connection negotiated) and
 //! its vhosts' channel states; nothing here is counted on the data path, so RabbitMQ's byte
 //! counters and rates show as 0.
 
@@ -12,7 +12,7 @@ use super::auth::{self, Caller};
 use super::clients::{close_on, cluster_wide};
 use super::paging::paged;
 use super::{error, not_found, table_json, Api, Shared};
-use crate::registry::Entry;
+use crate::amqp::registry::Entry;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};

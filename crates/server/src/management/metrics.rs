@@ -156,7 +156,7 @@ impl Readings {
                 ("free_disk_space_watermark", alarms.disk),
                 ("storage_failure", alarms.storage),
             ],
-            rss_bytes: crate::memory::rss_bytes(),
+            rss_bytes: crate::node::memory::rss_bytes(),
             memory_limit_bytes: s.alarms.memory_watermark_bytes.load(Ordering::Relaxed),
             disk_free_bytes: s.alarms.disk_free_bytes(),
             disk_limit_bytes: s.alarms.disk_free_limit_bytes.load(Ordering::Relaxed),

@@ -275,10 +275,10 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/metrics/detailed", get(metrics::metrics_detailed));
     router = router
         .merge(crate::cluster_admin::routes())
-        .merge(crate::maintenance::routes())
+        .merge(crate::node::maintenance::routes())
         .merge(ui::routes());
     if shared.config.fault_injection.is_some() {
-        router = router.merge(crate::fault_injection::routes());
+        router = router.merge(crate::node::fault_injection::routes());
     }
     router.with_state(shared)
 }
@@ -519,7 +519,7 @@ pub fn json_table(v: &Value) -> Result<FieldTable, String> {
 /// 500 for a change that cannot be written since the node's storage failed, before it is
 /// made, so that memory never holds what a restart would lose.
 fn refuse_if_failed(s: &Shared) -> Result<(), Response> {
-    crate::metadata::refuse_if_failed(s)
+    crate::storage::refuse_if_failed(s)
         .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, &e.text))
 }
 
@@ -532,7 +532,7 @@ async fn replicate(s: &Shared, record: MetaRecord, status: StatusCode) -> Respon
         .await
     {
         Ok(_) => {
-            crate::remote::applied_everywhere(cluster).await;
+            crate::peers::applied_everywhere(cluster).await;
             status.into_response()
         }
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.text),

@@ -37,7 +37,7 @@ pub fn node_json(s: &Shared) -> Value {
         "type": "disc",
         "running": true,
         "uptime": process.uptime_ms,
-        "mem_used": crate::memory::rss_bytes(),
+        "mem_used": crate::node::memory::rss_bytes(),
         "mem_limit": s.alarms.memory_watermark_bytes.load(Ordering::Relaxed),
         "mem_alarm": alarms.memory,
         "mem_calculation_strategy": "rss",
@@ -147,7 +147,7 @@ pub async fn all_nodes(s: &Shared) -> Vec<Value> {
             let peer = ask?;
             match tokio::time::timeout(
                 NODE_ASK_TIMEOUT,
-                crate::remote::call(&messaging, peer, Request::Node),
+                crate::peers::call(&messaging, peer, Request::Node),
             )
             .await
             {

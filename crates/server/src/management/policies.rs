@@ -8,7 +8,7 @@
 //! length limits they now exceed, before the answer goes out.
 
 use super::{auth, error, not_found, refuse_if_failed, Api, Body};
-use crate::metadata::MetaGuard;
+use crate::storage::MetaGuard;
 use crate::Shared;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -205,7 +205,7 @@ pub async fn change(s: &Shared, record: MetaRecord) -> Result<(), (StatusCode, S
             .execute(warren_broker::command::Command::Meta { record })
             .await
             .map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, e.text))?;
-        crate::remote::applied_everywhere(cluster).await;
+        crate::peers::applied_everywhere(cluster).await;
         let mut v = MetaGuard {
             vhost: v.lock().expect("vhost lock"),
             shared: s,
@@ -246,7 +246,7 @@ pub async fn change(s: &Shared, record: MetaRecord) -> Result<(), (StatusCode, S
         }
         _ => unreachable!("policy records only"),
     }
-    crate::metadata::append(s, vec![record])
+    crate::storage::append(s, vec![record])
         .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.text))?;
     v.enforce_limits(now);
     Ok(())

@@ -13,8 +13,8 @@
 //! Cost: a session is a channel open and close on the vhost (one map insert and remove under
 //! the vhost lock) per request, on the control plane only.
 
-use crate::channel::Channel;
-use crate::connection::{Connection, Fault};
+use crate::amqp::channel::Channel;
+use crate::amqp::connection::{Connection, Fault};
 use crate::Shared;
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;

@@ -26,7 +26,7 @@ pub async fn put_watermark(
     let bytes = match (body.fraction, body.bytes) {
         (_, Some(b)) => b,
         (Some(f), None) if (0.0..=1.0).contains(&f) => {
-            (crate::memory::total_memory_bytes() as f64 * f) as u64
+            (crate::node::memory::total_memory_bytes() as f64 * f) as u64
         }
         _ => {
             return error(

@@ -172,7 +172,7 @@ pub async fn put(
         name: user,
     };
     // Appended under the users lock, so the journal keeps the order of user changes.
-    match crate::metadata::append(&s, vec![record]) {
+    match crate::storage::append(&s, vec![record]) {
         Ok(()) => status.into_response(),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.text),
     }
@@ -198,7 +198,7 @@ pub async fn delete(State(s): Api, headers: HeaderMap, Path(user): Path<String>)
     }
     let mut users = s.broker.users.write().expect("users lock");
     if users.delete_user(&user) {
-        if let Err(e) = crate::metadata::append(&s, vec![MetaRecord::DeleteUser { name: user }]) {
+        if let Err(e) = crate::storage::append(&s, vec![MetaRecord::DeleteUser { name: user }]) {
             return error(StatusCode::INTERNAL_SERVER_ERROR, &e.text);
         }
         StatusCode::NO_CONTENT.into_response()
@@ -283,7 +283,7 @@ pub async fn put_permissions(
         write: body.write,
         read: body.read,
     };
-    match crate::metadata::append(&s, vec![record]) {
+    match crate::storage::append(&s, vec![record]) {
         Ok(()) => StatusCode::CREATED.into_response(),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.text),
     }
@@ -306,7 +306,7 @@ pub async fn delete_permissions(
     }
     let mut users = s.broker.users.write().expect("users lock");
     users.clear_permissions(&user, &vhost);
-    match crate::metadata::append(&s, vec![MetaRecord::ClearPermissions { user, vhost }]) {
+    match crate::storage::append(&s, vec![MetaRecord::ClearPermissions { user, vhost }]) {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.text),
     }

@@ -109,7 +109,7 @@ pub async fn put(State(s): Api, headers: HeaderMap, Path(vhost): Path<String>) -
         &vhost,
         Permissions::all(),
     );
-    match crate::metadata::append(&s, vec![MetaRecord::AddVhost { name: vhost }, grant]) {
+    match crate::storage::append(&s, vec![MetaRecord::AddVhost { name: vhost }, grant]) {
         Ok(()) => StatusCode::CREATED.into_response(),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.text),
     }
@@ -134,7 +134,7 @@ pub async fn delete(State(s): Api, headers: HeaderMap, Path(vhost): Path<String>
         .await;
     }
     if s.broker.delete_vhost(&vhost) {
-        if let Err(e) = crate::metadata::append(&s, vec![MetaRecord::DeleteVhost { name: vhost }]) {
+        if let Err(e) = crate::storage::append(&s, vec![MetaRecord::DeleteVhost { name: vhost }]) {
             return error(StatusCode::INTERNAL_SERVER_ERROR, &e.text);
         }
         StatusCode::NO_CONTENT.into_response()

@@ -2,8 +2,8 @@
 //! answered at once, under the vhost's lock.
 
 use super::{Delete, QueueBackend};
-use crate::channel::ctl;
-use crate::connection::Connection;
+use crate::amqp::channel::ctl;
+use crate::amqp::connection::Connection;
 use crate::replicated::Reply;
 use warren_broker::command::Command;
 use warren_broker::error::AmqpError;

@@ -14,10 +14,11 @@
 //!   group through this node's member, answered by this node's replica.
 
 mod local;
-mod quorum;
+pub mod quorum;
 mod remote;
+mod remote_queue;
 
-use crate::connection::Connection;
+use crate::amqp::connection::Connection;
 use warren_broker::error::AmqpError;
 use warren_broker::queue::ChannelKey;
 

@@ -4,8 +4,8 @@
 //! ... is down or inaccessible", except an unconditional delete, which goes ahead without it.
 
 use super::{local, Delete, QueueBackend};
-use crate::connection::Connection;
-use crate::remote;
+use crate::amqp::connection::Connection;
+use crate::peers;
 use crate::replicated::{Proposal, Reply};
 use std::sync::Arc;
 use warren_broker::command::{Command, Outcome};
@@ -92,7 +92,7 @@ impl QueueBackend for RemoteQueue {
             nowait,
             reply: Reply::QueueDelete,
             answer: Box::pin(async move {
-                let counts = match remote::call(cluster.messaging(), peer, request).await {
+                let counts = match peers::call(cluster.messaging(), peer, request).await {
                     Ok(counts) => counts,
                     Err(_) if !if_unused && !if_empty => Response::Done,
                     Err(e) => return Err(e),
@@ -113,7 +113,7 @@ impl QueueBackend for RemoteQueue {
                         )));
                     }
                 }
-                match crate::remote::execute_everywhere(&cluster, command).await? {
+                match crate::peers::execute_everywhere(&cluster, command).await? {
                     Outcome::QueueDeleted(_) => Ok(Outcome::QueueDeleted(match counts {
                         Response::Declared { messages, .. } => messages,
                         _ => 0,
@@ -158,11 +158,11 @@ impl QueueBackend for RemoteQueue {
                 (Response::Got { got: Some(g) }, Some(node)) => {
                     let mut v = vhost.lock().expect("vhost lock");
                     v.note_remote_node(key, &node);
-                    v.accept_delivery(&node, remote::got(key, g), Some(&queue));
+                    v.accept_delivery(&node, peers::got(key, g), Some(&queue));
                     if v.has_remote() {
                         let effects = v.take_remote();
                         let name = v.name.clone();
-                        remote::carry_out(&shared, &name, effects);
+                        peers::carry_out(&shared, &name, effects);
                     }
                 }
                 _ => {

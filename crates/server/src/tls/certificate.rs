@@ -15,7 +15,7 @@
 //! length checked against what is left, so a malformed certificate is an error, never a panic.
 //! (rustls has already verified the certificate's signature when this runs.)
 
-use crate::config::CertLoginFrom;
+use crate::node::config::CertLoginFrom;
 
 /// The parts of a certificate this module reads.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,7 +8,7 @@
 //!   or keeps the old ones and says why if the new files are bad. Connections already open
 //!   keep the configuration they were accepted with.
 //! - [`serve_amqps`]: one socket accepted on the TLS listener: the TLS handshake, then the
-//!   ordinary AMQP connection ([`crate::connection`]) over the encrypted stream.
+//!   ordinary AMQP connection ([`crate::amqp::connection`]) over the encrypted stream.
 //! - [`certificate`]: the subject of a client certificate as a user name, RabbitMQ's way.
 //! - [`https`]: the management API's HTTPS listener.
 //!
@@ -24,7 +24,7 @@
 pub mod certificate;
 pub mod https;
 
-use crate::config::TlsConfig;
+use crate::node::config::TlsConfig;
 use crate::Shared;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -460,12 +460,12 @@ pub async fn serve_amqps(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared
                     .map(|c| c.clone().into_owned()),
             };
             let (rd, wr) = tokio::io::split(stream);
-            crate::connection::serve_stream(
+            crate::amqp::connection::serve_stream(
                 rd,
                 wr,
                 peer,
                 local,
-                crate::connection::StreamKind::Tls(tls_peer),
+                crate::amqp::connection::StreamKind::Tls(tls_peer),
                 deadline,
                 shared,
             )

@@ -2,10 +2,10 @@
 //! permission checks and reply codes. Publishing state (confirms, transactions, content being
 //! assembled) lives here; consumer state lives in the broker's vhost.
 
-use crate::connection::{Connection, Fault};
+use crate::amqp::connection::{Connection, Fault};
+use crate::amqp::transactions::TxOp;
 use crate::queues::Delete;
 use crate::replicated::Reply;
-use crate::transactions::TxOp;
 use amq_protocol_types::ShortString;
 use bytes::{Bytes, BytesMut};
 use warren_broker::command::Command;
@@ -123,8 +123,8 @@ pub(crate) fn ctl(conn: &Connection, number: u16, class: AMQPClass) {
 
 impl Connection {
     /// The connection's vhost, locked; durable changes are journalled when the guard drops.
-    pub fn meta_vhost(&self) -> crate::metadata::MetaGuard<'_> {
-        crate::metadata::MetaGuard {
+    pub fn meta_vhost(&self) -> crate::storage::MetaGuard<'_> {
+        crate::storage::MetaGuard {
             vhost: self.vhost.lock().expect("vhost lock"),
             shared: &self.shared,
         }
@@ -318,25 +318,21 @@ impl Connection {
             let outcome = v.publish(key, exchange, message, props, now);
             // Appends go to the engine under the vhost lock, so each log gets them in order.
             let ops = v.take_store_ops();
-            let mut stored = crate::metadata::apply_store_ops(&self.shared, ops);
+            let mut stored = crate::storage::apply_store_ops(&self.shared, ops);
             v.page_out();
             if v.has_remote() {
                 // Bound for queues on other nodes: confirmed once they have it. Publishes to
                 // quorum queues are numbered even without confirms, so that flow control
                 // bounds what the channel has in the groups' pipelines.
                 let effects = v.take_remote();
-                let carried = crate::remote::carry_out_for(
-                    &self.shared,
-                    &self.vhost_name,
-                    effects,
-                    Some(key),
-                );
+                let carried =
+                    crate::peers::carry_out_for(&self.shared, &self.vhost_name, effects, Some(key));
                 if let Some(tx) = &mut self.tx_waits {
                     tx.extend(carried.waits.iter().copied());
                 }
                 match &mut stored {
                     Ok(waits) if !carried.failed => waits.extend(carried.waits),
-                    _ => stored = Err(crate::metadata::NotStored),
+                    _ => stored = Err(crate::storage::NotStored),
                 }
                 self.held_by_peer = self.held_by_peer.or(carried.congested);
             }
@@ -386,7 +382,7 @@ impl Connection {
             ch.next_publish_seq += 1;
             let (failed, waits) = match stored {
                 Ok(waits) => (false, waits),
-                Err(crate::metadata::NotStored) => (true, Vec::new()),
+                Err(crate::storage::NotStored) => (true, Vec::new()),
             };
             if !outcome.rejected
                 && !failed

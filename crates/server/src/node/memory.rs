@@ -1,4 +1,4 @@
-//! Memory readings for the memory alarm (see [`crate::alarms`]) and for metrics.
+//! Memory readings for the memory alarm (see [`crate::node::alarms`]) and for metrics.
 
 /// The process's resident set size, from /proc (Linux).
 pub fn rss_bytes() -> u64 {

@@ -193,7 +193,7 @@ impl Drop for MetaGuard<'_> {
             // waits on these either.
             let effects = self.vhost.take_remote();
             let name = self.vhost.name.clone();
-            let _ = crate::remote::carry_out(self.shared, &name, effects);
+            let _ = crate::peers::carry_out(self.shared, &name, effects);
         }
     }
 }

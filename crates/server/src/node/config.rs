@@ -119,10 +119,10 @@ pub struct ServerConfig {
     /// RabbitMQ's image sets `loopback_users.guest = false`.
     #[serde(deserialize_with = "names_or_none")]
     pub loopback_users: Vec<String>,
-    /// Test-only fault injection (see [`crate::fault_injection`]): set from the hidden
+    /// Test-only fault injection (see [`crate::node::fault_injection`]): set from the hidden
     /// `--fault-injection` flag only, never from a config file.
     #[serde(skip)]
-    pub fault_injection: Option<crate::fault_injection::FaultInjection>,
+    pub fault_injection: Option<crate::node::fault_injection::FaultInjection>,
 }
 
 /// Where a new queue lives in a cluster (RabbitMQ's queue leader locators).
@@ -191,7 +191,7 @@ impl Default for ServerConfig {
 
 /// 40% of physical memory, RabbitMQ's default vm_memory_high_watermark.
 fn default_memory_watermark() -> u64 {
-    crate::memory::total_memory_bytes() * 2 / 5
+    crate::node::memory::total_memory_bytes() * 2 / 5
 }
 
 /// TLS settings, after RabbitMQ's `listeners.ssl` and `ssl_options`: PEM files, the peer

@@ -2,10 +2,10 @@
 //!
 //! The reader side runs here; frames it produces (replies, confirms) and deliveries the broker
 //! produces for this connection's consumers all go through the connection's outbox, drained
-//! by the [`crate::writer::Writer`] task, so that everything leaves in order and in batches.
+//! by the [`crate::amqp::writer::Writer`] task, so that everything leaves in order and in batches.
 
-use crate::channel::{Channel, Pending};
-use crate::handshake::{handshake, handshake_timed_out};
+use crate::amqp::channel::{Channel, Pending};
+use crate::amqp::handshake::{handshake, handshake_timed_out};
 use crate::Shared;
 use warren_store::IdHashMap;
 
@@ -97,9 +97,9 @@ pub struct Connection {
     /// queues wait for (forwards answered, entries applied) before tx.commit-ok.
     pub tx_waits: Option<Vec<(u64, u64)>>,
     /// This connection in the node's registry (`None` for the management API's own).
-    pub registered: Option<Arc<crate::registry::Entry>>,
+    pub registered: Option<Arc<crate::amqp::registry::Entry>>,
     /// What this connection handed its queues' storage that it has not synced yet.
-    pub flow: crate::flow::Flow,
+    pub flow: crate::amqp::flow::Flow,
 }
 
 /// Serves one socket accepted on the plain listener until it closes.
@@ -183,7 +183,7 @@ pub async fn serve_stream<R, W>(
     let vhost_slot: Arc<OnceLock<(SharedVHost, ConnId)>> = Arc::new(OnceLock::new());
     let resume_slot = vhost_slot.clone();
     let broker = shared.broker.clone();
-    let writer = crate::writer::Writer {
+    let writer = crate::amqp::writer::Writer {
         socket: wr,
         flush_each_batch: tls.is_some(),
         outbox: outbox.clone(),
@@ -245,7 +245,7 @@ pub async fn serve_stream<R, W>(
     // Counted against the vhost's and user's max-connections until this function returns.
     let _admission = conn.admission;
     heartbeat.store(conn.heartbeat_s as u32, Ordering::Relaxed);
-    let entry = Arc::new(crate::registry::Entry::new(
+    let entry = Arc::new(crate::amqp::registry::Entry::new(
         id,
         peer,
         local,
@@ -291,7 +291,7 @@ pub async fn serve_stream<R, W>(
     shared.connections.insert(entry.clone());
     if shared.maintenance.is_draining() {
         // Its handshake ended after a drain closed the others.
-        entry.close(crate::maintenance::CLOSE_REASON);
+        entry.close(crate::node::maintenance::CLOSE_REASON);
     }
     c.run(&mut rd, &mut buf).await;
     shared.connections.remove(id);
@@ -533,7 +533,7 @@ impl Connection {
                 }
             }
             self.flush_confirms();
-            crate::quorum_client::flush_settles(&self.shared);
+            crate::queues::quorum::client::flush_settles(&self.shared);
             if self.closing {
                 // A node shutting down does not wait a client's full closing timeout.
                 let timeout = if *self.shared.shutdown.borrow() {
@@ -721,7 +721,7 @@ impl Connection {
         self.meta_vhost().channel_close(key, now);
         // Its confirm streams to quorum queues: nothing waits on them any more.
         let groups = self.shared.durability.forget_quorum_channel(key);
-        crate::quorum_client::publisher_closed(&self.shared, key, &groups);
+        crate::queues::quorum::client::publisher_closed(&self.shared, key, &groups);
     }
 
     fn handle_frame(&mut self, f: Frame) -> Result<(), Fault> {
@@ -957,7 +957,7 @@ impl Connection {
                         format!("number of channels opened ({}) has reached the negotiated channel_max ({})", self.channels.len(), self.channel_max),
                     ));
                 }
-                if let Some(limit) = crate::access::channel_limit(&self.shared, &self.user) {
+                if let Some(limit) = crate::amqp::access::channel_limit(&self.shared, &self.user) {
                     // Counted over the cluster: opened once the answer is in, before the
                     // connection reads its next frame.
                     let shared = self.shared.clone();
@@ -967,7 +967,7 @@ impl Connection {
                         nowait: false,
                         reply: crate::replicated::Reply::ChannelOpen,
                         answer: Box::pin(async move {
-                            crate::access::admit_channel(&shared, &user, limit).await?;
+                            crate::amqp::access::admit_channel(&shared, &user, limit).await?;
                             Ok(warren_broker::command::Outcome::Done)
                         }),
                     });

@@ -140,7 +140,7 @@ impl Alarms {
     /// Re-reads memory and disk and raises or clears the alarms; called by the sampler and at
     /// once when a limit changes (rabbitmqctl's changes take effect immediately too).
     pub fn evaluate(&self) {
-        let rss = crate::memory::rss_bytes();
+        let rss = crate::node::memory::rss_bytes();
         let watermark = self.memory_watermark_bytes.load(Ordering::Relaxed);
         let free = self.disk_free_bytes();
         let limit = self.disk_free_limit_bytes.load(Ordering::Relaxed);

@@ -2,10 +2,10 @@
 //! as a classic queue hosted by its home (its first member), so its publishes are forwarded
 //! there and its consumers are served through stand-in channels there. This is the member's
 //! side: a forwarded request for a quorum queue becomes a request to the group like a local
-//! channel's ([`crate::quorum_client`]), answered once its entry is applied here; deliveries
+//! channel's ([`crate::queues::quorum::client`]), answered once its entry is applied here; deliveries
 //! to a stand-in's consumer are relayed as a classic queue's are.
 
-use crate::quorum_client::{self, Wait};
+use crate::queues::quorum::client::{self, Wait};
 use crate::Shared;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -85,7 +85,7 @@ pub fn answer(
                 no_ack,
                 exclusive,
             };
-            let command = quorum_client::checkout(&shared, channel, &consume.tag, spec);
+            let command = client::checkout(&shared, channel, &consume.tag, spec);
             let wait = Wait::Checkout {
                 group,
                 channel,
@@ -93,12 +93,11 @@ pub fn answer(
             };
             // Answered from the replica, before the deliveries it relays next on the link.
             let m = messaging.clone();
-            let on_applied: quorum_client::OnApplied =
-                Box::new(move |_, _| reply(&m, Ok(Response::Done)));
+            let on_applied: client::OnApplied = Box::new(move |_, _| reply(&m, Ok(Response::Done)));
             let vhost = shared.broker.vhost(&v.name);
             tokio::spawn(async move {
                 let tag = consume.tag;
-                let r = quorum_client::request(shared, group, wait, Some(on_applied), command);
+                let r = client::request(shared, group, wait, Some(on_applied), command);
                 if let Err(e) = r.await {
                     if let Some(v) = vhost {
                         v.lock()
@@ -110,14 +109,14 @@ pub fn answer(
             });
         }
         Request::Cancel { channel, tag, .. } => {
-            let command = quorum_client::cancel(&shared, channel, &tag);
+            let command = client::cancel(&shared, channel, &tag);
             let wait = Wait::Cancel {
                 group,
                 channel,
                 tag,
             };
             tokio::spawn(async move {
-                let r = quorum_client::request(shared, group, wait, None, command).await;
+                let r = client::request(shared, group, wait, None, command).await;
                 reply(&messaging, r.map(|_| Response::Done));
             });
         }
@@ -131,19 +130,19 @@ pub fn answer(
         } => {
             v.open_stand_in(channel, conn, number, &user, node, relay());
             v.note_quorum_get(channel, group - 1);
-            let command = quorum_client::dequeue(&shared, channel, no_ack);
+            let command = client::dequeue(&shared, channel, no_ack);
             let wait = Wait::Get { group, channel };
             let m = messaging.clone();
-            let on_applied: quorum_client::OnApplied = Box::new(move |_, d: Option<Delivery>| {
+            let on_applied: client::OnApplied = Box::new(move |_, d: Option<Delivery>| {
                 reply(
                     &m,
                     Ok(Response::Got {
-                        got: d.as_ref().map(crate::remote::got_for_client),
+                        got: d.as_ref().map(crate::peers::got_for_client),
                     }),
                 )
             });
             tokio::spawn(async move {
-                let r = quorum_client::request(shared, group, wait, Some(on_applied), command);
+                let r = client::request(shared, group, wait, Some(on_applied), command);
                 if let Err(e) = r.await {
                     reply(&messaging, Err(e));
                 }
@@ -151,7 +150,7 @@ pub fn answer(
         }
         Request::Purge { .. } => {
             tokio::spawn(async move {
-                let r = quorum_client::purge(shared, group).await;
+                let r = client::purge(shared, group).await;
                 reply(&messaging, r.map(|count| Response::Purged { count }));
             });
         }

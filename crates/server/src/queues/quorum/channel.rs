@@ -1,12 +1,12 @@
 //! A channel's methods on a quorum queue of a cluster that have not moved to `queues::quorum`
 //! yet (consume, cancel): each is a request to the queue's Raft
-//! group through this node's member ([`crate::quorum_client`]). The connection waits for its
+//! group through this node's member ([`crate::queues::quorum::client`]). The connection waits for its
 //! entry to be applied here before it reads the channel's next method, as for other requests
 //! that cross nodes; the reply (consume-ok, cancel-ok) is written by this node's
 //! replica, in order with the deliveries it writes.
 
-use crate::connection::Connection;
-use crate::quorum_client::{self, Wait};
+use crate::amqp::connection::Connection;
+use crate::queues::quorum::client::{self, Wait};
 use crate::replicated::{Proposal, Reply};
 use std::sync::atomic::Ordering;
 use warren_broker::command::Outcome;
@@ -54,9 +54,9 @@ impl Connection {
             no_ack: c.no_ack,
             exclusive: c.exclusive,
         };
-        let command = quorum_client::checkout(&self.shared, key, &consume.tag, spec);
+        let command = client::checkout(&self.shared, key, &consume.tag, spec);
         let reply = (!c.nowait).then(|| {
-            quorum_client::write_reply(
+            client::write_reply(
                 key,
                 Method::Other(AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(
                     basic::ConsumeOk {
@@ -72,7 +72,7 @@ impl Connection {
         };
         let (shared, vhost, tag) = (self.shared.clone(), self.vhost.clone(), consume.tag);
         self.await_request(number, (60, 20), async move {
-            let r = quorum_client::request(shared, group, wait, reply, command).await;
+            let r = client::request(shared, group, wait, reply, command).await;
             if r.is_err() {
                 vhost
                     .lock()
@@ -87,13 +87,13 @@ impl Connection {
     pub fn cancel_quorum(&mut self, number: u16, key: ChannelKey, c: basic::Cancel, log: u64) {
         let tag = c.consumer_tag.as_str().to_string();
         let group = group_id(log);
-        let command = quorum_client::cancel(&self.shared, key, &tag);
+        let command = client::cancel(&self.shared, key, &tag);
         let cancel_ok = Method::Other(AMQPClass::Basic(basic::AMQPMethod::CancelOk(
             basic::CancelOk {
                 consumer_tag: tag.as_str().into(),
             },
         )));
-        let reply = (!c.nowait).then(|| quorum_client::write_reply(key, cancel_ok.clone()));
+        let reply = (!c.nowait).then(|| client::write_reply(key, cancel_ok.clone()));
         let wait = Wait::Cancel {
             group,
             channel: key,
@@ -103,7 +103,7 @@ impl Connection {
             (self.shared.clone(), self.vhost.clone(), self.outbox.clone());
         let nowait = c.nowait;
         self.await_request(number, (60, 30), async move {
-            if quorum_client::request(shared, group, wait, reply, command)
+            if client::request(shared, group, wait, reply, command)
                 .await
                 .is_err()
             {

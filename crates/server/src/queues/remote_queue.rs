@@ -3,8 +3,8 @@
 //! is written when its answer arrives (see [`Connection::ask_remote`]). A queue whose node is
 //! down gets RabbitMQ's 404 "home node ... is down or inaccessible".
 
-use crate::connection::Connection;
-use crate::remote;
+use crate::amqp::connection::Connection;
+use crate::peers;
 use std::sync::Arc;
 use warren_broker::error::AmqpError;
 use warren_broker::queue::ChannelKey;
@@ -23,7 +23,7 @@ impl Connection {
         match home {
             None => Ok(None),
             Some(node) => {
-                remote::reachable_home(&self.shared, &node, queue, &self.vhost_name).map(Some)
+                peers::reachable_home(&self.shared, &node, queue, &self.vhost_name).map(Some)
             }
         }
     }

@@ -5,10 +5,10 @@
 //! - deliveries to this node's consumers, the body read from this node's copy of the log (the
 //!   entry being applied, or an older one from the store), written to the client's channel;
 //! - basic.get answers, consume-ok and cancel-ok to this node's waiting channels
-//!   ([`crate::quorum_client::Wait`]);
+//!   ([`crate::queues::quorum::client::Wait`]);
 //! - confirms and rejects of this node's publishing channels;
 //! - as the leader: dead letters (published once, by the leader, at most once; an
-//!   at-least-once queue's go to [`crate::quorum_dead_letters`], which publishes them with
+//!   at-least-once queue's go to [`crate::queues::quorum::dead_letters`], which publishes them with
 //!   confirms).
 //!
 //! Effects are gathered while a round's entries are applied and carried out together at the
@@ -16,8 +16,8 @@
 //! A delivery for a consumer that is gone (its channel closed, it was cancelled, this node
 //! restarted) goes back to the queue (`Return`).
 
-use crate::quorum_bodies::Bodies;
-use crate::quorum_client::{self, ReplicaInfo, Wait};
+use crate::queues::quorum::bodies::Bodies;
+use crate::queues::quorum::client::{self, ReplicaInfo, Wait};
 use crate::Shared;
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -49,7 +49,7 @@ pub struct Replica {
     leader: u64,
     /// Effects of this round's entries, carried out at its end.
     pending: Vec<Pending>,
-    /// Bodies of messages waiting in the queue (see `quorum_bodies`).
+    /// Bodies of messages waiting in the queue (see `bodies`).
     bodies: Bodies,
     /// When the last applied entry was proposed (unix ms, the proposer's clock).
     last_entry_ms: u64,
@@ -360,11 +360,11 @@ impl Replica {
         }
         // Dead letters routed on to other queues.
         let ops = v.take_store_ops();
-        let _ = crate::metadata::apply_store_ops(shared, ops);
+        let _ = crate::storage::apply_store_ops(shared, ops);
         let remote = v.has_remote().then(|| v.take_remote());
         drop(v);
         if let Some(effects) = remote {
-            crate::remote::carry_out(shared, &self.vhost, effects);
+            crate::peers::carry_out(shared, &self.vhost, effects);
         }
         for (channel, seqs) in confirms {
             shared.durability.quorum_applied(channel, self.group, &seqs);
@@ -379,14 +379,14 @@ impl Replica {
             }
             for (consumer, msg_ids) in by_consumer {
                 let command = Command::new(
-                    quorum_client::unix_now_ms(),
+                    client::unix_now_ms(),
                     Op::Return {
                         consumer,
                         msg_ids,
                         rejected: false,
                     },
                 );
-                quorum_client::propose(shared, self.group, &command, None);
+                client::propose(shared, self.group, &command, None);
             }
         }
     }
@@ -496,8 +496,8 @@ impl Machine for Replica {
         // was paused, cut off or down), deliveries of old entries wait for the entries that
         // may take them back (see `QuorumQueue::holds`), within a bound on what waits in
         // memory. A member merely a message behind under load carries out at once.
-        let catching_up = !caught_up
-            && quorum_client::unix_now_ms().saturating_sub(self.last_entry_ms) > LATE_ENTRY_MS;
+        let catching_up =
+            !caught_up && client::unix_now_ms().saturating_sub(self.last_entry_ms) > LATE_ENTRY_MS;
         if self.pending.is_empty() || (catching_up && self.pending.len() < PENDING_WHILE_BEHIND) {
             return;
         }
@@ -544,7 +544,7 @@ impl Machine for Replica {
         // made before the first leader wait for it in the group.
         if lost {
             if let Some(shared) = self.shared.upgrade() {
-                quorum_client::resend_unapplied(&shared, self.group);
+                client::resend_unapplied(&shared, self.group);
             }
         }
     }
@@ -635,8 +635,8 @@ pub fn install(shared: &Arc<Shared>) {
             shared: weak.clone(),
         })
     }));
-    tokio::spawn(quorum_client::sweep(shared.clone()));
-    tokio::spawn(crate::quorum_dead_letters::run(shared.clone()));
+    tokio::spawn(client::sweep(shared.clone()));
+    tokio::spawn(crate::queues::quorum::dead_letters::run(shared.clone()));
 }
 
 /// The queue's arguments as its declare validated them.

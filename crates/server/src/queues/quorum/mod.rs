@@ -1,12 +1,19 @@
 //! A quorum queue of a cluster this node is a member of: each method is a request to the
-//! queue's Raft group through this node's member ([`crate::quorum_client`]). The connection
+//! queue's Raft group through this node's member ([`crate::queues::quorum::client`]). The connection
 //! waits for its entry to be applied here before it reads the channel's next method; get-ok is
 //! written by this node's replica, in order with the deliveries it writes.
 
+mod bodies;
+mod channel;
+pub mod client;
+mod dead_letters;
+pub mod peers;
+pub mod replica;
+
 use super::{Delete, QueueBackend};
-use crate::connection::Connection;
-use crate::quorum_client::{self, Wait};
+use crate::amqp::connection::Connection;
 use crate::replicated::{Proposal, Reply};
+use client::Wait;
 use warren_broker::command::{Command, Outcome};
 use warren_broker::error::AmqpError;
 use warren_broker::queue::ChannelKey;
@@ -28,7 +35,7 @@ impl QueueBackend for QuorumMember {
     ) -> Result<(), AmqpError> {
         let (shared, outbox, group) = (conn.shared.clone(), conn.outbox.clone(), self.group);
         conn.await_request(number, (50, 30), async move {
-            let count = quorum_client::purge(shared, group).await?;
+            let count = client::purge(shared, group).await?;
             if !nowait {
                 let m = Method::Other(AMQPClass::Queue(queue::AMQPMethod::PurgeOk(
                     queue::PurgeOk {
@@ -78,7 +85,7 @@ impl QueueBackend for QuorumMember {
             nowait: delete.nowait,
             reply: Reply::QueueDelete,
             answer: Box::pin(async move {
-                match crate::remote::execute_everywhere(&cluster, command).await? {
+                match crate::peers::execute_everywhere(&cluster, command).await? {
                     Outcome::QueueDeleted(_) => Ok(Outcome::QueueDeleted(messages)),
                     other => Ok(other),
                 }
@@ -97,7 +104,7 @@ impl QueueBackend for QuorumMember {
         _now: u64,
     ) -> Result<(), AmqpError> {
         let group = self.group;
-        let command = quorum_client::dequeue(&conn.shared, key, no_ack);
+        let command = client::dequeue(&conn.shared, key, no_ack);
         let wait = Wait::Get {
             group,
             channel: key,
@@ -108,7 +115,7 @@ impl QueueBackend for QuorumMember {
             .expect("vhost lock")
             .note_quorum_get(key, group - 1);
         conn.await_request(number, (60, 70), async move {
-            quorum_client::request(shared, group, wait, None, command).await
+            client::request(shared, group, wait, None, command).await
         });
         Ok(())
     }

@@ -36,8 +36,8 @@ pub struct Entry {
     pub tls: bool,
     /// Unix time in ms when the connection opened.
     pub connected_at_ms: u64,
-    /// Whether publisher flow control holds this connection back (see `crate::flow`).
-    pub flow: crate::flow::FlowState,
+    /// Whether publisher flow control holds this connection back (see `crate::amqp::flow`).
+    pub flow: crate::amqp::flow::FlowState,
     close: Notify,
     close_reason: Mutex<Option<String>>,
 }

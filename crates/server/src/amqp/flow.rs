@@ -42,7 +42,7 @@
 //! What it does not bound: transient messages held in a queue's memory (RabbitMQ neither: those
 //! are bounded by the memory alarm).
 
-use crate::connection::Connection;
+use crate::amqp::connection::Connection;
 use crate::durability::{is_quorum_stream, Durability};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -5,7 +5,7 @@
 //! `docs/design/quorum-queues.md`): a publish is `Enqueue`, basic.consume `Checkout`, an ack `Settle`.
 //! This node's member hands the proposal to raft-rs, which forwards it to the leader. The
 //! answer is an effect of the committed entry, carried out by this node's replica
-//! ([`crate::quorum_replica`]) when it applies it: a confirm advances the publishing channel's
+//! ([`crate::queues::quorum::replica`]) when it applies it: a confirm advances the publishing channel's
 //! stream (see [`crate::durability::Durability::quorum_next`]), a checkout writes consume-ok and
 //! then the deliveries, a dequeue basic.get-ok. Requests that wait for their entry (consume,
 //! cancel, get, purge) are [`Wait`]ers the replica resolves; an idempotent one is proposed
@@ -142,9 +142,9 @@ pub struct QuorumQueues {
     settles: Mutex<Vec<PendingSettle>>,
     has_settles: AtomicBool,
     /// What the replicas keep of waiting messages' bodies, in all.
-    pub body_budget: Arc<crate::quorum_bodies::BodyBudget>,
+    pub body_budget: Arc<crate::queues::quorum::bodies::BodyBudget>,
     /// Dead letters of at-least-once queues this node leads, waiting for confirms.
-    pub dead_letters: Arc<crate::quorum_dead_letters::DeadLetters>,
+    pub dead_letters: Arc<crate::queues::quorum::dead_letters::DeadLetters>,
 }
 
 struct PendingSettle {

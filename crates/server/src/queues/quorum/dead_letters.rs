@@ -19,7 +19,7 @@
 //! takes them all from its own replica ([`DeadLetters::lead`]) and publishes them again. A
 //! target may therefore get a dead letter twice; the source never lets one go unconfirmed.
 
-use crate::quorum_client;
+use crate::queues::quorum::client;
 use crate::Shared;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
@@ -165,10 +165,10 @@ fn round(shared: &Shared, letters: &DeadLetters, channel: ChannelKey, now: Insta
         let settled = settle_confirmed(shared, letters, group, now);
         for ids in settled.chunks(SETTLE_BATCH_MAX) {
             let command = Command::new(
-                quorum_client::unix_now_ms(),
+                client::unix_now_ms(),
                 Op::SettleDeadLetters { ids: ids.to_vec() },
             );
-            quorum_client::propose(shared, group, &command, None);
+            client::propose(shared, group, &command, None);
         }
         publish_due(shared, letters, group, channel, now);
     }
@@ -292,10 +292,10 @@ fn publish_one(
     );
     // What it went to is taken even when it is tried again: a target that took it keeps it.
     let ops = v.take_store_ops();
-    let stored = crate::metadata::apply_store_ops(shared, ops);
+    let stored = crate::storage::apply_store_ops(shared, ops);
     let carried = v.has_remote().then(|| {
         let effects = v.take_remote();
-        crate::remote::carry_out_for(shared, vhost_name, effects, Some(channel))
+        crate::peers::carry_out_for(shared, vhost_name, effects, Some(channel))
     });
     if outcome.targets == 0 && outcome.cycles > 0 {
         return Some(Vec::new());

@@ -1,8 +1,8 @@
 //! The AMQP handshake of one connection, up to connection.open-ok: protocol header, SASL
 //! (PLAIN, AMQPLAIN, EXTERNAL over TLS), tuning, the vhost and its permissions, and the
-//! deadline that bounds it all. What it negotiates starts the [`crate::connection::Connection`].
+//! deadline that bounds it all. What it negotiates starts the [`crate::amqp::connection::Connection`].
 
-use crate::connection::{control, ClientCaps};
+use crate::amqp::connection::{control, ClientCaps};
 use crate::Shared;
 use amq_protocol_types::{AMQPValue, FieldTable, LongString};
 use bytes::BytesMut;
@@ -31,7 +31,7 @@ pub(crate) struct Negotiated {
     pub(crate) client_properties: FieldTable,
     pub(crate) mechanism: String,
     /// Counts the connection against its vhost's and user's `max-connections` while held.
-    pub(crate) admission: crate::registry::Admission,
+    pub(crate) admission: crate::amqp::registry::Admission,
 }
 
 /// The RabbitMQ release warren answers as (the reference of the differential interop suite).
@@ -152,7 +152,7 @@ fn loopback_refused(loopback_users: &[String], user: &str, ip: std::net::IpAddr)
     !loopback && loopback_users.iter().any(|u| u == user)
 }
 
-fn offered_mechanisms(cfg: &crate::config::ServerConfig, tls: bool) -> Vec<&str> {
+fn offered_mechanisms(cfg: &crate::node::config::ServerConfig, tls: bool) -> Vec<&str> {
     cfg.auth_mechanisms
         .iter()
         .map(String::as_str)
@@ -372,7 +372,7 @@ pub(crate) async fn handshake<R: AsyncRead + Unpin>(
         )));
     };
     // As RabbitMQ: the connection limits are checked before the user's access to the vhost.
-    let admission = crate::access::admit_connection(shared, &vhost, &vhost_name, &user)
+    let admission = crate::amqp::access::admit_connection(shared, &vhost, &vhost_name, &user)
         .await
         .map_err(|e| Some((e, 10, 40)))?;
     let permissions = shared

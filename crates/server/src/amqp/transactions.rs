@@ -8,8 +8,8 @@
 //! transaction is never delivered again; and publishes to quorum queues and to queues on other
 //! nodes wait as a confirm would (applied by the group, taken by the queue's node).
 
-use crate::channel::ctl;
-use crate::connection::Connection;
+use crate::amqp::channel::ctl;
+use crate::amqp::connection::Connection;
 use crate::Shared;
 use warren_broker::error::AmqpError;
 use warren_broker::message::Message;
@@ -186,13 +186,13 @@ impl Connection {
     }
 
     /// tx.commit-ok once this node's replicas applied the transaction's settlements of quorum
-    /// queue deliveries (see [`crate::quorum_client::settle_applied`]) and its publishes to quorum
+    /// queue deliveries (see [`crate::queues::quorum::client::settle_applied`]) and its publishes to quorum
     /// queues and to queues on other nodes are in them (`waits`, as a confirm waits).
     fn commit_after(&mut self, number: u16, settles: Vec<RemoteEffect>, waits: Vec<(u64, u64)>) {
         let (shared, outbox) = (self.shared.clone(), self.outbox.clone());
         self.await_request(number, (90, 20), async move {
             wait_published(&shared, &waits).await?;
-            crate::quorum_client::settle_applied(shared, settles).await?;
+            crate::queues::quorum::client::settle_applied(shared, settles).await?;
             let m = Method::Other(AMQPClass::Tx(tx::AMQPMethod::CommitOk(tx::CommitOk {})));
             outbox.push(|b| m.encode(number, b));
             Ok(())

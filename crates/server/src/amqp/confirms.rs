@@ -2,7 +2,7 @@
 //! (this node's WAL, a queue's node for a forward, a quorum queue's group); an ack(multiple)
 //! goes out for the longest confirmed run, a nack for what was refused.
 
-use crate::connection::Connection;
+use crate::amqp::connection::Connection;
 use warren_protocol::method::{self, Method};
 
 impl Connection {

@@ -8,7 +8,7 @@
 //! durable, serves other nodes' consumers through stand-in channels whose [`Relay`] sends each
 //! delivery to the client's node, and answers consume, cancel, get, purge and passive declare.
 
-use crate::metadata::{apply_store_ops, MetaGuard, NotStored};
+use crate::storage::{apply_store_ops, MetaGuard, NotStored};
 use crate::Shared;
 use bytes::Bytes;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -55,7 +55,8 @@ pub fn carry_out_for(
     for effect in effects {
         match effect {
             RemoteEffect::Propose { queues, message } => {
-                let waits = crate::quorum_client::publish(shared, queues, &message, publisher);
+                let waits =
+                    crate::queues::quorum::client::publish(shared, queues, &message, publisher);
                 carried.waits.extend(waits);
             }
             RemoteEffect::QuorumSettle {
@@ -64,9 +65,16 @@ pub fn carry_out_for(
                 consumer_tag,
                 op,
                 msg_ids,
-            } => crate::quorum_client::settle(shared, log, channel, &consumer_tag, op, msg_ids),
+            } => crate::queues::quorum::client::settle(
+                shared,
+                log,
+                channel,
+                &consumer_tag,
+                op,
+                msg_ids,
+            ),
             RemoteEffect::QuorumChannelDown { log, channel } => {
-                crate::quorum_client::channel_down(shared, log, channel)
+                crate::queues::quorum::client::channel_down(shared, log, channel)
             }
             RemoteEffect::Forward {
                 node,
@@ -450,7 +458,7 @@ impl Peers {
         };
         let message = Arc::new(messaging::message(exchange, routing_key, properties, body));
         // Planted for the checker to catch, tests only: skip the enqueue, confirm anyway.
-        let planted = crate::fault_injection::confirms_without_storing(shared);
+        let planted = crate::node::fault_injection::confirms_without_storing(shared);
         // A vhost this node does not know (its metadata lags, or it was deleted) stores
         // nothing: refused, so the publisher gets a nack rather than a confirm.
         let mut refused = !planted;
@@ -468,7 +476,7 @@ impl Peers {
             if v.has_remote() {
                 // Quorum queues among them: confirmed once their groups applied it.
                 let effects = v.take_remote();
-                let forwarder = Some(crate::quorum_peers::forward_channel(from));
+                let forwarder = Some(crate::queues::quorum::peers::forward_channel(from));
                 let carried = carry_out_for(shared, &vhost, effects, forwarder);
                 waits.extend(carried.waits);
                 refused |= carried.failed;
@@ -562,7 +570,7 @@ impl Peers {
         };
         let request = match self.shared.upgrade() {
             Some(arc) => {
-                match crate::quorum_peers::answer(
+                match crate::queues::quorum::peers::answer(
                     &arc,
                     &mut v,
                     from,
@@ -810,7 +818,7 @@ impl Handler for Peers {
         };
         // Settlements a peer's message led to (its clients' acks of a stand-in's deliveries)
         // are proposed when it is handled: no connection read ends here to do it.
-        let _flush = crate::quorum_client::FlushSettlesOnDrop(&shared);
+        let _flush = crate::queues::quorum::client::FlushSettlesOnDrop(&shared);
         let now = shared.broker.now_ms();
         match data {
             Data::Publish { .. } => self.forwarded(&shared, from, data),

@@ -1,7 +1,7 @@
 //! Where the server enforces limits and topic permissions (their rules are the broker's
 //! [`warren_broker::limits`] and [`warren_broker::topic_permissions`]):
 //! - connection.open: the vhost's and the user's `max-connections`, counted by the node's
-//!   [`crate::registry::Registry`] ([`admit_connection`]);
+//!   [`crate::amqp::registry::Registry`] ([`admit_connection`]);
 //! - channel.open: the user's `max-channels`, counted over the vhosts' open channels
 //!   ([`admit_channel`]);
 //! - basic.publish and the bind methods on a topic exchange: the user's topic permission on
@@ -13,8 +13,8 @@
 //! with no limit set asks nothing. A vhost's queues are counted by the vhost itself, whose
 //! metadata every node holds.
 
-use crate::connection::Connection;
-use crate::registry::Admission;
+use crate::amqp::connection::Connection;
+use crate::amqp::registry::Admission;
 use crate::Shared;
 use std::time::Duration;
 use warren_broker::broker::SharedVHost;
@@ -114,7 +114,7 @@ async fn elsewhere(shared: &Shared, vhost: &str, user: &str) -> ClientCounts {
             user: user.to_string(),
         },
     };
-    for answer in crate::remote::ask_running_peers(cluster, request, PEER_TIMEOUT).await {
+    for answer in crate::peers::ask_running_peers(cluster, request, PEER_TIMEOUT).await {
         if let Response::ClientCounts { counts } = answer {
             sum += counts;
         }
