@@ -51,6 +51,29 @@ pub enum Error {
     AlreadyOpen(std::path::PathBuf),
     /// An I/O error outside the write path (opening, reading).
     Io(io::Error),
+    /// Bytes that are not a stream chunk (from a replica, say), or entries no chunk can hold.
+    InvalidChunk(crate::stream::ChunkError),
+    /// A stream chunk that does not continue the stream: its first offset is not the stream's
+    /// next one, or its epoch is older than the last chunk's (a leader that was fenced off).
+    ChunkOutOfOrder {
+        /// The stream's next offset.
+        expected_offset: u64,
+        /// The chunk's first offset.
+        offset: u64,
+        /// The epoch of the stream's last chunk.
+        last_epoch: u64,
+        /// The chunk's epoch.
+        epoch: u64,
+    },
+    /// A stream truncation that would remove committed chunks, or chunks no longer held.
+    TruncateRefused {
+        /// The chunk sequence number to truncate from.
+        seq: u64,
+        /// The first chunk sequence number held.
+        first_seq: u64,
+        /// Records below it are committed.
+        commit_end: u64,
+    },
 }
 
 impl fmt::Display for Error {
@@ -79,6 +102,26 @@ impl fmt::Display for Error {
             Error::Corrupt(why) => write!(f, "corrupt storage: {why}"),
             Error::AlreadyOpen(p) => write!(f, "{} is in use by another engine", p.display()),
             Error::Io(e) => write!(f, "i/o error: {e}"),
+            Error::InvalidChunk(e) => write!(f, "invalid stream chunk: {e}"),
+            Error::ChunkOutOfOrder {
+                expected_offset,
+                offset,
+                last_epoch,
+                epoch,
+            } => write!(
+                f,
+                "stream chunk at offset {offset} epoch {epoch} does not follow offset \
+                 {expected_offset} epoch {last_epoch}"
+            ),
+            Error::TruncateRefused {
+                seq,
+                first_seq,
+                commit_end,
+            } => write!(
+                f,
+                "stream truncation from chunk {seq} refused: chunks from {first_seq} are held, \
+                 offsets below {commit_end} are committed"
+            ),
         }
     }
 }

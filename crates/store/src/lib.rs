@@ -22,6 +22,7 @@
 //! | `id_hash` | the fast hasher for maps keyed by ids the broker numbers (log ids here; queues, channels, groups above) |
 //! | [`error`] | the error type |
 //! | [`journal`] | the small synced journal of metadata records (durable topology) |
+//! | [`stream`] | streams' logs: osiris-layout chunks in segment files with an index, readers by offset spec, retention, recovery (apart from the WAL) |
 //!
 //! # How an entry flows
 //!
@@ -50,6 +51,7 @@ mod recovery;
 pub mod segment;
 mod segment_writer;
 pub mod store;
+pub mod stream;
 mod sync_waiters;
 pub mod wal;
 mod wal_reader;
