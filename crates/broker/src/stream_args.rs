@@ -14,11 +14,7 @@ use crate::args::{integer, string, type_name};
 use crate::error::AmqpError;
 use amq_protocol_types::AMQPValue;
 
-/// A segment file's size when the declare does not say (`x-stream-max-segment-size-bytes`,
-/// RabbitMQ's default).
-pub const SEGMENT_BYTES_DEFAULT: u64 = 500_000_000;
-/// The largest `x-stream-max-segment-size-bytes` RabbitMQ accepts.
-pub const SEGMENT_BYTES_LIMIT: u64 = 3_000_000_000;
+use warren_store::stream::{SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_LIMIT};
 
 /// The units of `x-max-age` and of an interval offset, in milliseconds. RabbitMQ counts a
 /// month as 30 days and a year as 365 (rabbit_amqqueue:unit_value_in_ms).
