@@ -15,7 +15,7 @@ use crate::broker::Broker;
 use crate::definitions::MetaRecord;
 use crate::error::AmqpError;
 use crate::queue::ConnId;
-use crate::vhost::{DeclareOk, NewQueue};
+use crate::vhost::{DeclareOk, NewQueue, VHost};
 use amq_protocol_types::FieldTable;
 use serde::{Deserialize, Serialize};
 
@@ -122,22 +122,62 @@ impl Command {
     }
 }
 
+impl Command {
+    /// The vhost the command changes; none for users, vhosts and permissions.
+    pub fn vhost(&self) -> Option<&str> {
+        match self {
+            Command::Meta { .. } => None,
+            Command::ExchangeDeclare { vhost, .. }
+            | Command::ExchangeDelete { vhost, .. }
+            | Command::QueueDeclare { vhost, .. }
+            | Command::QueueDelete { vhost, .. }
+            | Command::QueueBind { vhost, .. }
+            | Command::QueueUnbind { vhost, .. }
+            | Command::ExchangeBind { vhost, .. }
+            | Command::ExchangeUnbind { vhost, .. }
+            | Command::QueueMembers { vhost, .. } => Some(vhost),
+        }
+    }
+}
+
 impl Broker {
     /// Carries out `command`; the same commands in the same order leave every node's broker in
     /// the same state and give the same outcomes.
     pub fn execute(&self, command: &Command) -> Result<Outcome, AmqpError> {
-        let vhost = |name: &str| {
-            self.vhost(name)
-                .ok_or_else(|| AmqpError::not_found(format!("no vhost '{name}'")))
-        };
-        let now = self.now_ms();
-        match command {
-            Command::Meta { record } => {
+        self.execute_then(command, |_| Ok(()))
+    }
+
+    /// [`Self::execute`], then `settle` with the changed vhost still locked (also after a
+    /// refusal): a single node journals what the change wrote there, so that the journal's order
+    /// is the order of the changes. A refusal is answered before a failed `settle`.
+    pub fn execute_then(
+        &self,
+        command: &Command,
+        settle: impl FnOnce(&mut VHost) -> Result<(), AmqpError>,
+    ) -> Result<Outcome, AmqpError> {
+        let Some(name) = command.vhost() else {
+            if let Command::Meta { record } = command {
                 self.apply(record.clone())
                     .map_err(AmqpError::precondition)?;
             }
+            return Ok(Outcome::Done);
+        };
+        let vhost = self
+            .vhost(name)
+            .ok_or_else(|| AmqpError::not_found(format!("no vhost '{name}'")))?;
+        let mut vhost = vhost.lock().expect("vhost lock");
+        let outcome = Self::change(&mut vhost, command, self.now_ms());
+        let settled = settle(&mut vhost);
+        let outcome = outcome?;
+        settled.map(|()| outcome)
+    }
+
+    /// Applies a command that changes `v`, its vhost.
+    fn change(v: &mut VHost, command: &Command, now: u64) -> Result<Outcome, AmqpError> {
+        match command {
+            Command::Meta { .. } => unreachable!("a command on users and vhosts changes no vhost"),
             Command::ExchangeDeclare {
-                vhost: v,
+                vhost: _,
                 name,
                 kind,
                 durable,
@@ -145,7 +185,7 @@ impl Broker {
                 internal,
                 arguments,
             } => {
-                vhost(v)?.lock().expect("vhost lock").exchange_declare(
+                v.exchange_declare(
                     name,
                     kind,
                     false,
@@ -156,17 +196,14 @@ impl Broker {
                 )?;
             }
             Command::ExchangeDelete {
-                vhost: v,
+                vhost: _,
                 name,
                 if_unused,
             } => {
-                vhost(v)?
-                    .lock()
-                    .expect("vhost lock")
-                    .exchange_delete(name, *if_unused)?;
+                v.exchange_delete(name, *if_unused)?;
             }
             Command::QueueDeclare {
-                vhost: v,
+                vhost: _,
                 conn,
                 name,
                 durable,
@@ -185,8 +222,6 @@ impl Broker {
                     server_named: *server_named,
                     log_id: (*log_id != 0).then_some(*log_id),
                 };
-                let v = vhost(v)?;
-                let mut v = v.lock().expect("vhost lock");
                 let ok = v.queue_declare_as(*conn, name, new, arguments.clone(), now)?;
                 if !node.is_empty() && v.queue_home(name).is_none() {
                     v.set_queue_home(name, node);
@@ -195,12 +230,10 @@ impl Broker {
                 return Ok(Outcome::QueueDeclared(ok));
             }
             Command::QueueMembers {
-                vhost: v,
+                vhost: _,
                 name,
                 members,
             } => {
-                let v = vhost(v)?;
-                let mut v = v.lock().expect("vhost lock");
                 if v.replicated_queue(name).is_none() {
                     return Err(AmqpError::not_found(format!(
                         "no quorum queue '{name}' in vhost '{}'",
@@ -222,69 +255,50 @@ impl Broker {
                 }
             }
             Command::QueueDelete {
-                vhost: v,
+                vhost: _,
                 conn,
                 name,
             } => {
-                let n = vhost(v)?
-                    .lock()
-                    .expect("vhost lock")
-                    .queue_delete(*conn, name, false, false)?;
+                let n = v.queue_delete(*conn, name, false, false)?;
                 return Ok(Outcome::QueueDeleted(n));
             }
             Command::QueueBind {
-                vhost: v,
+                vhost: _,
                 conn,
                 queue,
                 exchange,
                 key,
                 arguments,
             } => {
-                vhost(v)?
-                    .lock()
-                    .expect("vhost lock")
-                    .queue_bind(*conn, queue, exchange, key, arguments)?;
+                v.queue_bind(*conn, queue, exchange, key, arguments)?;
             }
             Command::QueueUnbind {
-                vhost: v,
+                vhost: _,
                 conn,
                 queue,
                 exchange,
                 key,
                 arguments,
             } => {
-                vhost(v)?
-                    .lock()
-                    .expect("vhost lock")
-                    .queue_unbind(*conn, queue, exchange, key, arguments)?;
+                v.queue_unbind(*conn, queue, exchange, key, arguments)?;
             }
             Command::ExchangeBind {
-                vhost: v,
+                vhost: _,
                 destination,
                 source,
                 key,
                 arguments,
             } => {
-                vhost(v)?.lock().expect("vhost lock").exchange_bind(
-                    destination,
-                    source,
-                    key,
-                    arguments,
-                )?;
+                v.exchange_bind(destination, source, key, arguments)?;
             }
             Command::ExchangeUnbind {
-                vhost: v,
+                vhost: _,
                 destination,
                 source,
                 key,
                 arguments,
             } => {
-                vhost(v)?.lock().expect("vhost lock").exchange_unbind(
-                    destination,
-                    source,
-                    key,
-                    arguments,
-                )?;
+                v.exchange_unbind(destination, source, key, arguments)?;
             }
         }
         Ok(Outcome::Done)

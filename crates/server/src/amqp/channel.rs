@@ -5,7 +5,7 @@
 use crate::amqp::connection::{Connection, Fault};
 use crate::amqp::transactions::TxOp;
 use crate::queues::Delete;
-use crate::replicated::Reply;
+use crate::topology::proposal::Reply;
 use amq_protocol_types::ShortString;
 use bytes::{Bytes, BytesMut};
 use warren_broker::command::Command;
@@ -514,8 +514,7 @@ impl Connection {
     }
 
     /// exchange.bind (`bind`) and exchange.unbind: the same permissions (write on the
-    /// destination, read on the source and its topic), then the cluster's command or this
-    /// node's change, then the -ok.
+    /// destination, read on the source and its topic), then the change.
     fn exchange_binding(
         &mut self,
         number: u16,
@@ -531,51 +530,32 @@ impl Connection {
         } = b;
         let (destination, source, key) =
             (destination.as_str(), source.as_str(), routing_key.as_str());
-        use exchange::AMQPMethod as E;
         self.check(Access::Write, "exchange", destination)?;
         self.check(Access::Read, "exchange", source)?;
         self.check_topic(Access::Read, source, key)?;
-        if self.shared.cluster.is_some() {
-            let vhost = self.vhost_name.clone();
-            let (destination, source, key) =
-                (destination.to_string(), source.to_string(), key.to_string());
-            let (reply, command) = if bind {
-                let c = Command::ExchangeBind {
-                    vhost,
-                    destination,
-                    source,
-                    key,
-                    arguments,
-                };
-                (Reply::ExchangeBind, c)
-            } else {
-                let c = Command::ExchangeUnbind {
-                    vhost,
-                    destination,
-                    source,
-                    key,
-                    arguments,
-                };
-                (Reply::ExchangeUnbind, c)
+        let vhost = self.vhost_name.clone();
+        let (destination, source, key) =
+            (destination.to_string(), source.to_string(), key.to_string());
+        let (reply, command) = if bind {
+            let c = Command::ExchangeBind {
+                vhost,
+                destination,
+                source,
+                key,
+                arguments,
             };
-            self.propose(number, reply, nowait, command);
-            return Ok(());
-        }
-        let mut v = self.meta_vhost();
-        if bind {
-            v.exchange_bind(destination, source, key, &arguments)?;
+            (Reply::ExchangeBind, c)
         } else {
-            v.exchange_unbind(destination, source, key, &arguments)?;
-        }
-        v.persist()?;
-        if !nowait {
-            let ok = if bind {
-                E::BindOk(exchange::BindOk {})
-            } else {
-                E::UnbindOk(exchange::UnbindOk {})
+            let c = Command::ExchangeUnbind {
+                vhost,
+                destination,
+                source,
+                key,
+                arguments,
             };
-            ctl(self, number, AMQPClass::Exchange(ok));
-        }
+            (Reply::ExchangeUnbind, c)
+        };
+        self.change(number, reply, nowait, command);
         Ok(())
     }
 
@@ -586,8 +566,6 @@ impl Connection {
                 let name = d.exchange.as_str();
                 if !d.passive {
                     self.check(Access::Configure, "exchange", name)?;
-                }
-                if !d.passive && self.shared.cluster.is_some() {
                     let command = Command::ExchangeDeclare {
                         vhost: self.vhost_name.clone(),
                         name: name.to_string(),
@@ -597,20 +575,18 @@ impl Connection {
                         internal: d.internal,
                         arguments: d.arguments,
                     };
-                    self.propose(number, Reply::ExchangeDeclare, d.nowait, command);
+                    self.change(number, Reply::ExchangeDeclare, d.nowait, command);
                     return Ok(());
                 }
-                let mut v = self.meta_vhost();
-                v.exchange_declare(
+                self.meta_vhost().exchange_declare(
                     name,
                     d.kind.as_str(),
-                    d.passive,
+                    true,
                     d.durable,
                     d.auto_delete,
                     d.internal,
                     d.arguments,
                 )?;
-                v.persist()?;
                 if !d.nowait {
                     ctl(
                         self,
@@ -621,25 +597,12 @@ impl Connection {
             }
             E::Delete(d) => {
                 self.check(Access::Configure, "exchange", d.exchange.as_str())?;
-                if self.shared.cluster.is_some() {
-                    let command = Command::ExchangeDelete {
-                        vhost: self.vhost_name.clone(),
-                        name: d.exchange.as_str().to_string(),
-                        if_unused: d.if_unused,
-                    };
-                    self.propose(number, Reply::ExchangeDelete, d.nowait, command);
-                    return Ok(());
-                }
-                let mut v = self.meta_vhost();
-                v.exchange_delete(d.exchange.as_str(), d.if_unused)?;
-                v.persist()?;
-                if !d.nowait {
-                    ctl(
-                        self,
-                        number,
-                        AMQPClass::Exchange(E::DeleteOk(exchange::DeleteOk {})),
-                    );
-                }
+                let command = Command::ExchangeDelete {
+                    vhost: self.vhost_name.clone(),
+                    name: d.exchange.as_str().to_string(),
+                    if_unused: d.if_unused,
+                };
+                self.change(number, Reply::ExchangeDelete, d.nowait, command);
             }
             E::Bind(b) => self.exchange_binding(number, true, b)?,
             // The same fields: handled as one.
@@ -772,30 +735,15 @@ impl Connection {
                 self.check(Access::Write, "queue", &q)?;
                 self.check(Access::Read, "exchange", b.exchange.as_str())?;
                 self.check_topic(Access::Read, b.exchange.as_str(), b.routing_key.as_str())?;
-                if self.shared.cluster.is_some() {
-                    let command = Command::QueueBind {
-                        vhost: self.vhost_name.clone(),
-                        conn: self.id,
-                        queue: q,
-                        exchange: b.exchange.as_str().to_string(),
-                        key: b.routing_key.as_str().to_string(),
-                        arguments: b.arguments,
-                    };
-                    self.propose(number, Reply::QueueBind, b.nowait, command);
-                    return Ok(());
-                }
-                let mut v = self.meta_vhost();
-                v.queue_bind(
-                    self.id,
-                    &q,
-                    b.exchange.as_str(),
-                    b.routing_key.as_str(),
-                    &b.arguments,
-                )?;
-                v.persist()?;
-                if !b.nowait {
-                    ctl(self, number, AMQPClass::Queue(Q::BindOk(queue::BindOk {})));
-                }
+                let command = Command::QueueBind {
+                    vhost: self.vhost_name.clone(),
+                    conn: self.id,
+                    queue: q,
+                    exchange: b.exchange.as_str().to_string(),
+                    key: b.routing_key.as_str().to_string(),
+                    arguments: b.arguments,
+                };
+                self.change(number, Reply::QueueBind, b.nowait, command);
             }
             Q::Unbind(mut b) => {
                 let q = self.queue_name(number, b.queue.as_str())?;
@@ -805,32 +753,16 @@ impl Connection {
                 self.check(Access::Write, "queue", &q)?;
                 self.check(Access::Read, "exchange", b.exchange.as_str())?;
                 self.check_topic(Access::Read, b.exchange.as_str(), b.routing_key.as_str())?;
-                if self.shared.cluster.is_some() {
-                    let command = Command::QueueUnbind {
-                        vhost: self.vhost_name.clone(),
-                        conn: self.id,
-                        queue: q,
-                        exchange: b.exchange.as_str().to_string(),
-                        key: b.routing_key.as_str().to_string(),
-                        arguments: b.arguments,
-                    };
-                    self.propose(number, Reply::QueueUnbind, false, command);
-                    return Ok(());
-                }
-                let mut v = self.meta_vhost();
-                v.queue_unbind(
-                    self.id,
-                    &q,
-                    b.exchange.as_str(),
-                    b.routing_key.as_str(),
-                    &b.arguments,
-                )?;
-                v.persist()?;
-                ctl(
-                    self,
-                    number,
-                    AMQPClass::Queue(Q::UnbindOk(queue::UnbindOk {})),
-                );
+                let command = Command::QueueUnbind {
+                    vhost: self.vhost_name.clone(),
+                    conn: self.id,
+                    queue: q,
+                    exchange: b.exchange.as_str().to_string(),
+                    key: b.routing_key.as_str().to_string(),
+                    arguments: b.arguments,
+                };
+                // queue.unbind has no nowait.
+                self.change(number, Reply::QueueUnbind, false, command);
             }
             Q::Purge(p) => {
                 let q = self.queue_name(number, p.queue.as_str())?;

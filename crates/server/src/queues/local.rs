@@ -4,7 +4,7 @@
 use super::{Delete, QueueBackend};
 use crate::amqp::channel::ctl;
 use crate::amqp::connection::Connection;
-use crate::replicated::Reply;
+use crate::topology::proposal::Reply;
 use amq_protocol_types::FieldTable;
 use warren_broker::command::Command;
 use warren_broker::error::AmqpError;
@@ -223,6 +223,6 @@ pub(super) fn propose_delete(
         conn: conn.id,
         name: queue,
     };
-    conn.propose(number, Reply::QueueDelete, delete.nowait, command);
+    conn.change(number, Reply::QueueDelete, delete.nowait, command);
     Ok(())
 }

@@ -7,7 +7,7 @@
 use super::{local, Delete, QueueBackend};
 use crate::amqp::connection::Connection;
 use crate::peers;
-use crate::replicated::{Proposal, Reply};
+use crate::topology::proposal::{Proposal, Reply};
 use std::sync::Arc;
 use warren_broker::command::{Command, Outcome};
 use warren_broker::error::AmqpError;

@@ -6,7 +6,7 @@
 use super::client;
 use crate::amqp::connection::Connection;
 use crate::queues::{local, Delete, QueueBackend};
-use crate::replicated::{Proposal, Reply};
+use crate::topology::proposal::{Proposal, Reply};
 use crate::Shared;
 use client::Wait;
 use std::sync::atomic::Ordering;

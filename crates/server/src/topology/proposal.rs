@@ -1,15 +1,12 @@
-//! Topology changes in a cluster: a channel turns the method into a
-//! [`Command`](warren_broker::command::Command) and proposes it to the replicated metadata; the
-//! connection awaits the outcome before it reads its next frame (AMQP's synchronous methods
-//! keep their order), then answers as the local broker would have.
+//! A connection waiting on an answer before it reads its next frame (AMQP's synchronous
+//! methods keep their order): a topology change ([`Connection::change`]), a request to the
+//! node hosting a queue (consume, get, purge, ...), a channel.open counted over the cluster.
+//! The answer's `-ok` is written from the outcome, so the reply (declare-ok's counts, a 406 for
+//! inequivalent arguments) comes from the change's application, never from a guess made
+//! before it.
 //!
-//! The command is applied to this node's broker by the metadata group's thread, as on every
-//! other node, so the reply (declare-ok's counts, a 406 for inequivalent arguments) comes from
-//! that application, never from a guess made before it.
-//!
-//! A request to the node hosting a queue (consume, get, purge, ...) is awaited the same way;
-//! its reply is written by the answer's handler on the cluster link's reader, so it is ordered
-//! with the deliveries that follow it on that link.
+//! A request to a queue's node is answered by the answer's handler on the cluster link's
+//! reader, so its reply is ordered with the deliveries that follow it on that link.
 
 use crate::amqp::connection::{Connection, Fault};
 use std::future::Future;
@@ -130,27 +127,24 @@ impl Connection {
         });
     }
 
-    /// Proposes `command`; the connection answers it once replicated and applied here.
-    pub fn propose(&mut self, number: u16, reply: Reply, nowait: bool, command: Command) {
-        self.propose_placing(number, reply, nowait, command, None);
+    /// Changes the topology by `command` ([`crate::topology`]); the connection answers with
+    /// its outcome before it reads its next frame.
+    pub fn change(&mut self, number: u16, reply: Reply, nowait: bool, command: Command) {
+        let answer = crate::topology::of(&self.shared).change(command);
+        self.proposal = Some(Proposal {
+            number,
+            nowait,
+            reply,
+            answer,
+        });
     }
 
-    /// Proposes a queue declare; a quorum queue's (`quorum_size` members) are chosen first,
+    /// Proposes a queue declare in a cluster; a quorum queue's (`quorum_size` members) are
+    /// chosen first,
     /// among the voters the member table names ([`crate::placement::members`]).
     pub fn propose_declare(
         &mut self,
         number: u16,
-        nowait: bool,
-        command: Command,
-        quorum_size: Option<usize>,
-    ) {
-        self.propose_placing(number, Reply::QueueDeclare, nowait, command, quorum_size);
-    }
-
-    fn propose_placing(
-        &mut self,
-        number: u16,
-        reply: Reply,
         nowait: bool,
         mut command: Command,
         quorum_size: Option<usize>,
@@ -172,7 +166,7 @@ impl Connection {
         self.proposal = Some(Proposal {
             number,
             nowait,
-            reply,
+            reply: Reply::QueueDeclare,
             answer: Box::pin(async move {
                 if let (Command::QueueDeclare { node, members, .. }, Some(size)) =
                     (&mut command, quorum_size)
