@@ -108,8 +108,12 @@ pub enum Command {
 pub enum Outcome {
     Done,
     QueueDeclared(DeclareOk),
-    /// queue.delete-ok's message count.
-    QueueDeleted(u32),
+    /// queue.delete-ok's message count, and whether there was such a queue (RabbitMQ answers
+    /// delete-ok for a missing one; only a real deletion counts as queue churn).
+    QueueDeleted {
+        messages: u32,
+        existed: bool,
+    },
 }
 
 impl Command {
@@ -259,8 +263,9 @@ impl Broker {
                 conn,
                 name,
             } => {
-                let n = v.queue_delete(*conn, name, false, false)?;
-                return Ok(Outcome::QueueDeleted(n));
+                let existed = v.queue_stats(name).is_some();
+                let messages = v.queue_delete(*conn, name, false, false)?;
+                return Ok(Outcome::QueueDeleted { messages, existed });
             }
             Command::QueueBind {
                 vhost: _,

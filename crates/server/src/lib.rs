@@ -13,9 +13,8 @@
 //!   taken, for publisher confirms.
 //! - [`topology`]: exchanges, queues and bindings changed by one path, a command applied by
 //!   the broker and made durable by the journal (one node) or Raft (a cluster);
-//!   [`lost_queues`]: the transient and exclusive
-//!   queues of a node that restarted or stays down, deleted everywhere; [`placement`]: which
-//!   node hosts a new queue, and a quorum queue's members.
+//!   [`lost_queues`]: the transient and exclusive queues of a node that restarted or stays
+//!   down, deleted everywhere.
 //! - [`node`]: config, alarms, memory, data format, maintenance mode, fault injection.
 //! - [`management`]: the HTTP management API and Prometheus metrics; [`queue_stats`]: queue
 //!   figures asked of each queue's node; [`cluster_admin`]: its cluster membership routes
@@ -37,7 +36,6 @@ pub mod lost_queues;
 pub mod management;
 pub mod node;
 pub mod peers;
-pub mod placement;
 pub mod queue_stats;
 pub mod queues;
 pub mod storage;

@@ -633,48 +633,38 @@ impl Connection {
         match m {
             Q::Declare(d) => {
                 let name = d.queue.as_str();
-                if !d.passive && !name.is_empty() {
-                    self.check(Access::Configure, "queue", name)?;
-                }
-                let name = if d.passive {
-                    self.queue_name(number, name)?
-                } else {
-                    name.to_string()
-                };
                 if !d.passive {
-                    if let Some(cluster) = &self.shared.cluster {
-                        let server_named = name.is_empty();
-                        let (node, quorum_size) =
-                            self.queue_placement(cluster, &d.arguments, d.exclusive)?;
-                        let command = Command::QueueDeclare {
-                            vhost: self.vhost_name.clone(),
-                            conn: self.id,
-                            name: if server_named {
-                                warren_broker::vhost::generate_queue_name()
-                            } else {
-                                name
-                            },
-                            durable: d.durable,
-                            exclusive: d.exclusive,
-                            auto_delete: d.auto_delete,
-                            server_named,
-                            arguments: d.arguments,
-                            // Odd, as every queue log id: even ids are the cluster's own logs.
-                            log_id: crate::placement::rand_log_id(),
-                            node,
-                            // Chosen by the proposal, once the member table names the voters.
-                            members: Vec::new(),
-                        };
-                        self.propose_declare(number, d.nowait, command, quorum_size);
-                        return Ok(());
+                    if !name.is_empty() {
+                        self.check(Access::Configure, "queue", name)?;
                     }
+                    let server_named = name.is_empty();
+                    let command = Command::QueueDeclare {
+                        vhost: self.vhost_name.clone(),
+                        conn: self.id,
+                        name: if server_named {
+                            warren_broker::vhost::generate_queue_name()
+                        } else {
+                            name.to_string()
+                        },
+                        durable: d.durable,
+                        exclusive: d.exclusive,
+                        auto_delete: d.auto_delete,
+                        server_named,
+                        arguments: d.arguments,
+                        log_id: crate::topology::placement::rand_log_id(),
+                        // Placed by a cluster's topology (a node here has every queue).
+                        node: String::new(),
+                        members: Vec::new(),
+                    };
+                    self.change(number, Reply::QueueDeclare, d.nowait, command);
+                    return Ok(());
                 }
-                let reply_to_live = d.passive
-                    && self
-                        .vhost
-                        .lock()
-                        .expect("vhost lock")
-                        .reply_to_is_live(&name);
+                let name = self.queue_name(number, name)?;
+                let reply_to_live = self
+                    .vhost
+                    .lock()
+                    .expect("vhost lock")
+                    .reply_to_is_live(&name);
                 if reply_to_live {
                     // As RabbitMQ: no messages wait there, and one consumer takes them.
                     if !d.nowait {
@@ -690,40 +680,9 @@ impl Connection {
                     }
                     return Ok(());
                 }
-                if d.passive {
-                    return self
-                        .queue_backend(&name)
-                        .declare_passive(self, number, name, d.nowait, now);
-                }
-                // A new queue (or an equivalent one again) on a single node.
-                let mut v = self.meta_vhost();
-                let ok = v.queue_declare(
-                    self.id,
-                    &name,
-                    false,
-                    d.durable,
-                    d.exclusive,
-                    d.auto_delete,
-                    d.arguments,
-                    now,
-                )?;
-                v.persist()?;
-                self.shared.broker.queue_churn.declared(ok.created);
-                self.channels
-                    .get_mut(&number)
-                    .expect("open channel")
-                    .last_queue = Some(ok.queue.clone());
-                if !d.nowait {
-                    ctl(
-                        self,
-                        number,
-                        AMQPClass::Queue(Q::DeclareOk(queue::DeclareOk {
-                            queue: ok.queue.as_str().into(),
-                            message_count: ok.message_count,
-                            consumer_count: ok.consumer_count,
-                        })),
-                    );
-                }
+                return self
+                    .queue_backend(&name)
+                    .declare_passive(self, number, name, d.nowait, now);
             }
             Q::Bind(mut b) => {
                 let q = self.queue_name(number, b.queue.as_str())?;

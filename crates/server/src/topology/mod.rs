@@ -8,7 +8,9 @@
 //! - [`journal`]: a single node: the command is applied here and what it made durable is
 //!   written to the metadata journal before it is answered.
 //! - [`raft`]: a cluster: the command is proposed to the replicated metadata and answered once
-//!   this node applied it (and the running nodes caught up), as RabbitMQ's metadata store does.
+//!   this node applied it (and the running nodes caught up), as RabbitMQ's metadata store does;
+//!   [`placement`]: which node hosts a new queue, and a quorum queue's members, decided before
+//!   a declare is proposed.
 //! - [`proposal`]: a connection waiting on a change (or a queue's node) before its next frame,
 //!   and the `-ok` it writes from the outcome.
 //!
@@ -17,6 +19,7 @@
 //! [`Broker::execute`]: warren_broker::broker::Broker::execute
 
 pub mod journal;
+pub mod placement;
 pub mod proposal;
 pub mod raft;
 
@@ -39,6 +42,7 @@ pub trait Topology: Send + Sync {
 pub fn of(shared: &Arc<Shared>) -> Box<dyn Topology> {
     match &shared.cluster {
         Some(cluster) => Box::new(raft::Raft {
+            shared: shared.clone(),
             cluster: cluster.clone(),
         }),
         None => Box::new(journal::Journal {

@@ -139,88 +139,6 @@ impl Connection {
         });
     }
 
-    /// Proposes a queue declare in a cluster; a quorum queue's (`quorum_size` members) are
-    /// chosen first,
-    /// among the voters the member table names ([`crate::placement::members`]).
-    pub fn propose_declare(
-        &mut self,
-        number: u16,
-        nowait: bool,
-        mut command: Command,
-        quorum_size: Option<usize>,
-    ) {
-        let cluster = self
-            .shared
-            .cluster
-            .clone()
-            .expect("proposals are made in a cluster only");
-        let declared = match &command {
-            Command::QueueDeclare { name, conn, .. } => Some((name.clone(), *conn)),
-            _ => None,
-        };
-        let (vhost, vhost_name, shared) = (
-            self.vhost.clone(),
-            self.vhost_name.clone(),
-            self.shared.clone(),
-        );
-        self.proposal = Some(Proposal {
-            number,
-            nowait,
-            reply: Reply::QueueDeclare,
-            answer: Box::pin(async move {
-                if let (Command::QueueDeclare { node, members, .. }, Some(size)) =
-                    (&mut command, quorum_size)
-                {
-                    let drained: Vec<String> = cluster
-                        .status()
-                        .members
-                        .into_iter()
-                        .filter(|m| m.draining)
-                        .map(|m| m.name)
-                        .collect();
-                    *members = crate::placement::members(
-                        node,
-                        cluster.voter_names().await,
-                        size,
-                        &drained,
-                    )?;
-                }
-                let mut outcome = crate::peers::execute_everywhere(&cluster, command).await?;
-                if let (Some((queue, conn)), Outcome::QueueDeclared(ok)) = (declared, &mut outcome)
-                {
-                    let log = vhost.lock().expect("vhost lock").quorum_log(&queue);
-                    if let Some(info) = log
-                        .and_then(|l| shared.quorum.replica(warren_cluster::replicas::group_id(l)))
-                    {
-                        use std::sync::atomic::Ordering::Relaxed;
-                        ok.message_count = info.ready.load(Relaxed).min(u32::MAX as u64) as u32;
-                        ok.consumer_count = info.consumers.load(Relaxed) as u32;
-                        return Ok(outcome);
-                    }
-                    let home = vhost.lock().expect("vhost lock").remote_home(&queue);
-                    let peer = home.and_then(|home| {
-                        crate::peers::reachable_home(&shared, &home, &queue, &vhost_name).ok()
-                    });
-                    if let Some(peer) = peer {
-                        let (messages, consumers) = crate::peers::declared_there(
-                            &cluster,
-                            peer,
-                            warren_cluster::messaging::Request::Declare {
-                                vhost: vhost_name,
-                                conn,
-                                queue,
-                            },
-                        )
-                        .await;
-                        ok.message_count = messages;
-                        ok.consumer_count = consumers;
-                    }
-                }
-                Ok(outcome)
-            }),
-        });
-    }
-
     /// Answers a proposal with its outcome: the method's `-ok`, or the channel (or
     /// connection) error every node's broker found.
     pub fn finish_proposal(
@@ -259,10 +177,12 @@ impl Connection {
                     consumer_count: ok.consumer_count,
                 }))
             }
-            (Reply::QueueDelete, Outcome::QueueDeleted(n)) => {
-                self.shared.broker.queue_churn.deleted();
+            (Reply::QueueDelete, Outcome::QueueDeleted { messages, existed }) => {
+                if existed {
+                    self.shared.broker.queue_churn.deleted();
+                }
                 AMQPClass::Queue(queue::AMQPMethod::DeleteOk(queue::DeleteOk {
-                    message_count: n,
+                    message_count: messages,
                 }))
             }
             (Reply::QueueBind, _) => AMQPClass::Queue(queue::AMQPMethod::BindOk(queue::BindOk {})),
