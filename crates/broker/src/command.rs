@@ -57,6 +57,11 @@ pub enum Command {
         /// A quorum queue's members (nodes holding a replica), `node` first; none for others.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         members: Vec<String>,
+        /// When it was declared, in ms since the Unix epoch by the proposer's clock: its unused
+        /// time (`x-expires`) starts then on every node. 0 (a snapshot, a command written
+        /// before this field) starts it when the node applies the command.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        at_unix_ms: u64,
     },
     QueueDelete {
         vhost: String,
@@ -116,6 +121,10 @@ pub enum Outcome {
     },
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 impl Command {
     pub fn encode(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("commands always serialise")
@@ -170,14 +179,14 @@ impl Broker {
             .vhost(name)
             .ok_or_else(|| AmqpError::not_found(format!("no vhost '{name}'")))?;
         let mut vhost = vhost.lock().expect("vhost lock");
-        let outcome = Self::change(&mut vhost, command, self.now_ms());
+        let outcome = self.change(&mut vhost, command);
         let settled = settle(&mut vhost);
         let outcome = outcome?;
         settled.map(|()| outcome)
     }
 
     /// Applies a command that changes `v`, its vhost.
-    fn change(v: &mut VHost, command: &Command, now: u64) -> Result<Outcome, AmqpError> {
+    fn change(&self, v: &mut VHost, command: &Command) -> Result<Outcome, AmqpError> {
         match command {
             Command::Meta { .. } => unreachable!("a command on users and vhosts changes no vhost"),
             Command::ExchangeDeclare {
@@ -218,7 +227,12 @@ impl Broker {
                 log_id,
                 node,
                 members,
+                at_unix_ms,
             } => {
+                let now = match *at_unix_ms {
+                    0 => self.now_ms(),
+                    at => at.saturating_sub(self.unix_ms_at_epoch),
+                };
                 let new = NewQueue {
                     durable: *durable,
                     exclusive: *exclusive,

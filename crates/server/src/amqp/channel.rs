@@ -655,6 +655,7 @@ impl Connection {
                         // Placed by a cluster's topology (a node here has every queue).
                         node: String::new(),
                         members: Vec::new(),
+                        at_unix_ms: self.shared.broker.unix_ms_at(now),
                     };
                     self.change(number, Reply::QueueDeclare, d.nowait, command);
                     return Ok(());
