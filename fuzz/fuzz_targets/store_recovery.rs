@@ -96,7 +96,10 @@ fn copy_dir(from: &Path, to: &Path) {
         if e.path().is_dir() {
             copy_dir(&e.path(), &target);
         } else {
-            std::fs::copy(e.path(), target).expect("copy");
+            // Not fs::copy: copy_file_range is not retried when libFuzzer's timer signal
+            // interrupts it (EINTR); read and write are.
+            let bytes = std::fs::read(e.path()).expect("read");
+            std::fs::write(target, bytes).expect("write");
         }
     }
 }

@@ -10,8 +10,7 @@ use libfuzzer_sys::fuzz_target;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use warren_store::stream::{
-    AppendMeta, ChunkType, Entry, OffsetSpec, Overview, Reader, Retention, StreamConfig,
-    StreamLog,
+    AppendMeta, ChunkType, Entry, OffsetSpec, Overview, Reader, Retention, StreamConfig, StreamLog,
 };
 
 /// Small segments, so the template has several and each input copies little.
@@ -29,8 +28,7 @@ const CHUNKS_READ_MAX: usize = 10_000;
 fn template() -> &'static Path {
     static TEMPLATE: OnceLock<PathBuf> = OnceLock::new();
     TEMPLATE.get_or_init(|| {
-        let root =
-            std::env::temp_dir().join(format!("warren-fuzz-stream-{}", std::process::id()));
+        let root = std::env::temp_dir().join(format!("warren-fuzz-stream-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         let (mut log, _) = StreamLog::open(&root, config()).expect("open");
         for i in 0..60u64 {
@@ -111,7 +109,10 @@ fuzz_target!(|data: &[u8]| {
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work).expect("mkdir");
     for p in files(template) {
-        std::fs::copy(&p, work.join(p.file_name().expect("name"))).expect("copy");
+        // Read and write rather than fs::copy: copy_file_range is not retried when libFuzzer's
+        // timer signal interrupts it (EINTR), and that would be the harness's crash, not ours.
+        let bytes = std::fs::read(&p).expect("read template file");
+        std::fs::write(work.join(p.file_name().expect("name")), bytes).expect("write copy");
     }
     let targets = files(&work);
     // Each 7 bytes: which file (the last segment's files are the likeliest), where (a fraction
