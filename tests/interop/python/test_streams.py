@@ -498,3 +498,15 @@ def test_every_confirmed_message_is_read_from_first_after_sigkill(broker, name):
     finally:
         ch.queue_delete(name)
         c.close()
+
+
+def test_a_dead_letter_routed_to_a_stream_is_appended(broker, ch, stream, name):
+    source = name + "-source"
+    ch.queue_declare(source, durable=True, arguments={
+        "x-message-ttl": 0, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": stream})
+    try:
+        ch.basic_publish("", source, b"expired")
+        got = consume(broker.connect().channel(), stream, "first")
+        assert [(b, o) for b, o, _ in got] == [("expired", 0)]
+    finally:
+        ch.queue_delete(source)
