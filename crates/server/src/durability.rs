@@ -425,6 +425,28 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_publish_is_confirmed_once_synced_and_refused_if_its_writer_stops_first() {
+        let d = Durability::default();
+        let (first, second) = (
+            Wait::Stream { log: 7, seq: 1 },
+            Wait::Stream { log: 7, seq: 2 },
+        );
+        assert!(!d.all_durable(&[first]));
+        // A queue log with the same number syncing says nothing of the stream.
+        d.on_durable(7, 10);
+        assert!(!d.all_durable(&[first]));
+        d.stream_synced(7, 1);
+        assert!(d.all_durable(&[first]) && !d.all_durable(&[second]));
+        assert!(!d.any_refused(&[second]));
+        d.stream_stopped(7);
+        assert!(d.any_refused(&[second]), "never synced: nacked");
+        assert!(
+            !d.any_refused(&[first]),
+            "synced before the stop: confirmed"
+        );
+    }
+
+    #[test]
     fn a_wait_is_taken_only_by_its_own_kind_of_source_whatever_its_numbers() {
         let d = Durability::default();
         let forward = d.forwarded(9, 1, 5);

@@ -495,4 +495,7 @@ pub async fn serve(
         while connections.join_next().await.is_some() {}
     })
     .await;
+    // What the streams' writers still hold is written and synced (its publishers are gone).
+    let closing = shared.clone();
+    let _ = tokio::task::spawn_blocking(move || closing.streams.close_all()).await;
 }

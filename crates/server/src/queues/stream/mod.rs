@@ -183,6 +183,19 @@ pub fn carry_out(
     waits: &mut Vec<Wait>,
     failed: &mut bool,
 ) -> Vec<RemoteEffect> {
+    let is_stream = |e: &RemoteEffect| {
+        matches!(
+            e,
+            RemoteEffect::StreamAppend { .. }
+                | RemoteEffect::StreamSettle { .. }
+                | RemoteEffect::StreamCancel { .. }
+        )
+    };
+    // The other queues' effects (a quorum publish in a cluster: one per publish) pass as
+    // they came, with no copy.
+    if !effects.iter().any(is_stream) {
+        return effects;
+    }
     let mut rest = Vec::new();
     for effect in effects {
         match effect {
