@@ -15,7 +15,7 @@ pub struct Broker {
     pub users: RwLock<Users>,
     epoch: Instant,
     /// Unix time in ms at `epoch`: turns broker-relative expiries into wall-clock ones.
-    unix_ms_at_epoch: u64,
+    pub(crate) unix_ms_at_epoch: u64,
     /// Set once the node has a store: durable queues may then page bodies out.
     paging: RwLock<Option<Paging>>,
     /// Why durable changes are refused (the node's storage failed); every vhost shares it.
@@ -104,6 +104,12 @@ impl Broker {
     /// Milliseconds since the broker started: the clock every queue's TTL uses.
     pub fn now_ms(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// `now_ms`, a time of this broker's clock, in ms since the Unix epoch: how a command
+    /// carries a time to other nodes, whose brokers started at other moments.
+    pub fn unix_ms_at(&self, now_ms: u64) -> u64 {
+        self.unix_ms_at_epoch + now_ms
     }
 
     pub fn add_vhost(&self, name: &str) -> bool {

@@ -15,7 +15,7 @@ use crate::broker::Broker;
 use crate::definitions::MetaRecord;
 use crate::error::AmqpError;
 use crate::queue::ConnId;
-use crate::vhost::{DeclareOk, NewQueue};
+use crate::vhost::{DeclareOk, NewQueue, VHost};
 use amq_protocol_types::FieldTable;
 use serde::{Deserialize, Serialize};
 
@@ -57,6 +57,11 @@ pub enum Command {
         /// A quorum queue's members (nodes holding a replica), `node` first; none for others.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         members: Vec<String>,
+        /// When it was declared, in ms since the Unix epoch by the proposer's clock: its unused
+        /// time (`x-expires`) starts then on every node. 0 (a snapshot, a command written
+        /// before this field) starts it when the node applies the command.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        at_unix_ms: u64,
     },
     QueueDelete {
         vhost: String,
@@ -108,8 +113,16 @@ pub enum Command {
 pub enum Outcome {
     Done,
     QueueDeclared(DeclareOk),
-    /// queue.delete-ok's message count.
-    QueueDeleted(u32),
+    /// queue.delete-ok's message count, and whether there was such a queue (RabbitMQ answers
+    /// delete-ok for a missing one; only a real deletion counts as queue churn).
+    QueueDeleted {
+        messages: u32,
+        existed: bool,
+    },
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Command {
@@ -122,22 +135,62 @@ impl Command {
     }
 }
 
+impl Command {
+    /// The vhost the command changes; none for users, vhosts and permissions.
+    pub fn vhost(&self) -> Option<&str> {
+        match self {
+            Command::Meta { .. } => None,
+            Command::ExchangeDeclare { vhost, .. }
+            | Command::ExchangeDelete { vhost, .. }
+            | Command::QueueDeclare { vhost, .. }
+            | Command::QueueDelete { vhost, .. }
+            | Command::QueueBind { vhost, .. }
+            | Command::QueueUnbind { vhost, .. }
+            | Command::ExchangeBind { vhost, .. }
+            | Command::ExchangeUnbind { vhost, .. }
+            | Command::QueueMembers { vhost, .. } => Some(vhost),
+        }
+    }
+}
+
 impl Broker {
     /// Carries out `command`; the same commands in the same order leave every node's broker in
     /// the same state and give the same outcomes.
     pub fn execute(&self, command: &Command) -> Result<Outcome, AmqpError> {
-        let vhost = |name: &str| {
-            self.vhost(name)
-                .ok_or_else(|| AmqpError::not_found(format!("no vhost '{name}'")))
-        };
-        let now = self.now_ms();
-        match command {
-            Command::Meta { record } => {
+        self.execute_then(command, |_| Ok(()))
+    }
+
+    /// [`Self::execute`], then `settle` with the changed vhost still locked (also after a
+    /// refusal): a single node journals what the change wrote there, so that the journal's order
+    /// is the order of the changes. A refusal is answered before a failed `settle`.
+    pub fn execute_then(
+        &self,
+        command: &Command,
+        settle: impl FnOnce(&mut VHost) -> Result<(), AmqpError>,
+    ) -> Result<Outcome, AmqpError> {
+        let Some(name) = command.vhost() else {
+            if let Command::Meta { record } = command {
                 self.apply(record.clone())
                     .map_err(AmqpError::precondition)?;
             }
+            return Ok(Outcome::Done);
+        };
+        let vhost = self
+            .vhost(name)
+            .ok_or_else(|| AmqpError::not_found(format!("no vhost '{name}'")))?;
+        let mut vhost = vhost.lock().expect("vhost lock");
+        let outcome = self.change(&mut vhost, command);
+        let settled = settle(&mut vhost);
+        let outcome = outcome?;
+        settled.map(|()| outcome)
+    }
+
+    /// Applies a command that changes `v`, its vhost.
+    fn change(&self, v: &mut VHost, command: &Command) -> Result<Outcome, AmqpError> {
+        match command {
+            Command::Meta { .. } => unreachable!("a command on users and vhosts changes no vhost"),
             Command::ExchangeDeclare {
-                vhost: v,
+                vhost: _,
                 name,
                 kind,
                 durable,
@@ -145,7 +198,7 @@ impl Broker {
                 internal,
                 arguments,
             } => {
-                vhost(v)?.lock().expect("vhost lock").exchange_declare(
+                v.exchange_declare(
                     name,
                     kind,
                     false,
@@ -156,17 +209,14 @@ impl Broker {
                 )?;
             }
             Command::ExchangeDelete {
-                vhost: v,
+                vhost: _,
                 name,
                 if_unused,
             } => {
-                vhost(v)?
-                    .lock()
-                    .expect("vhost lock")
-                    .exchange_delete(name, *if_unused)?;
+                v.exchange_delete(name, *if_unused)?;
             }
             Command::QueueDeclare {
-                vhost: v,
+                vhost: _,
                 conn,
                 name,
                 durable,
@@ -177,7 +227,12 @@ impl Broker {
                 log_id,
                 node,
                 members,
+                at_unix_ms,
             } => {
+                let now = match *at_unix_ms {
+                    0 => self.now_ms(),
+                    at => at.saturating_sub(self.unix_ms_at_epoch),
+                };
                 let new = NewQueue {
                     durable: *durable,
                     exclusive: *exclusive,
@@ -185,8 +240,6 @@ impl Broker {
                     server_named: *server_named,
                     log_id: (*log_id != 0).then_some(*log_id),
                 };
-                let v = vhost(v)?;
-                let mut v = v.lock().expect("vhost lock");
                 let ok = v.queue_declare_as(*conn, name, new, arguments.clone(), now)?;
                 if !node.is_empty() && v.queue_home(name).is_none() {
                     v.set_queue_home(name, node);
@@ -195,12 +248,10 @@ impl Broker {
                 return Ok(Outcome::QueueDeclared(ok));
             }
             Command::QueueMembers {
-                vhost: v,
+                vhost: _,
                 name,
                 members,
             } => {
-                let v = vhost(v)?;
-                let mut v = v.lock().expect("vhost lock");
                 if v.replicated_queue(name).is_none() {
                     return Err(AmqpError::not_found(format!(
                         "no quorum queue '{name}' in vhost '{}'",
@@ -222,69 +273,51 @@ impl Broker {
                 }
             }
             Command::QueueDelete {
-                vhost: v,
+                vhost: _,
                 conn,
                 name,
             } => {
-                let n = vhost(v)?
-                    .lock()
-                    .expect("vhost lock")
-                    .queue_delete(*conn, name, false, false)?;
-                return Ok(Outcome::QueueDeleted(n));
+                let existed = v.queue_stats(name).is_some();
+                let messages = v.queue_delete(*conn, name, false, false)?;
+                return Ok(Outcome::QueueDeleted { messages, existed });
             }
             Command::QueueBind {
-                vhost: v,
+                vhost: _,
                 conn,
                 queue,
                 exchange,
                 key,
                 arguments,
             } => {
-                vhost(v)?
-                    .lock()
-                    .expect("vhost lock")
-                    .queue_bind(*conn, queue, exchange, key, arguments)?;
+                v.queue_bind(*conn, queue, exchange, key, arguments)?;
             }
             Command::QueueUnbind {
-                vhost: v,
+                vhost: _,
                 conn,
                 queue,
                 exchange,
                 key,
                 arguments,
             } => {
-                vhost(v)?
-                    .lock()
-                    .expect("vhost lock")
-                    .queue_unbind(*conn, queue, exchange, key, arguments)?;
+                v.queue_unbind(*conn, queue, exchange, key, arguments)?;
             }
             Command::ExchangeBind {
-                vhost: v,
+                vhost: _,
                 destination,
                 source,
                 key,
                 arguments,
             } => {
-                vhost(v)?.lock().expect("vhost lock").exchange_bind(
-                    destination,
-                    source,
-                    key,
-                    arguments,
-                )?;
+                v.exchange_bind(destination, source, key, arguments)?;
             }
             Command::ExchangeUnbind {
-                vhost: v,
+                vhost: _,
                 destination,
                 source,
                 key,
                 arguments,
             } => {
-                vhost(v)?.lock().expect("vhost lock").exchange_unbind(
-                    destination,
-                    source,
-                    key,
-                    arguments,
-                )?;
+                v.exchange_unbind(destination, source, key, arguments)?;
             }
         }
         Ok(Outcome::Done)

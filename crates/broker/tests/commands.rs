@@ -20,6 +20,7 @@ fn queue(name: &str, conn: u64, durable: bool, exclusive: bool, node: &str) -> C
         log_id: 0x11 + 2 * name.len() as u64,
         node: node.into(),
         members: vec![],
+        at_unix_ms: 0,
     }
 }
 
@@ -69,6 +70,7 @@ fn history() -> Vec<Command> {
             log_id: 0x31,
             node: "n3".into(),
             members: vec![],
+            at_unix_ms: 0,
         },
         // A replicated queue: a snapshot must not declare it as server-named (refused for
         // quorum queues), as it once did.
@@ -84,6 +86,7 @@ fn history() -> Vec<Command> {
             log_id: 0x41,
             node: "n1".into(),
             members: vec!["n1".into(), "n2".into(), "n3".into()],
+            at_unix_ms: 0,
         },
         Command::QueueBind {
             vhost: "/".into(),
@@ -196,6 +199,7 @@ fn a_refused_command_is_refused_alike_and_changes_nothing() {
         log_id: 0x41,
         node: "n1".into(),
         members: vec![],
+        at_unix_ms: 0,
     };
     let refusal = a.execute(&named).unwrap_err();
     assert!(
@@ -229,4 +233,36 @@ fn a_snapshot_rebuilds_the_same_state_on_an_empty_broker() {
     assert_eq!(state(&a), state(&b));
     assert!(b.vhost("shop").is_some());
     assert!(b.users.read().unwrap().exists("guest"));
+}
+
+/// A declare carries its time: a queue's unused time (x-expires) starts when the client declared
+/// it on the proposer, not when each node, its broker started at another moment, applies it.
+#[test]
+fn a_declared_queue_is_unused_from_the_time_its_command_carries() {
+    let broker = Broker::new();
+    let now = broker.now_ms();
+    let mut expires = FieldTable::default();
+    expires.insert("x-expires".into(), AMQPValue::LongUInt(1_000));
+    let command = Command::QueueDeclare {
+        vhost: "/".into(),
+        conn: 0,
+        name: "idle".into(),
+        durable: false,
+        exclusive: false,
+        auto_delete: false,
+        server_named: false,
+        arguments: expires,
+        log_id: 0,
+        node: String::new(),
+        members: vec![],
+        // The proposer's clock reads 100 s later than this broker's.
+        at_unix_ms: broker.unix_ms_at(now + 100_000),
+    };
+    broker.execute(&command).expect("declared");
+    let vhost = broker.vhost("/").expect("default vhost");
+    // Unused for 50 s by this broker's clock, which would expire it, but not yet by its own.
+    vhost.lock().unwrap().tick(now + 50_000);
+    assert!(vhost.lock().unwrap().queue_stats("idle").is_some());
+    vhost.lock().unwrap().tick(now + 101_001);
+    assert!(vhost.lock().unwrap().queue_stats("idle").is_none());
 }

@@ -336,18 +336,14 @@ fn exists(s: &Shared, vhost: &str, entity: &Entity) -> bool {
     }
 }
 
-/// Applies a user, vhost or grant record here (journalled) or, in a cluster, everywhere.
-async fn apply_meta(s: &Shared, record: MetaRecord) -> Result<(), String> {
-    if let Some(cluster) = &s.cluster {
-        return cluster
-            .execute(warren_broker::command::Command::Meta { record })
-            .await
-            .map(drop)
-            .map_err(|e| e.text);
-    }
-    crate::storage::refuse_if_failed(s).map_err(|e| e.text)?;
-    s.broker.apply(record.clone())?;
-    crate::storage::append(s, vec![record]).map_err(|e| e.text)
+/// Applies a user, vhost or grant record by the node's topology: journalled here, or in a
+/// cluster everywhere.
+async fn apply_meta(s: &Arc<Shared>, record: MetaRecord) -> Result<(), String> {
+    crate::topology::of(s)
+        .change(warren_broker::command::Command::Meta { record })
+        .await
+        .map(drop)
+        .map_err(|e| e.text)
 }
 
 /// Imports `doc` (a whole document, or one vhost's when `only` names it). `user` is the

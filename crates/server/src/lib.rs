@@ -11,10 +11,10 @@
 //!   journal, messages to the storage engine; and their recovery at start.
 //! - [`durability`]: what the storage engine, the queues' nodes and the quorum groups have
 //!   taken, for publisher confirms.
-//! - [`replicated`]: topology changes in a cluster: proposed to the replicated metadata, the
-//!   client answered once its node applied them; [`lost_queues`]: the transient and exclusive
-//!   queues of a node that restarted or stays down, deleted everywhere; [`placement`]: which
-//!   node hosts a new queue, and a quorum queue's members.
+//! - [`topology`]: exchanges, queues and bindings changed by one path, a command applied by
+//!   the broker and made durable by the journal (one node) or Raft (a cluster);
+//!   [`lost_queues`]: the transient and exclusive queues of a node that restarted or stays
+//!   down, deleted everywhere.
 //! - [`node`]: config, alarms, memory, data format, maintenance mode, fault injection.
 //! - [`management`]: the HTTP management API and Prometheus metrics; [`queue_stats`]: queue
 //!   figures asked of each queue's node; [`cluster_admin`]: its cluster membership routes
@@ -36,12 +36,11 @@ pub mod lost_queues;
 pub mod management;
 pub mod node;
 pub mod peers;
-pub mod placement;
 pub mod queue_stats;
 pub mod queues;
-pub mod replicated;
 pub mod storage;
 pub mod tls;
+pub mod topology;
 
 use node::config::ServerConfig;
 use std::sync::atomic::{AtomicU64, AtomicUsize};

@@ -193,25 +193,34 @@ impl Drop for MetaGuard<'_> {
                 });
             }
         }
-        if self.vhost.has_meta() {
-            if let Err(e) = persist(self.shared, &mut self.vhost) {
-                tracing::error!(error = %e.text, "durable topology change not persisted");
-            }
-        }
-        if self.vhost.has_store_ops() {
-            let ops = self.vhost.take_store_ops();
-            // Failures are logged inside; no publisher waits on these (they are not publishes).
-            let _ = apply_store_ops(self.shared, ops);
-            self.vhost.page_out();
-        }
-        if self.vhost.has_remote() {
-            // Acks of relayed deliveries, dead letters for queues on other nodes: no publisher
-            // waits on these either.
-            let effects = self.vhost.take_remote();
-            let name = self.vhost.name.clone();
-            let _ = crate::peers::carry_out(self.shared, &name, effects);
+        if let Err(e) = settle(self.shared, &mut self.vhost) {
+            tracing::error!(error = %e.text, "durable topology change not persisted");
         }
     }
+}
+
+/// Carries out what the last changes to `vhost` left to do (call with it still locked): their
+/// durable topology journaled, their storage work done, their work for other nodes sent. Only
+/// a failed journal write is an error, for the client that waits on the change; the rest is
+/// logged where it fails, as no publisher waits on it.
+pub fn settle(shared: &Shared, vhost: &mut VHost) -> Result<(), AmqpError> {
+    let journaled = if vhost.has_meta() {
+        persist(shared, vhost)
+    } else {
+        Ok(())
+    };
+    if vhost.has_store_ops() {
+        let ops = vhost.take_store_ops();
+        let _ = apply_store_ops(shared, ops);
+        vhost.page_out();
+    }
+    if vhost.has_remote() {
+        // Acks of relayed deliveries, dead letters for queues on other nodes.
+        let effects = vhost.take_remote();
+        let name = vhost.name.clone();
+        let _ = crate::peers::carry_out(shared, &name, effects);
+    }
+    journaled
 }
 
 /// A stored message the engine refused (full disk, stopped engine): its publisher gets a nack.

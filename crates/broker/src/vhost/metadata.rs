@@ -236,6 +236,7 @@ impl VHost {
                 log_id: q.log_id.unwrap_or(0),
                 node: q.home_node.as_deref().unwrap_or_default().to_string(),
                 members: q.members.iter().map(|m| m.to_string()).collect(),
+                at_unix_ms: 0,
             });
         }
         for b in self.routes.bindings() {

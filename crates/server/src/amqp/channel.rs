@@ -5,7 +5,7 @@
 use crate::amqp::connection::{Connection, Fault};
 use crate::amqp::transactions::TxOp;
 use crate::queues::Delete;
-use crate::replicated::Reply;
+use crate::topology::proposal::Reply;
 use amq_protocol_types::ShortString;
 use bytes::{Bytes, BytesMut};
 use warren_broker::command::Command;
@@ -514,8 +514,7 @@ impl Connection {
     }
 
     /// exchange.bind (`bind`) and exchange.unbind: the same permissions (write on the
-    /// destination, read on the source and its topic), then the cluster's command or this
-    /// node's change, then the -ok.
+    /// destination, read on the source and its topic), then the change.
     fn exchange_binding(
         &mut self,
         number: u16,
@@ -531,51 +530,32 @@ impl Connection {
         } = b;
         let (destination, source, key) =
             (destination.as_str(), source.as_str(), routing_key.as_str());
-        use exchange::AMQPMethod as E;
         self.check(Access::Write, "exchange", destination)?;
         self.check(Access::Read, "exchange", source)?;
         self.check_topic(Access::Read, source, key)?;
-        if self.shared.cluster.is_some() {
-            let vhost = self.vhost_name.clone();
-            let (destination, source, key) =
-                (destination.to_string(), source.to_string(), key.to_string());
-            let (reply, command) = if bind {
-                let c = Command::ExchangeBind {
-                    vhost,
-                    destination,
-                    source,
-                    key,
-                    arguments,
-                };
-                (Reply::ExchangeBind, c)
-            } else {
-                let c = Command::ExchangeUnbind {
-                    vhost,
-                    destination,
-                    source,
-                    key,
-                    arguments,
-                };
-                (Reply::ExchangeUnbind, c)
+        let vhost = self.vhost_name.clone();
+        let (destination, source, key) =
+            (destination.to_string(), source.to_string(), key.to_string());
+        let (reply, command) = if bind {
+            let c = Command::ExchangeBind {
+                vhost,
+                destination,
+                source,
+                key,
+                arguments,
             };
-            self.propose(number, reply, nowait, command);
-            return Ok(());
-        }
-        let mut v = self.meta_vhost();
-        if bind {
-            v.exchange_bind(destination, source, key, &arguments)?;
+            (Reply::ExchangeBind, c)
         } else {
-            v.exchange_unbind(destination, source, key, &arguments)?;
-        }
-        v.persist()?;
-        if !nowait {
-            let ok = if bind {
-                E::BindOk(exchange::BindOk {})
-            } else {
-                E::UnbindOk(exchange::UnbindOk {})
+            let c = Command::ExchangeUnbind {
+                vhost,
+                destination,
+                source,
+                key,
+                arguments,
             };
-            ctl(self, number, AMQPClass::Exchange(ok));
-        }
+            (Reply::ExchangeUnbind, c)
+        };
+        self.change(number, reply, nowait, command);
         Ok(())
     }
 
@@ -586,8 +566,6 @@ impl Connection {
                 let name = d.exchange.as_str();
                 if !d.passive {
                     self.check(Access::Configure, "exchange", name)?;
-                }
-                if !d.passive && self.shared.cluster.is_some() {
                     let command = Command::ExchangeDeclare {
                         vhost: self.vhost_name.clone(),
                         name: name.to_string(),
@@ -597,20 +575,18 @@ impl Connection {
                         internal: d.internal,
                         arguments: d.arguments,
                     };
-                    self.propose(number, Reply::ExchangeDeclare, d.nowait, command);
+                    self.change(number, Reply::ExchangeDeclare, d.nowait, command);
                     return Ok(());
                 }
-                let mut v = self.meta_vhost();
-                v.exchange_declare(
+                self.meta_vhost().exchange_declare(
                     name,
                     d.kind.as_str(),
-                    d.passive,
+                    true,
                     d.durable,
                     d.auto_delete,
                     d.internal,
                     d.arguments,
                 )?;
-                v.persist()?;
                 if !d.nowait {
                     ctl(
                         self,
@@ -621,25 +597,12 @@ impl Connection {
             }
             E::Delete(d) => {
                 self.check(Access::Configure, "exchange", d.exchange.as_str())?;
-                if self.shared.cluster.is_some() {
-                    let command = Command::ExchangeDelete {
-                        vhost: self.vhost_name.clone(),
-                        name: d.exchange.as_str().to_string(),
-                        if_unused: d.if_unused,
-                    };
-                    self.propose(number, Reply::ExchangeDelete, d.nowait, command);
-                    return Ok(());
-                }
-                let mut v = self.meta_vhost();
-                v.exchange_delete(d.exchange.as_str(), d.if_unused)?;
-                v.persist()?;
-                if !d.nowait {
-                    ctl(
-                        self,
-                        number,
-                        AMQPClass::Exchange(E::DeleteOk(exchange::DeleteOk {})),
-                    );
-                }
+                let command = Command::ExchangeDelete {
+                    vhost: self.vhost_name.clone(),
+                    name: d.exchange.as_str().to_string(),
+                    if_unused: d.if_unused,
+                };
+                self.change(number, Reply::ExchangeDelete, d.nowait, command);
             }
             E::Bind(b) => self.exchange_binding(number, true, b)?,
             // The same fields: handled as one.
@@ -670,48 +633,39 @@ impl Connection {
         match m {
             Q::Declare(d) => {
                 let name = d.queue.as_str();
-                if !d.passive && !name.is_empty() {
-                    self.check(Access::Configure, "queue", name)?;
-                }
-                let name = if d.passive {
-                    self.queue_name(number, name)?
-                } else {
-                    name.to_string()
-                };
                 if !d.passive {
-                    if let Some(cluster) = &self.shared.cluster {
-                        let server_named = name.is_empty();
-                        let (node, quorum_size) =
-                            self.queue_placement(cluster, &d.arguments, d.exclusive)?;
-                        let command = Command::QueueDeclare {
-                            vhost: self.vhost_name.clone(),
-                            conn: self.id,
-                            name: if server_named {
-                                warren_broker::vhost::generate_queue_name()
-                            } else {
-                                name
-                            },
-                            durable: d.durable,
-                            exclusive: d.exclusive,
-                            auto_delete: d.auto_delete,
-                            server_named,
-                            arguments: d.arguments,
-                            // Odd, as every queue log id: even ids are the cluster's own logs.
-                            log_id: crate::placement::rand_log_id(),
-                            node,
-                            // Chosen by the proposal, once the member table names the voters.
-                            members: Vec::new(),
-                        };
-                        self.propose_declare(number, d.nowait, command, quorum_size);
-                        return Ok(());
+                    if !name.is_empty() {
+                        self.check(Access::Configure, "queue", name)?;
                     }
+                    let server_named = name.is_empty();
+                    let command = Command::QueueDeclare {
+                        vhost: self.vhost_name.clone(),
+                        conn: self.id,
+                        name: if server_named {
+                            warren_broker::vhost::generate_queue_name()
+                        } else {
+                            name.to_string()
+                        },
+                        durable: d.durable,
+                        exclusive: d.exclusive,
+                        auto_delete: d.auto_delete,
+                        server_named,
+                        arguments: d.arguments,
+                        log_id: crate::topology::placement::rand_log_id(),
+                        // Placed by a cluster's topology (a node here has every queue).
+                        node: String::new(),
+                        members: Vec::new(),
+                        at_unix_ms: self.shared.broker.unix_ms_at(now),
+                    };
+                    self.change(number, Reply::QueueDeclare, d.nowait, command);
+                    return Ok(());
                 }
-                let reply_to_live = d.passive
-                    && self
-                        .vhost
-                        .lock()
-                        .expect("vhost lock")
-                        .reply_to_is_live(&name);
+                let name = self.queue_name(number, name)?;
+                let reply_to_live = self
+                    .vhost
+                    .lock()
+                    .expect("vhost lock")
+                    .reply_to_is_live(&name);
                 if reply_to_live {
                     // As RabbitMQ: no messages wait there, and one consumer takes them.
                     if !d.nowait {
@@ -727,40 +681,9 @@ impl Connection {
                     }
                     return Ok(());
                 }
-                if d.passive {
-                    return self
-                        .queue_backend(&name)
-                        .declare_passive(self, number, name, d.nowait, now);
-                }
-                // A new queue (or an equivalent one again) on a single node.
-                let mut v = self.meta_vhost();
-                let ok = v.queue_declare(
-                    self.id,
-                    &name,
-                    false,
-                    d.durable,
-                    d.exclusive,
-                    d.auto_delete,
-                    d.arguments,
-                    now,
-                )?;
-                v.persist()?;
-                self.shared.broker.queue_churn.declared(ok.created);
-                self.channels
-                    .get_mut(&number)
-                    .expect("open channel")
-                    .last_queue = Some(ok.queue.clone());
-                if !d.nowait {
-                    ctl(
-                        self,
-                        number,
-                        AMQPClass::Queue(Q::DeclareOk(queue::DeclareOk {
-                            queue: ok.queue.as_str().into(),
-                            message_count: ok.message_count,
-                            consumer_count: ok.consumer_count,
-                        })),
-                    );
-                }
+                return self
+                    .queue_backend(&name)
+                    .declare_passive(self, number, name, d.nowait, now);
             }
             Q::Bind(mut b) => {
                 let q = self.queue_name(number, b.queue.as_str())?;
@@ -772,30 +695,15 @@ impl Connection {
                 self.check(Access::Write, "queue", &q)?;
                 self.check(Access::Read, "exchange", b.exchange.as_str())?;
                 self.check_topic(Access::Read, b.exchange.as_str(), b.routing_key.as_str())?;
-                if self.shared.cluster.is_some() {
-                    let command = Command::QueueBind {
-                        vhost: self.vhost_name.clone(),
-                        conn: self.id,
-                        queue: q,
-                        exchange: b.exchange.as_str().to_string(),
-                        key: b.routing_key.as_str().to_string(),
-                        arguments: b.arguments,
-                    };
-                    self.propose(number, Reply::QueueBind, b.nowait, command);
-                    return Ok(());
-                }
-                let mut v = self.meta_vhost();
-                v.queue_bind(
-                    self.id,
-                    &q,
-                    b.exchange.as_str(),
-                    b.routing_key.as_str(),
-                    &b.arguments,
-                )?;
-                v.persist()?;
-                if !b.nowait {
-                    ctl(self, number, AMQPClass::Queue(Q::BindOk(queue::BindOk {})));
-                }
+                let command = Command::QueueBind {
+                    vhost: self.vhost_name.clone(),
+                    conn: self.id,
+                    queue: q,
+                    exchange: b.exchange.as_str().to_string(),
+                    key: b.routing_key.as_str().to_string(),
+                    arguments: b.arguments,
+                };
+                self.change(number, Reply::QueueBind, b.nowait, command);
             }
             Q::Unbind(mut b) => {
                 let q = self.queue_name(number, b.queue.as_str())?;
@@ -805,32 +713,16 @@ impl Connection {
                 self.check(Access::Write, "queue", &q)?;
                 self.check(Access::Read, "exchange", b.exchange.as_str())?;
                 self.check_topic(Access::Read, b.exchange.as_str(), b.routing_key.as_str())?;
-                if self.shared.cluster.is_some() {
-                    let command = Command::QueueUnbind {
-                        vhost: self.vhost_name.clone(),
-                        conn: self.id,
-                        queue: q,
-                        exchange: b.exchange.as_str().to_string(),
-                        key: b.routing_key.as_str().to_string(),
-                        arguments: b.arguments,
-                    };
-                    self.propose(number, Reply::QueueUnbind, false, command);
-                    return Ok(());
-                }
-                let mut v = self.meta_vhost();
-                v.queue_unbind(
-                    self.id,
-                    &q,
-                    b.exchange.as_str(),
-                    b.routing_key.as_str(),
-                    &b.arguments,
-                )?;
-                v.persist()?;
-                ctl(
-                    self,
-                    number,
-                    AMQPClass::Queue(Q::UnbindOk(queue::UnbindOk {})),
-                );
+                let command = Command::QueueUnbind {
+                    vhost: self.vhost_name.clone(),
+                    conn: self.id,
+                    queue: q,
+                    exchange: b.exchange.as_str().to_string(),
+                    key: b.routing_key.as_str().to_string(),
+                    arguments: b.arguments,
+                };
+                // queue.unbind has no nowait.
+                self.change(number, Reply::QueueUnbind, false, command);
             }
             Q::Purge(p) => {
                 let q = self.queue_name(number, p.queue.as_str())?;

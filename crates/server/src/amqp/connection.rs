@@ -89,7 +89,7 @@ pub struct Connection {
     /// warren.)
     pub closed_by_client: bool,
     /// A topology change proposed to the cluster: answered before the next frame is read.
-    pub proposal: Option<crate::replicated::Proposal>,
+    pub proposal: Option<crate::topology::proposal::Proposal>,
     /// A cluster peer with too much waiting for it, to which this connection forwarded
     /// publishes: reading waits until it drains.
     pub held_by_peer: Option<u64>,
@@ -962,10 +962,10 @@ impl Connection {
                     // connection reads its next frame.
                     let shared = self.shared.clone();
                     let user = self.user.clone();
-                    self.proposal = Some(crate::replicated::Proposal {
+                    self.proposal = Some(crate::topology::proposal::Proposal {
                         number,
                         nowait: false,
-                        reply: crate::replicated::Reply::ChannelOpen,
+                        reply: crate::topology::proposal::Reply::ChannelOpen,
                         answer: Box::pin(async move {
                             crate::amqp::access::admit_channel(&shared, &user, limit).await?;
                             Ok(warren_broker::command::Outcome::Done)

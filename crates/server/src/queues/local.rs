@@ -4,7 +4,7 @@
 use super::{Delete, QueueBackend};
 use crate::amqp::channel::ctl;
 use crate::amqp::connection::Connection;
-use crate::replicated::Reply;
+use crate::topology::proposal::Reply;
 use amq_protocol_types::FieldTable;
 use warren_broker::command::Command;
 use warren_broker::error::AmqpError;
@@ -47,27 +47,7 @@ impl QueueBackend for LocalQueue {
         queue: String,
         delete: Delete,
     ) -> Result<(), AmqpError> {
-        if conn.shared.cluster.is_some() {
-            return propose_delete(conn, number, queue, delete);
-        }
-        let mut v = conn.meta_vhost();
-        let existed = v.queue_stats(&queue).is_some();
-        let n = v.queue_delete(conn.id, &queue, delete.if_unused, delete.if_empty)?;
-        v.persist()?;
-        if existed {
-            conn.shared.broker.queue_churn.deleted();
-        }
-        if !delete.nowait {
-            ctl(
-                conn,
-                number,
-                AMQPClass::Queue(queue::AMQPMethod::DeleteOk(queue::DeleteOk {
-                    message_count: n,
-                })),
-            );
-        }
-        conn.release_cancels(number);
-        Ok(())
+        delete_checked_here(conn, number, queue, delete)
     }
 
     fn declare_passive(
@@ -203,10 +183,11 @@ pub(super) fn declare_passive_here(
     Ok(())
 }
 
-/// queue.delete in a cluster of a queue whose messages and consumers are not asked of another
-/// node: checked against this node's copy (which alone knows them for a queue it hosts), then
-/// the deletion is replicated and delete-ok written once it is applied here.
-pub(super) fn propose_delete(
+/// queue.delete of a queue whose messages and consumers are not asked of another node:
+/// `if-unused` and `if-empty` checked against this node's copy (which alone knows them for a
+/// queue it hosts), then the deletion is a topology change, delete-ok written once it is
+/// applied here.
+pub(super) fn delete_checked_here(
     conn: &mut Connection,
     number: u16,
     queue: String,
@@ -223,6 +204,6 @@ pub(super) fn propose_delete(
         conn: conn.id,
         name: queue,
     };
-    conn.propose(number, Reply::QueueDelete, delete.nowait, command);
+    conn.change(number, Reply::QueueDelete, delete.nowait, command);
     Ok(())
 }

@@ -7,7 +7,7 @@
 use super::{local, Delete, QueueBackend};
 use crate::amqp::connection::Connection;
 use crate::peers;
-use crate::replicated::{Proposal, Reply};
+use crate::topology::proposal::{Proposal, Reply};
 use std::sync::Arc;
 use warren_broker::command::{Command, Outcome};
 use warren_broker::error::AmqpError;
@@ -66,7 +66,7 @@ impl QueueBackend for RemoteQueue {
         let peer = match self {
             RemoteQueue::Reachable(peer) => *peer,
             RemoteQueue::Down(e) if delete.if_unused || delete.if_empty => return Err(e.clone()),
-            RemoteQueue::Down(_) => return local::propose_delete(conn, number, name, delete),
+            RemoteQueue::Down(_) => return local::delete_checked_here(conn, number, name, delete),
         };
         let Delete {
             if_unused,
@@ -89,6 +89,7 @@ impl QueueBackend for RemoteQueue {
             name: name.clone(),
         };
         let vhost = conn.vhost_name.clone();
+        let topology = crate::topology::of(&conn.shared);
         conn.proposal = Some(Proposal {
             number,
             nowait,
@@ -115,11 +116,14 @@ impl QueueBackend for RemoteQueue {
                         )));
                     }
                 }
-                match crate::peers::execute_everywhere(&cluster, command).await? {
-                    Outcome::QueueDeleted(_) => Ok(Outcome::QueueDeleted(match counts {
-                        Response::Declared { messages, .. } => messages,
-                        _ => 0,
-                    })),
+                match topology.change(command).await? {
+                    Outcome::QueueDeleted { existed, .. } => Ok(Outcome::QueueDeleted {
+                        messages: match counts {
+                            Response::Declared { messages, .. } => messages,
+                            _ => 0,
+                        },
+                        existed,
+                    }),
                     other => Ok(other),
                 }
             }),

@@ -6,7 +6,7 @@
 use super::client;
 use crate::amqp::connection::Connection;
 use crate::queues::{local, Delete, QueueBackend};
-use crate::replicated::{Proposal, Reply};
+use crate::topology::proposal::{Proposal, Reply};
 use crate::Shared;
 use client::Wait;
 use std::sync::atomic::Ordering;
@@ -68,23 +68,21 @@ impl QueueBackend for QuorumMember {
                 "queue '{name}' in vhost '{vhost}' not empty"
             )));
         }
-        let cluster = conn
-            .shared
-            .cluster
-            .clone()
-            .expect("quorum queues are clustered");
         let command = Command::QueueDelete {
             vhost: vhost.clone(),
             conn: conn.id,
             name,
         };
+        let deleted = crate::topology::of(&conn.shared).change(command);
         conn.proposal = Some(Proposal {
             number,
             nowait: delete.nowait,
             reply: Reply::QueueDelete,
             answer: Box::pin(async move {
-                match crate::peers::execute_everywhere(&cluster, command).await? {
-                    Outcome::QueueDeleted(_) => Ok(Outcome::QueueDeleted(messages)),
+                match deleted.await? {
+                    Outcome::QueueDeleted { existed, .. } => {
+                        Ok(Outcome::QueueDeleted { messages, existed })
+                    }
                     other => Ok(other),
                 }
             }),

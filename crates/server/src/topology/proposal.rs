@@ -1,15 +1,12 @@
-//! Topology changes in a cluster: a channel turns the method into a
-//! [`Command`](warren_broker::command::Command) and proposes it to the replicated metadata; the
-//! connection awaits the outcome before it reads its next frame (AMQP's synchronous methods
-//! keep their order), then answers as the local broker would have.
+//! A connection waiting on an answer before it reads its next frame (AMQP's synchronous
+//! methods keep their order): a topology change ([`Connection::change`]), a request to the
+//! node hosting a queue (consume, get, purge, ...), a channel.open counted over the cluster.
+//! The answer's `-ok` is written from the outcome, so the reply (declare-ok's counts, a 406 for
+//! inequivalent arguments) comes from the change's application, never from a guess made
+//! before it.
 //!
-//! The command is applied to this node's broker by the metadata group's thread, as on every
-//! other node, so the reply (declare-ok's counts, a 406 for inequivalent arguments) comes from
-//! that application, never from a guess made before it.
-//!
-//! A request to the node hosting a queue (consume, get, purge, ...) is awaited the same way;
-//! its reply is written by the answer's handler on the cluster link's reader, so it is ordered
-//! with the deliveries that follow it on that link.
+//! A request to a queue's node is answered by the answer's handler on the cluster link's
+//! reader, so its reply is ordered with the deliveries that follow it on that link.
 
 use crate::amqp::connection::{Connection, Fault};
 use std::future::Future;
@@ -130,100 +127,15 @@ impl Connection {
         });
     }
 
-    /// Proposes `command`; the connection answers it once replicated and applied here.
-    pub fn propose(&mut self, number: u16, reply: Reply, nowait: bool, command: Command) {
-        self.propose_placing(number, reply, nowait, command, None);
-    }
-
-    /// Proposes a queue declare; a quorum queue's (`quorum_size` members) are chosen first,
-    /// among the voters the member table names ([`crate::placement::members`]).
-    pub fn propose_declare(
-        &mut self,
-        number: u16,
-        nowait: bool,
-        command: Command,
-        quorum_size: Option<usize>,
-    ) {
-        self.propose_placing(number, Reply::QueueDeclare, nowait, command, quorum_size);
-    }
-
-    fn propose_placing(
-        &mut self,
-        number: u16,
-        reply: Reply,
-        nowait: bool,
-        mut command: Command,
-        quorum_size: Option<usize>,
-    ) {
-        let cluster = self
-            .shared
-            .cluster
-            .clone()
-            .expect("proposals are made in a cluster only");
-        let declared = match &command {
-            Command::QueueDeclare { name, conn, .. } => Some((name.clone(), *conn)),
-            _ => None,
-        };
-        let (vhost, vhost_name, shared) = (
-            self.vhost.clone(),
-            self.vhost_name.clone(),
-            self.shared.clone(),
-        );
+    /// Changes the topology by `command` ([`crate::topology`]); the connection answers with
+    /// its outcome before it reads its next frame.
+    pub fn change(&mut self, number: u16, reply: Reply, nowait: bool, command: Command) {
+        let answer = crate::topology::of(&self.shared).change(command);
         self.proposal = Some(Proposal {
             number,
             nowait,
             reply,
-            answer: Box::pin(async move {
-                if let (Command::QueueDeclare { node, members, .. }, Some(size)) =
-                    (&mut command, quorum_size)
-                {
-                    let drained: Vec<String> = cluster
-                        .status()
-                        .members
-                        .into_iter()
-                        .filter(|m| m.draining)
-                        .map(|m| m.name)
-                        .collect();
-                    *members = crate::placement::members(
-                        node,
-                        cluster.voter_names().await,
-                        size,
-                        &drained,
-                    )?;
-                }
-                let mut outcome = crate::peers::execute_everywhere(&cluster, command).await?;
-                if let (Some((queue, conn)), Outcome::QueueDeclared(ok)) = (declared, &mut outcome)
-                {
-                    let log = vhost.lock().expect("vhost lock").quorum_log(&queue);
-                    if let Some(info) = log
-                        .and_then(|l| shared.quorum.replica(warren_cluster::replicas::group_id(l)))
-                    {
-                        use std::sync::atomic::Ordering::Relaxed;
-                        ok.message_count = info.ready.load(Relaxed).min(u32::MAX as u64) as u32;
-                        ok.consumer_count = info.consumers.load(Relaxed) as u32;
-                        return Ok(outcome);
-                    }
-                    let home = vhost.lock().expect("vhost lock").remote_home(&queue);
-                    let peer = home.and_then(|home| {
-                        crate::peers::reachable_home(&shared, &home, &queue, &vhost_name).ok()
-                    });
-                    if let Some(peer) = peer {
-                        let (messages, consumers) = crate::peers::declared_there(
-                            &cluster,
-                            peer,
-                            warren_cluster::messaging::Request::Declare {
-                                vhost: vhost_name,
-                                conn,
-                                queue,
-                            },
-                        )
-                        .await;
-                        ok.message_count = messages;
-                        ok.consumer_count = consumers;
-                    }
-                }
-                Ok(outcome)
-            }),
+            answer,
         });
     }
 
@@ -265,10 +177,12 @@ impl Connection {
                     consumer_count: ok.consumer_count,
                 }))
             }
-            (Reply::QueueDelete, Outcome::QueueDeleted(n)) => {
-                self.shared.broker.queue_churn.deleted();
+            (Reply::QueueDelete, Outcome::QueueDeleted { messages, existed }) => {
+                if existed {
+                    self.shared.broker.queue_churn.deleted();
+                }
                 AMQPClass::Queue(queue::AMQPMethod::DeleteOk(queue::DeleteOk {
-                    message_count: n,
+                    message_count: messages,
                 }))
             }
             (Reply::QueueBind, _) => AMQPClass::Queue(queue::AMQPMethod::BindOk(queue::BindOk {})),
