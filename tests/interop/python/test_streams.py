@@ -507,6 +507,11 @@ def test_a_dead_letter_routed_to_a_stream_is_appended(broker, ch, stream, name):
     try:
         ch.basic_publish("", source, b"expired")
         got = consume(broker.connect().channel(), stream, "first")
-        assert [(b, o) for b, o, _ in got] == [("expired", 0)]
+        if BROKER_KIND == "rabbitmq":
+            # RabbitMQ 3.10.8 drops a classic queue's dead letter routed to a stream (none
+            # arrives, with a TTL of 0 or not); warren appends it, as a publish routed there.
+            assert got == []
+        else:
+            assert [(b, o) for b, o, _ in got] == [("expired", 0)]
     finally:
         ch.queue_delete(source)
