@@ -38,6 +38,8 @@ pub struct QueueConfig {
     pub lazy: bool,
     pub max_in_memory_length: Option<u64>,
     pub max_in_memory_bytes: Option<u64>,
+    /// A stream's retention and segment size (streams only).
+    pub stream: Option<crate::stream_args::StreamConfig>,
 }
 
 /// RabbitMQ's name for a field's type, as it appears in its error texts.
@@ -249,6 +251,9 @@ impl QueueConfig {
                 }
                 _ => {}
             }
+        }
+        if c.queue_type == QueueType::Stream {
+            c.stream = Some(crate::stream_args::StreamConfig::parse(args, queue, vhost)?);
         }
         if c.dead_letter_routing_key.is_some() && c.dead_letter_exchange.is_none() {
             return Err(bad(

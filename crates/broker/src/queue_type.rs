@@ -10,6 +10,9 @@ pub enum QueueType {
     #[default]
     Classic,
     Quorum,
+    /// An append-only log read from offsets (`rabbit_stream_queue`): messages are never
+    /// consumed away, so none of the backlog's machinery applies.
+    Stream,
 }
 
 /// Where a message returned to its queue (nack or reject with requeue, recover, its channel
@@ -56,8 +59,6 @@ pub const QUORUM_ARGUMENTS: &[&str] = &[
     "x-message-ttl",
     "x-queue-leader-locator",
 ];
-/// Streams are not built; their arguments are known so that using one on another type gets
-/// RabbitMQ's error.
 pub const STREAM_ARGUMENTS: &[&str] = &[
     "x-max-length-bytes",
     "x-queue-type",
@@ -73,6 +74,7 @@ impl QueueType {
         match name {
             "classic" => Some(QueueType::Classic),
             "quorum" => Some(QueueType::Quorum),
+            "stream" => Some(QueueType::Stream),
             _ => None,
         }
     }
@@ -82,6 +84,7 @@ impl QueueType {
         match self {
             QueueType::Classic => "classic",
             QueueType::Quorum => "quorum",
+            QueueType::Stream => "stream",
         }
     }
 
@@ -90,6 +93,7 @@ impl QueueType {
         match self {
             QueueType::Classic => "rabbit_classic_queue",
             QueueType::Quorum => "rabbit_quorum_queue",
+            QueueType::Stream => "rabbit_stream_queue",
         }
     }
 
@@ -99,6 +103,7 @@ impl QueueType {
         match self {
             QueueType::Classic => CLASSIC_ARGUMENTS,
             QueueType::Quorum => QUORUM_ARGUMENTS,
+            QueueType::Stream => STREAM_ARGUMENTS,
         }
     }
 
@@ -107,8 +112,8 @@ impl QueueType {
         self == QueueType::Classic
     }
 
-    /// The declare property the type refuses, in the order rabbit_quorum_queue:declare checks
-    /// them (rabbit_queue_type_util), or None.
+    /// The declare property the type refuses, in the order rabbit_quorum_queue:declare and
+    /// rabbit_stream_queue:declare check them (rabbit_queue_type_util), or None.
     pub fn refused_property(
         self,
         durable: bool,
@@ -117,10 +122,10 @@ impl QueueType {
     ) -> Option<&'static str> {
         match self {
             QueueType::Classic => None,
-            QueueType::Quorum if auto_delete => Some("auto-delete"),
-            QueueType::Quorum if exclusive => Some("exclusive-owner"),
-            QueueType::Quorum if !durable => Some("non-durable"),
-            QueueType::Quorum => None,
+            QueueType::Quorum | QueueType::Stream if auto_delete => Some("auto-delete"),
+            QueueType::Quorum | QueueType::Stream if exclusive => Some("exclusive-owner"),
+            QueueType::Quorum | QueueType::Stream if !durable => Some("non-durable"),
+            QueueType::Quorum | QueueType::Stream => None,
         }
     }
 
@@ -148,7 +153,7 @@ impl QueueType {
     pub fn length_over(self, len: u64, max: u64) -> bool {
         match self {
             QueueType::Classic => len >= max,
-            QueueType::Quorum => len > max,
+            QueueType::Quorum | QueueType::Stream => len > max,
         }
     }
 
@@ -157,8 +162,8 @@ impl QueueType {
     pub fn return_position(self, rejected: bool) -> ReturnPosition {
         match self {
             QueueType::Classic => ReturnPosition::Original,
-            QueueType::Quorum if rejected => ReturnPosition::Back,
-            QueueType::Quorum => ReturnPosition::AfterReturns,
+            QueueType::Quorum | QueueType::Stream if rejected => ReturnPosition::Back,
+            QueueType::Quorum | QueueType::Stream => ReturnPosition::AfterReturns,
         }
     }
 }
@@ -169,10 +174,10 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for t in [QueueType::Classic, QueueType::Quorum] {
+        for t in [QueueType::Classic, QueueType::Quorum, QueueType::Stream] {
             assert_eq!(QueueType::from_name(t.name()), Some(t));
         }
-        assert_eq!(QueueType::from_name("stream"), None);
+        assert_eq!(QueueType::from_name("STREAM"), None);
     }
 
     #[test]
@@ -186,6 +191,14 @@ mod tests {
         assert_eq!(q.refused_property(false, false, false), Some("non-durable"));
         assert_eq!(q.refused_property(true, false, false), None);
         assert_eq!(QueueType::Classic.refused_property(false, true, true), None);
+        let s = QueueType::Stream;
+        assert_eq!(s.refused_property(false, true, true), Some("auto-delete"));
+        assert_eq!(
+            s.refused_property(false, true, false),
+            Some("exclusive-owner")
+        );
+        assert_eq!(s.refused_property(false, false, false), Some("non-durable"));
+        assert!(!s.may_be_server_named() && !s.supports_global_qos());
     }
 
     #[test]

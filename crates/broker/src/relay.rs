@@ -104,6 +104,22 @@ pub enum RemoteEffect {
     },
     /// `channel` closed: what it held of the quorum queue goes back, its consumers go.
     QuorumChannelDown { log: u64, channel: ChannelKey },
+    /// Append `message` to these streams (by their storage log ids): their writers put it in
+    /// their next chunk and confirm it once that chunk is synced.
+    StreamAppend { logs: Vec<u64>, message: MessageRef },
+    /// `count` deliveries of a stream consumer were acknowledged: its credit grows by as much.
+    StreamSettle {
+        log: u64,
+        channel: ChannelKey,
+        consumer_tag: Bytes,
+        count: u32,
+    },
+    /// A stream consumer's channel closed: its reader stops.
+    StreamCancel {
+        log: u64,
+        channel: ChannelKey,
+        consumer_tag: Bytes,
+    },
 }
 
 /// A quorum queue a message was routed to.

@@ -1,7 +1,8 @@
 //! What publisher confirms wait for. A confirm goes out once each place its message went has
 //! taken it ([`Wait`]): this node's storage engine (the WAL writer synced it; the engine tells
 //! us per log, after each group commit), another node a publish was forwarded to (its
-//! `Published` answers), or a quorum queue's Raft group (it applied the publish). The same
+//! `Published` answers), a quorum queue's Raft group (it applied the publish), or a stream's
+//! writer (it synced the chunk holding it). The same
 //! waits hold back tx.commit-ok and an at-least-once dead letter's settlement.
 //!
 //! A refusal (a peer's, a group's, a link that broke, a leader change) refuses the wait: the
@@ -26,6 +27,9 @@ pub enum Wait {
     /// The `seq`-th publish of a channel's `stream` of publishes to one quorum queue: taken
     /// once the queue's group applied it.
     Quorum { stream: u64, seq: u64 },
+    /// The `seq`-th message handed to the writer of the stream whose log id is `log`: taken
+    /// once the chunk holding it is synced.
+    Stream { log: u64, seq: u64 },
 }
 
 // Three words: the kind, then the pair; a publish's waits stay a small copy.
@@ -61,6 +65,7 @@ struct Taken {
     stored: IdHashMap<u64, u64>,
     forwarded: IdHashMap<u64, u64>,
     quorum: IdHashMap<u64, u64>,
+    stream: IdHashMap<u64, u64>,
 }
 
 impl Taken {
@@ -69,6 +74,7 @@ impl Taken {
             Wait::Stored { log, index } => (self.stored.get(log), index),
             Wait::Forwarded { link, seq } => (self.forwarded.get(link), seq),
             Wait::Quorum { stream, seq } => (self.quorum.get(stream), seq),
+            Wait::Stream { log, seq } => (self.stream.get(log), seq),
         };
         newest.is_some_and(|n| n >= upto)
     }
@@ -241,6 +247,22 @@ impl Durability {
         Some((key.1, newest.saturating_sub(stream.answered)))
     }
 
+    /// The writer of stream `log` synced every message up to its `upto`-th.
+    pub fn stream_synced(&self, log: u64, upto: u64) {
+        self.taken_now(|t| &mut t.stream, log, upto);
+    }
+
+    /// The writer of stream `log` stopped (a failed write or sync, or the stream was
+    /// deleted): what it had not synced never will be, and its publishers get nacks.
+    pub fn stream_stopped(&self, log: u64) {
+        self.remote
+            .lock()
+            .expect("remote lock")
+            .streams_stopped
+            .insert(log);
+        self.generation.send_modify(|g| *g += 1);
+    }
+
     /// Whether any of `waits` was refused (rejected by a peer or a group, or its link ended
     /// first).
     pub fn any_refused(&self, waits: &[Wait]) -> bool {
@@ -255,6 +277,7 @@ impl Durability {
                 r.rejected.contains(w) || (r.ended.contains(link) && !taken.has(w))
             }
             Wait::Quorum { .. } => r.rejected.contains(w),
+            Wait::Stream { log, .. } => r.streams_stopped.contains(log) && !taken.has(w),
         })
     }
 
@@ -310,6 +333,8 @@ struct Remote {
     rejected: IdHashSet<Wait>,
     /// Links whose epoch ended.
     ended: IdHashSet<u64>,
+    /// Streams (log ids) whose writer stopped; a log id is never reused.
+    streams_stopped: IdHashSet<u64>,
     /// Publishes to quorum queues, per (channel, group): ordered so that a closing channel
     /// finds its own streams without walking every channel's.
     quorum: std::collections::BTreeMap<(u64, u64), Stream>,
@@ -397,6 +422,28 @@ mod tests {
             log: 0x1234_5679,
             index: 10
         }]));
+    }
+
+    #[test]
+    fn a_stream_publish_is_confirmed_once_synced_and_refused_if_its_writer_stops_first() {
+        let d = Durability::default();
+        let (first, second) = (
+            Wait::Stream { log: 7, seq: 1 },
+            Wait::Stream { log: 7, seq: 2 },
+        );
+        assert!(!d.all_durable(&[first]));
+        // A queue log with the same number syncing says nothing of the stream.
+        d.on_durable(7, 10);
+        assert!(!d.all_durable(&[first]));
+        d.stream_synced(7, 1);
+        assert!(d.all_durable(&[first]) && !d.all_durable(&[second]));
+        assert!(!d.any_refused(&[second]));
+        d.stream_stopped(7);
+        assert!(d.any_refused(&[second]), "never synced: nacked");
+        assert!(
+            !d.any_refused(&[first]),
+            "synced before the stop: confirmed"
+        );
     }
 
     #[test]

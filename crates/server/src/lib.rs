@@ -90,6 +90,9 @@ pub struct Shared {
     pub quorum: queues::quorum::client::QuorumQueues,
     /// Maintenance mode (`warren ctl drain`).
     pub maintenance: node::maintenance::Maintenance,
+    /// The streams' logs and writers, and their consumers' readers.
+    pub streams: queues::stream::Streams,
+    pub streams_consumers: queues::stream::Consumers,
 }
 
 impl Shared {
@@ -104,6 +107,7 @@ impl Shared {
         ));
         let (_, shutdown) = watch::channel(false);
         let maintenance = node::maintenance::Maintenance::new(&config.meta_dir(), false);
+        let stream_dir = config.stream_dir();
         Arc::new(Shared {
             broker,
             config,
@@ -124,6 +128,8 @@ impl Shared {
             cluster: None,
             quorum: Default::default(),
             maintenance,
+            streams: queues::stream::Streams::new(stream_dir),
+            streams_consumers: Default::default(),
         })
     }
 
@@ -339,6 +345,7 @@ pub async fn serve(
     }
     tokio::spawn(node::alarms::monitor(alarms.clone()));
     let config_meta_dir = config.meta_dir();
+    let config_stream_dir = config.stream_dir();
     // What the connections watch: turned on once the leaderships are handed over.
     let (shutdown_tx, shutdown) = watch::channel(false);
     let shared = Arc::new(Shared {
@@ -377,8 +384,11 @@ pub async fn serve(
         ),
         cluster,
         quorum: Default::default(),
+        streams: queues::stream::Streams::new(config_stream_dir),
+        streams_consumers: Default::default(),
     });
     peers::install(&shared);
+    queues::stream::open_all(&shared);
     queues::quorum::replica::install(&shared);
     tokio::spawn(lost_queues::sweep(shared.clone()));
     let mut failure = shared.durability.subscribe_failure();
@@ -484,4 +494,7 @@ pub async fn serve(
         while connections.join_next().await.is_some() {}
     })
     .await;
+    // What the streams' writers still hold is written and synced (its publishers are gone).
+    let closing = shared.clone();
+    let _ = tokio::task::spawn_blocking(move || closing.streams.close_all()).await;
 }

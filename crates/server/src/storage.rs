@@ -60,7 +60,19 @@ pub fn refuse_if_failed(shared: &Shared) -> Result<(), AmqpError> {
 /// Persists what the last command on `vhost` changed; call with the vhost still locked.
 pub fn persist(shared: &Shared, vhost: &mut VHost) -> Result<(), AmqpError> {
     let records = vhost.take_meta();
-    append(shared, records)
+    let declared: Vec<String> = records
+        .iter()
+        .filter_map(|r| match r {
+            MetaRecord::DeclareQueue { name, .. } => Some(name.clone()),
+            _ => None,
+        })
+        .collect();
+    append(shared, records)?;
+    // A stream's log is there from its declare-ok on.
+    for name in declared {
+        crate::queues::stream::opened_at_declare(shared, vhost, &name);
+    }
+    Ok(())
 }
 
 /// Time-driven work: TTL expiry and x-expires in every vhost (persisting queue deletions),
@@ -255,7 +267,12 @@ pub fn apply_store_ops(
             StoreOp::ReleasePrefix { log, index } => {
                 store.release_prefix(log, index, 0, bytes::Bytes::new())
             }
-            StoreOp::DeleteLog { log } => store.delete_log(log),
+            StoreOp::DeleteLog { log } => {
+                // A stream's log is its own files, not the engine's.
+                shared.streams_consumers.stop_stream(log);
+                shared.streams.delete(log);
+                store.delete_log(log)
+            }
         };
         match result {
             Ok(()) => {}

@@ -130,10 +130,16 @@ impl VHost {
         let msg = Arc::new(msg);
         let mut elsewhere = Vec::new();
         let mut replicated = Vec::new();
+        let mut streams = Vec::new();
         for qid in targets {
             let Some(q) = self.queues.get_mut(&qid) else {
                 continue;
             };
+            if q.config.queue_type == QueueType::Stream {
+                // Its writer appends it, as a publish routed to it.
+                streams.extend(q.log_id);
+                continue;
+            }
             if let Some(target) = super::publish::quorum_target(&self.local_node, q) {
                 replicated.push(target);
                 continue;
@@ -170,6 +176,12 @@ impl VHost {
         }
         if !elsewhere.is_empty() {
             self.forward(elsewhere, &msg);
+        }
+        if !streams.is_empty() {
+            self.remote.push(RemoteEffect::StreamAppend {
+                logs: streams,
+                message: msg.clone(),
+            });
         }
         if !replicated.is_empty() {
             self.remote.push(RemoteEffect::Propose {

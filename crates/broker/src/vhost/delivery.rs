@@ -191,6 +191,15 @@ impl VHost {
             self.remote
                 .push(RemoteEffect::QuorumChannelDown { log, channel: key });
         }
+        for (tag, qid) in &consumers {
+            if let Some((log, _)) = self.queues.get(qid).and_then(super::stream::stream_config) {
+                self.remote.push(RemoteEffect::StreamCancel {
+                    log,
+                    channel: key,
+                    consumer_tag: tag.clone(),
+                });
+            }
+        }
         let mut touched: Vec<QueueId> = Vec::new();
         for (tag, qid) in consumers {
             self.remove_consumer(qid, key, &tag);
@@ -495,6 +504,9 @@ impl VHost {
         } else {
             SettleOp::Discard
         };
+        if let Some(refused) = self.refuse_stream_settle(key, tag, multiple) {
+            return Err(refused);
+        }
         let settled = self.settle(key, tag, multiple, op)?;
         let mut touched = Vec::new();
         let mut dead = Vec::new();

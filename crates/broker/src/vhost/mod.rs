@@ -220,8 +220,10 @@ mod metadata;
 mod policies;
 mod publish;
 mod remote;
+mod stream;
 pub use dead_letter::DeadLettered;
 pub use remote::{Accepted, QuorumConsume};
+pub use stream::StreamConsume;
 
 impl VHost {
     pub fn new(name: &str) -> Self {
@@ -655,6 +657,13 @@ impl VHost {
             });
         }
         let config = QueueConfig::parse(&arguments, &name, &self.name)?;
+        if config.queue_type == QueueType::Stream && self.local_node.is_some() {
+            // Until streams are replicated, a stream lives on a single node only.
+            return Err(AmqpError::precondition(format!(
+                "streams are single-node for now: cannot declare stream '{name}' in vhost '{}'                  on a cluster node",
+                self.name
+            )));
+        }
         if let Some(p) = config
             .queue_type
             .refused_property(durable, exclusive, auto_delete)
@@ -882,8 +891,9 @@ impl VHost {
             }
         }
         self.free_queue_ids.push(id);
-        if member_here(&self.local_node, &q) {
-            // Its consumers on this node are known to their channels only.
+        if member_here(&self.local_node, &q) || q.config.queue_type == QueueType::Stream {
+            // Its consumers on this node are known to their channels only (a stream's
+            // readers stop with its log).
             for ch in self.channels.values_mut() {
                 let tags: Vec<Bytes> = ch
                     .consumers

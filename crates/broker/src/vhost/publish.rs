@@ -247,10 +247,17 @@ impl VHost {
         let mut dead = Vec::new();
         let mut elsewhere: Vec<(Arc<str>, String)> = Vec::new();
         let mut replicated = Vec::new();
+        let mut streams = Vec::new();
         for &qid in targets {
             let Some(q) = self.queues.get_mut(&qid) else {
                 continue;
             };
+            if q.config.queue_type == QueueType::Stream {
+                // Its writer appends it; a stream has no limit that refuses a publish.
+                outcome.routed = true;
+                streams.extend(q.log_id);
+                continue;
+            }
             if let Some(target) = quorum_target(&self.local_node, q) {
                 // Its group applies its limits; a refusal there nacks the publisher.
                 outcome.routed = true;
@@ -292,6 +299,12 @@ impl VHost {
         }
         if !elsewhere.is_empty() {
             self.forward(elsewhere, &msg);
+        }
+        if !streams.is_empty() {
+            self.remote.push(RemoteEffect::StreamAppend {
+                logs: streams,
+                message: msg.clone(),
+            });
         }
         if !replicated.is_empty() {
             self.remote.push(RemoteEffect::Propose {

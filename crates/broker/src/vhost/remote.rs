@@ -79,6 +79,12 @@ impl VHost {
             let Some(q) = self.queues.get(&u.queue) else {
                 continue;
             };
+            if let Some((log, _)) = super::stream::stream_config(q) {
+                if op == SettleOp::Ack {
+                    self.settle_stream(key, log, &u);
+                }
+                continue;
+            }
             if member_here(&self.local_node, q) {
                 let Some(log) = q.log_id else { continue };
                 let consumer_tag = u.consumer_tag.clone().unwrap_or_default();

@@ -116,7 +116,7 @@ impl Flow {
                 }
                 // Counted with the engine's bytes and messages, not tracked: the engine does
                 // not know them and [`Connection::wait_for_peer`] holds them back.
-                Wait::Forwarded { .. } => {
+                Wait::Forwarded { .. } | Wait::Stream { .. } => {
                     engine = true;
                     continue;
                 }

@@ -547,6 +547,11 @@ impl ServerConfig {
             .clone()
             .unwrap_or_else(|| self.data_dir.join("meta"))
     }
+
+    /// Streams' logs, a directory per stream (see `queues::stream`).
+    pub fn stream_dir(&self) -> PathBuf {
+        self.data_dir.join("streams")
+    }
 }
 
 #[cfg(test)]

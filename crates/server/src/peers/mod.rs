@@ -48,6 +48,13 @@ pub fn carry_out_for(
     publisher: Option<ChannelKey>,
 ) -> Carried {
     let mut carried = Carried::default();
+    let effects = crate::queues::stream::carry_out(
+        shared,
+        vhost,
+        effects,
+        &mut carried.waits,
+        &mut carried.failed,
+    );
     let Some(cluster) = &shared.cluster else {
         return carried;
     };
@@ -147,6 +154,10 @@ pub fn carry_out_for(
                     );
                 }
             }
+            // Carried out above, on a single node as in a cluster.
+            RemoteEffect::StreamAppend { .. }
+            | RemoteEffect::StreamSettle { .. }
+            | RemoteEffect::StreamCancel { .. } => {}
         }
     }
     carried

@@ -14,6 +14,8 @@
 //!   through its home).
 //! - [`quorum`]: a quorum queue of a cluster this node is a member of: requests to its Raft
 //!   group through this node's member, answered by this node's replica.
+//! - [`stream`]: a stream of a single node: its log, written by the stream's writer, read by
+//!   a reader per consumer.
 //!
 //! A method flows: `amqp::channel` -> [`Connection::queue_backend`] (a cancel:
 //! [`Connection::consumer_backend`]) -> one implementation, which answers at once (local: under
@@ -27,6 +29,7 @@
 mod local;
 pub mod quorum;
 mod remote;
+pub mod stream;
 
 use crate::amqp::connection::Connection;
 use crate::peers;
@@ -122,6 +125,16 @@ impl Connection {
         if let Some(group) = self.quorum_group(queue) {
             return Box::new(quorum::QuorumMember { group });
         }
+        if self.shared.cluster.is_none()
+            && self
+                .vhost
+                .lock()
+                .expect("vhost lock")
+                .stream_of(queue)
+                .is_some()
+        {
+            return Box::new(stream::StreamQueue);
+        }
         match self.remote_queue(queue) {
             Ok(None) => Box::new(local::LocalQueue),
             Ok(Some(peer)) => Box::new(remote::RemoteQueue::Reachable(peer)),
@@ -148,13 +161,17 @@ impl Connection {
     /// it consumes from, as the channel registered it. A tag the channel does not know is local:
     /// the vhost ignores its cancel, as RabbitMQ answers cancel-ok for it.
     pub(crate) fn consumer_backend(&self, key: ChannelKey, tag: &str) -> Box<dyn QueueBackend> {
-        let (log, home) = {
+        let (log, home, stream) = {
             let v = self.vhost.lock().expect("vhost lock");
             (
                 v.quorum_consumer_log(key, tag),
                 v.remote_consumer_home(key, tag),
+                v.stream_consumer_log(key, tag),
             )
         };
+        if stream.is_some() {
+            return Box::new(stream::StreamQueue);
+        }
         if let Some(log) = log {
             return Box::new(quorum::QuorumMember {
                 group: group_id(log),
