@@ -29,7 +29,9 @@ pub const PENDING_BYTES_MAX: usize = 64 << 20;
 /// A round's messages are cut into chunks of at most this many bytes of entries (and
 /// [`CHUNK_ENTRIES_MAX`] entries), so that a consumer's read of one chunk stays small.
 pub const CHUNK_BYTES_TARGET: usize = 4 << 20;
-/// How often retention (`x-max-length-bytes`, `x-max-age`) is applied, at most.
+/// How often retention (`x-max-length-bytes`, `x-max-age`) is applied, at most; an idle
+/// stream with retention wakes this often to apply it, so that `max-age` empties a stream
+/// nobody writes to, as RabbitMQ's does.
 const RETENTION_INTERVAL: Duration = Duration::from_secs(1);
 /// The epoch of every chunk a single node writes (epochs count leaders once streams are
 /// replicated).
@@ -52,6 +54,10 @@ struct State {
     stop: Option<Stop>,
     /// The log failed a write or a sync: nothing more is taken.
     failed: bool,
+    /// What retention keeps, changed by policies.
+    retention: Retention,
+    /// A segment size a policy set since the last round, for the log to take.
+    segment_bytes: Option<u64>,
 }
 
 /// One stream's writer, shared by the publishers that hand it messages and the consumers that
@@ -97,6 +103,8 @@ impl StreamWriter {
                 assigned: 0,
                 stop: None,
                 failed: false,
+                retention,
+                segment_bytes: None,
             }),
             wake: Condvar::new(),
             room: Condvar::new(),
@@ -107,7 +115,7 @@ impl StreamWriter {
         let dir = dir.to_path_buf();
         let thread = std::thread::Builder::new()
             .name(format!("stream-{log:x}"))
-            .spawn(move || run.run(stream, dir, retention, committed_tx, durability))
+            .spawn(move || run.run(stream, dir, committed_tx, durability))
             .map_err(|e| format!("cannot start a stream writer: {e}"))?;
         *writer.thread.lock().expect("writer thread") = Some(thread);
         Ok(writer)
@@ -133,6 +141,16 @@ impl StreamWriter {
         Some(Wait::Stream { log: self.log, seq })
     }
 
+    /// Applies a new retention and segment size (a policy changed) from the writer's next
+    /// round or retention tick on.
+    pub fn reconfigure(&self, retention: Retention, segment_bytes: u64) {
+        let mut st = self.state.lock().expect("stream writer state");
+        st.retention = retention;
+        st.segment_bytes = Some(segment_bytes);
+        drop(st);
+        self.wake.notify_one();
+    }
+
     /// A receiver of the committed end offset, for a consumer to wait on.
     pub fn committed(&self) -> watch::Receiver<u64> {
         self.committed.clone()
@@ -154,44 +172,70 @@ impl StreamWriter {
         &self,
         mut stream: StreamLog,
         dir: PathBuf,
-        retention: Retention,
         committed: watch::Sender<u64>,
         durability: Arc<Durability>,
     ) {
         let mut retained_at = Instant::now();
         let mut entries: Vec<Bytes> = Vec::new();
         let stop = loop {
-            let (batch, upto) = {
+            let (batch, upto, retention) = {
                 let mut st = self.state.lock().expect("stream writer state");
+                // Idle, a stream with retention still wakes to apply it (the clock is read
+                // here, at the edge; the log is given the time).
                 while st.pending.is_empty() && st.stop.is_none() {
-                    st = self.wake.wait(st).expect("stream writer state");
+                    let limited =
+                        st.retention.max_bytes.is_some() || st.retention.max_age_ms.is_some();
+                    if !limited {
+                        st = self.wake.wait(st).expect("stream writer state");
+                        continue;
+                    }
+                    let due = RETENTION_INTERVAL.saturating_sub(retained_at.elapsed());
+                    if due.is_zero() {
+                        break;
+                    }
+                    st = self
+                        .wake
+                        .wait_timeout(st, due)
+                        .expect("stream writer state")
+                        .0;
                 }
-                if st.stop == Some(Stop::Delete) || st.pending.is_empty() {
+                if st.stop == Some(Stop::Delete) || (st.stop.is_some() && st.pending.is_empty()) {
                     break st.stop;
                 }
+                if let Some(bytes) = st.segment_bytes.take() {
+                    stream.set_segment_bytes_max(bytes);
+                }
                 st.pending_bytes = 0;
-                (std::mem::take(&mut st.pending), st.assigned)
+                (std::mem::take(&mut st.pending), st.assigned, st.retention)
             };
-            self.room.notify_all();
-            entries.clear();
-            entries.extend(batch.iter().map(encode));
-            drop(batch);
-            if let Err(e) = write_round(&mut stream, &entries) {
-                tracing::error!(dir = %dir.display(), error = %e,
-                    "stream write failed: the stream takes no more messages until restarted");
-                self.state.lock().expect("stream writer state").failed = true;
+            if !batch.is_empty() {
                 self.room.notify_all();
-                durability.stream_stopped(self.log);
-                return;
+                entries.clear();
+                entries.extend(batch.iter().map(encode));
+                drop(batch);
+                if let Err(e) = write_round(&mut stream, &entries) {
+                    tracing::error!(dir = %dir.display(), error = %e,
+                        "stream write failed: the stream takes no more messages until restarted");
+                    self.state.lock().expect("stream writer state").failed = true;
+                    self.room.notify_all();
+                    durability.stream_stopped(self.log);
+                    return;
+                }
+                durability.stream_synced(self.log, upto);
+                committed.send_replace(stream.next_offset());
             }
-            durability.stream_synced(self.log, upto);
-            committed.send_replace(stream.next_offset());
             if (retention.max_bytes.is_some() || retention.max_age_ms.is_some())
                 && retained_at.elapsed() >= RETENTION_INTERVAL
             {
                 retained_at = Instant::now();
-                if let Err(e) = stream.apply_retention(&retention, unix_ms()) {
-                    tracing::warn!(dir = %dir.display(), error = %e, "stream retention failed");
+                match stream.apply_retention(&retention, unix_ms()) {
+                    Ok(o) if o.segments_deleted > 0 => tracing::debug!(dir = %dir.display(),
+                        segments = o.segments_deleted, first_offset = o.first_offset,
+                        "stream retention"),
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(dir = %dir.display(), error = %e, "stream retention failed")
+                    }
                 }
             }
         };
@@ -295,6 +339,20 @@ impl Streams {
         )?;
         open.insert(log, w.clone());
         Ok(w)
+    }
+
+    /// Hands stream `log`'s writer its new effective configuration (a policy changed it);
+    /// a log not open here takes it when it opens, from its queue.
+    pub fn reconfigure(&self, log: u64, config: &warren_broker::stream_args::StreamConfig) {
+        if let Some(w) = self.opened(log) {
+            w.reconfigure(
+                Retention {
+                    max_bytes: config.max_bytes,
+                    max_age_ms: config.max_age_ms,
+                },
+                config.segment_bytes,
+            );
+        }
     }
 
     /// The writer of stream `log` if it is open.
