@@ -31,7 +31,7 @@ pub const PENDING_BYTES_MAX: usize = 64 << 20;
 pub const CHUNK_BYTES_TARGET: usize = 4 << 20;
 /// How often retention (`x-max-length-bytes`, `x-max-age`) is applied, at most; an idle
 /// stream with retention wakes this often to apply it, so that `max-age` empties a stream
-/// nobody writes to, as RabbitMQ's does.
+/// nobody writes to (RabbitMQ 3.10 leaves it until the next write).
 const RETENTION_INTERVAL: Duration = Duration::from_secs(1);
 /// The epoch of every chunk a single node writes (epochs count leaders once streams are
 /// replicated).
