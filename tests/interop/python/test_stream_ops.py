@@ -12,6 +12,7 @@ import subprocess
 import time
 import urllib.parse
 
+import pika
 import pytest
 
 from conftest import IN_CLUSTER_RUN
@@ -48,17 +49,21 @@ def api(broker):
 
 @pytest.fixture
 def streams(broker):
-    """Declares streams for one test (name, arguments) and deletes them after it."""
+    """Declares streams for one test (name, arguments) and deletes them after it (on a
+    connection of its own: the test may have restarted the broker)."""
     made = []
-    conn = broker.connect()
-    ch = conn.channel()
 
     def declare(name, **arguments):
-        ch.queue_declare(name, durable=True, arguments={"x-queue-type": "stream", **arguments})
+        conn = broker.connect()
+        conn.channel().queue_declare(name, durable=True,
+                                     arguments={"x-queue-type": "stream", **arguments})
+        conn.close()
         made.append(name)
         return name
 
     yield declare
+    conn = broker.connect()
+    ch = conn.channel()
     for name in made:
         ch.queue_delete(name)
     conn.close()
@@ -300,6 +305,31 @@ def test_a_policy_segment_size_lower_than_the_argument_cuts_smaller_segments(bro
     publish(broker, name, 30)
     s = api.get(f"/api/queues/%2F/{q(name)}").json
     assert s["segments"] > 1, s
+
+
+@pytest.mark.timeout(120)  # RabbitMQ's stop_app and start_app take half a minute
+def test_a_policys_retention_holds_for_a_stream_after_a_restart(broker, api, streams,
+                                                                policies, name):
+    """The stream's writer opens after a restart with the retention its policy gives it, not
+    only its arguments: the policy caps a stream whose argument keeps 10 MB."""
+    streams(name, **{"x-max-length-bytes": 10_000_000}, **SMALL_SEGMENTS)
+    policies(name, f"^{name}$", {"max-length-bytes": 1500})
+    broker.restart()
+
+    def policy_shown():
+        try:  # RabbitMQ's listeners come back one by one after its start_app
+            broker.connect().close()
+            return api.get(f"/api/queues/%2F/{q(name)}").json.get("policy") == name
+        except (OSError, pika.exceptions.AMQPConnectionError):
+            return False
+
+    wait_for(policy_shown, timeout=60, interval=0.5, what="the policy after the restart")
+    time.sleep(1)  # RabbitMQ applies a policy asynchronously
+    publish(broker, name, 60)
+    kept = wait_for(lambda: (lambda o: o if o and o[0] > 0 else None)(
+        offsets_from_first(broker, name, numbers=True)), timeout=STATS_WAIT_S, interval=0.5,
+        what="retention by the policy after the restart")
+    assert kept == list(range(kept[0], 60))
 
 
 def test_a_policy_with_a_bad_stream_setting_is_refused_with_rabbitmqs_text(api):
