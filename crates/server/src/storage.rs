@@ -1,5 +1,6 @@
 //! What a vhost's changes write to disk: durable topology to the metadata journal, and
-//! messages to the storage engine ([`apply_store_ops`], [`recover_messages`]); [`MetaGuard`], a
+//! messages to the storage engine ([`apply_store_ops`], called by [`crate::queues::effects`],
+//! and [`recover_messages`]); [`MetaGuard`], a
 //! locked vhost that writes both (and sends its work for other nodes) when released.
 //!
 //! Durable topology on disk: changes a command made to durable entities are appended to the
@@ -209,17 +210,8 @@ pub fn settle(shared: &Shared, vhost: &mut VHost) -> Result<(), AmqpError> {
     } else {
         Ok(())
     };
-    if vhost.has_store_ops() {
-        let ops = vhost.take_store_ops();
-        let _ = apply_store_ops(shared, ops);
-        vhost.page_out();
-    }
-    if vhost.has_remote() {
-        // Acks of relayed deliveries, dead letters for queues on other nodes.
-        let effects = vhost.take_remote();
-        let name = vhost.name.clone();
-        let _ = crate::peers::carry_out(shared, &name, effects);
-    }
+    // Acks of relayed deliveries, dead letters for queues on other nodes.
+    crate::queues::effects::carry_out(shared, vhost, None);
     journaled
 }
 

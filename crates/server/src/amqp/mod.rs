@@ -16,7 +16,7 @@
 //! - [`writer`]: drains a connection's outbox into its socket, sends heartbeats.
 //!
 //! A publish flows: socket -> `connection` (frames, content) -> `channel` (permissions, route
-//! through the vhost, storage through [`crate::storage`], forwards through [`crate::peers`]) ->
+//! through the vhost, its appends, forwards and proposals by [`crate::queues::effects`]) ->
 //! `confirms` once [`crate::durability`] says it is stored -> the outbox -> `writer` -> socket.
 //! A delivery is written by whoever produced it (the vhost's dispatch, a peer's relay, a quorum
 //! queue's replica) into the consumer's connection outbox, drained by its `writer`.

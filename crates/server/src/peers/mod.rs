@@ -1,5 +1,6 @@
-//! Messages across nodes, the server's side: carrying out the vhosts' [`RemoteEffect`]s
-//! through the cluster's messaging layer, and doing what other nodes ask of this one.
+//! Messages across nodes, the server's side: what other nodes ask of this one, and the
+//! deliveries relayed to this node's clients (the vhosts' work for other nodes is sent by
+//! [`crate::queues::effects`]).
 //!
 //! As the client's node: forwards publishes (a publisher confirm waits for the queue's node to
 //! have the message durably), sends acks of relayed deliveries back, and writes relayed
@@ -8,7 +9,8 @@
 //! durable, serves other nodes' consumers through stand-in channels whose [`Relay`] sends each
 //! delivery to the client's node, and answers consume, cancel, get, purge and passive declare.
 
-use crate::storage::{apply_store_ops, MetaGuard, NotStored};
+use crate::queues::effects;
+use crate::storage::MetaGuard;
 use crate::Shared;
 use bytes::Bytes;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -16,152 +18,11 @@ use std::sync::{Arc, Mutex, Weak};
 use warren_broker::error::AmqpError;
 use warren_broker::message::Message;
 use warren_broker::queue::ChannelKey;
-use warren_broker::relay::{Delivery, Relay, RemoteEffect};
+use warren_broker::relay::{Delivery, Relay};
 use warren_broker::vhost::GetResult;
 use warren_cluster::messaging::{self, Data, Deliver, Got, Handler, Messaging, Request, Response};
 use warren_cluster::Cluster;
 use warren_protocol::constants::NOT_FOUND;
-
-/// What carrying out a vhost's remote work came to, for a publisher.
-#[derive(Debug, Default)]
-pub struct Carried {
-    /// What a publisher confirm must wait for: one entry per forward.
-    pub waits: Vec<crate::durability::Wait>,
-    /// A forward could not be sent (the link to the queue's node is down): nack.
-    pub failed: bool,
-    /// A peer whose link has too much waiting: the publisher waits until it drains.
-    pub congested: Option<u64>,
-}
-
-/// Carries out a vhost's work for other nodes, in order.
-pub fn carry_out(shared: &Shared, vhost: &str, effects: Vec<RemoteEffect>) -> Carried {
-    carry_out_for(shared, vhost, effects, None)
-}
-
-/// Carries out a vhost's work for other nodes, in order; `publisher` is the channel whose
-/// publish this is: its publishes to quorum queues are numbered, and the groups answer each
-/// (confirms, transactions and flow control wait on those answers).
-pub fn carry_out_for(
-    shared: &Shared,
-    vhost: &str,
-    effects: Vec<RemoteEffect>,
-    publisher: Option<ChannelKey>,
-) -> Carried {
-    let mut carried = Carried::default();
-    let effects = crate::queues::stream::carry_out(
-        shared,
-        vhost,
-        effects,
-        &mut carried.waits,
-        &mut carried.failed,
-    );
-    let Some(cluster) = &shared.cluster else {
-        return carried;
-    };
-    let messaging = cluster.messaging();
-    for effect in effects {
-        match effect {
-            RemoteEffect::Propose { queues, message } => {
-                let waits =
-                    crate::queues::quorum::client::publish(shared, queues, &message, publisher);
-                carried.waits.extend(waits);
-            }
-            RemoteEffect::QuorumSettle {
-                log,
-                channel,
-                consumer_tag,
-                op,
-                msg_ids,
-            } => crate::queues::quorum::client::settle(
-                shared,
-                log,
-                channel,
-                &consumer_tag,
-                op,
-                msg_ids,
-            ),
-            RemoteEffect::QuorumChannelDown { log, channel } => {
-                crate::queues::quorum::client::channel_down(shared, log, channel)
-            }
-            RemoteEffect::Forward {
-                node,
-                queues,
-                message,
-            } => {
-                let sent = cluster
-                    .member_id(&node)
-                    .and_then(|peer| messaging.publish(peer, vhost, queues, &message));
-                match sent {
-                    Some(f) => {
-                        carried
-                            .waits
-                            .push(shared.durability.forwarded(f.peer, f.epoch, f.seq));
-                        if messaging.is_congested(f.peer) {
-                            carried.congested = Some(f.peer);
-                        }
-                    }
-                    None => carried.failed = true,
-                }
-            }
-            RemoteEffect::Settle {
-                node,
-                channel,
-                op,
-                tags,
-            } => {
-                if let Some(peer) = cluster.member_id(&node) {
-                    let epoch = messaging.epoch(peer);
-                    messaging.send(
-                        peer,
-                        &Data::Settle {
-                            epoch,
-                            vhost: vhost.to_string(),
-                            channel,
-                            op,
-                            tags,
-                        },
-                    );
-                }
-            }
-            RemoteEffect::Close { node, channel } => {
-                if let Some(peer) = cluster.member_id(&node) {
-                    let epoch = messaging.epoch(peer);
-                    messaging.send(
-                        peer,
-                        &Data::Close {
-                            epoch,
-                            vhost: vhost.to_string(),
-                            channel,
-                        },
-                    );
-                }
-            }
-            RemoteEffect::Qos {
-                node,
-                channel,
-                channel_prefetch,
-            } => {
-                if let Some(peer) = cluster.member_id(&node) {
-                    let epoch = messaging.epoch(peer);
-                    messaging.send(
-                        peer,
-                        &Data::Qos {
-                            epoch,
-                            vhost: vhost.to_string(),
-                            channel,
-                            channel_prefetch,
-                        },
-                    );
-                }
-            }
-            // Carried out above, on a single node as in a cluster.
-            RemoteEffect::StreamAppend { .. }
-            | RemoteEffect::StreamSettle { .. }
-            | RemoteEffect::StreamCancel { .. } => {}
-        }
-    }
-    carried
-}
 
 /// How long a queue's node may take to apply a declare made through another node before the
 /// declare-ok goes out anyway (a node that far behind is likely being cut off).
@@ -479,19 +340,15 @@ impl Peers {
             let mut v = v.lock().expect("vhost lock");
             let outcome = v.enqueue_forwarded(&queues, message, now);
             refused = outcome.rejected;
-            match apply_store_ops(shared, v.take_store_ops()) {
+            // Quorum queues among them: confirmed once their groups applied it.
+            let forwarder = Some(crate::queues::quorum::peers::forward_channel(from));
+            let carried = effects::carry_out(shared, &mut v, forwarder);
+            match carried.stored {
                 Ok(w) => waits = w,
-                Err(NotStored) => refused = true,
+                Err(_) => refused = true,
             }
-            v.page_out();
-            if v.has_remote() {
-                // Quorum queues among them: confirmed once their groups applied it.
-                let effects = v.take_remote();
-                let forwarder = Some(crate::queues::quorum::peers::forward_channel(from));
-                let carried = carry_out_for(shared, &vhost, effects, forwarder);
-                waits.extend(carried.waits);
-                refused |= carried.failed;
-            }
+            waits.extend(carried.sent.waits);
+            refused |= carried.sent.failed;
         }
         self.taken
             .lock()
@@ -696,10 +553,7 @@ impl Peers {
         let mut v = v.lock().expect("vhost lock");
         v.accept_delivery(&node, relayed(d), None);
         let congested = v.is_client_congested(channel);
-        if v.has_remote() {
-            let effects = v.take_remote();
-            let _ = carry_out(shared, &v.name.clone(), effects);
-        }
+        effects::carry_out(shared, &mut v, None);
         let vhost = v.name.clone();
         drop(v);
         if congested {
