@@ -523,18 +523,37 @@ fn refuse_if_failed(s: &Shared) -> Result<(), Response> {
         .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, &e.text))
 }
 
-/// In a cluster, a user, vhost or permission change is replicated and applied on every node
-/// (this one included) rather than made here alone; `status` answers it once a majority has it.
-async fn replicate(s: &Shared, record: MetaRecord, status: StatusCode) -> Response {
-    let cluster = s.cluster.as_ref().expect("replicated in a cluster only");
-    match cluster
-        .execute(warren_broker::command::Command::Meta { record })
+/// A user, vhost, grant, policy or limit changed by the node's one topology path: journalled
+/// here on a single node, replicated and applied on every node in a cluster. A refusal is 400
+/// when applying the record refused it, 503 when a cluster could not commit it (a majority
+/// may yet), 500 when this node could not write it.
+pub(crate) async fn change_meta(
+    s: &Arc<Shared>,
+    record: MetaRecord,
+) -> Result<(), (StatusCode, String)> {
+    use warren_protocol::constants::{NOT_FOUND, PRECONDITION_FAILED};
+    let topology = crate::topology::of(s);
+    match topology
+        .change(warren_broker::command::Command::Meta { record })
         .await
     {
-        Ok(_) => {
-            crate::peers::applied_everywhere(cluster).await;
-            status.into_response()
+        Ok(_) => Ok(()),
+        // A refused record is answered with the broker's reason alone, as before it was a
+        // command.
+        Err(e) if e.code == PRECONDITION_FAILED => {
+            let why = e.text.split_once(" - ").map_or(&*e.text, |(_, why)| why);
+            Err((StatusCode::BAD_REQUEST, why.to_string()))
         }
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.text),
+        Err(e) if e.code == NOT_FOUND => Err((StatusCode::NOT_FOUND, e.text)),
+        Err(e) if topology.is_replicated() => Err((StatusCode::SERVICE_UNAVAILABLE, e.text)),
+        Err(e) => Err((StatusCode::INTERNAL_SERVER_ERROR, e.text)),
+    }
+}
+
+/// [`change_meta`], answered `status` once it is made.
+async fn change(s: &Arc<Shared>, record: MetaRecord, status: StatusCode) -> Response {
+    match change_meta(s, record).await {
+        Ok(()) => status.into_response(),
+        Err((code, why)) => error(code, &why),
     }
 }

@@ -36,6 +36,11 @@ pub trait Topology: Send + Sync {
     /// Applies `command` and answers with its outcome: the refusal every node's broker found
     /// (406 inequivalent arguments, 404 no exchange) or what it did (declare-ok's counts).
     fn change(&self, command: Command) -> Answer;
+
+    /// Whether a change is committed by a majority of the cluster's nodes: a failed one may
+    /// then be a majority not reached, which may yet take it (the management API answers 503),
+    /// rather than this node unable to write it (500).
+    fn is_replicated(&self) -> bool;
 }
 
 /// The node's topology: Raft in a cluster, the journal on a single node.
