@@ -1,8 +1,10 @@
 //! The AMQP 0-9-1 front end: everything between a client's socket and the queues it reaches.
 //!
 //! The map:
-//! - [`connection`]: one client: the frame loop, content assembly, closing; `handshake`: its
-//!   opening, up to connection.open-ok (SASL, tuning, the vhost and its permissions).
+//! - [`connection`]: one client: the frame loop, closing; `frames`: each frame checked against
+//!   what is expected next, methods decoded and dispatched, content assembled into a publish;
+//!   `handshake`: its opening, up to connection.open-ok (SASL, tuning, the vhost and its
+//!   permissions).
 //! - [`channel`]: what each method on an open channel does: decoding, permission checks and
 //!   RabbitMQ's reply codes, then one call to the queue's [`crate::queues`] implementation or
 //!   to the vhost.
@@ -26,6 +28,7 @@ pub mod channel;
 mod confirms;
 pub mod connection;
 pub mod flow;
+mod frames;
 mod handshake;
 pub mod registry;
 pub mod transactions;
