@@ -12,6 +12,7 @@
 //! only the journal's own lock, which keeps appends out while it runs.
 
 use crate::Shared;
+use std::sync::Arc;
 use warren_broker::backlog::PayloadSource;
 use warren_broker::broker::Broker;
 use warren_broker::definitions::MetaRecord;
@@ -78,7 +79,7 @@ pub fn persist(shared: &Shared, vhost: &mut VHost) -> Result<(), AmqpError> {
 
 /// Time-driven work: TTL expiry and x-expires in every vhost (persisting queue deletions),
 /// then journal compaction when it has grown.
-pub fn tick(shared: &Shared) {
+pub fn tick(shared: &Arc<Shared>) {
     let now = shared.broker.now_ms();
     for (_, v) in shared.broker.vhosts() {
         // Persists deleted queues and carries out releases and dead-letter appends on drop.
@@ -147,7 +148,7 @@ pub fn recover(dir: &std::path::Path, broker: &Broker) -> Result<Journal, String
 /// the caller's next statement can reply to the client.
 pub struct MetaGuard<'a> {
     pub vhost: std::sync::MutexGuard<'a, VHost>,
-    pub shared: &'a Shared,
+    pub shared: &'a Arc<Shared>,
 }
 
 impl std::ops::Deref for MetaGuard<'_> {
@@ -177,22 +178,9 @@ impl MetaGuard<'_> {
 
 impl Drop for MetaGuard<'_> {
     fn drop(&mut self) {
-        if let Some(cluster) = &self.shared.cluster {
-            // Queues this node deleted on its own go from every node (in the background: no
-            // client waits on an auto-delete, an expiry or a closed owner).
-            for (name, conn) in self.vhost.take_self_deleted() {
-                let cluster = cluster.clone();
-                let command = warren_broker::command::Command::QueueDelete {
-                    vhost: self.vhost.name.clone(),
-                    conn,
-                    name,
-                };
-                tokio::spawn(async move {
-                    if let Err(e) = cluster.execute(command).await {
-                        tracing::warn!(error = %e.text, "queue not deleted cluster-wide");
-                    }
-                });
-            }
+        let deleted = self.vhost.take_self_deleted();
+        if !deleted.is_empty() {
+            crate::topology::deleted_here(self.shared, &self.vhost.name, deleted);
         }
         if let Err(e) = settle(self.shared, &mut self.vhost) {
             tracing::error!(error = %e.text, "durable topology change not persisted");

@@ -216,7 +216,7 @@ impl Peers {
         self.answer_published(shared);
     }
 
-    fn answer(&self, shared: &Shared, from: u64, epoch: u64, id: u64, request: Request) {
+    fn answer(&self, shared: &Arc<Shared>, from: u64, epoch: u64, id: u64, request: Request) {
         let cluster = shared.cluster.as_ref().expect("peers exist in clusters");
         let messaging = cluster.messaging();
         let node: Arc<str> = cluster
