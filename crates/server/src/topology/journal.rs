@@ -46,3 +46,72 @@ impl Topology for Journal {
         false
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use warren_broker::broker::Broker;
+    use warren_broker::definitions::MetaRecord;
+    use warren_broker::users::Users;
+    use warren_protocol::constants::PRECONDITION_FAILED;
+
+    fn grant(user: &str, configure: &str) -> Command {
+        Command::Meta {
+            record: MetaRecord::SetPermissions {
+                user: user.into(),
+                vhost: "/".into(),
+                configure: configure.into(),
+                write: ".*".into(),
+                read: ".*".into(),
+            },
+        }
+    }
+
+    /// What the management API's writes rely on: an accepted user or grant is applied and
+    /// journaled (a restart replays it), a record the broker refuses is answered 406 and
+    /// neither applied nor journaled.
+    #[tokio::test]
+    async fn a_meta_change_is_journaled_once_applied_and_a_refused_one_is_not() {
+        let dir =
+            std::env::temp_dir().join(format!("warren-topology-journal-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let config = crate::node::config::ServerConfig {
+            data_dir: dir.clone(),
+            ..Default::default()
+        };
+        let meta_dir = config.meta_dir();
+        let broker = Arc::new(Broker::new());
+        let mut shared = Shared::standalone(config, broker.clone());
+        let (journal, _) = warren_store::journal::Journal::open(&meta_dir).unwrap();
+        Arc::get_mut(&mut shared).expect("not shared yet").journal =
+            Some(std::sync::Mutex::new(journal));
+        let topology = Journal {
+            shared: shared.clone(),
+        };
+        let mut scratch = Users::default();
+        scratch.add_user("ann", "secret", vec![]);
+        let put = Command::Meta {
+            record: MetaRecord::PutUser {
+                name: "ann".into(),
+                password_hash: scratch.password_hash("ann").unwrap(),
+                tags: vec![],
+            },
+        };
+        topology.change(put).await.unwrap();
+        topology.change(grant("ann", "^ann-")).await.unwrap();
+        let refused = topology.change(grant("ann", "(")).await.unwrap_err();
+        assert_eq!(refused.code, PRECONDITION_FAILED, "{}", refused.text);
+        let kept = |b: &Broker| {
+            let users = b.users.read().unwrap();
+            assert!(users.exists("ann"));
+            let p = users.permissions("ann", "/").expect("the accepted grant");
+            assert_eq!(p.configure.as_str(), "^ann-");
+        };
+        kept(&broker);
+        drop((topology, shared));
+        let restarted = Broker::new();
+        crate::storage::recover(&meta_dir, &restarted).unwrap();
+        kept(&restarted);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
