@@ -15,7 +15,8 @@
 //!   limits, topic permissions), [`queues`], [`queue_members`] (a quorum queue's members,
 //!   warren's own paths), [`exchanges`], [`bindings`], [`connections`] (connections,
 //!   channels, consumers; [`clients`] gathers them from every node), [`settings`] (alarm
-//!   limits, certificate reloads), [`metrics`] (RabbitMQ's Prometheus names, read from
+//!   limits, certificate reloads), [`maintenance`] (`warren ctl drain` / `revive`),
+//!   [`faults`] (test-only fault injection), [`metrics`] (RabbitMQ's Prometheus names, read from
 //!   [`node_stats`]' snapshot); [`paging`]:
 //!   `?page=..&name=..` of listings; [`ui`]: the web UI at `/`;
 //!   [`stats`]: `message_stats` counts and rates.
@@ -39,7 +40,9 @@ pub(crate) mod bindings;
 mod clients;
 mod connections;
 mod exchanges;
+mod faults;
 mod health;
+mod maintenance;
 mod metrics;
 pub mod node_stats;
 mod nodes;
@@ -275,10 +278,10 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/metrics/detailed", get(metrics::metrics_detailed));
     router = router
         .merge(crate::cluster_admin::routes())
-        .merge(crate::node::maintenance::routes())
+        .merge(maintenance::routes())
         .merge(ui::routes());
     if shared.config.fault_injection.is_some() {
-        router = router.merge(crate::node::fault_injection::routes());
+        router = router.merge(faults::routes());
     }
     router.with_state(shared)
 }
