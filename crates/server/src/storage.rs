@@ -176,6 +176,11 @@ impl MetaGuard<'_> {
 
 impl Drop for MetaGuard<'_> {
     fn drop(&mut self) {
+        // A policy change's new stream retention reaches the streams' writers here, whatever
+        // path changed the policy (API, definitions import, the cluster's log).
+        for (log, config) in self.vhost.take_reconfigured_streams() {
+            self.shared.streams.reconfigure(log, &config);
+        }
         if let Some(cluster) = &self.shared.cluster {
             // Queues this node deleted on its own go from every node (in the background: no
             // client waits on an auto-delete, an expiry or a closed owner).

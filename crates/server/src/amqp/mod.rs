@@ -26,7 +26,7 @@ pub mod channel;
 mod confirms;
 pub mod connection;
 pub mod flow;
-mod handshake;
+pub(crate) mod handshake;
 pub mod registry;
 pub mod transactions;
 pub mod writer;
