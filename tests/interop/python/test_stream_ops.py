@@ -3,11 +3,15 @@ definitions, and rabbitmq-streams' super stream commands in `warren ctl`.
 
 Every expectation shared with RabbitMQ was read off RabbitMQ 3.10.8 first, and the tests run
 against it too (`scripts/interop.sh --broker rabbitmq -k test_stream_ops` with the
-rabbitmq_stream plugin). Where 3.10 differs (no super streams before 3.11, a passive declare
-that answers 0 consumers, retention only when a stream is written, no offsets in its API), the
-test says so and checks warren alone. RabbitMQ refreshes its figures every 5 s and applies a
+rabbitmq_stream plugin; its super stream commands through rabbitmq-streams). Where 3.10
+differs (a passive declare that answers 0 consumers, retention only when a stream is written, no
+offsets in its API), the test says so and checks warren alone. RabbitMQ refreshes its figures every 5 s and applies a
 policy asynchronously, so figures are polled."""
 
+import os
+import signal
+import socket
+import struct
 import subprocess
 import time
 import urllib.parse
@@ -15,7 +19,7 @@ import urllib.parse
 import pika
 import pytest
 
-from conftest import IN_CLUSTER_RUN
+from conftest import IN_CLUSTER_RUN, Broker, free_port, wait_port
 from helpers import expect_connection_error, wait_for
 from test_management_api import Api
 from test_prometheus import host_base, read_metrics, value
@@ -362,23 +366,31 @@ def test_a_stream_goes_through_definitions_and_comes_back(broker, api, streams, 
 
 
 def ctl(broker, *args):
-    return subprocess.run([broker.bin_path, "ctl", "--uri", broker.management_uri, *args],
-                          capture_output=True, text=True, timeout=30)
+    """warren ctl, or on RabbitMQ its rabbitmq-streams (3.10's has the super stream
+    commands, marked experimental)."""
+    if broker.is_rabbitmq:
+        script = os.environ.get("RABBITMQ_SH", os.path.join(
+            os.path.dirname(__file__), "..", "..", "..", "..", "shared", "rabbitmq",
+            "rabbitmq.sh"))
+        cmd = [script, "tool", "1", "rabbitmq-streams", *args]
+    else:
+        cmd = [broker.bin_path, "ctl", "--uri", broker.management_uri, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=150)
 
 
 @pytest.fixture
 def warren_only(broker):
     if broker.is_rabbitmq:
-        pytest.skip("super streams are RabbitMQ 3.11's; 3.10's rabbitmq-streams has none")
+        pytest.skip("RabbitMQ 3.10's delete_super_stream deletes what it finds, asking nothing")
 
 
-def test_add_super_stream_makes_rabbitmqs_exchange_partitions_and_bindings(broker, api,
-                                                                            warren_only, name):
+@pytest.mark.timeout(300)  # rabbitmq-streams takes seconds to start
+def test_add_super_stream_makes_rabbitmqs_exchange_partitions_and_bindings(broker, api, name):
     out = ctl(broker, "add_super_stream", name, "--partitions", "3", "--max-age", "P1DT2H",
               "--max-length-bytes", "20gb", "--stream-max-segment-size-bytes", "50mb",
               "--leader-locator", "least-leaders", "--initial-cluster-size", "1")
     assert out.returncode == 0, out
-    assert out.stdout.strip() == f"Super stream {name} has been created"
+    assert f"Super stream {name} has been created" in out.stdout.splitlines(), out
     try:
         x = api.get(f"/api/exchanges/%2F/{q(name)}").json
         assert (x["type"], x["durable"], x["arguments"]) == ("direct", True,
@@ -390,7 +402,7 @@ def test_add_super_stream_makes_rabbitmqs_exchange_partitions_and_bindings(broke
                 "x-queue-type": "stream", "x-max-age": f"{26 * 3600}s",
                 "x-max-length-bytes": 20_000_000_000,
                 "x-stream-max-segment-size-bytes": 50_000_000,
-                "x-queue-leader-locator": "balanced", "x-initial-cluster-size": 1}
+                "x-queue-leader-locator": "least-leaders", "x-initial-cluster-size": 1}
         bindings = api.get(f"/api/exchanges/%2F/{q(name)}/bindings/source").json
         assert sorted((b["destination"], b["routing_key"], b["arguments"]) for b in bindings) == [
             (f"{name}-{i}", str(i), {"x-stream-partition-order": i}) for i in range(3)]
@@ -400,7 +412,8 @@ def test_add_super_stream_makes_rabbitmqs_exchange_partitions_and_bindings(broke
         assert offsets_from_first(broker, f"{name}-0", 0.5) == []
         # A second add of the same name is refused and changes nothing.
         again = ctl(broker, "add_super_stream", name, "--partitions", "5")
-        assert again.returncode != 0 and "already exists" in again.stderr, again
+        assert again.returncode != 0, again
+        assert f"there is already an exchange named {name}" in again.stdout + again.stderr
         assert api.get(f"/api/queues/%2F/{q(f'{name}-4')}").status == 404
     finally:
         out = ctl(broker, "delete_super_stream", name)
@@ -410,9 +423,11 @@ def test_add_super_stream_makes_rabbitmqs_exchange_partitions_and_bindings(broke
         assert api.get(f"/api/queues/%2F/{q(f'{name}-{i}')}").status == 404
 
 
-def test_add_super_stream_with_binding_keys_names_partitions_by_key(broker, api, warren_only,
-                                                                    name):
-    out = ctl(broker, "add_super_stream", name, "--binding-keys", "amer, emea,apac")
+@pytest.mark.timeout(300)  # rabbitmq-streams takes seconds to start
+def test_add_super_stream_with_binding_keys_names_partitions_by_key(broker, api, name):
+    # 3.10 names the option --routing-keys, 3.11 --binding-keys: warren takes both.
+    option = "--routing-keys" if broker.is_rabbitmq else "--binding-keys"
+    out = ctl(broker, "add_super_stream", name, option, "amer, emea,apac")
     assert out.returncode == 0, out
     try:
         bindings = api.get(f"/api/exchanges/%2F/{q(name)}/bindings/source").json
@@ -424,6 +439,7 @@ def test_add_super_stream_with_binding_keys_names_partitions_by_key(broker, api,
         assert ctl(broker, "delete_super_stream", name).returncode == 0
 
 
+@pytest.mark.timeout(300)  # rabbitmq-streams takes seconds to start
 @pytest.mark.parametrize("args,why", [
     (["--partitions", "0"], "The partition number must be greater than 0"),
     (["--max-length-bytes", "lots"], "Invalid value for --max-length-bytes"),
@@ -431,10 +447,11 @@ def test_add_super_stream_with_binding_keys_names_partitions_by_key(broker, api,
     (["--leader-locator", "nearest"], "Invalid value for --leader-locator"),
     (["--initial-cluster-size", "0"], "Invalid value for --initial-cluster-size"),
 ])
-def test_add_super_stream_refuses_bad_options_and_creates_nothing(broker, api, warren_only,
-                                                                  name, args, why):
+def test_add_super_stream_refuses_bad_options_and_creates_nothing(broker, api, name, args, why):
     out = ctl(broker, "add_super_stream", name, *args)
-    assert out.returncode != 0 and why in out.stderr, out
+    assert out.returncode != 0, out
+    if not broker.is_rabbitmq:  # rabbitmq-streams prints its usage beside the reason
+        assert why in out.stderr, out
     assert api.get(f"/api/exchanges/%2F/{q(name)}").status == 404
 
 
@@ -452,3 +469,169 @@ def test_delete_super_stream_refuses_an_exchange_that_is_not_one(broker, api, wa
     finally:
         ch.exchange_delete(name)
         conn.close()
+
+
+# ------------------------------------------- the stream protocol's clients in the API and ctl
+
+
+class StreamClient:
+    """Just enough of RabbitMQ's stream protocol (PROTOCOL.adoc) to hold a connection with a
+    publisher and a subscription open: peer properties, SASL PLAIN, tune, open, declare
+    publisher, publish, subscribe."""
+
+    def __init__(self, host, port, vhost="/", user="guest", password="guest"):
+        self.sock = socket.create_connection((host, port), timeout=10)
+        self.correlation = 0
+        self.request(0x0011, struct.pack(">i", 1) + self.string("product") + self.string(
+            "warren-interop"))
+        self.request(0x0012, b"")
+        self.request(0x0013, self.string("PLAIN") + self.bytes(
+            f"\0{user}\0{password}".encode()))
+        key, body = self.read()
+        assert key == 0x0014, hex(key)  # tune
+        self.send(0x0014, body, correlated=False)
+        self.request(0x0015, self.string(vhost))
+
+    @staticmethod
+    def string(s):
+        b = s.encode()
+        return struct.pack(">h", len(b)) + b
+
+    @staticmethod
+    def bytes(b):
+        return struct.pack(">i", len(b)) + b
+
+    def send(self, key, body, correlated=True):
+        head = struct.pack(">HH", key, 1)
+        if correlated:
+            self.correlation += 1
+            head += struct.pack(">I", self.correlation)
+        frame = head + body
+        self.sock.sendall(struct.pack(">I", len(frame)) + frame)
+
+    def read(self):
+        def exactly(n):
+            buf = b""
+            while len(buf) < n:
+                chunk = self.sock.recv(n - len(buf))
+                assert chunk, "the server closed the connection"
+                buf += chunk
+            return buf
+        (size,) = struct.unpack(">I", exactly(4))
+        frame = exactly(size)
+        key, _version = struct.unpack(">HH", frame[:4])
+        return key, frame[4:]
+
+    def request(self, key, body):
+        """Sends a request and returns its response's code, skipping other frames."""
+        self.send(key, body)
+        while True:
+            k, rest = self.read()
+            if k == key | 0x8000:
+                correlation, code = struct.unpack(">IH", rest[:6])
+                if correlation == self.correlation:
+                    assert code == 1, f"command {key:#x} answered {code}"
+                    return
+
+    def declare_publisher(self, publisher_id, stream, reference=""):
+        self.request(0x0001, struct.pack(">B", publisher_id) + self.string(reference)
+                     + self.string(stream))
+
+    def publish(self, publisher_id, messages):
+        body = struct.pack(">Bi", publisher_id, len(messages))
+        for i, m in enumerate(messages):
+            body += struct.pack(">Q", i + 1) + self.bytes(m)
+        self.send(0x0002, body, correlated=False)
+        # One confirm per publish here: wait for it.
+        while True:
+            k, rest = self.read()
+            if k == 0x0003:
+                return
+
+    def subscribe(self, subscription_id, stream, credit=10, properties=()):
+        body = (struct.pack(">B", subscription_id) + self.string(stream)
+                + struct.pack(">H", 1)  # offset: first
+                + struct.pack(">H", credit) + struct.pack(">i", len(properties)))
+        for k, v in properties:
+            body += self.string(k) + self.string(v)
+        self.request(0x0007, body)
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.fixture(scope="module")
+def stream_port(broker, tmp_path_factory):
+    """The stream protocol's port: RabbitMQ's plugin's (WARREN_TEST_STREAM_PORT), or a warren
+    node of this module's own started with --stream-listen (its management API beside it)."""
+    if broker.is_rabbitmq:
+        port = os.environ.get("WARREN_TEST_STREAM_PORT")
+        if not port:
+            pytest.skip("no RabbitMQ stream listener named by WARREN_TEST_STREAM_PORT")
+        yield broker, int(port)
+        return
+    work = tmp_path_factory.mktemp("warren-stream")
+    port = free_port()
+    node = Broker("warren", f"amqp://guest:guest@127.0.0.1:{free_port()}/%2F",
+                  bin_path=broker.bin_path, data_dir=str(work / "data"),
+                  log_path=str(work / "warren.log"),
+                  management_uri=f"http://guest:guest@127.0.0.1:{free_port()}")
+    node.extra_args = ["--stream-listen", f"127.0.0.1:{port}"]
+    node._spawn()
+    wait_port("127.0.0.1", port, 30, node.proc)
+    yield node, port
+    node.stop(signal.SIGTERM)
+
+
+def test_stream_clients_are_listed_by_the_api_and_ctl(stream_port, name):
+    node, port = stream_port
+    api = Api(node)
+    conn = node.connect()
+    conn.channel().queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
+    conn.close()
+    client = StreamClient("127.0.0.1", port)
+    try:
+        client.declare_publisher(7, name, reference=f"{name}-ref")
+        client.publish(7, [b"one", b"two", b"three"])
+        client.subscribe(3, name, credit=5)
+
+        def listed():
+            cs = [c for c in api.get("/api/stream/connections/%2F").json
+                  if c.get("client_properties", {}).get("product") == "warren-interop"]
+            ps = [p for p in api.get("/api/stream/publishers/%2F").json
+                  if p["queue"]["name"] == name]
+            ks = [k for k in api.get("/api/stream/consumers/%2F").json
+                  if k["queue"]["name"] == name]
+            return (cs, ps, ks) if cs and ps and ks and ps[0].get("confirmed") == 3 else None
+
+        cs, ps, ks = wait_for(listed, timeout=STATS_WAIT_S, interval=0.5,
+                              what="the stream client in /api/stream/*")
+        assert cs[0]["user"] == "guest" and cs[0]["vhost"] == "/"
+        assert (ps[0]["publisher_id"], ps[0]["reference"], ps[0]["published"]) == (
+            7, f"{name}-ref", 3)
+        assert ps[0]["connection_details"]["name"] == cs[0]["name"]
+        assert ks[0]["subscription_id"] == 3
+        assert ks[0]["connection_details"]["name"] == cs[0]["name"]
+        if node.is_rabbitmq:
+            return
+        # rabbitmq-streams' listings, with their column names.
+        out = ctl(node, "list_stream_publishers", "stream", "publisher_id", "reference",
+                  "messages_published", "messages_confirmed")
+        assert out.returncode == 0, out
+        assert f"{name}\t7\t{name}-ref\t3\t3" in out.stdout.splitlines(), out.stdout
+        out = ctl(node, "list_stream_consumers", "stream", "subscription_id", "connection_pid")
+        assert f"{name}\t3\t{cs[0]['name']}" in out.stdout.splitlines(), out.stdout
+        out = ctl(node, "list_stream_connections", "conn_name", "user", "vhost",
+                  "subscriptions")
+        assert f"{cs[0]['name']}\tguest\t/\t1" in out.stdout.splitlines(), out.stdout
+        bad = ctl(node, "list_stream_consumers", "no_such_item")
+        assert bad.returncode != 0 and "no_such_item" in bad.stderr, bad
+    finally:
+        client.close()
+    # Gone from the listings once the connection is.
+    wait_for(lambda: not [p for p in api.get("/api/stream/publishers/%2F").json
+                          if p["queue"]["name"] == name],
+             timeout=STATS_WAIT_S, interval=0.2, what="the publisher to leave the listing")
+    conn = node.connect()
+    conn.channel().queue_delete(name)
+    conn.close()

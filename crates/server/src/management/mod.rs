@@ -54,6 +54,7 @@ mod queues;
 pub(crate) mod session;
 mod settings;
 pub mod stats;
+mod stream_clients;
 mod ui;
 mod users;
 mod vhosts;
@@ -216,6 +217,27 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route(
             "/api/connections/{name}/channels",
             get(connections::list_connection_channels),
+        )
+        .route(
+            "/api/stream/connections",
+            get(stream_clients::list_connections),
+        )
+        .route(
+            "/api/stream/connections/{vhost}",
+            get(stream_clients::list_vhost_connections),
+        )
+        .route(
+            "/api/stream/publishers",
+            get(stream_clients::list_publishers),
+        )
+        .route(
+            "/api/stream/publishers/{vhost}",
+            get(stream_clients::list_vhost_publishers),
+        )
+        .route("/api/stream/consumers", get(stream_clients::list_consumers))
+        .route(
+            "/api/stream/consumers/{vhost}",
+            get(stream_clients::list_vhost_consumers),
         )
         .route("/api/channels", get(connections::list_channels))
         .route("/api/channels/{name}", get(connections::get_channel))

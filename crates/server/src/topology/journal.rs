@@ -34,6 +34,8 @@ impl Topology for Journal {
                 .and_then(|done| {
                     crate::storage::append(shared, vec![record.clone()]).map(|()| done)
                 });
+            // A policy may have given streams a new retention: their writers take it now.
+            crate::queues::stream::reconfigure_changed(shared);
             return Box::pin(std::future::ready(outcome));
         }
         let outcome = shared

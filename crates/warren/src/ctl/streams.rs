@@ -48,7 +48,7 @@ pub struct AddSuperStream {
     /// The partitions' segment size: bytes, or with a unit (500mb, 1gb).
     #[arg(long = "stream-max-segment-size-bytes")]
     stream_max_segment_size_bytes: Option<String>,
-    /// client-local or balanced (random and least-leaders are taken as balanced).
+    /// client-local, balanced, random or least-leaders, passed on as RabbitMQ 3.10 does.
     #[arg(long = "leader-locator")]
     leader_locator: Option<String>,
     #[arg(long = "initial-cluster-size")]
@@ -147,16 +147,14 @@ fn stream_arguments(
         args.insert("x-stream-max-segment-size-bytes".into(), json!(n));
     }
     if let Some(v) = leader_locator {
-        let locator =
-            match v {
-                "client-local" => "client-local",
-                "balanced" | "random" | "least-leaders" => "balanced",
-                _ => return Err(
-                    "Invalid value for --leader-locator, valid values are client-local, balanced."
-                        .into(),
-                ),
-            };
-        args.insert("x-queue-leader-locator".into(), json!(locator));
+        // 3.10 stores the value given; 3.11+ store random and least-leaders as balanced.
+        if !["client-local", "balanced", "random", "least-leaders"].contains(&v) {
+            return Err(
+                "Invalid value for --leader-locator, valid values are client-local, balanced."
+                    .into(),
+            );
+        }
+        args.insert("x-queue-leader-locator".into(), json!(v));
     }
     if let Some(n) = initial_cluster_size {
         if n < 1 {
@@ -239,18 +237,15 @@ fn add_super_stream(
     let exchange = format!("/api/exchanges/{}/{}", seg(vhost), seg(name));
     let (code, _) = request(ep, "GET", &exchange, None)?;
     if code == 200 {
-        return Err(format!(
-            "exchange '{name}' in vhost '{vhost}' already exists"
-        ));
+        // rabbit_stream_manager's reference_already_exists text.
+        return Err(format!("there is already an exchange named {name}"));
     }
     // Every partition must be new too: a super stream adopts no queue it did not create.
     for key in keys {
         let stream = format!("{name}-{key}");
         let path = format!("/api/queues/{}/{}", seg(vhost), seg(&stream));
         if request(ep, "GET", &path, None)?.0 == 200 {
-            return Err(format!(
-                "queue '{stream}' in vhost '{vhost}' already exists"
-            ));
+            return Err(format!("there is already a queue named {stream}"));
         }
     }
     expect_ok(request(

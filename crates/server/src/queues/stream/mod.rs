@@ -263,6 +263,18 @@ pub fn opened_at_declare(shared: &Shared, vhost: &warren_broker::vhost::VHost, q
     }
 }
 
+/// Hands the streams a policy change reconfigured (see `VHost::take_reconfigured_streams`)
+/// their new retention and segment size, in every vhost: a policy change made outside a
+/// [`crate::storage::MetaGuard`] (whose drop does the same) calls this once applied.
+pub fn reconfigure_changed(shared: &Shared) {
+    for (_, v) in shared.broker.vhosts() {
+        let changed = v.lock().expect("vhost lock").take_reconfigured_streams();
+        for (log, config) in changed {
+            shared.streams.reconfigure(log, &config);
+        }
+    }
+}
+
 /// Opens every stream's log at start, after the topology was recovered: each reopens where
 /// it was, its torn tail (a chunk written but not synced before a crash) cut.
 pub fn open_all(shared: &Shared) {
