@@ -115,6 +115,8 @@ pub struct Connection {
     consumer_updates: HashMap<u32, u8>,
     next_correlation: u32,
     registered: bool,
+    /// The server sent Close.
+    close_sent: bool,
 }
 
 /// The node's offered frame max (size prefix included).
@@ -163,6 +165,7 @@ impl Connection {
             consumer_updates: HashMap::new(),
             next_correlation: 0,
             registered: false,
+            close_sent: false,
         }
     }
 
@@ -178,7 +181,13 @@ impl Connection {
 
     /// Whether the client finished its handshake (open).
     pub fn is_open(&self) -> bool {
-        matches!(self.phase, Phase::Opened | Phase::Closing)
+        self.registered
+    }
+
+    /// Whether the server sent Close and waits for the client's answer before it closes the
+    /// socket (a failed login or a refused vhost closes at once, as RabbitMQ does).
+    pub fn awaits_close_answer(&self) -> bool {
+        self.phase == Phase::Closing && self.close_sent
     }
 
     fn send(&self, c: Command) {
@@ -204,6 +213,7 @@ impl Connection {
             reason: reason.to_string(),
         });
         self.phase = Phase::Closing;
+        self.close_sent = true;
         Flow::Close
     }
 
