@@ -550,7 +550,10 @@ impl Connection {
                 subscription_id,
                 credit,
             } => match self.subscriptions.get(&subscription_id) {
-                Some(s) => s.control.add_credit(credit),
+                Some(s) => {
+                    s.counters.credit.fetch_add(u64::from(credit), Relaxed);
+                    s.control.add_credit(credit);
+                }
                 None => self.send(C::CreditResponse {
                     code: RESPONSE_CODE_SUBSCRIPTION_ID_DOES_NOT_EXIST,
                     subscription_id,
