@@ -29,7 +29,9 @@ pub const PENDING_BYTES_MAX: usize = 64 << 20;
 /// A round's messages are cut into chunks of at most this many bytes of entries (and
 /// [`CHUNK_ENTRIES_MAX`] entries), so that a consumer's read of one chunk stays small.
 pub const CHUNK_BYTES_TARGET: usize = 4 << 20;
-/// How often retention (`x-max-length-bytes`, `x-max-age`) is applied, at most.
+/// How often retention (`x-max-length-bytes`, `x-max-age`) is applied, at most; a stream with
+/// a `max-age` wakes this often while idle to apply it, so that its old segments go even when
+/// nobody writes to it (RabbitMQ 3.10 leaves them until the next write).
 const RETENTION_INTERVAL: Duration = Duration::from_secs(1);
 /// The epoch of every chunk a single node writes (epochs count leaders once streams are
 /// replicated).
@@ -64,6 +66,10 @@ struct State {
     stop: Option<Stop>,
     /// The log failed a write or a sync: nothing more is taken.
     failed: bool,
+    /// What retention keeps, changed by policies.
+    retention: Retention,
+    /// A segment size a policy set since the last round, for the log to take.
+    segment_bytes: Option<u64>,
 }
 
 /// One stream's writer, shared by the publishers that hand it messages and the consumers that
@@ -232,6 +238,8 @@ impl StreamWriter {
                 assigned: 0,
                 stop: None,
                 failed: false,
+                retention,
+                segment_bytes: None,
             }),
             wake: Condvar::new(),
             room: Condvar::new(),
@@ -243,7 +251,7 @@ impl StreamWriter {
         let dir = dir.to_path_buf();
         let thread = std::thread::Builder::new()
             .name(format!("stream-{log:x}"))
-            .spawn(move || run.run(stream, dir, retention, committed_tx, durability))
+            .spawn(move || run.run(stream, dir, committed_tx, durability))
             .map_err(|e| format!("cannot start a stream writer: {e}"))?;
         *writer.thread.lock().expect("writer thread") = Some(thread);
         Ok(writer)
@@ -363,6 +371,16 @@ impl StreamWriter {
             .copied()
     }
 
+    /// Applies a new retention and segment size (a policy changed) from the writer's next
+    /// round or retention tick on.
+    pub fn reconfigure(&self, retention: Retention, segment_bytes: u64) {
+        let mut st = self.state.lock().expect("stream writer state");
+        st.retention = retention;
+        st.segment_bytes = Some(segment_bytes);
+        drop(st);
+        self.wake.notify_one();
+    }
+
     /// A receiver of the committed end offset, for a consumer to wait on.
     pub fn committed(&self) -> watch::Receiver<u64> {
         self.committed.clone()
@@ -384,21 +402,21 @@ impl StreamWriter {
         &self,
         mut stream: StreamLog,
         dir: PathBuf,
-        retention: Retention,
         committed: watch::Sender<u64>,
         durability: Arc<Durability>,
     ) {
         let mut retained_at = Instant::now();
-        let retains = retention.max_bytes.is_some() || retention.max_age_ms.is_some();
         let mut retention_due = false;
         let mut entries: Vec<Bytes> = Vec::new();
         let stop = loop {
-            let (batch, tracking, upto) = {
+            let (batch, tracking, upto, retention) = {
                 let mut st = self.state.lock().expect("stream writer state");
                 while st.pending.is_empty() && st.tracking_pending.is_empty() && st.stop.is_none() {
                     // Retention due since the last round is applied when the stream goes
-                    // quiet, not only when the next round comes.
-                    if !retention_due {
+                    // quiet, not only when the next round comes; a max-age is due again
+                    // every interval, as time alone ages segments out (the clock is read
+                    // here, at the edge; the log is given the time).
+                    if !retention_due && st.retention.max_age_ms.is_none() {
                         st = self.wake.wait(st).expect("stream writer state");
                         continue;
                     }
@@ -413,12 +431,11 @@ impl StreamWriter {
                         .0;
                 }
                 if st.pending.is_empty() && st.tracking_pending.is_empty() && st.stop.is_none() {
+                    let retention = st.retention;
                     drop(st);
                     retention_due = false;
                     retained_at = Instant::now();
-                    if let Err(e) = stream.apply_retention(&retention, unix_ms()) {
-                        tracing::warn!(dir = %dir.display(), error = %e, "stream retention failed");
-                    }
+                    retain(&mut stream, &retention, &dir);
                     continue;
                 }
                 if st.stop == Some(Stop::Delete)
@@ -426,11 +443,15 @@ impl StreamWriter {
                 {
                     break st.stop;
                 }
+                if let Some(bytes) = st.segment_bytes.take() {
+                    stream.set_segment_bytes_max(bytes);
+                }
                 st.pending_bytes = 0;
                 (
                     std::mem::take(&mut st.pending),
                     std::mem::take(&mut st.tracking_pending),
                     st.assigned,
+                    st.retention,
                 )
             };
             self.room.notify_all();
@@ -450,13 +471,12 @@ impl StreamWriter {
             }
             durability.stream_synced(self.log, upto);
             committed.send_replace(stream.next_offset());
+            let retains = retention.max_bytes.is_some() || retention.max_age_ms.is_some();
             retention_due = retains;
             if retains && retained_at.elapsed() >= RETENTION_INTERVAL {
                 retention_due = false;
                 retained_at = Instant::now();
-                if let Err(e) = stream.apply_retention(&retention, unix_ms()) {
-                    tracing::warn!(dir = %dir.display(), error = %e, "stream retention failed");
-                }
+                retain(&mut stream, &retention, &dir);
             }
         };
         durability.stream_stopped(self.log);
@@ -467,6 +487,20 @@ impl StreamWriter {
                 tracing::warn!(dir = %dir.display(), error = %e, "deleted stream's files left");
             }
         }
+    }
+}
+
+/// Applies `retention` now, logging what it removed or why it failed (the stream goes on
+/// either way: a failed deletion is tried again at the next tick).
+fn retain(stream: &mut StreamLog, retention: &Retention, dir: &Path) {
+    if retention.max_bytes.is_none() && retention.max_age_ms.is_none() {
+        return;
+    }
+    match stream.apply_retention(retention, unix_ms()) {
+        Ok(o) if o.segments_deleted > 0 => tracing::debug!(dir = %dir.display(),
+            segments = o.segments_deleted, first_offset = o.first_offset, "stream retention"),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "stream retention failed"),
     }
 }
 
@@ -599,6 +633,20 @@ impl Streams {
         )?;
         open.insert(log, w.clone());
         Ok(w)
+    }
+
+    /// Hands stream `log`'s writer its new effective configuration (a policy changed it);
+    /// a log not open here takes it when it opens, from its queue.
+    pub fn reconfigure(&self, log: u64, config: &warren_broker::stream_args::StreamConfig) {
+        if let Some(w) = self.opened(log) {
+            w.reconfigure(
+                Retention {
+                    max_bytes: config.max_bytes,
+                    max_age_ms: config.max_age_ms,
+                },
+                config.segment_bytes,
+            );
+        }
     }
 
     /// The writer of stream `log` if it is open.
