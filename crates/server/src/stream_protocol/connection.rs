@@ -794,7 +794,9 @@ impl Connection {
             .fetch_add(ids.len() as u64, Relaxed);
         let appended = p.writer.append_published(
             p.reference.as_deref(),
-            messages.into_iter().map(|m| (m.publishing_id, m.message)),
+            messages
+                .into_iter()
+                .map(|m| (m.publishing_id, m.message, m.sub_batch)),
         );
         match appended {
             None => {

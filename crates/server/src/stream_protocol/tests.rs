@@ -352,6 +352,7 @@ async fn published_messages_are_confirmed_deduplicated_and_delivered_as_chunks()
         .await;
     assert_eq!(code_of(&declared), RESPONSE_CODE_OK);
     let message = |id: u64| PublishedMessage {
+        sub_batch: None,
         publishing_id: id,
         filter_value: None,
         message: Bytes::from(format!("m{id}")),
@@ -446,6 +447,7 @@ async fn publishing_through_an_undeclared_publisher_is_a_publish_error() {
         .call(Command::Publish {
             publisher_id: 9,
             messages: vec![PublishedMessage {
+                sub_batch: None,
                 publishing_id: 5,
                 filter_value: None,
                 message: Bytes::from_static(b"x"),
