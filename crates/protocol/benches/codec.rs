@@ -92,6 +92,7 @@ fn stream_codec(c: &mut Criterion) {
                     publisher_id: 1,
                     messages: (0..per_frame)
                         .map(|i| PublishedMessage {
+                            sub_batch: None,
                             publishing_id: (f * per_frame + i) as u64,
                             filter_value: None,
                             message: message.clone(),

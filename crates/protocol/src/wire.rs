@@ -32,6 +32,11 @@ impl Reader {
         Ok(s)
     }
 
+    /// The next byte, left unread.
+    pub fn peek_u8(&self) -> Result<u8, Truncated> {
+        self.buf.get(self.pos).copied().ok_or(Truncated)
+    }
+
     pub fn u8(&mut self) -> Result<u8, Truncated> {
         Ok(self.take(1)?[0])
     }

@@ -466,6 +466,7 @@ fn messages_published_as_amqp_1_0_reach_091_consumers_as_to_amqp091_gives_them()
             .iter()
             .enumerate()
             .map(|(i, m)| PublishedMessage {
+                sub_batch: None,
                 publishing_id: i as u64,
                 filter_value: None,
                 message: m.to_bytes(),

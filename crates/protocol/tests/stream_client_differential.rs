@@ -64,6 +64,7 @@ fn with_client_messages(c: Command) -> Command {
             messages: messages
                 .into_iter()
                 .map(|m| PublishedMessage {
+                    sub_batch: None,
                     message: client_message(&m.message).1,
                     ..m
                 })

@@ -271,6 +271,7 @@ fn rabbitmq_style_omissions_decode() {
 #[test]
 fn publish_version_follows_the_filter_values() {
     let message = |filter_value: Option<&str>| stream::PublishedMessage {
+        sub_batch: None,
         publishing_id: 1,
         filter_value: filter_value.map(str::to_owned),
         message: Bytes::from_static(b"m"),

@@ -221,6 +221,7 @@ fn a_whole_stream_conversation_with_rabbitmq() {
             .iter()
             .enumerate()
             .map(|(i, b)| PublishedMessage {
+                sub_batch: None,
                 publishing_id: i as u64 + 1,
                 filter_value: None,
                 message: amqp10_data(b),

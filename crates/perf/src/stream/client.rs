@@ -443,6 +443,7 @@ mod tests {
             publisher_id: 7,
             messages: (0..3)
                 .map(|i| PublishedMessage {
+                    sub_batch: None,
                     publishing_id: 41 + i as u64,
                     filter_value: None,
                     message: bodies[i].clone(),

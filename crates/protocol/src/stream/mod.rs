@@ -20,5 +20,7 @@ pub mod constants;
 pub mod frame;
 pub mod wire;
 
-pub use command::{Broker, Command, CommandVersion, OffsetSpec, PublishedMessage, StreamMetadata};
+pub use command::{
+    Broker, Command, CommandVersion, OffsetSpec, PublishedMessage, StreamMetadata, SubBatch,
+};
 pub use frame::{decode, encode, encode_deliver_header, DecodeError};

@@ -95,6 +95,7 @@ pub fn command(t: Text) -> BoxedStrategy<Command> {
                 messages: messages
                     .into_iter()
                     .map(|(publishing_id, filter_value, message)| PublishedMessage {
+                        sub_batch: None,
                         publishing_id,
                         filter_value,
                         message,

@@ -115,6 +115,8 @@ pub struct Connection {
     consumer_updates: HashMap<u32, u8>,
     next_correlation: u32,
     registered: bool,
+    /// The server sent Close.
+    close_sent: bool,
 }
 
 /// The node's offered frame max (size prefix included).
@@ -163,6 +165,7 @@ impl Connection {
             consumer_updates: HashMap::new(),
             next_correlation: 0,
             registered: false,
+            close_sent: false,
         }
     }
 
@@ -178,7 +181,13 @@ impl Connection {
 
     /// Whether the client finished its handshake (open).
     pub fn is_open(&self) -> bool {
-        matches!(self.phase, Phase::Opened | Phase::Closing)
+        self.registered
+    }
+
+    /// Whether the server sent Close and waits for the client's answer before it closes the
+    /// socket (a failed login or a refused vhost closes at once, as RabbitMQ does).
+    pub fn awaits_close_answer(&self) -> bool {
+        self.phase == Phase::Closing && self.close_sent
     }
 
     fn send(&self, c: Command) {
@@ -204,6 +213,7 @@ impl Connection {
             reason: reason.to_string(),
         });
         self.phase = Phase::Closing;
+        self.close_sent = true;
         Flow::Close
     }
 
@@ -540,7 +550,10 @@ impl Connection {
                 subscription_id,
                 credit,
             } => match self.subscriptions.get(&subscription_id) {
-                Some(s) => s.control.add_credit(credit),
+                Some(s) => {
+                    s.counters.credit.fetch_add(u64::from(credit), Relaxed);
+                    s.control.add_credit(credit);
+                }
                 None => self.send(C::CreditResponse {
                     code: RESPONSE_CODE_SUBSCRIPTION_ID_DOES_NOT_EXIST,
                     subscription_id,
@@ -781,7 +794,9 @@ impl Connection {
             .fetch_add(ids.len() as u64, Relaxed);
         let appended = p.writer.append_published(
             p.reference.as_deref(),
-            messages.into_iter().map(|m| (m.publishing_id, m.message)),
+            messages
+                .into_iter()
+                .map(|m| (m.publishing_id, m.message, m.sub_batch)),
         );
         match appended {
             None => {

@@ -147,12 +147,11 @@ where
                     match frame::decode(&mut buf, conn.frame_max()) {
                         Ok(Some(command)) => {
                             if conn.handle(command).await == Flow::Close {
-                                if !conn.is_open() || closing.is_some() {
+                                if !conn.awaits_close_answer() || closing.is_some() {
                                     break 'conn;
                                 }
-                                // Wait for the client's answer to our Close, or for its own
-                                // Close's answer to go out.
-                                closing.get_or_insert_with(Instant::now);
+                                // Wait (a while) for the client's answer to our Close.
+                                closing = Some(Instant::now());
                             }
                         }
                         Ok(None) => break,

@@ -15,7 +15,7 @@ use warren_protocol::stream::{frame, Command, OffsetSpec, PublishedMessage};
 struct Client {
     conn: Connection,
     rx: mpsc::UnboundedReceiver<Command>,
-    _control: mpsc::UnboundedReceiver<super::registry::Control>,
+    control_rx: mpsc::UnboundedReceiver<super::registry::Control>,
     shared: Arc<Shared>,
     dir: std::path::PathBuf,
 }
@@ -38,7 +38,11 @@ fn client(what: &str) -> Client {
         data_dir: dir.clone(),
         ..ServerConfig::default()
     };
-    let shared = Shared::standalone(config, Arc::new(Broker::new()));
+    client_on(Shared::standalone(config, Arc::new(Broker::new())), dir)
+}
+
+/// Another connection to the same node.
+fn client_on(shared: Arc<Shared>, dir: std::path::PathBuf) -> Client {
     let (out, rx) = mpsc::unbounded_channel();
     let (control, control_rx) = mpsc::unbounded_channel();
     let who = Peer {
@@ -49,7 +53,7 @@ fn client(what: &str) -> Client {
     Client {
         conn: Connection::new(shared.clone(), who, out, control),
         rx,
-        _control: control_rx,
+        control_rx,
         shared,
         dir,
     }
@@ -348,6 +352,7 @@ async fn published_messages_are_confirmed_deduplicated_and_delivered_as_chunks()
         .await;
     assert_eq!(code_of(&declared), RESPONSE_CODE_OK);
     let message = |id: u64| PublishedMessage {
+        sub_batch: None,
         publishing_id: id,
         filter_value: None,
         message: Bytes::from(format!("m{id}")),
@@ -442,6 +447,7 @@ async fn publishing_through_an_undeclared_publisher_is_a_publish_error() {
         .call(Command::Publish {
             publisher_id: 9,
             messages: vec![PublishedMessage {
+                sub_batch: None,
                 publishing_id: 5,
                 filter_value: None,
                 message: Bytes::from_static(b"x"),
@@ -492,4 +498,84 @@ async fn stored_offsets_are_answered_and_a_reference_without_one_says_no_offset(
             ..
         }]
     ));
+}
+
+#[tokio::test]
+async fn a_single_active_consumer_group_hands_over_to_the_next_member_when_the_active_one_goes() {
+    let mut a = client("sac");
+    a.open("guest", "guest").await;
+    assert_eq!(a.create("s", &[]).await, RESPONSE_CODE_OK);
+    // The second connection's dir is the first's: only the first removes it.
+    let mut b = client_on(a.shared.clone(), std::env::temp_dir().join("warren-none"));
+    b.open("guest", "guest").await;
+    let subscribe = |id| Command::Subscribe {
+        correlation_id: 40,
+        subscription_id: id,
+        stream: "s".into(),
+        offset: OffsetSpec::First,
+        credit: 10,
+        properties: vec![
+            ("single-active-consumer".into(), "true".into()),
+            ("name".into(), "group".into()),
+        ],
+    };
+    let first = a.call(subscribe(1)).await;
+    assert!(
+        matches!(
+            &first[..],
+            [
+                Command::Response {
+                    key: KEY_SUBSCRIBE,
+                    code: RESPONSE_CODE_OK,
+                    ..
+                },
+                Command::ConsumerUpdate {
+                    subscription_id: 1,
+                    active: true,
+                    ..
+                },
+            ]
+        ),
+        "{first:?}"
+    );
+    let second = b.call(subscribe(2)).await;
+    assert_eq!(
+        code_of(&second),
+        RESPONSE_CODE_OK,
+        "the second member waits, untold"
+    );
+    // A member without a name is refused: a group is known by it.
+    let unnamed = b
+        .call(Command::Subscribe {
+            correlation_id: 41,
+            subscription_id: 3,
+            stream: "s".into(),
+            offset: OffsetSpec::First,
+            credit: 10,
+            properties: vec![("single-active-consumer".into(), "true".into())],
+        })
+        .await;
+    assert_eq!(code_of(&unnamed), RESPONSE_CODE_PRECONDITION_FAILED);
+    // The active one goes: the other's connection is told, and asks its client.
+    let gone = a
+        .call(Command::Unsubscribe {
+            correlation_id: 42,
+            subscription_id: 1,
+        })
+        .await;
+    assert_eq!(code_of(&gone), RESPONSE_CODE_OK);
+    let told = tokio::time::timeout(Duration::from_secs(5), b.control_rx.recv())
+        .await
+        .expect("the next member's connection is told")
+        .unwrap();
+    assert_eq!(b.conn.control(told), Flow::Continue);
+    assert!(matches!(
+        &b.sent()[..],
+        [Command::ConsumerUpdate {
+            subscription_id: 2,
+            active: true,
+            ..
+        }]
+    ));
+    drop(b);
 }

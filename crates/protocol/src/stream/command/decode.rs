@@ -175,10 +175,29 @@ impl Command {
                             } else {
                                 None
                             };
+                            // A sub-entry batch's first byte has its top bit set; a
+                            // message's size never does (31 bits).
+                            let first = r.peek_u8()?;
+                            if first & 0x80 == 0 {
+                                return Ok(PublishedMessage {
+                                    publishing_id,
+                                    filter_value,
+                                    message: bytes(r)?,
+                                    sub_batch: None,
+                                });
+                            }
+                            let flags = r.u8()?;
+                            let records = r.u16()?;
+                            let uncompressed_bytes = r.u32()?;
                             Ok(PublishedMessage {
                                 publishing_id,
                                 filter_value,
                                 message: bytes(r)?,
+                                sub_batch: Some(SubBatch {
+                                    compression: (flags >> 4) & 0x07,
+                                    records,
+                                    uncompressed_bytes,
+                                }),
                             })
                         })
                         .collect::<Result<_, BodyError>>()?;

@@ -34,6 +34,11 @@ impl Command {
                             None => out.put_i16(-1),
                         }
                     }
+                    if let Some(b) = &m.sub_batch {
+                        out.put_u8(0x80 | ((b.compression & 0x07) << 4));
+                        out.put_u16(b.records);
+                        out.put_u32(b.uncompressed_bytes);
+                    }
                     put_bytes(out, &m.message);
                 }
             }

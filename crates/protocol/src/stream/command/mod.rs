@@ -68,8 +68,22 @@ pub struct PublishedMessage {
     /// The filter value (3.13); `None` also for an empty one, which osiris treats as no filter.
     /// Any message with one makes the frame a version 2 Publish.
     pub filter_value: Option<String>,
-    /// An AMQP 1.0 message as the client encoded it; the broker stores it as it came.
+    /// An AMQP 1.0 message as the client encoded it; the broker stores it as it came. For a
+    /// sub-entry batch, the batch's data (its messages, compressed or not).
     pub message: Bytes,
+    /// Set when the entry is a sub-entry batch (the Java client's `subEntrySize`): many
+    /// messages under one publishing id, stored as one osiris sub-batch entry.
+    pub sub_batch: Option<SubBatch>,
+}
+
+/// The header of a sub-entry batch: `1:1, compression:3, reserved:4`, then these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubBatch {
+    /// 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd (the client's codes; the broker never decodes).
+    pub compression: u8,
+    /// Messages in the batch: the offsets it takes.
+    pub records: u16,
+    pub uncompressed_bytes: u32,
 }
 
 /// A node in a Metadata response; streams name their leader and replicas by `reference`.

@@ -53,6 +53,34 @@ enum Pending {
     /// Published over the stream protocol: an AMQP 1.0 message as the client encoded it,
     /// stored as it came.
     Encoded(Bytes),
+    /// A stream protocol sub-entry batch, stored as one osiris sub-batch entry as it came.
+    SubBatch(warren_protocol::stream::SubBatch, Bytes),
+}
+
+/// An entry of a round, owned until its chunk is written.
+enum RoundEntry {
+    Simple(Bytes),
+    SubBatch(warren_protocol::stream::SubBatch, Bytes),
+}
+
+impl RoundEntry {
+    fn len(&self) -> usize {
+        match self {
+            RoundEntry::Simple(b) | RoundEntry::SubBatch(_, b) => b.len(),
+        }
+    }
+
+    fn entry(&self) -> Entry<'_> {
+        match self {
+            RoundEntry::Simple(b) => Entry::Simple(b),
+            RoundEntry::SubBatch(h, b) => Entry::SubBatch {
+                compression: h.compression,
+                records: h.records,
+                uncompressed_bytes: h.uncompressed_bytes,
+                body: b,
+            },
+        }
+    }
 }
 
 struct State {
@@ -284,7 +312,7 @@ impl StreamWriter {
     pub fn append_published(
         &self,
         reference: Option<&str>,
-        messages: impl IntoIterator<Item = (u64, Bytes)>,
+        messages: impl IntoIterator<Item = (u64, Bytes, Option<warren_protocol::stream::SubBatch>)>,
     ) -> Option<Appended> {
         let mut st = self.state.lock().expect("stream writer state");
         while st.pending_bytes > PENDING_BYTES_MAX && !st.failed && st.stop.is_none() {
@@ -297,7 +325,7 @@ impl StreamWriter {
         let mut last = reference.and_then(|r| tracking.sequences.get(r).copied());
         let mut duplicates = 0;
         let mut taken = 0;
-        for (publishing_id, message) in messages {
+        for (publishing_id, message, sub_batch) in messages {
             if reference.is_some() {
                 if last.is_some_and(|l| publishing_id <= l) {
                     duplicates += 1;
@@ -307,7 +335,11 @@ impl StreamWriter {
             }
             st.assigned += 1;
             st.pending_bytes += message.len();
-            st.pending.push(Pending::Encoded(message));
+            st.pending.push(match sub_batch {
+                // An empty batch would take no offset: a chunk's records must be at least one.
+                Some(h) if h.records > 0 => Pending::SubBatch(h, message),
+                _ => Pending::Encoded(message),
+            });
             taken += 1;
         }
         if let (Some(r), Some(l)) = (reference, last) {
@@ -407,7 +439,7 @@ impl StreamWriter {
     ) {
         let mut retained_at = Instant::now();
         let mut retention_due = false;
-        let mut entries: Vec<Bytes> = Vec::new();
+        let mut entries: Vec<RoundEntry> = Vec::new();
         let stop = loop {
             let (batch, tracking, upto, retention) = {
                 let mut st = self.state.lock().expect("stream writer state");
@@ -457,8 +489,9 @@ impl StreamWriter {
             self.room.notify_all();
             entries.clear();
             entries.extend(batch.iter().map(|p| match p {
-                Pending::Amqp091(m) => encode(m),
-                Pending::Encoded(b) => b.clone(),
+                Pending::Amqp091(m) => RoundEntry::Simple(encode(m)),
+                Pending::Encoded(b) => RoundEntry::Simple(b.clone()),
+                Pending::SubBatch(h, b) => RoundEntry::SubBatch(*h, b.clone()),
             }));
             drop(batch);
             if let Err(e) = write_round(&mut stream, &entries, &tracking, &self.tracking) {
@@ -510,7 +543,7 @@ fn retain(stream: &mut StreamLog, retention: &Retention, dir: &Path) {
 /// never takes the only copy of a publisher's sequence or a consumer's offset.
 fn write_round(
     stream: &mut StreamLog,
-    entries: &[Bytes],
+    entries: &[RoundEntry],
     tracking: &Tracking,
     all_tracking: &Mutex<Tracking>,
 ) -> warren_store::Result<()> {
@@ -523,7 +556,7 @@ fn write_round(
             bytes += rest[n].len();
             n += 1;
         }
-        let chunk: Vec<Entry<'_>> = rest[..n].iter().map(|b| Entry::Simple(b)).collect();
+        let chunk: Vec<Entry<'_>> = rest[..n].iter().map(RoundEntry::entry).collect();
         stream.append(
             &AppendMeta {
                 chunk_type: ChunkType::User,
