@@ -369,10 +369,12 @@ impl StreamMember {
             if seq >= upto {
                 break;
             }
+            // An entry the log no longer holds may have been a chunk: going on would number
+            // the chunks after it wrongly, so the fill stops there (and says so below).
             let Some(data) =
                 warren_cluster::raft_log::read_entry_data(&self.store, self.group, index)
             else {
-                continue;
+                break;
             };
             let Some(entry) = RoundEntry::decode(&data) else {
                 continue;
