@@ -146,14 +146,19 @@ else
   port=$(free_port)
   # The hook for issue 36: once warren has --stream-listen, this node serves the stream
   # suites too; until then they are skipped with that reason.
-  STREAM_ARGS=()
+  # The stream suites make users with `warren ctl`, which talks to the management API: this
+  # node serves it on a free port of its own.
+  STREAM_ARGS=(--management-listen none)
   if "$WARREN_BIN" server --help 2>/dev/null | grep -q -- '--stream-listen'; then
     stream_port=$(free_port)
-    STREAM_ARGS=(--stream-listen "127.0.0.1:$stream_port")
+    management_port=$(free_port)
+    STREAM_ARGS=(--stream-listen "127.0.0.1:$stream_port"
+      --management-listen "127.0.0.1:$management_port")
     export WARREN_TEST_STREAM_HOST=127.0.0.1 WARREN_TEST_STREAM_PORT=$stream_port
+    export WARREN_TEST_MANAGEMENT_URI=http://guest:guest@127.0.0.1:$management_port
   fi
   "$WARREN_BIN" server --listen "127.0.0.1:$port" --data-dir "$CLIENTS_DIR/data" \
-    --management-listen none "${STREAM_ARGS[@]}" >"$CLIENTS_DIR/warren.log" 2>&1 &
+    "${STREAM_ARGS[@]}" >"$CLIENTS_DIR/warren.log" 2>&1 &
   CLIENTS_PID=$!
   trap 'kill -TERM "$CLIENTS_PID" 2>/dev/null || true; wait "$CLIENTS_PID" 2>/dev/null || true; rm -rf "$CLIENTS_DIR"' EXIT
   for _ in $(seq 300); do

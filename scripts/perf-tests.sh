@@ -41,8 +41,17 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# `warren perf stream`'s tests run too once warren serves the stream protocol (--stream-listen).
+stream_args=()
+stream_uri=
+if "$WARREN_BIN" server --help 2>/dev/null | grep -q -- '--stream-listen'; then
+  stream_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
+  stream_args=(--stream-listen "127.0.0.1:$stream_port")
+  stream_uri="rabbitmq-stream://guest:guest@127.0.0.1:$stream_port/%2f"
+fi
+
 "$WARREN_BIN" server --listen "127.0.0.1:$port" --data-dir "$data_dir" \
-  --management-listen none --log warn >"$log" 2>&1 &
+  --management-listen none --log warn "${stream_args[@]}" >"$log" 2>&1 &
 pid=$!
 
 broker_died() {
@@ -71,7 +80,7 @@ echo "[perf-tests] warren pid $pid listening on 127.0.0.1:$port, data in $data_d
 
 status=0
 WARREN_PERF_TEST_URI="amqp://guest:guest@127.0.0.1:$port/%2f" WARREN_PERF_TEST_BROKER_PID=$pid \
-  cargo test -p warren-perf "$@" -- --test-threads=1 || status=$?
+  WARREN_PERF_TEST_STREAM_URI="$stream_uri" cargo test -p warren-perf "$@" -- --test-threads=1 || status=$?
 
 # A broker that died under the tests explains their failures better than the tests do.
 if ! kill -0 "$pid" 2>/dev/null; then

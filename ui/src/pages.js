@@ -160,14 +160,14 @@ export function queues() {
     [
       field("Vhost", "vhost", { value: "/", size: 6 }),
       field("Name", "name", { required: true }),
-      select("Type", "type", ["classic", "quorum"]),
+      select("Type", "type", ["classic", "quorum", "stream"]),
       select("Durable", "durable", ["true", "false"]),
     ],
     "Add queue",
     async (v) => {
-      const args = v.type === "quorum" ? { "x-queue-type": "quorum" } : {};
+      const args = v.type === "classic" ? {} : { "x-queue-type": v.type };
       await api("PUT", `/api/queues/${seg(v.vhost)}/${seg(v.name)}`, {
-        durable: v.type === "quorum" || v.durable === "true",
+        durable: v.type !== "classic" || v.durable === "true",
         auto_delete: false,
         arguments: args,
       });
@@ -242,8 +242,12 @@ export function queue({ args, go }) {
           ["Type", q.type],
           ["State", q.state],
           ["Node", q.node],
-          // A quorum queue's replicas, as RabbitMQ's queue page shows them.
+          // A quorum queue's or a stream's replicas, as RabbitMQ's queue page shows them.
           ...(q.members ? [["Leader", q.leader], ["Online", (q.online || []).join(", ")], ["Members", q.members.join(", ")]] : []),
+          // A stream's log: where retention has moved its head, and what is on disk.
+          ...(q.type === "stream" && q.segments !== undefined
+            ? [["First offset", fmtCount(q.first_offset)], ["Committed offset", fmtCount(q.committed_offset)], ["Segments", fmtCount(q.segments)]]
+            : []),
           ["Durable", String(q.durable)],
           ["Policy", q.policy || ""],
           ["Effective policy", policyDef],

@@ -17,6 +17,7 @@
 //! policy is set or cleared and whenever one is declared.
 
 use crate::args::{Overflow, QueueConfig, QueueType};
+use crate::stream_args::StreamConfig;
 use amq_protocol_types::FieldTable;
 use regex::Regex;
 use serde_json::{Map, Number, Value};
@@ -227,11 +228,6 @@ const KEYS: &[(&str, Check, &str)] = &[
         "is not a valid maximum length in bytes",
     ),
     (
-        "max-segment-size",
-        Check::IntAtLeast(0),
-        "is not a valid segment size",
-    ),
-    (
         "message-ttl",
         Check::IntAtLeast(0),
         "is not a valid message TTL",
@@ -250,6 +246,11 @@ const KEYS: &[(&str, Check, &str)] = &[
         "queue-mode",
         Check::OneOf(&["default", "lazy"]),
         "is not a valid queue-mode value",
+    ),
+    (
+        "stream-max-segment-size-bytes",
+        Check::IntAtLeast(0),
+        "is not a valid segment size",
     ),
 ];
 
@@ -503,13 +504,22 @@ fn lower(arg: Option<u64>, policy: Option<u64>) -> Option<u64> {
 /// message-ttl, max-length and max-length-bytes, `res_arg` (the argument wins) for the
 /// dead-letter exchange and routing key, overflow and queue mode.
 ///
-/// Quorum queues keep `declared`: their replicated state machine takes its configuration at
-/// creation, so a policy is stored and shown for them but changes nothing yet.
+/// A stream's retention and segment size come from [`stream_config`]. Quorum queues keep
+/// `declared`: their replicated state machine takes its configuration at creation, so a
+/// policy is stored and shown for them but changes nothing yet.
 pub fn queue_config(
     declared: &QueueConfig,
     arguments: &FieldTable,
     definition: &Map<String, Value>,
 ) -> QueueConfig {
+    if declared.queue_type == QueueType::Stream {
+        let mut c = declared.clone();
+        c.stream = Some(stream_config(
+            &declared.stream.clone().unwrap_or_default(),
+            definition,
+        ));
+        return c;
+    }
     if declared.queue_type != QueueType::Classic || definition.is_empty() {
         return declared.clone();
     }
@@ -539,6 +549,27 @@ pub fn queue_config(
         c.lazy = text(definition, "queue-mode").as_deref() == Some("lazy");
     }
     c
+}
+
+/// A stream's effective retention and segment size, as RabbitMQ 3.10's
+/// rabbit_stream_queue:make_stream_conf (and its coordinator's update_stream_conf, on a
+/// policy change) derive them with `policy_precedence`: where the policy sets
+/// `max-length-bytes`, `max-age` or `stream-max-segment-size-bytes`, its value wins over the
+/// argument's, higher or lower (unlike a classic queue's limits, where the lower wins); where
+/// it does not, the argument's stands.
+pub fn stream_config(declared: &StreamConfig, definition: &Map<String, Value>) -> StreamConfig {
+    let age = definition
+        .get("max-age")
+        .and_then(Value::as_str)
+        .and_then(crate::stream_args::parse_duration_ms);
+    let segment = count(definition, "stream-max-segment-size-bytes")
+        .map(|n| n.min(warren_store::stream::SEGMENT_BYTES_LIMIT));
+    StreamConfig {
+        max_bytes: count(definition, "max-length-bytes").or(declared.max_bytes),
+        max_age_ms: age.or(declared.max_age_ms),
+        segment_bytes: segment.unwrap_or(declared.segment_bytes),
+        initial_cluster_size: declared.initial_cluster_size,
+    }
 }
 
 /// An exchange's alternate exchange: its `alternate-exchange` argument, else the policy's
@@ -777,5 +808,68 @@ mod tests {
             AMQPValue::LongString("arg".into()),
         );
         assert_eq!(alternate_exchange(&args, def).as_deref(), Some("arg"));
+    }
+}
+
+#[cfg(test)]
+mod stream_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn definition(v: Value) -> Map<String, Value> {
+        v.as_object().expect("an object").clone()
+    }
+
+    #[test]
+    fn a_streams_policy_wins_over_its_arguments_higher_or_lower() {
+        let declared = StreamConfig {
+            max_bytes: Some(1_000),
+            max_age_ms: Some(60_000),
+            segment_bytes: 5_000,
+            initial_cluster_size: Some(3),
+        };
+        let c = stream_config(
+            &declared,
+            &definition(json!({"max-length-bytes": 9_000, "max-age": "1s",
+                               "stream-max-segment-size-bytes": 2_000})),
+        );
+        assert_eq!(c.max_bytes, Some(9_000));
+        assert_eq!(c.max_age_ms, Some(1_000));
+        assert_eq!(c.segment_bytes, 2_000);
+        assert_eq!(c.initial_cluster_size, Some(3));
+    }
+
+    #[test]
+    fn what_a_streams_policy_leaves_unset_keeps_the_argument() {
+        let declared = StreamConfig {
+            max_bytes: Some(1_000),
+            ..StreamConfig::default()
+        };
+        let c = stream_config(&declared, &definition(json!({"max-age": "7D"})));
+        assert_eq!(c.max_bytes, Some(1_000));
+        assert_eq!(c.max_age_ms, Some(7 * 24 * 3_600_000));
+        assert_eq!(c.segment_bytes, declared.segment_bytes);
+        assert_eq!(stream_config(&declared, &Map::new()), declared);
+    }
+
+    #[test]
+    fn stream_segment_size_is_a_policy_key_and_the_old_name_is_not() {
+        assert!(validate_definition(
+            PolicyKind::Policy,
+            &json!({"stream-max-segment-size-bytes": 1_000})
+        )
+        .is_ok());
+        assert_eq!(
+            validate_definition(
+                PolicyKind::Policy,
+                &json!({"stream-max-segment-size-bytes": -1})
+            ),
+            Err("-1 is not a valid segment size".into())
+        );
+        assert!(
+            validate_definition(PolicyKind::Policy, &json!({"max-segment-size": 5}))
+                .unwrap_err()
+                .ends_with("are not recognised policy settings")
+        );
     }
 }

@@ -13,6 +13,7 @@ pub const MULTI_LETTER_SHORTS: &[(&str, &str)] = &[
     ("-ad", "--auto-delete"),
     ("-ct", "--confirm-timeout"),
     ("-qa", "--queue-args"),
+    ("-ca", "--consumer-args"),
     ("-qp", "--queue-pattern"),
     ("-qpf", "--queue-pattern-from"),
     ("-qpt", "--queue-pattern-to"),
@@ -26,6 +27,11 @@ pub const MULTI_LETTER_SHORTS: &[(&str, &str)] = &[
 
 /// Rewrites PerfTest's multi-letter short options to long ones (also in `-ct=5` form).
 pub fn normalize_argv<S: AsRef<str>>(argv: &[S]) -> Vec<String> {
+    normalize_argv_with(argv, MULTI_LETTER_SHORTS)
+}
+
+/// Rewrites the multi-letter short options of `table` to their long forms.
+pub fn normalize_argv_with<S: AsRef<str>>(argv: &[S], table: &[(&str, &str)]) -> Vec<String> {
     argv.iter()
         .map(|a| {
             let a = a.as_ref();
@@ -33,7 +39,7 @@ pub fn normalize_argv<S: AsRef<str>>(argv: &[S]) -> Vec<String> {
                 Some((f, v)) if f.starts_with('-') && !f.starts_with("--") => (f, Some(v)),
                 _ => (a, None),
             };
-            match MULTI_LETTER_SHORTS.iter().find(|(short, _)| *short == flag) {
+            match table.iter().find(|(short, _)| *short == flag) {
                 Some((_, long)) => match value {
                     Some(v) => format!("{long}={v}"),
                     None => long.to_string(),
@@ -117,6 +123,10 @@ pub struct WorkloadArgs {
     /// -qa: queue arguments `k=v,k=v`; integer values are sent as integers.
     #[arg(long = "queue-args", value_parser = parse_queue_args)]
     pub queue_args: Option<QueueArgs>,
+    /// -ca: basic.consume arguments `k=v,k=v` (e.g. `x-stream-offset=first`, `x-priority=10`);
+    /// integer values are sent as integers, as with -qa.
+    #[arg(long = "consumer-args", value_parser = parse_queue_args)]
+    pub consumer_args: Option<QueueArgs>,
     /// -qq: declare quorum queues (adds x-queue-type=quorum).
     #[arg(long = "quorum-queue")]
     pub quorum_queue: bool,
@@ -240,6 +250,11 @@ impl WorkloadArgs {
         args
     }
 
+    /// Arguments sent with basic.consume (-ca).
+    pub fn consumer_arguments(&self) -> Vec<(String, FieldValue)> {
+        self.consumer_args.clone().unwrap_or_default().0
+    }
+
     /// Checks combinations clap cannot express, naming the offending flag.
     pub fn validate(&self) -> Result<(), String> {
         if self.size < 12 {
@@ -318,7 +333,7 @@ pub const CONNECTIONS_MAX: u32 = 20_000;
     name = "warren perf",
     disable_help_flag = true,
     about = "PerfTest-compatible load generator",
-    after_help = "Studies (each with its own -?): warren perf sweep | scale | persister | leaderboard"
+    after_help = "Studies (each with its own -?): warren perf sweep | scale | persister | leaderboard | stream"
 )]
 pub struct RunCli {
     #[command(flatten)]
@@ -532,6 +547,7 @@ pub enum PerfCommand {
     Scale(ScaleCli),
     Persister(PersisterCli),
     Leaderboard(LeaderboardCli),
+    Stream(StreamCli),
 }
 
 fn value_error(cmd: clap::Command, msg: String) -> clap::Error {
@@ -543,6 +559,15 @@ fn value_error(cmd: clap::Command, msg: String) -> clap::Error {
 /// help) that name the offending flag.
 pub fn parse(argv: &[String]) -> Result<PerfCommand, clap::Error> {
     use clap::CommandFactory;
+    if argv.first().map(String::as_str) == Some("stream") {
+        let rest = normalize_argv_with(&argv[1..], STREAM_MULTI_LETTER_SHORTS);
+        let cli = StreamCli::try_parse_from(
+            std::iter::once("warren perf stream".to_string()).chain(rest),
+        )?;
+        cli.validate()
+            .map_err(|m| value_error(StreamCli::command(), m))?;
+        return Ok(PerfCommand::Stream(cli));
+    }
     let argv = normalize_argv(argv);
     let (sub, rest) = match argv.first().map(String::as_str) {
         Some(s @ ("sweep" | "scale" | "persister" | "leaderboard")) => {
@@ -609,4 +634,309 @@ pub fn parse(argv: &[String]) -> Result<PerfCommand, clap::Error> {
             with_name("warren perf leaderboard"),
         )?)),
     }
+}
+
+/// stream-perf-test's single-dash multi-letter options and the long option each one means.
+pub const STREAM_MULTI_LETTER_SHORTS: &[(&str, &str)] = &[
+    ("-st", "--streams"),
+    ("-bs", "--batch-size"),
+    ("-ses", "--sub-entry-size"),
+    ("-mlb", "--max-length-bytes"),
+    ("-smssb", "--stream-max-segment-size-bytes"),
+    ("-ma", "--max-age"),
+    ("-ll", "--leader-locator"),
+    ("-icr", "--initial-credits"),
+    ("-ds", "--delete-streams"),
+];
+
+/// `warren perf stream`: RabbitMQ's stream-perf-test flags with their meaning, over the stream
+/// protocol.
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "warren perf stream",
+    disable_help_flag = true,
+    about = "stream-perf-test-compatible load generator for RabbitMQ's stream protocol"
+)]
+pub struct StreamCli {
+    /// Servers, comma separated: rabbitmq-stream://user:pass@host:port/vhost; connections go
+    /// round-robin over them.
+    #[arg(
+        short = 'u',
+        long = "uris",
+        default_value = "rabbitmq-stream://localhost:5552"
+    )]
+    pub uris: String,
+    /// Producer count (one connection each).
+    #[arg(short = 'x', long = "producers", default_value_t = 1)]
+    pub producers: u32,
+    /// Consumer count (one connection each).
+    #[arg(short = 'y', long = "consumers", default_value_t = 1)]
+    pub consumers: u32,
+    /// -st: streams, comma separated; producer i publishes to stream i mod n, consumer j reads
+    /// stream j mod n.
+    #[arg(long = "streams", default_value = "stream")]
+    pub streams: String,
+    /// Message body size in bytes (at least 8: the producer's clock is written at its start).
+    #[arg(short = 's', long = "size", default_value_t = 10)]
+    pub size: usize,
+    /// Maximum rate of published messages per producer, msg/s (-1: unlimited).
+    #[arg(short = 'r', long = "rate", default_value_t = -1.0, allow_negative_numbers = true)]
+    pub rate: f64,
+    /// -bs: entries per Publish frame.
+    #[arg(long = "batch-size", default_value_t = 100)]
+    pub batch_size: u32,
+    /// -ses: messages packed into one entry (a sub-batch, uncompressed); 1 for plain entries.
+    #[arg(long = "sub-entry-size", default_value_t = 1)]
+    pub sub_entry_size: u32,
+    /// Where consumers start: first, last, next, an offset, or an ISO 8601 timestamp
+    /// (2026-11-29T12:00:00Z).
+    #[arg(short = 'o', long = "offset", default_value = "first", value_parser = parse_offset_spec)]
+    pub offset: warren_protocol::stream::OffsetSpec,
+    /// Outstanding (unconfirmed) messages per producer.
+    #[arg(short = 'c', long = "confirms", default_value_t = 10_000)]
+    pub confirms: u32,
+    /// Run duration in seconds (unlimited by default).
+    #[arg(short = 'z', long = "time")]
+    pub time_s: Option<u64>,
+    /// Messages per producer (0: no limit); not a stream-perf-test flag.
+    #[arg(short = 'C', long = "pmessages", default_value_t = 0)]
+    pub pmessages: u64,
+    /// Messages per consumer (0: no limit); not a stream-perf-test flag.
+    #[arg(short = 'D', long = "cmessages", default_value_t = 0)]
+    pub cmessages: u64,
+    /// -mlb: max-length-bytes of created streams (kb, mb, gb, tb: powers of 1000).
+    #[arg(long = "max-length-bytes", default_value = "20gb", value_parser = parse_byte_capacity)]
+    pub max_length_bytes: u64,
+    /// -smssb: stream-max-segment-size-bytes of created streams.
+    #[arg(
+        long = "stream-max-segment-size-bytes",
+        alias = "max-segment-size",
+        default_value = "500mb",
+        value_parser = parse_byte_capacity
+    )]
+    pub stream_max_segment_size_bytes: u64,
+    /// -ma: max-age of created streams, in RabbitMQ's form (7D, 12h, 30m, 10s).
+    #[arg(long = "max-age")]
+    pub max_age: Option<String>,
+    /// -ll: queue-leader-locator of created streams (client-local, balanced, least-leaders,
+    /// random).
+    #[arg(long = "leader-locator", value_parser = ["client-local", "balanced", "least-leaders", "random"])]
+    pub leader_locator: Option<String>,
+    /// -icr: chunks a consumer lets the broker send ahead; one more is granted per chunk read.
+    #[arg(long = "initial-credits", default_value_t = 10)]
+    pub initial_credits: u16,
+    /// Use streams that exist already; create none.
+    #[arg(short = 'p', long = "pre-declared")]
+    pub pre_declared: bool,
+    /// -ds: delete the streams at the end of the run.
+    #[arg(long = "delete-streams")]
+    pub delete_streams: bool,
+    /// Test ID (default test-HHMMSS-mmm).
+    #[arg(short = 'd', long = "id")]
+    pub id: Option<String>,
+    /// Sampling interval in seconds for the per-interval lines.
+    #[arg(short = 'i', long = "interval", default_value_t = 1)]
+    pub interval_s: u64,
+    /// Write the run's results (summary and per-interval samples) as JSON to this file.
+    #[arg(long = "json")]
+    pub json: Option<PathBuf>,
+    /// Only print the summary, not a line per interval.
+    #[arg(long = "quiet")]
+    pub quiet: bool,
+    #[arg(short = '?', long = "help", action = ArgAction::Help)]
+    help: Option<bool>,
+}
+
+/// Bytes of a body's timestamp: the least `--size` a stream run accepts.
+pub const STREAM_SIZE_MIN: usize = 8;
+/// Entries of one Publish frame, and messages of one sub-batch: the Java client's bounds.
+pub const STREAM_BATCH_MAX: u32 = 65_535;
+
+impl StreamCli {
+    pub fn uri_list(&self) -> Vec<String> {
+        self.uris
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect()
+    }
+
+    pub fn stream_list(&self) -> Vec<String> {
+        self.streams
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect()
+    }
+
+    /// The Create arguments, in RabbitMQ's names.
+    pub fn create_arguments(&self) -> Vec<(String, String)> {
+        let mut args = vec![
+            (
+                "max-length-bytes".to_string(),
+                self.max_length_bytes.to_string(),
+            ),
+            (
+                "stream-max-segment-size-bytes".to_string(),
+                self.stream_max_segment_size_bytes.to_string(),
+            ),
+        ];
+        if let Some(a) = &self.max_age {
+            args.push(("max-age".into(), a.clone()));
+        }
+        if let Some(l) = &self.leader_locator {
+            args.push(("queue-leader-locator".into(), l.clone()));
+        }
+        args
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.size < STREAM_SIZE_MIN || self.size > MESSAGE_SIZE_MAX {
+            return Err(format!(
+                "--size must be between {STREAM_SIZE_MIN} (the timestamp) and {MESSAGE_SIZE_MAX}, got {}",
+                self.size
+            ));
+        }
+        if !(self.rate.is_finite() && (self.rate >= 0.0 || self.rate == -1.0)) {
+            return Err(format!(
+                "--rate must be -1 (unlimited) or at least 0, got {}",
+                self.rate
+            ));
+        }
+        if self.batch_size == 0 || self.batch_size > STREAM_BATCH_MAX {
+            return Err(format!(
+                "--batch-size must be between 1 and {STREAM_BATCH_MAX}"
+            ));
+        }
+        if self.sub_entry_size == 0 || self.sub_entry_size > STREAM_BATCH_MAX {
+            return Err(format!(
+                "--sub-entry-size must be between 1 and {STREAM_BATCH_MAX}"
+            ));
+        }
+        if self.confirms == 0 || self.confirms as usize > CONFIRM_WINDOW_MAX {
+            return Err(format!(
+                "--confirms must be between 1 and {CONFIRM_WINDOW_MAX}"
+            ));
+        }
+        if self.confirms < self.sub_entry_size {
+            return Err("--confirms must be at least --sub-entry-size".into());
+        }
+        if self.initial_credits == 0 {
+            return Err("--initial-credits must be at least 1".into());
+        }
+        if self.producers + self.consumers > CONNECTIONS_MAX {
+            return Err(format!(
+                "--producers plus --consumers must be at most {CONNECTIONS_MAX}"
+            ));
+        }
+        if self.interval_s == 0 {
+            return Err("--interval must be at least 1 second".into());
+        }
+        if self.stream_list().is_empty() {
+            return Err("--streams must name at least one stream".into());
+        }
+        if self.uri_list().is_empty() {
+            return Err("--uris must name at least one broker".into());
+        }
+        for u in self.uri_list() {
+            crate::stream::client::StreamUri::parse(&u).map_err(|e| format!("--uris: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// stream-perf-test's byte capacities: a number with an optional kb, mb, gb or tb (powers of
+/// 1000, case-insensitive).
+pub fn parse_byte_capacity(s: &str) -> Result<u64, String> {
+    let lower = s.trim().to_ascii_lowercase();
+    let (digits, unit) = match lower.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => lower.split_at(i),
+        None => (lower.as_str(), ""),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("expected a size such as 20gb or 500mb, got {s:?}"))?;
+    let unit_bytes: u64 = match unit {
+        "" | "b" => 1,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ => {
+            return Err(format!(
+                "unknown unit {unit:?} in {s:?}: use kb, mb, gb or tb"
+            ))
+        }
+    };
+    n.checked_mul(unit_bytes)
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+/// stream-perf-test's --offset: first, last, next, an unsigned offset, or an ISO 8601 UTC
+/// timestamp (`2026-11-29T12:00:00Z`, fractions of a second allowed).
+pub fn parse_offset_spec(s: &str) -> Result<warren_protocol::stream::OffsetSpec, String> {
+    use warren_protocol::stream::OffsetSpec;
+    match s {
+        "first" => return Ok(OffsetSpec::First),
+        "last" => return Ok(OffsetSpec::Last),
+        "next" => return Ok(OffsetSpec::Next),
+        _ => {}
+    }
+    if let Ok(n) = s.parse::<u64>() {
+        return Ok(OffsetSpec::Offset(n));
+    }
+    parse_iso8601_utc_ms(s).map(OffsetSpec::Timestamp).ok_or_else(|| {
+        format!("expected first, last, next, an offset or a timestamp like 2026-11-29T12:00:00Z, got {s:?}")
+    })
+}
+
+/// Milliseconds since the epoch of `YYYY-MM-DDTHH:MM:SS[.fff]Z`.
+fn parse_iso8601_utc_ms(s: &str) -> Option<i64> {
+    let s = s.strip_suffix('Z')?;
+    let (date, time) = s.split_once('T')?;
+    let mut d = date.split('-');
+    let (y, mo, day): (i64, i64, i64) = (
+        d.next()?.parse().ok()?,
+        d.next()?.parse().ok()?,
+        d.next()?.parse().ok()?,
+    );
+    let (hms, frac) = match time.split_once('.') {
+        Some((h, f)) => (h, f),
+        None => (time, ""),
+    };
+    let mut t = hms.split(':');
+    let (h, mi, sec): (i64, i64, i64) = (
+        t.next()?.parse().ok()?,
+        t.next()?.parse().ok()?,
+        t.next()?.parse().ok()?,
+    );
+    if d.next().is_some()
+        || t.next().is_some()
+        || !(1..=12).contains(&mo)
+        || !(1..=31).contains(&day)
+        || h > 23
+        || mi > 59
+        || sec > 60
+    {
+        return None;
+    }
+    let ms_frac: i64 = if frac.is_empty() {
+        0
+    } else {
+        if !frac.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        format!("{:0<3}", &frac[..frac.len().min(3)]).parse().ok()?
+    };
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y_adj = if mo <= 2 { y - 1 } else { y };
+    let era = y_adj.div_euclid(400);
+    let yoe = y_adj - era * 400;
+    let mp = (mo + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 24 + h) * 60 + mi) * 60_000 + sec * 1000 + ms_frac)
 }

@@ -12,6 +12,7 @@
 //! - `cost`: the instances price table and the leaderboards.
 //! - `scale`: the queues x bindings ScalabilityTest (seed 002).
 //! - `persister`: fill a durable queue and drain it, counting disk bytes (seed 004).
+//! - `stream`: stream-perf-test over RabbitMQ's stream protocol: its client, chunks and run.
 //! - `charts`, `report`, `output`: PNG/SVG charts, the HTML report, JSON and CSV.
 //!
 //! A command flows: argv -> `cli::parse` -> a study -> `workload::run_workload` (one or many
@@ -29,6 +30,7 @@ pub mod rate_limiter;
 pub mod report;
 pub mod scale;
 pub mod stats;
+pub mod stream;
 pub mod sweep;
 pub mod workload;
 
@@ -41,7 +43,7 @@ use tokio::sync::watch;
 #[derive(clap::Args, Debug, Clone, Default)]
 #[command(disable_help_flag = true)]
 pub struct PerfArgs {
-    /// PerfTest flags, or a study: sweep, scale, persister, leaderboard. `-?` for help.
+    /// PerfTest flags, or a study: sweep, scale, persister, leaderboard, stream. `-?` for help.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
     pub argv: Vec<String>,
 }
@@ -83,6 +85,7 @@ pub fn run_command(command: PerfCommand) -> Result<()> {
             PerfCommand::Scale(s) => scale::run(&s, stop_rx).await.map(|_| ()),
             PerfCommand::Persister(p) => persister::run(&p, stop_rx).await.map(|_| ()),
             PerfCommand::Leaderboard(l) => cost::run_leaderboard(&l),
+            PerfCommand::Stream(s) => run_stream(&s, stop_rx).await,
         }
     })
 }
@@ -103,6 +106,25 @@ async fn run_perftest(w: &cli::WorkloadArgs, stop: watch::Receiver<bool>) -> Res
     }
     if let Some(p) = &w.csv {
         output::write_run_csv(p, &result)?;
+    }
+    if !result.errors.is_empty() {
+        bail!("the run stopped on errors: {}", result.errors.join("; "));
+    }
+    Ok(())
+}
+
+async fn run_stream(s: &cli::StreamCli, stop: watch::Receiver<bool>) -> Result<()> {
+    let progress = progress::for_duration(s.time_s.filter(|_| s.quiet), "stream run");
+    let print = |line: &str| println!("{line}");
+    let result = stream::run(s, stop, (!s.quiet).then_some(&print as &dyn Fn(&str))).await;
+    progress.finish();
+    let result = result?;
+    println!("test stopped ({})", result.stop_reason);
+    for line in result.summary_lines() {
+        println!("{line}");
+    }
+    if let Some(p) = &s.json {
+        output::write_text(p, &serde_json::to_string_pretty(&result)?)?;
     }
     if !result.errors.is_empty() {
         bail!("the run stopped on errors: {}", result.errors.join("; "));

@@ -365,8 +365,14 @@ pub async fn run_workload(
                 q
             }
         };
-        conn.consume(1, &queue, &format!("warren-perf-{i}"), args.autoack)
-            .await?;
+        conn.consume(
+            1,
+            &queue,
+            &format!("warren-perf-{i}"),
+            args.autoack,
+            &args.consumer_arguments(),
+        )
+        .await?;
         let cfg = ConsumerCfg {
             autoack: args.autoack,
             multi_ack_every: args.multi_ack_every as u64,

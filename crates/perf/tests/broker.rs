@@ -322,3 +322,61 @@ fn predeclared_uses_the_queues_that_exist_and_declares_what_is_missing() {
         r.stop_reason
     );
 }
+
+/// Streams over AMQP 0-9-1 with PerfTest's flags: a stream queue declared through -qa, read from
+/// an offset given through -ca (x-stream-offset) with a prefetch, as RabbitMQ requires.
+#[test]
+fn consumer_args_read_a_stream_queue_from_the_offset_given() {
+    let Some(uri) = broker_uri("consumer_args_read_a_stream_queue") else {
+        return;
+    };
+    let q = unique("stream");
+    let declare = format!("-f persistent -ad false -qa x-queue-type=stream --exchange= -u {q}");
+    let PerfCommand::Run(fill) = command(format!("-h {uri} {declare} -x 1 -y 0 -C 1000 -c 100"))
+    else {
+        panic!()
+    };
+    let r = rt()
+        .block_on(warren_perf::workload::run_workload(
+            &fill,
+            never_stop(),
+            None,
+        ))
+        .unwrap();
+    assert_eq!(
+        (r.totals.confirmed, r.totals.nacked),
+        (1000, 0),
+        "{:?}",
+        r.errors
+    );
+    for (offset, want) in [("first", 1000), ("400", 600)] {
+        let PerfCommand::Run(read) = command(format!(
+            "-h {uri} {declare} -p -x 0 -y 1 -q 100 -ca x-stream-offset={offset} -D {want} -z 20"
+        )) else {
+            panic!()
+        };
+        let r = rt()
+            .block_on(warren_perf::workload::run_workload(
+                &read,
+                never_stop(),
+                None,
+            ))
+            .unwrap();
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        assert_eq!(r.totals.received, want, "from {offset}: {}", r.stop_reason);
+    }
+    // Nothing past the end: a consumer from offset 1000 gets nothing in a second.
+    let PerfCommand::Run(past) = command(format!(
+        "-h {uri} {declare} -p -x 0 -y 1 -q 100 -ca x-stream-offset=1000 -z 1"
+    )) else {
+        panic!()
+    };
+    let r = rt()
+        .block_on(warren_perf::workload::run_workload(
+            &past,
+            never_stop(),
+            None,
+        ))
+        .unwrap();
+    assert_eq!(r.totals.received, 0);
+}

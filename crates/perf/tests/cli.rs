@@ -265,3 +265,103 @@ fn perf_args_pass_perftest_flags_through_an_outer_clap_parser() {
     let OuterCommand::Perf(args) = outer.command;
     assert_eq!(args.argv, argv("sweep --rates 1,2"));
 }
+
+fn stream_args(s: &str) -> warren_perf::cli::StreamCli {
+    match parse(&argv(s)) {
+        Ok(PerfCommand::Stream(a)) => a,
+        other => panic!("expected a stream command from {s:?}, got {other:?}"),
+    }
+}
+
+/// A stream-perf-test command line, its single-dash multi-letter options included, means what
+/// stream-perf-test means by it.
+#[test]
+fn stream_perf_test_command_parses_to_its_values() {
+    use warren_protocol::stream::OffsetSpec;
+    let a = stream_args(
+        "stream --uris rabbitmq-stream://u:p@10.0.0.1:5552/%2f,rabbitmq-stream://10.0.0.2 \
+         -x 3 -y 6 -st s1,s2 -s 1024 -r 5000 -bs 50 -ses 10 -o 2026-11-29T12:00:00.5Z -c 2000 \
+         -z 60 -mlb 10gb -smssb 250mb -ma 12h -ll least-leaders -icr 5 -ds",
+    );
+    assert_eq!(a.uri_list().len(), 2);
+    assert_eq!((a.producers, a.consumers), (3, 6));
+    assert_eq!(a.stream_list(), vec!["s1", "s2"]);
+    assert_eq!(
+        (a.size, a.rate, a.batch_size, a.sub_entry_size),
+        (1024, 5000.0, 50, 10)
+    );
+    assert_eq!(a.offset, OffsetSpec::Timestamp(1_795_953_600_500));
+    assert_eq!(
+        (a.confirms, a.time_s, a.initial_credits),
+        (2000, Some(60), 5)
+    );
+    assert_eq!(a.max_length_bytes, 10_000_000_000);
+    assert_eq!(a.stream_max_segment_size_bytes, 250_000_000);
+    assert!(a.delete_streams && !a.pre_declared);
+    assert_eq!(
+        a.create_arguments(),
+        vec![
+            ("max-length-bytes".to_string(), "10000000000".to_string()),
+            ("stream-max-segment-size-bytes".into(), "250000000".into()),
+            ("max-age".into(), "12h".into()),
+            ("queue-leader-locator".into(), "least-leaders".into()),
+        ]
+    );
+    // stream-perf-test's defaults.
+    let d = stream_args("stream");
+    assert_eq!(d.uri_list(), vec!["rabbitmq-stream://localhost:5552"]);
+    assert_eq!(
+        (d.producers, d.consumers, d.size, d.confirms),
+        (1, 1, 10, 10_000)
+    );
+    assert_eq!((d.batch_size, d.sub_entry_size, d.rate), (100, 1, -1.0));
+    assert_eq!(d.offset, OffsetSpec::First);
+    assert_eq!(d.max_length_bytes, 20_000_000_000);
+    for (flag, want) in [
+        ("first", OffsetSpec::First),
+        ("last", OffsetSpec::Last),
+        ("next", OffsetSpec::Next),
+        ("42", OffsetSpec::Offset(42)),
+        ("1970-01-02T00:00:00Z", OffsetSpec::Timestamp(86_400_000)),
+    ] {
+        assert_eq!(stream_args(&format!("stream -o {flag}")).offset, want);
+    }
+}
+
+#[test]
+fn bad_stream_flags_are_refused_naming_the_flag() {
+    for (line, names) in [
+        ("stream -s 7", "--size"),
+        ("stream -bs 0", "--batch-size"),
+        ("stream -ses 70000", "--sub-entry-size"),
+        ("stream -c 0", "--confirms"),
+        ("stream -r -2", "--rate"),
+        ("stream -o yesterday", "--offset"),
+        ("stream -o 2026-13-01T00:00:00Z", "--offset"),
+        ("stream -mlb 10zb", "--max-length-bytes"),
+        ("stream --uris amqp://localhost", "--uris"),
+        ("stream -st ,", "--streams"),
+        ("stream -ll nearest", "--leader-locator"),
+    ] {
+        let e = parse(&argv(line)).expect_err(line);
+        assert_eq!(e.exit_code(), 2, "{line}");
+        assert!(e.to_string().contains(names), "{line}: {e}");
+    }
+}
+
+/// PerfTest's -ca: consumer arguments, integers as integers, as -qa.
+#[test]
+fn consumer_args_reach_basic_consume_as_perftest_sends_them() {
+    let w = run_args("-u s -ca x-stream-offset=first,x-priority=10 -qa x-queue-type=stream");
+    assert_eq!(
+        w.consumer_arguments(),
+        vec![
+            (
+                "x-stream-offset".to_string(),
+                FieldValue::Str("first".into())
+            ),
+            ("x-priority".to_string(), FieldValue::Long(10)),
+        ]
+    );
+    assert!(run_args("-u s").consumer_arguments().is_empty());
+}

@@ -39,6 +39,7 @@ pub mod peers;
 pub mod queue_stats;
 pub mod queues;
 pub mod storage;
+pub mod stream_protocol;
 pub mod tls;
 pub mod topology;
 
@@ -93,6 +94,10 @@ pub struct Shared {
     /// The streams' logs and writers, and their consumers' readers.
     pub streams: queues::stream::Streams,
     pub streams_consumers: queues::stream::Consumers,
+    /// The stream protocol's connections, publishers and consumers, for listings.
+    pub stream_connections: stream_protocol::Registry,
+    /// Single active consumer groups of the stream protocol.
+    pub stream_groups: stream_protocol::Groups,
 }
 
 impl Shared {
@@ -130,6 +135,8 @@ impl Shared {
             maintenance,
             streams: queues::stream::Streams::new(stream_dir),
             streams_consumers: Default::default(),
+            stream_connections: Default::default(),
+            stream_groups: Default::default(),
         })
     }
 
@@ -193,6 +200,9 @@ pub struct Listeners {
     /// The management API over HTTP and HTTPS, when configured.
     pub management: Option<TcpListener>,
     pub management_tls: Option<TcpListener>,
+    /// RabbitMQ's stream protocol, plain and over TLS, when configured.
+    pub stream: Option<TcpListener>,
+    pub stream_tls: Option<TcpListener>,
 }
 
 /// Loads the certificates and binds the listeners, the management API's included; separate
@@ -217,7 +227,10 @@ pub async fn bind(config: &ServerConfig) -> Result<Listeners, String> {
         (Some(a), Some(_)) => Some(bind_management(a, "HTTPS ")?),
         _ => None,
     };
+    let (stream, stream_tls) = stream_protocol::bind(config)?;
     Ok(Listeners {
+        stream,
+        stream_tls,
         amqp,
         amqps: listen(config.tls.listen).await?,
         tls,
@@ -390,6 +403,8 @@ pub async fn serve(
         quorum: Default::default(),
         streams,
         streams_consumers: Default::default(),
+        stream_connections: Default::default(),
+        stream_groups: Default::default(),
     });
     peers::install(&shared);
     queues::stream::open_all(&shared);
@@ -431,6 +446,17 @@ pub async fn serve(
     }
     if let (Some(l), Some(tls)) = (listeners.management_tls.take(), &shared.tls) {
         tls::https::start(l, tls.clone(), shared.clone());
+    }
+    for (listener, tls) in [
+        (listeners.stream.take(), false),
+        (listeners.stream_tls.take(), true),
+    ] {
+        if let Some(l) = listener {
+            if let Some(addr) = stream_protocol::describe(&l) {
+                tracing::info!(listen = %addr, tls, "stream protocol listener started");
+            }
+            tokio::spawn(stream_protocol::accept(l, tls, shared.clone()));
+        }
     }
     // Maintenance mode (`maintenance`): the client listeners closed while on, bound again by
     // revive and taken up here.

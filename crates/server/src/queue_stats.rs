@@ -24,6 +24,8 @@ pub struct QueueView {
     pub running: bool,
     /// A quorum queue's leader as a member reported it (None: ask this node's own group).
     pub leader: Option<String>,
+    /// A stream's log, when it is open on this node.
+    pub stream: Option<crate::queues::stream::Figures>,
 }
 
 /// The figures of the queues this node hosts and of the quorum queues it holds a replica of
@@ -44,6 +46,8 @@ pub fn hosted_here(shared: &Shared, vhost: Option<&str>) -> Vec<QueueCounts> {
             if q.node.as_deref().is_some_and(|n| n != me) {
                 continue;
             }
+            let mut q = q;
+            stream_figures(shared, &mut q);
             out.push(QueueCounts {
                 vhost: name.clone(),
                 name: q.name,
@@ -80,11 +84,13 @@ pub async fn queue_views(shared: &Shared, vhost: Option<&str>) -> Vec<QueueView>
                 set_counts(&mut info, &c);
                 known.insert((name.clone(), info.name.clone()));
             }
+            let stream = stream_figures(shared, &mut info);
             views.push(QueueView {
                 vhost: name.clone(),
                 info,
                 running: true,
                 leader: None,
+                stream,
             });
         }
     }
@@ -187,6 +193,21 @@ pub(crate) fn replica_counts(shared: &Shared, vhost: &str, q: &QueueInfo) -> Opt
     let mut counts = shared.quorum.replica(group)?.counts(vhost, &q.name);
     counts.leader = shared.cluster.as_ref().and_then(|c| c.queue_leader(log));
     Some(counts)
+}
+
+/// A stream's figures from its log, which alone holds its messages: `messages_ready` (all
+/// of them, as RabbitMQ counts a stream's) and their bytes set in `info`.
+pub(crate) fn stream_figures(
+    shared: &Shared,
+    info: &mut QueueInfo,
+) -> Option<crate::queues::stream::Figures> {
+    if info.queue_type != "stream" {
+        return None;
+    }
+    let f = crate::queues::stream::figures_of(shared, info.log_id?)?;
+    info.messages_ready = f.messages;
+    info.message_bytes_ready = f.bytes;
+    Some(f)
 }
 
 pub(crate) fn set_counts(info: &mut QueueInfo, c: &QueueCounts) {

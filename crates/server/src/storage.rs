@@ -1,5 +1,6 @@
 //! What a vhost's changes write to disk: durable topology to the metadata journal, and
-//! messages to the storage engine ([`apply_store_ops`], [`recover_messages`]); [`MetaGuard`], a
+//! messages to the storage engine ([`apply_store_ops`], called by [`crate::queues::effects`],
+//! and [`recover_messages`]); [`MetaGuard`], a
 //! locked vhost that writes both (and sends its work for other nodes) when released.
 //!
 //! Durable topology on disk: changes a command made to durable entities are appended to the
@@ -11,6 +12,7 @@
 //! only the journal's own lock, which keeps appends out while it runs.
 
 use crate::Shared;
+use std::sync::Arc;
 use warren_broker::backlog::PayloadSource;
 use warren_broker::broker::Broker;
 use warren_broker::definitions::MetaRecord;
@@ -77,7 +79,7 @@ pub fn persist(shared: &Shared, vhost: &mut VHost) -> Result<(), AmqpError> {
 
 /// Time-driven work: TTL expiry and x-expires in every vhost (persisting queue deletions),
 /// then journal compaction when it has grown.
-pub fn tick(shared: &Shared) {
+pub fn tick(shared: &Arc<Shared>) {
     let now = shared.broker.now_ms();
     for (_, v) in shared.broker.vhosts() {
         // Persists deleted queues and carries out releases and dead-letter appends on drop.
@@ -146,7 +148,7 @@ pub fn recover(dir: &std::path::Path, broker: &Broker) -> Result<Journal, String
 /// the caller's next statement can reply to the client.
 pub struct MetaGuard<'a> {
     pub vhost: std::sync::MutexGuard<'a, VHost>,
-    pub shared: &'a Shared,
+    pub shared: &'a Arc<Shared>,
 }
 
 impl std::ops::Deref for MetaGuard<'_> {
@@ -176,22 +178,14 @@ impl MetaGuard<'_> {
 
 impl Drop for MetaGuard<'_> {
     fn drop(&mut self) {
-        if let Some(cluster) = &self.shared.cluster {
-            // Queues this node deleted on its own go from every node (in the background: no
-            // client waits on an auto-delete, an expiry or a closed owner).
-            for (name, conn) in self.vhost.take_self_deleted() {
-                let cluster = cluster.clone();
-                let command = warren_broker::command::Command::QueueDelete {
-                    vhost: self.vhost.name.clone(),
-                    conn,
-                    name,
-                };
-                tokio::spawn(async move {
-                    if let Err(e) = cluster.execute(command).await {
-                        tracing::warn!(error = %e.text, "queue not deleted cluster-wide");
-                    }
-                });
-            }
+        // A policy change's new stream retention reaches the streams' writers here, whatever
+        // path changed the policy (API, definitions import, the cluster's log).
+        for (log, config) in self.vhost.take_reconfigured_streams() {
+            self.shared.streams.reconfigure(log, &config);
+        }
+        let deleted = self.vhost.take_self_deleted();
+        if !deleted.is_empty() {
+            crate::topology::deleted_here(self.shared, &self.vhost.name, deleted);
         }
         if let Err(e) = settle(self.shared, &mut self.vhost) {
             tracing::error!(error = %e.text, "durable topology change not persisted");
@@ -209,17 +203,8 @@ pub fn settle(shared: &Shared, vhost: &mut VHost) -> Result<(), AmqpError> {
     } else {
         Ok(())
     };
-    if vhost.has_store_ops() {
-        let ops = vhost.take_store_ops();
-        let _ = apply_store_ops(shared, ops);
-        vhost.page_out();
-    }
-    if vhost.has_remote() {
-        // Acks of relayed deliveries, dead letters for queues on other nodes.
-        let effects = vhost.take_remote();
-        let name = vhost.name.clone();
-        let _ = crate::peers::carry_out(shared, &name, effects);
-    }
+    // Acks of relayed deliveries, dead letters for queues on other nodes.
+    crate::queues::effects::carry_out(shared, vhost, None);
     journaled
 }
 

@@ -5,6 +5,7 @@ mod access;
 mod health;
 mod listings;
 mod queues;
+mod streams;
 mod upgrade;
 
 use base64::Engine;
@@ -164,6 +165,9 @@ enum CtlCommand {
     /// rabbitmq-queues' quorum queue commands.
     #[command(flatten)]
     Queues(queues::QueuesCommand),
+    /// rabbitmq-streams' super stream commands.
+    #[command(flatten)]
+    Streams(streams::StreamsCommand),
     /// Listings with info items, and queue and connection operations.
     #[command(flatten)]
     Listings(listings::ListingsCommand),
@@ -477,6 +481,7 @@ fn run_command(ep: Endpoint, command: CtlCommand) -> Result<(), String> {
     match command {
         CtlCommand::Access(command) => access::run(&ep, command)?,
         CtlCommand::Queues(command) => queues::run(&ep, command)?,
+        CtlCommand::Streams(command) => streams::run(&ep, command)?,
         CtlCommand::Listings(command) => listings::run(&ep, command)?,
         CtlCommand::Health(command) => health::run(&ep, command)?,
         CtlCommand::Upgrade(_) | CtlCommand::ForceBoot { .. } => {

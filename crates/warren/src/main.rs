@@ -40,7 +40,8 @@ struct ServerArgs {
     /// wal_file_bytes_max, adopt_live_percent_min, wal_commit_window_us, worker_threads,
     /// heartbeat_s, channel_max, frame_max_bytes, message_bytes_max,
     /// memory_high_watermark_bytes, disk_free_limit_bytes, message_memory_bytes, management_listen, auth_mechanisms, handshake_timeout_ms,
-    /// connection_max, load_definitions, default_user, default_pass, loopback_users, and a
+    /// connection_max, load_definitions, default_user, default_pass, loopback_users,
+    /// stream_listen, stream_tls_listen, stream_advertised_host, stream_advertised_port, and a
     /// [tls] table: listen, cert, key, ca, verify_peer, fail_if_no_peer_cert, versions,
     /// cert_login_from, management_listen, management_cert, management_key, cluster,
     /// cluster_cert, cluster_key, cluster_ca; see docs/tls.md).
@@ -89,6 +90,22 @@ struct ServerArgs {
     /// are accepted (RabbitMQ's connection_max) [default: no limit].
     #[arg(long, env = "WARREN_CONNECTION_MAX")]
     connection_max: Option<u64>,
+    /// Address to accept RabbitMQ's stream protocol on (5552 by convention), or "none"
+    /// [default: none]: see docs/streams.md.
+    #[arg(long, env = "WARREN_STREAM_LISTEN")]
+    stream_listen: Option<String>,
+    /// Address to accept the stream protocol over TLS on (5551 by convention), with the
+    /// --tls-* certificate and peer verification [default: none].
+    #[arg(long, env = "WARREN_STREAM_TLS_LISTEN")]
+    stream_tls_listen: Option<String>,
+    /// The host stream clients are told to connect to, in metadata and the open response
+    /// (RabbitMQ's stream.advertised_host) [default: the stream listener's address].
+    #[arg(long, env = "WARREN_STREAM_ADVERTISED_HOST")]
+    stream_advertised_host: Option<String>,
+    /// The port stream clients are told to connect to (stream.advertised_port) [default: the
+    /// stream listener's port].
+    #[arg(long, env = "WARREN_STREAM_ADVERTISED_PORT")]
+    stream_advertised_port: Option<u16>,
     /// Where the management API is served over HTTPS [default: none].
     #[arg(long, env = "WARREN_MANAGEMENT_TLS_LISTEN")]
     management_tls_listen: Option<String>,
@@ -252,6 +269,20 @@ impl ServerArgs {
         }
         if let Some(v) = &self.tls_listen {
             c.tls.listen = parse_address_or_none(v).map_err(|e| format!("--tls-listen {e}"))?;
+        }
+        if let Some(v) = &self.stream_listen {
+            c.stream_listen =
+                parse_address_or_none(v).map_err(|e| format!("--stream-listen {e}"))?;
+        }
+        if let Some(v) = &self.stream_tls_listen {
+            c.stream_tls_listen =
+                parse_address_or_none(v).map_err(|e| format!("--stream-tls-listen {e}"))?;
+        }
+        if let Some(v) = &self.stream_advertised_host {
+            c.stream_advertised_host = Some(v.clone());
+        }
+        if let Some(v) = self.stream_advertised_port {
+            c.stream_advertised_port = Some(v);
         }
         if let Some(v) = &self.tls_cert {
             c.tls.cert = Some(v.clone());

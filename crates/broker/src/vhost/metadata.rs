@@ -401,6 +401,7 @@ impl VHost {
 
     /// Every queue with its counters, for the management API and metrics.
     pub fn queue_infos(&self) -> Vec<QueueInfo> {
+        let stream_consumers = self.stream_consumer_counts();
         let mut v: Vec<QueueInfo> = self
             .queues
             .values()
@@ -415,7 +416,8 @@ impl VHost {
                 messages_unacknowledged: q.unacked as u64,
                 message_bytes_ready: q.backlog.bytes() as u64,
                 messages_paged_out: q.backlog.paged_out() as u64,
-                consumers: q.consumers.len() as u64,
+                consumers: q.consumers.len() as u64
+                    + stream_consumers.get(&q.id).copied().unwrap_or(0),
                 node: q.home_node.clone(),
                 stats: q.stats,
                 members: q.members.clone(),

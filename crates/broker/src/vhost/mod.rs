@@ -202,6 +202,9 @@ pub struct VHost {
     policies: crate::policy::Policies,
     /// Queues a policy change may have left over a length limit, to trim.
     limits_due: Vec<QueueId>,
+    /// Streams whose effective retention or segment size a policy change moved, for the
+    /// server to hand their writers ([`VHost::take_reconfigured_streams`]).
+    streams_reconfigured: Vec<(u64, crate::stream_args::StreamConfig)>,
     /// The vhost's limits (`max-connections`, `max-queues`); see [`crate::limits`].
     limits: crate::limits::LimitMap,
 }
@@ -255,6 +258,7 @@ impl VHost {
             stand_ins: 0,
             policies: crate::policy::Policies::default(),
             limits_due: Vec::new(),
+            streams_reconfigured: Vec::new(),
             limits: Default::default(),
         };
         for (n, kind, internal) in STANDARD_EXCHANGES {

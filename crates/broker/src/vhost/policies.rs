@@ -92,6 +92,11 @@ impl VHost {
                 continue;
             }
             let old = std::mem::replace(&mut q.config, config);
+            if old.stream != q.config.stream {
+                if let Some((log, stream)) = super::stream::stream_config(q) {
+                    self.streams_reconfigured.push((log, stream));
+                }
+            }
             if old.expires_ms != q.config.expires_ms {
                 // rabbit_amqqueue_process re-arms the expiry timer from now.
                 q.last_used_ms = now_ms;
@@ -181,6 +186,13 @@ impl VHost {
             }
         }
         out
+    }
+
+    /// The streams a policy change gave a new retention or segment size since the last call,
+    /// with their effective configuration: their logs apply it from now on, as RabbitMQ's
+    /// stream coordinator applies a policy to a running stream.
+    pub fn take_reconfigured_streams(&mut self) -> Vec<(u64, crate::stream_args::StreamConfig)> {
+        std::mem::take(&mut self.streams_reconfigured)
     }
 
     /// Whether a policy change left queues to trim (see [`VHost::enforce_limits`]).

@@ -38,6 +38,37 @@ impl VHost {
             .collect()
     }
 
+    /// Consumers of each stream: they are known to their channels only (a stream has no
+    /// dispatch of its own), so they are counted there, one pass over the vhost's consumers.
+    pub(super) fn stream_consumer_counts(&self) -> HashMap<QueueId, u64> {
+        let mut counts = HashMap::new();
+        for ch in self.channels.values() {
+            for qid in ch.consumers.values() {
+                if self
+                    .queues
+                    .get(qid)
+                    .is_some_and(|q| q.config.queue_type == QueueType::Stream)
+                {
+                    *counts.entry(*qid).or_insert(0) += 1;
+                }
+            }
+        }
+        counts
+    }
+
+    /// The consumers of stream `queue` (0 when there is none of that name), for a passive
+    /// declare's answer.
+    pub fn stream_consumer_count(&self, queue: &str) -> u64 {
+        let Some(qid) = self.queues_by_name.get(queue) else {
+            return 0;
+        };
+        self.channels
+            .values()
+            .flat_map(|ch| ch.consumers.values())
+            .filter(|q| *q == qid)
+            .count() as u64
+    }
+
     /// The stream log a channel's consumer reads, when it is a stream consumer.
     pub fn stream_consumer_log(&self, key: ChannelKey, tag: &str) -> Option<u64> {
         let qid = self.channels.get(&key)?.consumers.get(tag.as_bytes())?;
@@ -73,6 +104,13 @@ impl VHost {
             return Err(AmqpError::not_implemented(format!(
                 "automatic acknowledgement not supported by stream queues queue '{queue}' in \
                  vhost '{vhost}'"
+            )));
+        }
+        // A channel-wide prefetch (basic.qos global=true) cannot be a stream consumer's
+        // credit: RabbitMQ 3.10 closes the connection, after the two checks above.
+        if self.channels[&key].channel_prefetch > 0 {
+            return Err(AmqpError::not_implemented(format!(
+                "queue '{queue}' in vhost '{vhost}' does not support global qos"
             )));
         }
         let start = StartOffset::from_argument(

@@ -369,8 +369,9 @@ impl Connection {
         queue: &str,
         tag: &str,
         no_ack: bool,
+        arguments: &[(String, FieldValue)],
     ) -> Result<()> {
-        wire::basic_consume(&mut self.wbuf, channel, queue, tag, no_ack);
+        wire::basic_consume(&mut self.wbuf, channel, queue, tag, no_ack, arguments);
         self.call(channel, method::BASIC_CONSUME_OK)
             .await
             .with_context(|| format!("consuming from queue {queue:?}"))

@@ -370,7 +370,14 @@ pub fn basic_qos(buf: &mut BytesMut, channel: u16, prefetch_count: u16, global: 
     );
 }
 
-pub fn basic_consume(buf: &mut BytesMut, channel: u16, queue_name: &str, tag: &str, no_ack: bool) {
+pub fn basic_consume(
+    buf: &mut BytesMut,
+    channel: u16,
+    queue_name: &str,
+    tag: &str,
+    no_ack: bool,
+    arguments: &[(String, FieldValue)],
+) {
     control(
         buf,
         channel,
@@ -381,7 +388,7 @@ pub fn basic_consume(buf: &mut BytesMut, channel: u16, queue_name: &str, tag: &s
             no_ack,
             exclusive: false,
             nowait: false,
-            arguments: FieldTable::default(),
+            arguments: field_table(arguments),
         })),
     );
 }

@@ -317,26 +317,16 @@ impl Connection {
             let mut v = self.vhost.lock().expect("vhost lock");
             let outcome = v.publish(key, exchange, message, props, now);
             // Appends go to the engine under the vhost lock, so each log gets them in order.
-            let ops = v.take_store_ops();
-            let mut stored = crate::storage::apply_store_ops(&self.shared, ops);
-            v.page_out();
-            if v.has_remote() {
-                // Bound for queues on other nodes: confirmed once they have it. Publishes to
-                // quorum queues are numbered even without confirms, so that flow control
-                // bounds what the channel has in the groups' pipelines.
-                let effects = v.take_remote();
-                let carried =
-                    crate::peers::carry_out_for(&self.shared, &self.vhost_name, effects, Some(key));
-                if let Some(tx) = &mut self.tx_waits {
-                    tx.extend(carried.waits.iter().copied());
-                }
-                match &mut stored {
-                    Ok(waits) if !carried.failed => waits.extend(carried.waits),
-                    _ => stored = Err(crate::storage::NotStored),
-                }
-                self.held_by_peer = self.held_by_peer.or(carried.congested);
+            // Publishes to quorum queues are numbered even without confirms, so that flow
+            // control bounds what the channel has in the groups' pipelines.
+            let carried = crate::queues::effects::carry_out(&self.shared, &mut v, Some(key));
+            // Bound for queues elsewhere: confirmed (and a transaction committed) once they
+            // have it.
+            if let Some(tx) = &mut self.tx_waits {
+                tx.extend(carried.sent.waits.iter().copied());
             }
-            (outcome, stored)
+            self.held_by_peer = self.held_by_peer.or(carried.sent.congested);
+            (outcome, carried.waits())
         };
         if let Ok(appended) = &stored {
             self.flow.handed(appended, message_bytes);

@@ -142,7 +142,11 @@ async fn next_connection_method<R: AsyncRead + Unpin>(
 /// RabbitMQ offers it.
 /// Whether `user` is held to loopback (RabbitMQ's `loopback_users`) and `ip` is not one: an
 /// IPv4-mapped IPv6 peer (a dual-stack listener) counts by its IPv4 address.
-fn loopback_refused(loopback_users: &[String], user: &str, ip: std::net::IpAddr) -> bool {
+pub(crate) fn loopback_refused(
+    loopback_users: &[String],
+    user: &str,
+    ip: std::net::IpAddr,
+) -> bool {
     let loopback = match ip {
         std::net::IpAddr::V6(v6) => v6
             .to_ipv4_mapped()
@@ -169,7 +173,7 @@ fn auth_failed(shared: &Shared, peer: SocketAddr, mechanism: &str, user: &str, w
     tracing::warn!(%peer, %user, %mechanism, "login refused: {why}");
 }
 
-fn credentials(mechanism: &str, response: &[u8]) -> Result<(String, String), AmqpError> {
+pub(crate) fn credentials(mechanism: &str, response: &[u8]) -> Result<(String, String), AmqpError> {
     match mechanism {
         "PLAIN" => {
             let mut parts = response.split(|b| *b == 0);

@@ -1,8 +1,10 @@
 //! The AMQP 0-9-1 front end: everything between a client's socket and the queues it reaches.
 //!
 //! The map:
-//! - [`connection`]: one client: the frame loop, content assembly, closing; `handshake`: its
-//!   opening, up to connection.open-ok (SASL, tuning, the vhost and its permissions).
+//! - [`connection`]: one client: the frame loop, closing; `frames`: each frame checked against
+//!   what is expected next, methods decoded and dispatched, content assembled into a publish;
+//!   `handshake`: its opening, up to connection.open-ok (SASL, tuning, the vhost and its
+//!   permissions).
 //! - [`channel`]: what each method on an open channel does: decoding, permission checks and
 //!   RabbitMQ's reply codes, then one call to the queue's [`crate::queues`] implementation or
 //!   to the vhost.
@@ -16,7 +18,7 @@
 //! - [`writer`]: drains a connection's outbox into its socket, sends heartbeats.
 //!
 //! A publish flows: socket -> `connection` (frames, content) -> `channel` (permissions, route
-//! through the vhost, storage through [`crate::storage`], forwards through [`crate::peers`]) ->
+//! through the vhost, its appends, forwards and proposals by [`crate::queues::effects`]) ->
 //! `confirms` once [`crate::durability`] says it is stored -> the outbox -> `writer` -> socket.
 //! A delivery is written by whoever produced it (the vhost's dispatch, a peer's relay, a quorum
 //! queue's replica) into the consumer's connection outbox, drained by its `writer`.
@@ -26,7 +28,8 @@ pub mod channel;
 mod confirms;
 pub mod connection;
 pub mod flow;
-mod handshake;
+mod frames;
+pub(crate) mod handshake;
 pub mod registry;
 pub mod transactions;
 pub mod writer;

@@ -3,41 +3,27 @@
 //! `warren ctl set_vhost_limits`, `set_user_limits`, `set_topic_permissions` and their `clear_`
 //! and `list_` siblings use.
 //!
-//! A change is a [`MetaRecord`]: on a single node applied and journalled under one lock (so
-//! the journal keeps the order of the changes), in a cluster replicated like permissions. A
+//! A change is a [`MetaRecord`] made by the node's topology path like a permission (see
+//! [`super::change_meta`]). A
 //! limit's PUT and DELETE rewrite the whole set of that vhost or user, as RabbitMQ does (its
 //! limits are one runtime parameter).
 
-use super::{auth, error, not_found, refuse_if_failed, replicate, Api, Shared};
+use super::{auth, error, not_found, refuse_if_failed, Api, Shared};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
-use std::sync::Mutex;
+use std::sync::Arc;
 use warren_broker::definitions::MetaRecord;
 use warren_broker::limits::{self, LimitMap, Scope};
 
-/// Held across a single node's apply and journal append, so concurrent changes reach the
-/// journal in the order they were made.
-static CHANGES: Mutex<()> = Mutex::new(());
-
-/// Applies `record` (replicated in a cluster) and answers `status`.
-async fn change(s: &Shared, record: MetaRecord, status: StatusCode) -> Response {
+/// Applies `record` by the node's topology path and answers `status`.
+async fn change(s: &Arc<Shared>, record: MetaRecord, status: StatusCode) -> Response {
     if let Err(r) = refuse_if_failed(s) {
         return r;
     }
-    if s.cluster.is_some() {
-        return replicate(s, record, status).await;
-    }
-    let _order = CHANGES.lock().expect("changes lock");
-    if let Err(e) = s.broker.apply(record.clone()) {
-        return error(StatusCode::BAD_REQUEST, &e);
-    }
-    match crate::storage::append(s, vec![record]) {
-        Ok(()) => status.into_response(),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.text),
-    }
+    super::change(s, record, status).await
 }
 
 /// RabbitMQ's 400 for a body without `key`.

@@ -15,7 +15,8 @@
 //!   limits, topic permissions), [`queues`], [`queue_members`] (a quorum queue's members,
 //!   warren's own paths), [`exchanges`], [`bindings`], [`connections`] (connections,
 //!   channels, consumers; [`clients`] gathers them from every node), [`settings`] (alarm
-//!   limits, certificate reloads), [`metrics`] (RabbitMQ's Prometheus names, read from
+//!   limits, certificate reloads), [`maintenance`] (`warren ctl drain` / `revive`),
+//!   [`faults`] (test-only fault injection), [`metrics`] (RabbitMQ's Prometheus names, read from
 //!   [`node_stats`]' snapshot); [`paging`]:
 //!   `?page=..&name=..` of listings; [`ui`]: the web UI at `/`;
 //!   [`stats`]: `message_stats` counts and rates.
@@ -39,7 +40,9 @@ pub(crate) mod bindings;
 mod clients;
 mod connections;
 mod exchanges;
+mod faults;
 mod health;
+mod maintenance;
 mod metrics;
 pub mod node_stats;
 mod nodes;
@@ -51,6 +54,7 @@ mod queues;
 pub(crate) mod session;
 mod settings;
 pub mod stats;
+mod stream_clients;
 mod ui;
 mod users;
 mod vhosts;
@@ -214,6 +218,27 @@ pub fn router(shared: Arc<Shared>) -> Router {
             "/api/connections/{name}/channels",
             get(connections::list_connection_channels),
         )
+        .route(
+            "/api/stream/connections",
+            get(stream_clients::list_connections),
+        )
+        .route(
+            "/api/stream/connections/{vhost}",
+            get(stream_clients::list_vhost_connections),
+        )
+        .route(
+            "/api/stream/publishers",
+            get(stream_clients::list_publishers),
+        )
+        .route(
+            "/api/stream/publishers/{vhost}",
+            get(stream_clients::list_vhost_publishers),
+        )
+        .route("/api/stream/consumers", get(stream_clients::list_consumers))
+        .route(
+            "/api/stream/consumers/{vhost}",
+            get(stream_clients::list_vhost_consumers),
+        )
         .route("/api/channels", get(connections::list_channels))
         .route("/api/channels/{name}", get(connections::get_channel))
         .route("/api/consumers", get(connections::list_consumers))
@@ -275,10 +300,10 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/metrics/detailed", get(metrics::metrics_detailed));
     router = router
         .merge(crate::cluster_admin::routes())
-        .merge(crate::node::maintenance::routes())
+        .merge(maintenance::routes())
         .merge(ui::routes());
     if shared.config.fault_injection.is_some() {
-        router = router.merge(crate::node::fault_injection::routes());
+        router = router.merge(faults::routes());
     }
     router.with_state(shared)
 }
@@ -523,18 +548,37 @@ fn refuse_if_failed(s: &Shared) -> Result<(), Response> {
         .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, &e.text))
 }
 
-/// In a cluster, a user, vhost or permission change is replicated and applied on every node
-/// (this one included) rather than made here alone; `status` answers it once a majority has it.
-async fn replicate(s: &Shared, record: MetaRecord, status: StatusCode) -> Response {
-    let cluster = s.cluster.as_ref().expect("replicated in a cluster only");
-    match cluster
-        .execute(warren_broker::command::Command::Meta { record })
+/// A user, vhost, grant, policy or limit changed by the node's one topology path: journalled
+/// here on a single node, replicated and applied on every node in a cluster. A refusal is 400
+/// when applying the record refused it, 503 when a cluster could not commit it (a majority
+/// may yet), 500 when this node could not write it.
+pub(crate) async fn change_meta(
+    s: &Arc<Shared>,
+    record: MetaRecord,
+) -> Result<(), (StatusCode, String)> {
+    use warren_protocol::constants::{NOT_FOUND, PRECONDITION_FAILED};
+    let topology = crate::topology::of(s);
+    match topology
+        .change(warren_broker::command::Command::Meta { record })
         .await
     {
-        Ok(_) => {
-            crate::peers::applied_everywhere(cluster).await;
-            status.into_response()
+        Ok(_) => Ok(()),
+        // A refused record is answered with the broker's reason alone, as before it was a
+        // command.
+        Err(e) if e.code == PRECONDITION_FAILED => {
+            let why = e.text.split_once(" - ").map_or(&*e.text, |(_, why)| why);
+            Err((StatusCode::BAD_REQUEST, why.to_string()))
         }
-        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, &e.text),
+        Err(e) if e.code == NOT_FOUND => Err((StatusCode::NOT_FOUND, e.text)),
+        Err(e) if topology.is_replicated() => Err((StatusCode::SERVICE_UNAVAILABLE, e.text)),
+        Err(e) => Err((StatusCode::INTERNAL_SERVER_ERROR, e.text)),
+    }
+}
+
+/// [`change_meta`], answered `status` once it is made.
+async fn change(s: &Arc<Shared>, record: MetaRecord, status: StatusCode) -> Response {
+    match change_meta(s, record).await {
+        Ok(()) => status.into_response(),
+        Err((code, why)) => error(code, &why),
     }
 }

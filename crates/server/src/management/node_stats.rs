@@ -179,6 +179,7 @@ fn collect(shared: &Shared) -> NodeStats {
             if let Some(c) = crate::queue_stats::replica_counts(shared, &vhost, &info) {
                 crate::queue_stats::set_counts(&mut info, &c);
             }
+            crate::queue_stats::stream_figures(shared, &mut info);
             out.queues.push(QueueFigures {
                 vhost: vhost.clone(),
                 queue_type: queue_type_label(info.queue_type),

@@ -3,18 +3,18 @@
 //! `rabbit_mgmt_wm_operator_policy`), with its status codes and refusal texts.
 //!
 //! Policies are for policymakers and administrators, operator policies for administrators.
-//! A change is journalled under the vhost's lock (single node) or replicated as a metadata
-//! record and applied on every node (cluster), then the vhost trims the queues whose lowered
-//! length limits they now exceed, before the answer goes out.
+//! A change is a metadata record made by the node's topology path (journalled on a single
+//! node, replicated and applied on every node in a cluster), then the vhost trims the queues
+//! whose lowered length limits they now exceed, before the answer goes out.
 
 use super::{auth, error, not_found, refuse_if_failed, Api, Body};
-use crate::storage::MetaGuard;
 use crate::Shared;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
+use std::sync::Arc;
 use warren_broker::definitions::MetaRecord;
 use warren_broker::policy::{Policy, PolicyKind};
 
@@ -182,9 +182,10 @@ impl PolicyRefusal {
     }
 }
 
-/// Sets or clears a policy (`record`) on this node or, in a cluster, on every node; then trims
-/// the queues its vhost's lowered limits leave over them. `Err` is the reason to answer with.
-pub async fn change(s: &Shared, record: MetaRecord) -> Result<(), (StatusCode, String)> {
+/// Sets or clears a policy (`record`) by the node's topology path (on every node in a
+/// cluster); then trims the queues its vhost's lowered limits leave over them. `Err` is the
+/// reason to answer with.
+pub async fn change(s: &Arc<Shared>, record: MetaRecord) -> Result<(), (StatusCode, String)> {
     let vhost = match &record {
         MetaRecord::SetPolicy { vhost, .. } | MetaRecord::ClearPolicy { vhost, .. } => {
             vhost.clone()
@@ -200,60 +201,16 @@ pub async fn change(s: &Shared, record: MetaRecord) -> Result<(), (StatusCode, S
     let Some(v) = s.broker.vhost(&vhost) else {
         return Err((StatusCode::NOT_FOUND, "vhost_not_found".into()));
     };
-    if let Some(cluster) = &s.cluster {
-        cluster
-            .execute(warren_broker::command::Command::Meta { record })
-            .await
-            .map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, e.text))?;
-        crate::peers::applied_everywhere(cluster).await;
-        let mut v = MetaGuard {
-            vhost: v.lock().expect("vhost lock"),
-            shared: s,
-        };
-        v.enforce_limits(s.broker.now_ms());
-        return Ok(());
-    }
-    // Applied and journalled under the vhost's lock, so the journal keeps the order in which
-    // changes to the same policy were made.
-    let mut v = MetaGuard {
-        vhost: v.lock().expect("vhost lock"),
-        shared: s,
-    };
-    let now = s.broker.now_ms();
-    match record.clone() {
-        MetaRecord::SetPolicy {
-            name,
-            kind,
-            pattern,
-            apply_to,
-            priority,
-            definition,
-            ..
-        } => {
-            let p = Policy::new(
-                kind,
-                &name,
-                &Value::String(pattern),
-                &apply_to,
-                &Value::Number(priority),
-                &Value::Object(definition),
-            )
-            .map_err(|e| (StatusCode::BAD_REQUEST, e))?;
-            v.set_policy(kind, p, now);
-        }
-        MetaRecord::ClearPolicy { name, kind, .. } => {
-            v.clear_policy(kind, &name, now);
-        }
-        _ => unreachable!("policy records only"),
-    }
-    crate::storage::append(s, vec![record])
-        .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.text))?;
-    v.enforce_limits(now);
+    super::change_meta(s, record).await?;
+    let mut v = v.lock().expect("vhost lock");
+    v.enforce_limits(s.broker.now_ms());
+    // The messages trimmed: released from the store, dead-lettered.
+    crate::queues::effects::carry_out(s, &mut v, None);
     Ok(())
 }
 
 async fn put(
-    s: &Shared,
+    s: &Arc<Shared>,
     headers: &HeaderMap,
     kind: PolicyKind,
     vhost: &str,
@@ -287,7 +244,7 @@ async fn put(
 }
 
 async fn delete(
-    s: &Shared,
+    s: &Arc<Shared>,
     headers: &HeaderMap,
     kind: PolicyKind,
     vhost: &str,

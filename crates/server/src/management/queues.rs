@@ -81,6 +81,22 @@ pub fn queue_json(s: &Shared, view: &QueueView) -> Value {
             .collect();
         out["online"] = json!(online);
     }
+    if q.queue_type == "stream" && q.members.is_empty() {
+        // A stream on one node: its sole member, leading, with this node's consumers as its
+        // readers, as RabbitMQ 3.10 shows a single-member stream.
+        out["leader"] = json!(node);
+        out["members"] = json!([node]);
+        out["online"] = json!(if view.running { vec![node] } else { vec![] });
+        out["readers"] = json!({ node: q.consumers });
+    }
+    if let Some(f) = &view.stream {
+        // The log's offsets and segments: not in RabbitMQ's API (its `rabbitmqctl
+        // list_stream_*` and stream protocol carry them), shown so an operator sees where
+        // retention has moved the head and how much is on disk.
+        out["first_offset"] = json!(f.first_offset);
+        out["committed_offset"] = json!(f.committed_offset);
+        out["segments"] = json!(f.segments);
+    }
     out
 }
 

@@ -180,6 +180,7 @@ mod tests {
             info,
             running,
             leader: None,
+            stream: None,
         }
     }
 

@@ -1,6 +1,6 @@
 //! `/api/users`, `/api/permissions` (administrators only) and `/api/whoami`.
 
-use super::{auth, error, not_found, refuse_if_failed, replicate, Api, Body};
+use super::{auth, change, error, not_found, refuse_if_failed, Api, Body};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -126,56 +126,33 @@ pub async fn put(
     if let Err(r) = refuse_if_failed(&s) {
         return r;
     }
-    if s.cluster.is_some() {
-        // The hash is made here, once, so that every node stores the same one.
-        let (status, record) = {
-            let users = s.broker.users.read().expect("users lock");
-            let exists = users.exists(&user);
-            let password_hash = match (&body.password, exists) {
-                (None, true) => users.password_hash(&user).unwrap_or_default(),
-                (password, _) => {
-                    let mut scratch = warren_broker::users::Users::default();
-                    scratch.add_user(&user, password.as_deref().unwrap_or_default(), vec![]);
-                    scratch.password_hash(&user).unwrap_or_default()
-                }
-            };
-            let status = if exists {
-                StatusCode::NO_CONTENT
-            } else {
-                StatusCode::CREATED
-            };
-            (
-                status,
-                MetaRecord::PutUser {
-                    name: user,
-                    password_hash,
-                    tags,
-                },
-            )
+    // The hash is made here, once, so that every node (and the journal) has the same one.
+    let (status, record) = {
+        let users = s.broker.users.read().expect("users lock");
+        let exists = users.exists(&user);
+        let password_hash = match (&body.password, exists) {
+            (None, true) => users.password_hash(&user).unwrap_or_default(),
+            (password, _) => {
+                let mut scratch = warren_broker::users::Users::default();
+                scratch.add_user(&user, password.as_deref().unwrap_or_default(), vec![]);
+                scratch.password_hash(&user).unwrap_or_default()
+            }
         };
-        return replicate(&s, record, status).await;
-    }
-    let mut users = s.broker.users.write().expect("users lock");
-    let status = if users.exists(&user) {
-        if let Some(password) = &body.password {
-            users.change_password(&user, password);
-        }
-        users.set_tags(&user, tags);
-        StatusCode::NO_CONTENT
-    } else {
-        users.add_user(&user, body.password.as_deref().unwrap_or_default(), tags);
-        StatusCode::CREATED
+        let status = if exists {
+            StatusCode::NO_CONTENT
+        } else {
+            StatusCode::CREATED
+        };
+        (
+            status,
+            MetaRecord::PutUser {
+                name: user,
+                password_hash,
+                tags,
+            },
+        )
     };
-    let record = MetaRecord::PutUser {
-        password_hash: users.password_hash(&user).unwrap_or_default(),
-        tags: users.tags(&user),
-        name: user,
-    };
-    // Appended under the users lock, so the journal keeps the order of user changes.
-    match crate::storage::append(&s, vec![record]) {
-        Ok(()) => status.into_response(),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.text),
-    }
+    change(&s, record, status).await
 }
 
 pub async fn delete(State(s): Api, headers: HeaderMap, Path(user): Path<String>) -> Response {
@@ -185,26 +162,15 @@ pub async fn delete(State(s): Api, headers: HeaderMap, Path(user): Path<String>)
     if let Err(r) = refuse_if_failed(&s) {
         return r;
     }
-    if s.cluster.is_some() {
-        if !s.broker.users.read().expect("users lock").exists(&user) {
-            return not_found();
-        }
-        return replicate(
-            &s,
-            MetaRecord::DeleteUser { name: user },
-            StatusCode::NO_CONTENT,
-        )
-        .await;
+    if !s.broker.users.read().expect("users lock").exists(&user) {
+        return not_found();
     }
-    let mut users = s.broker.users.write().expect("users lock");
-    if users.delete_user(&user) {
-        if let Err(e) = crate::storage::append(&s, vec![MetaRecord::DeleteUser { name: user }]) {
-            return error(StatusCode::INTERNAL_SERVER_ERROR, &e.text);
-        }
-        StatusCode::NO_CONTENT.into_response()
-    } else {
-        not_found()
-    }
+    change(
+        &s,
+        MetaRecord::DeleteUser { name: user },
+        StatusCode::NO_CONTENT,
+    )
+    .await
 }
 
 #[derive(Deserialize)]
@@ -237,45 +203,20 @@ pub async fn put_permissions(
             )
         })
     };
-    let perms = match (
-        parse(&body.configure),
-        parse(&body.write),
-        parse(&body.read),
-    ) {
-        (Ok(configure), Ok(write), Ok(read)) => Permissions {
-            configure,
-            write,
-            read,
-        },
-        (Err(r), _, _) | (_, Err(r), _) | (_, _, Err(r)) => return r,
-    };
+    for pattern in [&body.configure, &body.write, &body.read] {
+        if let Err(r) = parse(pattern) {
+            return r;
+        }
+    }
     if let Err(r) = refuse_if_failed(&s) {
         return r;
     }
-    if s.cluster.is_some() {
-        if !s.broker.users.read().expect("users lock").exists(&user) {
-            return error(
-                StatusCode::BAD_REQUEST,
-                &format!("user '{user}' does not exist"),
-            );
-        }
-        let record = MetaRecord::SetPermissions {
-            user,
-            vhost,
-            configure: body.configure,
-            write: body.write,
-            read: body.read,
-        };
-        return replicate(&s, record, StatusCode::CREATED).await;
-    }
-    let mut users = s.broker.users.write().expect("users lock");
-    if !users.exists(&user) {
+    if !s.broker.users.read().expect("users lock").exists(&user) {
         return error(
             StatusCode::BAD_REQUEST,
             &format!("user '{user}' does not exist"),
         );
     }
-    users.set_permissions(&user, &vhost, perms);
     let record = MetaRecord::SetPermissions {
         user,
         vhost,
@@ -283,10 +224,7 @@ pub async fn put_permissions(
         write: body.write,
         read: body.read,
     };
-    match crate::storage::append(&s, vec![record]) {
-        Ok(()) => StatusCode::CREATED.into_response(),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.text),
-    }
+    change(&s, record, StatusCode::CREATED).await
 }
 
 pub async fn delete_permissions(
@@ -300,14 +238,6 @@ pub async fn delete_permissions(
     if let Err(r) = refuse_if_failed(&s) {
         return r;
     }
-    if s.cluster.is_some() {
-        let record = MetaRecord::ClearPermissions { user, vhost };
-        return replicate(&s, record, StatusCode::NO_CONTENT).await;
-    }
-    let mut users = s.broker.users.write().expect("users lock");
-    users.clear_permissions(&user, &vhost);
-    match crate::storage::append(&s, vec![MetaRecord::ClearPermissions { user, vhost }]) {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.text),
-    }
+    let record = MetaRecord::ClearPermissions { user, vhost };
+    change(&s, record, StatusCode::NO_CONTENT).await
 }

@@ -1,14 +1,13 @@
 //! `/api/vhosts`: the vhosts the caller sees (monitors see all), with their message counts;
 //! creating and deleting one (administrators).
 
-use super::{auth, error, not_found, refuse_if_failed, replicate, Api, Shared};
+use super::{auth, change, not_found, refuse_if_failed, Api, Shared};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 use warren_broker::definitions::MetaRecord;
-use warren_broker::users::Permissions;
 
 /// A vhost in RabbitMQ's shape, with its queues' message counts.
 fn vhost_json(s: &Shared, name: &str) -> Option<Value> {
@@ -86,33 +85,19 @@ pub async fn put(State(s): Api, headers: HeaderMap, Path(vhost): Path<String>) -
         write: ".*".into(),
         read: ".*".into(),
     };
-    if s.cluster.is_some() {
-        if s.broker.vhost(&vhost).is_some() {
-            return StatusCode::NO_CONTENT.into_response();
-        }
-        let created = replicate(
-            &s,
-            MetaRecord::AddVhost { name: vhost },
-            StatusCode::CREATED,
-        )
-        .await;
-        if created.status() != StatusCode::CREATED {
-            return created;
-        }
-        return replicate(&s, grant, StatusCode::CREATED).await;
-    }
-    if !s.broker.add_vhost(&vhost) {
+    if s.broker.vhost(&vhost).is_some() {
         return StatusCode::NO_CONTENT.into_response();
     }
-    s.broker.users.write().expect("users lock").set_permissions(
-        &caller.user,
-        &vhost,
-        Permissions::all(),
-    );
-    match crate::storage::append(&s, vec![MetaRecord::AddVhost { name: vhost }, grant]) {
-        Ok(()) => StatusCode::CREATED.into_response(),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.text),
+    let created = change(
+        &s,
+        MetaRecord::AddVhost { name: vhost },
+        StatusCode::CREATED,
+    )
+    .await;
+    if created.status() != StatusCode::CREATED {
+        return created;
     }
+    change(&s, grant, StatusCode::CREATED).await
 }
 
 pub async fn delete(State(s): Api, headers: HeaderMap, Path(vhost): Path<String>) -> Response {
@@ -122,23 +107,13 @@ pub async fn delete(State(s): Api, headers: HeaderMap, Path(vhost): Path<String>
     if let Err(r) = refuse_if_failed(&s) {
         return r;
     }
-    if s.cluster.is_some() {
-        if s.broker.vhost(&vhost).is_none() {
-            return not_found();
-        }
-        return replicate(
-            &s,
-            MetaRecord::DeleteVhost { name: vhost },
-            StatusCode::NO_CONTENT,
-        )
-        .await;
+    if s.broker.vhost(&vhost).is_none() {
+        return not_found();
     }
-    if s.broker.delete_vhost(&vhost) {
-        if let Err(e) = crate::storage::append(&s, vec![MetaRecord::DeleteVhost { name: vhost }]) {
-            return error(StatusCode::INTERNAL_SERVER_ERROR, &e.text);
-        }
-        StatusCode::NO_CONTENT.into_response()
-    } else {
-        not_found()
-    }
+    change(
+        &s,
+        MetaRecord::DeleteVhost { name: vhost },
+        StatusCode::NO_CONTENT,
+    )
+    .await
 }

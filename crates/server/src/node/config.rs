@@ -121,6 +121,19 @@ pub struct ServerConfig {
     /// RabbitMQ's image sets `loopback_users.guest = false`.
     #[serde(deserialize_with = "names_or_none")]
     pub loopback_users: Vec<String>,
+    /// Where RabbitMQ's stream protocol is accepted (its `stream.listeners.tcp`, port 5552 by
+    /// convention); none (the default) leaves it off.
+    #[serde(deserialize_with = "address_or_none")]
+    pub stream_listen: Option<SocketAddr>,
+    /// The stream protocol over TLS (`stream.listeners.ssl`, 5551), with the `[tls]` table's
+    /// certificate and peer verification.
+    #[serde(deserialize_with = "address_or_none")]
+    pub stream_tls_listen: Option<SocketAddr>,
+    /// The host and port a stream client is told to connect to (metadata, the open response):
+    /// RabbitMQ's `stream.advertised_host`/`advertised_port`, for a node behind NAT or in a
+    /// pod. Default: the listener's own address.
+    pub stream_advertised_host: Option<String>,
+    pub stream_advertised_port: Option<u16>,
     /// Test-only fault injection (see [`crate::node::fault_injection`]): set from the hidden
     /// `--fault-injection` flag only, never from a config file.
     #[serde(skip)]
@@ -201,6 +214,10 @@ impl Default for ServerConfig {
             cluster_seed_resolve_timeout_s: 60,
             queue_leader_locator: QueueLocator::ClientLocal,
             node_down_after_s: NODE_DOWN_AFTER_DEFAULT_S,
+            stream_listen: None,
+            stream_tls_listen: None,
+            stream_advertised_host: None,
+            stream_advertised_port: None,
             fault_injection: None,
         }
     }
@@ -441,6 +458,9 @@ impl ServerConfig {
         }
         if t.listen.is_some() && (t.cert.is_none() || t.key.is_none()) {
             return Err("--tls-listen needs --tls-cert and --tls-key".into());
+        }
+        if self.stream_tls_listen.is_some() && (t.cert.is_none() || t.key.is_none()) {
+            return Err("--stream-tls-listen needs --tls-cert and --tls-key".into());
         }
         if t.management_listen.is_some()
             && (t.management_cert.as_ref().or(t.cert.as_ref()).is_none()

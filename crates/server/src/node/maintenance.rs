@@ -12,13 +12,7 @@
 //!
 //! SIGTERM uses the same handover, bounded and not remembered ([`hand_over_before_stop`]).
 
-use crate::management::{authorize, error};
 use crate::Shared;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::{Json, Router};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -233,31 +227,5 @@ async fn wait_for_handover(cluster: &warren_cluster::Cluster, wait: Duration) ->
             return led;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-pub fn routes() -> Router<Arc<Shared>> {
-    Router::new()
-        .route("/api/warren/drain", post(drain_route))
-        .route("/api/warren/revive", post(revive_route))
-}
-
-async fn drain_route(State(s): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    if let Err(r) = authorize(&s, &headers) {
-        return r;
-    }
-    match drain(&s).await {
-        Ok(d) => Json(d).into_response(),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e),
-    }
-}
-
-async fn revive_route(State(s): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    if let Err(r) = authorize(&s, &headers) {
-        return r;
-    }
-    match revive(&s).await {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e),
     }
 }

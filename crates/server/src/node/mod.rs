@@ -8,10 +8,12 @@
 //! - [`alarms`]: memory, disk and storage-failure alarms that block publishers; [`memory`]: the
 //!   memory readings they and the metrics take.
 //! - [`maintenance`]: `warren ctl drain` / `revive` and SIGTERM's short handover.
-//! - [`fault_injection`]: test-only HTTP switches that make the disk fail.
+//! - [`fault_injection`]: test-only switches that make the disk fail (turned over HTTP by the
+//!   management API).
 //!
 //! These are read by the rest of the crate (through [`crate::Shared`]) and reach into it only to
-//! act on the node as a whole (maintenance closes clients and hands over leaderships).
+//! act on the node as a whole (maintenance closes clients and hands over leaderships); their
+//! HTTP routes are the management API's, so nothing here imports it.
 
 pub mod alarms;
 pub mod config;

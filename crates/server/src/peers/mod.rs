@@ -1,5 +1,6 @@
-//! Messages across nodes, the server's side: carrying out the vhosts' [`RemoteEffect`]s
-//! through the cluster's messaging layer, and doing what other nodes ask of this one.
+//! Messages across nodes, the server's side: what other nodes ask of this one, and the
+//! deliveries relayed to this node's clients (the vhosts' work for other nodes is sent by
+//! [`crate::queues::effects`]).
 //!
 //! As the client's node: forwards publishes (a publisher confirm waits for the queue's node to
 //! have the message durably), sends acks of relayed deliveries back, and writes relayed
@@ -8,7 +9,8 @@
 //! durable, serves other nodes' consumers through stand-in channels whose [`Relay`] sends each
 //! delivery to the client's node, and answers consume, cancel, get, purge and passive declare.
 
-use crate::storage::{apply_store_ops, MetaGuard, NotStored};
+use crate::queues::effects;
+use crate::storage::MetaGuard;
 use crate::Shared;
 use bytes::Bytes;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -16,306 +18,16 @@ use std::sync::{Arc, Mutex, Weak};
 use warren_broker::error::AmqpError;
 use warren_broker::message::Message;
 use warren_broker::queue::ChannelKey;
-use warren_broker::relay::{Delivery, Relay, RemoteEffect};
+use warren_broker::relay::{Delivery, Relay};
 use warren_broker::vhost::GetResult;
 use warren_cluster::messaging::{self, Data, Deliver, Got, Handler, Messaging, Request, Response};
 use warren_cluster::Cluster;
-use warren_protocol::constants::NOT_FOUND;
 
-/// What carrying out a vhost's remote work came to, for a publisher.
-#[derive(Debug, Default)]
-pub struct Carried {
-    /// What a publisher confirm must wait for: one entry per forward.
-    pub waits: Vec<crate::durability::Wait>,
-    /// A forward could not be sent (the link to the queue's node is down): nack.
-    pub failed: bool,
-    /// A peer whose link has too much waiting: the publisher waits until it drains.
-    pub congested: Option<u64>,
-}
-
-/// Carries out a vhost's work for other nodes, in order.
-pub fn carry_out(shared: &Shared, vhost: &str, effects: Vec<RemoteEffect>) -> Carried {
-    carry_out_for(shared, vhost, effects, None)
-}
-
-/// Carries out a vhost's work for other nodes, in order; `publisher` is the channel whose
-/// publish this is: its publishes to quorum queues are numbered, and the groups answer each
-/// (confirms, transactions and flow control wait on those answers).
-pub fn carry_out_for(
-    shared: &Shared,
-    vhost: &str,
-    effects: Vec<RemoteEffect>,
-    publisher: Option<ChannelKey>,
-) -> Carried {
-    let mut carried = Carried::default();
-    let effects = crate::queues::stream::carry_out(
-        shared,
-        vhost,
-        effects,
-        &mut carried.waits,
-        &mut carried.failed,
-    );
-    let Some(cluster) = &shared.cluster else {
-        return carried;
-    };
-    let messaging = cluster.messaging();
-    for effect in effects {
-        match effect {
-            RemoteEffect::Propose { queues, message } => {
-                let waits =
-                    crate::queues::quorum::client::publish(shared, queues, &message, publisher);
-                carried.waits.extend(waits);
-            }
-            RemoteEffect::QuorumSettle {
-                log,
-                channel,
-                consumer_tag,
-                op,
-                msg_ids,
-            } => crate::queues::quorum::client::settle(
-                shared,
-                log,
-                channel,
-                &consumer_tag,
-                op,
-                msg_ids,
-            ),
-            RemoteEffect::QuorumChannelDown { log, channel } => {
-                crate::queues::quorum::client::channel_down(shared, log, channel)
-            }
-            RemoteEffect::Forward {
-                node,
-                queues,
-                message,
-            } => {
-                let sent = cluster
-                    .member_id(&node)
-                    .and_then(|peer| messaging.publish(peer, vhost, queues, &message));
-                match sent {
-                    Some(f) => {
-                        carried
-                            .waits
-                            .push(shared.durability.forwarded(f.peer, f.epoch, f.seq));
-                        if messaging.is_congested(f.peer) {
-                            carried.congested = Some(f.peer);
-                        }
-                    }
-                    None => carried.failed = true,
-                }
-            }
-            RemoteEffect::Settle {
-                node,
-                channel,
-                op,
-                tags,
-            } => {
-                if let Some(peer) = cluster.member_id(&node) {
-                    let epoch = messaging.epoch(peer);
-                    messaging.send(
-                        peer,
-                        &Data::Settle {
-                            epoch,
-                            vhost: vhost.to_string(),
-                            channel,
-                            op,
-                            tags,
-                        },
-                    );
-                }
-            }
-            RemoteEffect::Close { node, channel } => {
-                if let Some(peer) = cluster.member_id(&node) {
-                    let epoch = messaging.epoch(peer);
-                    messaging.send(
-                        peer,
-                        &Data::Close {
-                            epoch,
-                            vhost: vhost.to_string(),
-                            channel,
-                        },
-                    );
-                }
-            }
-            RemoteEffect::Qos {
-                node,
-                channel,
-                channel_prefetch,
-            } => {
-                if let Some(peer) = cluster.member_id(&node) {
-                    let epoch = messaging.epoch(peer);
-                    messaging.send(
-                        peer,
-                        &Data::Qos {
-                            epoch,
-                            vhost: vhost.to_string(),
-                            channel,
-                            channel_prefetch,
-                        },
-                    );
-                }
-            }
-            // Carried out above, on a single node as in a cluster.
-            RemoteEffect::StreamAppend { .. }
-            | RemoteEffect::StreamSettle { .. }
-            | RemoteEffect::StreamCancel { .. } => {}
-        }
-    }
-    carried
-}
-
-/// How long a queue's node may take to apply a declare made through another node before the
-/// declare-ok goes out anyway (a node that far behind is likely being cut off).
-pub const CATCH_UP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
-/// How many times a declare waits [`CATCH_UP_TIMEOUT`] for the queue's node to apply it.
-const CATCH_UP_ATTEMPTS: usize = 4;
-
-/// The error RabbitMQ gives for a queue whose node is down.
-pub fn home_node_down(node: &str, queue: &str, vhost: &str) -> AmqpError {
-    AmqpError::new(
-        NOT_FOUND,
-        format!(
-            "home node '{node}' of durable queue '{queue}' in vhost '{vhost}' is down or inaccessible"
-        ),
-    )
-}
-
-/// The cluster peer hosting a queue, if it is up; the 404 RabbitMQ sends if it is not.
-pub fn reachable_home(
-    shared: &Shared,
-    node: &str,
-    queue: &str,
-    vhost: &str,
-) -> Result<u64, AmqpError> {
-    let cluster = shared
-        .cluster
-        .as_ref()
-        .expect("remote queues exist in clusters");
-    match cluster.member_id(node) {
-        Some(peer) if cluster.is_node_running(node) == Some(true) => Ok(peer),
-        _ => Err(home_node_down(node, queue, vhost)),
-    }
-}
-
-/// Sends `request` to every other running node at once; the answers that came within
-/// `timeout`, in the members' order. A node that does not answer in time is left out: a
-/// listing or a count should not hang on a node being cut off.
-pub async fn ask_running_peers(
-    cluster: &Cluster,
-    request: Request,
-    timeout: std::time::Duration,
-) -> Vec<Response> {
-    let me = cluster.node_id();
-    let asks: Vec<_> = cluster
-        .status()
-        .members
-        .into_iter()
-        .filter(|m| m.id != me && m.running)
-        .map(|m| {
-            let messaging = cluster.messaging().clone();
-            let request = request.clone();
-            tokio::spawn(async move {
-                tokio::time::timeout(timeout, call(&messaging, m.id, request)).await
-            })
-        })
-        .collect();
-    let mut answers = Vec::with_capacity(asks.len());
-    for ask in asks {
-        if let Ok(Ok(Ok(answer))) = ask.await {
-            answers.push(answer);
-        }
-    }
-    answers
-}
-
-/// Sends `request` to `peer` and waits for the answer (for requests no delivery follows).
-pub async fn call(
-    messaging: &Arc<Messaging>,
-    peer: u64,
-    request: Request,
-) -> Result<Response, AmqpError> {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    messaging.call(
-        peer,
-        request,
-        Box::new(move |r| {
-            let _ = tx.send(r);
-        }),
-    );
-    rx.await.unwrap_or_else(|_| {
-        Err(AmqpError::new(
-            warren_protocol::constants::INTERNAL_ERROR,
-            "the request to another node was dropped",
-        ))
-    })
-}
-
-/// After a declare of a queue placed on `peer`: waits until `peer` has applied it (so the
-/// client's next consume or publish finds the queue there, as in RabbitMQ, where the queue's
-/// node creates it before declare-ok), then asks it the queue's counts (`declare`, a passive
-/// declare request) for the declare-ok. Zero counts if it does not answer.
-pub async fn declared_there(cluster: &Arc<Cluster>, peer: u64, declare: Request) -> (u32, u32) {
-    caught_up(cluster, peer, cluster.applied_index()).await;
-    match call(cluster.messaging(), peer, declare).await {
-        Ok(Response::Declared {
-            messages,
-            consumers,
-        }) => (messages, consumers),
-        _ => (0, 0),
-    }
-}
-
-/// Waits until `peer` has applied the metadata log up to `index` (false: it did not say so in
-/// time). A peer slow to apply (a loaded machine) answers that it has not caught up yet: asked
-/// again, rather than an answer going out before the change is there (a declare-ok before the
-/// queue exists: the client's next passive declare got 404 from it).
-async fn caught_up(cluster: &Arc<Cluster>, peer: u64, index: u64) -> bool {
-    for _ in 0..CATCH_UP_ATTEMPTS {
-        if let Ok(Response::Done) =
-            call(cluster.messaging(), peer, Request::Applied { index }).await
-        {
-            return true;
-        }
-    }
-    false
-}
-
-/// Replicates a topology change (a declare, bind or delete) and answers it once every running
-/// node has applied it, as RabbitMQ's metadata store commits on every running node: a client
-/// told declare-ok through one node finds the exchange or queue through any other at once.
-/// Answered after a majority alone, a passive declare through another node right after got 404
-/// in about 3 % of tries on a 3-node cluster on loopback. A node that lags more than
-/// [`CATCH_UP_TIMEOUT`] is not waited for longer: it is likely being cut off.
-pub async fn execute_everywhere(
-    cluster: &Arc<Cluster>,
-    command: warren_broker::command::Command,
-) -> Result<warren_broker::command::Outcome, AmqpError> {
-    let outcome = cluster.execute(command).await?;
-    let _ = tokio::time::timeout(CATCH_UP_TIMEOUT, applied_everywhere(cluster)).await;
-    Ok(outcome)
-}
-
-/// After a metadata change made through this node: waits until every other running node has
-/// applied it too, so that what it does to the queues those nodes host (a policy's limits,
-/// its dead-lettering) is in place when the change is answered, as with RabbitMQ, whose
-/// metadata store commits on every running node. Without it, a client that cleared a policy
-/// through one node and then published found the old limit still applied on the queue's node.
-/// A node down or cut off is not waited for: it applies the change when it is back.
-pub async fn applied_everywhere(cluster: &Arc<Cluster>) {
-    let index = cluster.applied_index();
-    let me = cluster.node_id();
-    let peers: Vec<u64> = cluster
-        .status()
-        .members
-        .iter()
-        .filter(|m| m.running && m.id != me)
-        .map(|m| m.id)
-        .collect();
-    let asks = peers.into_iter().map(|peer| {
-        let cluster = cluster.clone();
-        async move { caught_up(&cluster, peer, index).await }
-    });
-    crate::queue_stats::futures_join(asks).await;
-}
+mod ask;
+pub use ask::{
+    applied_everywhere, ask_running_peers, call, declared_there, execute_everywhere,
+    home_node_down, reachable_home, CATCH_UP_TIMEOUT,
+};
 
 /// A stand-in's basic.get message, as its client's node is answered.
 pub fn got_for_client(d: &Delivery) -> Got {
@@ -479,19 +191,15 @@ impl Peers {
             let mut v = v.lock().expect("vhost lock");
             let outcome = v.enqueue_forwarded(&queues, message, now);
             refused = outcome.rejected;
-            match apply_store_ops(shared, v.take_store_ops()) {
+            // Quorum queues among them: confirmed once their groups applied it.
+            let forwarder = Some(crate::queues::quorum::peers::forward_channel(from));
+            let carried = effects::carry_out(shared, &mut v, forwarder);
+            match carried.stored {
                 Ok(w) => waits = w,
-                Err(NotStored) => refused = true,
+                Err(_) => refused = true,
             }
-            v.page_out();
-            if v.has_remote() {
-                // Quorum queues among them: confirmed once their groups applied it.
-                let effects = v.take_remote();
-                let forwarder = Some(crate::queues::quorum::peers::forward_channel(from));
-                let carried = carry_out_for(shared, &vhost, effects, forwarder);
-                waits.extend(carried.waits);
-                refused |= carried.failed;
-            }
+            waits.extend(carried.sent.waits);
+            refused |= carried.sent.failed;
         }
         self.taken
             .lock()
@@ -508,7 +216,7 @@ impl Peers {
         self.answer_published(shared);
     }
 
-    fn answer(&self, shared: &Shared, from: u64, epoch: u64, id: u64, request: Request) {
+    fn answer(&self, shared: &Arc<Shared>, from: u64, epoch: u64, id: u64, request: Request) {
         let cluster = shared.cluster.as_ref().expect("peers exist in clusters");
         let messaging = cluster.messaging();
         let node: Arc<str> = cluster
@@ -696,10 +404,7 @@ impl Peers {
         let mut v = v.lock().expect("vhost lock");
         v.accept_delivery(&node, relayed(d), None);
         let congested = v.is_client_congested(channel);
-        if v.has_remote() {
-            let effects = v.take_remote();
-            let _ = carry_out(shared, &v.name.clone(), effects);
-        }
+        effects::carry_out(shared, &mut v, None);
         let vhost = v.name.clone();
         drop(v);
         if congested {

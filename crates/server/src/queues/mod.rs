@@ -5,8 +5,11 @@
 //! The map:
 //! - [`QueueBackend`]: the interface: a passive queue.declare, queue.purge, queue.delete,
 //!   basic.consume, basic.cancel and basic.get. Publish and settlement still choose their way
-//!   in the broker's vhost, by the effects it emits for each kind of queue (carried out by
-//!   [`crate::peers::carry_out`]), until they move here too.
+//!   in the broker's vhost, by the effects it records for each kind of queue, until they move
+//!   here too.
+//! - [`effects`]: the one place the vhost's recorded work is carried out: the storage
+//!   engine's appends and releases, and the work for queues elsewhere (forwards, quorum
+//!   proposals and settlements, stream appends).
 //! - `local`: a queue this node's vhost holds itself: every queue of a single node (its
 //!   quorum queues included) and a cluster's classic queues placed here.
 //! - `remote`: a queue another node of the cluster hosts, reached by asking that node through
@@ -26,6 +29,7 @@
 //! deleted and declared again on another node, or its node go down, between two methods, and
 //! the lookup is one vhost lock, which every method takes anyway.
 
+pub mod effects;
 mod local;
 pub mod quorum;
 mod remote;

@@ -321,11 +321,7 @@ impl QueueBackend for RemoteQueue {
                     let mut v = vhost.lock().expect("vhost lock");
                     v.note_remote_node(key, &node);
                     v.accept_delivery(&node, peers::got(key, g), Some(&queue));
-                    if v.has_remote() {
-                        let effects = v.take_remote();
-                        let name = v.name.clone();
-                        peers::carry_out(&shared, &name, effects);
-                    }
+                    super::effects::carry_out(&shared, &mut v, None);
                 }
                 _ => {
                     let m = Method::Other(AMQPClass::Basic(basic::AMQPMethod::GetEmpty(

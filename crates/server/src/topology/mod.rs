@@ -14,7 +14,9 @@
 //! - [`proposal`]: a connection waiting on a change (or a queue's node) before its next frame,
 //!   and the `-ok` it writes from the outcome.
 //!
-//! [`of`] is the one place that asks whether there is a cluster.
+//! [`of`] is the one place that asks whether there is a cluster. [`deleted_here`]: the queues a
+//! vhost deleted on its own (auto-delete, expiry, owner gone), deleted everywhere by the same
+//! path.
 //!
 //! [`Broker::execute`]: warren_broker::broker::Broker::execute
 
@@ -26,6 +28,7 @@ pub mod raft;
 use crate::Shared;
 use std::sync::Arc;
 use warren_broker::command::Command;
+use warren_broker::queue::ConnId;
 
 /// A topology change's outcome, awaited by whoever asked: a connection reads no further frame
 /// until it resolves (AMQP's synchronous methods keep their order).
@@ -36,6 +39,11 @@ pub trait Topology: Send + Sync {
     /// Applies `command` and answers with its outcome: the refusal every node's broker found
     /// (406 inequivalent arguments, 404 no exchange) or what it did (declare-ok's counts).
     fn change(&self, command: Command) -> Answer;
+
+    /// Whether a change is committed by a majority of the cluster's nodes: a failed one may
+    /// then be a majority not reached, which may yet take it (the management API answers 503),
+    /// rather than this node unable to write it (500).
+    fn is_replicated(&self) -> bool;
 }
 
 /// The node's topology: Raft in a cluster, the journal on a single node.
@@ -48,5 +56,26 @@ pub fn of(shared: &Arc<Shared>) -> Box<dyn Topology> {
         None => Box::new(journal::Journal {
             shared: shared.clone(),
         }),
+    }
+}
+
+/// Queues a vhost of this node deleted on its own (auto-delete, x-expires, an exclusive owner
+/// gone), made a topology change like any other: a [`Command::QueueDelete`] each, so that
+/// every node of a cluster deletes them too; in the background, as no client waits on it.
+/// A vhost reports them in a cluster only: on a single node its deletion is the change, and
+/// the journal has it already.
+pub fn deleted_here(shared: &Arc<Shared>, vhost: &str, deleted: Vec<(String, ConnId)>) {
+    let topology = of(shared);
+    for (name, conn) in deleted {
+        let answer = topology.change(Command::QueueDelete {
+            vhost: vhost.to_string(),
+            conn,
+            name,
+        });
+        tokio::spawn(async move {
+            if let Err(e) = answer.await {
+                tracing::warn!(error = %e.text, "queue not deleted cluster-wide");
+            }
+        });
     }
 }

@@ -33,6 +33,10 @@ impl Topology for Raft {
             }
         })
     }
+
+    fn is_replicated(&self) -> bool {
+        true
+    }
 }
 
 /// A queue declare: placed unless its node is named already, proposed, then counted where the

@@ -291,6 +291,12 @@ impl StreamLog {
         Ok((log, opened.report))
     }
 
+    /// Changes the size at which segments are cut from the next chunk on (a policy's
+    /// `stream-max-segment-size-bytes`); the segments written keep their size.
+    pub fn set_segment_bytes_max(&mut self, segment_bytes_max: u64) {
+        self.config.segment_bytes_max = segment_bytes_max;
+    }
+
     /// A handle for readers and observers.
     pub fn handle(&self) -> StreamHandle {
         StreamHandle {

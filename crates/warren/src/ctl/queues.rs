@@ -66,7 +66,7 @@ pub fn run(ep: &Endpoint, command: QueuesCommand) -> Result<(), String> {
             }
             let q: Value = serde_json::from_str(&expect_ok((code, body))?)
                 .map_err(|e| format!("unreadable answer from {path}: {e}"))?;
-            let Some(members) = q["members"].as_array() else {
+            let Some(members) = q["members"].as_array().filter(|_| q["type"] == "quorum") else {
                 return Err(format!(
                     "queue '{queue}' in vhost '{vhost}' is not a quorum queue"
                 ));
@@ -202,7 +202,8 @@ fn quorum_queues(ep: &Endpoint) -> Result<Vec<(String, String, Vec<String>)>, St
         .into_iter()
         .flatten()
         .filter_map(|q| {
-            let members = q["members"].as_array()?;
+            // Streams have members too, not Raft groups.
+            let members = q["members"].as_array().filter(|_| q["type"] == "quorum")?;
             Some((
                 q["vhost"].as_str()?.to_string(),
                 q["name"].as_str()?.to_string(),

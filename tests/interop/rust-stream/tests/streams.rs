@@ -182,11 +182,10 @@ fn cli(streams_tool: bool, args: &[&str]) {
         c
     } else {
         let mut c = std::process::Command::new(std::env::var("WARREN_BIN").expect("WARREN_BIN"));
-        c.args([
-            "ctl",
-            "--uri",
-            &std::env::var("WARREN_TEST_URI").expect("WARREN_TEST_URI"),
-        ]);
+        // `warren ctl` talks to the management API, not to AMQP.
+        let uri = std::env::var("WARREN_TEST_MANAGEMENT_URI")
+            .unwrap_or_else(|_| "http://guest:guest@127.0.0.1:15672".into());
+        c.args(["ctl", "--uri", &uri]);
         c
     };
     let out = cmd.args(args).output().expect("run the broker's CLI");

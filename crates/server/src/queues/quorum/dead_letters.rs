@@ -245,14 +245,7 @@ fn publish_due(
     {
         let mut v = vhost.lock().expect("vhost lock");
         for (id, discard) in due {
-            let outcome = publish_one(
-                shared,
-                &mut v,
-                (&vhost_name, channel),
-                &queue,
-                group,
-                discard,
-            );
+            let outcome = publish_one(shared, &mut v, channel, &queue, group, discard);
             outcomes.push((id, outcome));
         }
     }
@@ -277,7 +270,7 @@ fn publish_due(
 fn publish_one(
     shared: &Shared,
     v: &mut warren_broker::vhost::VHost,
-    (vhost_name, channel): (&str, ChannelKey),
+    channel: ChannelKey,
     queue: &str,
     group: u64,
     discard: Discard,
@@ -291,26 +284,14 @@ fn publish_one(
         shared.broker.now_ms(),
     );
     // What it went to is taken even when it is tried again: a target that took it keeps it.
-    let ops = v.take_store_ops();
-    let stored = crate::storage::apply_store_ops(shared, ops);
-    let carried = v.has_remote().then(|| {
-        let effects = v.take_remote();
-        crate::peers::carry_out_for(shared, vhost_name, effects, Some(channel))
-    });
+    let carried = crate::queues::effects::carry_out(shared, v, Some(channel));
     if outcome.targets == 0 && outcome.cycles > 0 {
         return Some(Vec::new());
     }
     if outcome.targets == 0 || outcome.refused > 0 {
         return None;
     }
-    let mut waits = stored.ok()?;
-    if let Some(carried) = carried {
-        if carried.failed {
-            return None;
-        }
-        waits.extend(carried.waits);
-    }
-    Some(waits)
+    carried.waits().ok()
 }
 
 /// The dead message as it was published, from this node's copy of the queue's log.

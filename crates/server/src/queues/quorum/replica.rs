@@ -358,14 +358,11 @@ impl Replica {
                 },
             }
         }
-        // Dead letters routed on to other queues.
-        let ops = v.take_store_ops();
-        let _ = crate::storage::apply_store_ops(shared, ops);
-        let remote = v.has_remote().then(|| v.take_remote());
+        // Dead letters routed on to other queues: stored under the vhost's lock, proposed to
+        // their groups after it.
+        let later = crate::queues::effects::store_now(shared, &mut v);
         drop(v);
-        if let Some(effects) = remote {
-            crate::peers::carry_out(shared, &self.vhost, effects);
-        }
+        later.send(shared, &self.vhost);
         for (channel, seqs) in confirms {
             shared.durability.quorum_applied(channel, self.group, &seqs);
             if let Some(upto) = seqs.iter().map(|(seq, _)| *seq).max() {

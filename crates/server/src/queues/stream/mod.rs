@@ -72,7 +72,21 @@ impl QueueBackend for StreamQueue {
         nowait: bool,
         now: u64,
     ) -> Result<(), AmqpError> {
-        local::LocalQueue.declare_passive(conn, number, queue, nowait, now)
+        // The vhost's queue has neither the messages (they are in the log) nor the
+        // consumers (they are in their channels): both asked of their owners.
+        let counts = {
+            let v = conn.vhost.lock().expect("vhost lock");
+            v.stream_of(&queue).map(|(log, _)| {
+                let messages = conn
+                    .shared
+                    .streams
+                    .opened(log)
+                    .map_or(0, |w| figures(&w.handle.overview()).messages);
+                let consumers = v.stream_consumer_count(&queue);
+                (clamp_u32(messages), clamp_u32(consumers))
+            })
+        };
+        local::declare_passive_here(conn, number, queue, nowait, now, counts)
     }
 
     fn consume(
@@ -254,6 +268,18 @@ pub fn opened_at_declare(shared: &Shared, vhost: &warren_broker::vhost::VHost, q
     }
 }
 
+/// Hands the streams a policy change reconfigured (see `VHost::take_reconfigured_streams`)
+/// their new retention and segment size, in every vhost: a policy change made outside a
+/// [`crate::storage::MetaGuard`] (whose drop does the same) calls this once applied.
+pub fn reconfigure_changed(shared: &Shared) {
+    for (_, v) in shared.broker.vhosts() {
+        let changed = v.lock().expect("vhost lock").take_reconfigured_streams();
+        for (log, config) in changed {
+            shared.streams.reconfigure(log, &config);
+        }
+    }
+}
+
 /// Opens every stream's log at start, after the topology was recovered: each reopens where
 /// it was, its torn tail (a chunk written but not synced before a crash) cut.
 pub fn open_all(shared: &Shared) {
@@ -269,6 +295,43 @@ pub fn open_all(shared: &Shared) {
             }
         }
     }
+}
+
+/// What the management API, the metrics and a passive declare show of a stream's log.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Figures {
+    /// Messages held: from the first offset kept to the committed end, as RabbitMQ counts
+    /// them (offsets, so every message of every chunk).
+    pub messages: u64,
+    pub first_offset: u64,
+    /// One past the last committed message.
+    pub committed_offset: u64,
+    pub segments: u64,
+    /// Bytes of the segment files.
+    pub bytes: u64,
+}
+
+pub fn figures(o: &warren_store::stream::Overview) -> Figures {
+    let committed = o.commit_end.min(o.next_offset);
+    Figures {
+        messages: committed.saturating_sub(o.first_offset),
+        first_offset: o.first_offset,
+        committed_offset: committed,
+        segments: o.segments as u64,
+        bytes: o.bytes,
+    }
+}
+
+/// The figures of stream `log` if its log is open on this node.
+pub fn figures_of(shared: &Shared, log: u64) -> Option<Figures> {
+    shared
+        .streams
+        .opened(log)
+        .map(|w| figures(&w.handle.overview()))
+}
+
+fn clamp_u32(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 fn unix_ms() -> i64 {

@@ -30,7 +30,9 @@ pub const PENDING_BYTES_MAX: usize = 64 << 20;
 /// A round's messages are cut into chunks of at most this many bytes of entries (and
 /// [`CHUNK_ENTRIES_MAX`] entries), so that a consumer's read of one chunk stays small.
 pub const CHUNK_BYTES_TARGET: usize = 4 << 20;
-/// How often retention (`x-max-length-bytes`, `x-max-age`) is applied, at most.
+/// How often retention (`x-max-length-bytes`, `x-max-age`) is applied, at most; a stream with
+/// a `max-age` wakes this often while idle to apply it, so that its old segments go even when
+/// nobody writes to it (RabbitMQ 3.10 leaves them until the next write).
 const RETENTION_INTERVAL: Duration = Duration::from_secs(1);
 /// The epoch of every chunk a single node writes (epochs count leaders once streams are
 /// replicated).
@@ -45,14 +47,30 @@ enum Stop {
     Delete,
 }
 
+/// A message waiting for the next round.
+enum Pending {
+    /// Published over AMQP 0-9-1: encoded as an AMQP 1.0 message on the writer's thread.
+    Amqp091(MessageRef),
+    /// Published over the stream protocol: an AMQP 1.0 message as the client encoded it,
+    /// stored as it came.
+    Encoded(Bytes),
+}
+
 struct State {
-    pending: Vec<MessageRef>,
+    pending: Vec<Pending>,
+    /// Tracking changes (publisher sequences, consumer offsets) for the next round's
+    /// tracking chunk, newest value per name.
+    tracking_pending: Tracking,
     pending_bytes: usize,
     /// Messages handed over so far: the newest one's [`Wait::Stream`] sequence number.
     assigned: u64,
     stop: Option<Stop>,
     /// The log failed a write or a sync: nothing more is taken.
     failed: bool,
+    /// What retention keeps, changed by policies.
+    retention: Retention,
+    /// A segment size a policy set since the last round, for the log to take.
+    segment_bytes: Option<u64>,
 }
 
 /// One stream's writer, shared by the publishers that hand it messages and the consumers that
@@ -68,8 +86,129 @@ pub struct StreamWriter {
     /// writer's thread, so consumers see the writer end.
     committed: watch::Receiver<u64>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Publisher sequences and consumer offsets as they stand (what was handed over, synced
+    /// or not), for deduplication and the stream protocol's queries.
+    tracking: Mutex<Tracking>,
     /// In a cluster: what this node's member says of the writer's rounds.
     rounds: Option<Arc<Rounds>>,
+}
+
+/// The stream's tracking: the last publishing id of each named publisher (deduplication)
+/// and the offset each named consumer stored (server-side offset tracking). Kept in the log
+/// as osiris keeps it: tracking delta chunks after the rounds that change it, and a snapshot
+/// at the start of each segment, so that retention never takes the only copy.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tracking {
+    pub sequences: std::collections::HashMap<String, u64>,
+    pub offsets: std::collections::HashMap<String, u64>,
+}
+
+/// Osiris's tracking entry types.
+const TRACKING_SEQUENCE: u8 = 0;
+const TRACKING_OFFSET: u8 = 1;
+/// A tracking reference is at most this long (its length is one byte on disk; the stream
+/// protocol allows 256, RabbitMQ refuses longer ones).
+pub const TRACKING_REFERENCE_BYTES_MAX: usize = 255;
+
+impl Tracking {
+    fn is_empty(&self) -> bool {
+        self.sequences.is_empty() && self.offsets.is_empty()
+    }
+
+    /// Each change as one entry: type (1), reference length (1), reference, value (8).
+    fn encode(&self) -> Vec<Bytes> {
+        let entry = |kind: u8, id: &str, value: u64| {
+            let id = &id.as_bytes()[..id.len().min(TRACKING_REFERENCE_BYTES_MAX)];
+            let mut b = Vec::with_capacity(10 + id.len());
+            b.push(kind);
+            b.push(id.len() as u8);
+            b.extend_from_slice(id);
+            b.extend_from_slice(&value.to_be_bytes());
+            Bytes::from(b)
+        };
+        let mut out: Vec<Bytes> = self
+            .sequences
+            .iter()
+            .map(|(k, v)| entry(TRACKING_SEQUENCE, k, *v))
+            .collect();
+        out.extend(
+            self.offsets
+                .iter()
+                .map(|(k, v)| entry(TRACKING_OFFSET, k, *v)),
+        );
+        out
+    }
+
+    /// Applies a tracking chunk's entries; an entry that does not parse is skipped (and
+    /// logged by the caller's count), never a reason to refuse the stream.
+    fn apply(&mut self, entry: &[u8]) -> bool {
+        if entry.len() < 2 {
+            return false;
+        }
+        let (kind, len) = (entry[0], entry[1] as usize);
+        if entry.len() != 2 + len + 8 {
+            return false;
+        }
+        let Ok(id) = std::str::from_utf8(&entry[2..2 + len]) else {
+            return false;
+        };
+        let value = u64::from_be_bytes(entry[2 + len..].try_into().expect("8 bytes"));
+        match kind {
+            TRACKING_SEQUENCE => self.sequences.insert(id.to_string(), value),
+            TRACKING_OFFSET => self.offsets.insert(id.to_string(), value),
+            _ => return false,
+        };
+        true
+    }
+}
+
+/// Reads the tracking of a stream's log: its tracking chunks, oldest first.
+fn recover_tracking(handle: &StreamHandle) -> Result<Tracking, String> {
+    let mut tracking = Tracking::default();
+    let first_seq = handle.overview().first_seq;
+    let mut reader = handle
+        .replication_reader(first_seq)
+        .map_err(|e| format!("cannot read the stream's tracking: {e}"))?;
+    let mut skipped = 0usize;
+    while let Some(slice) = reader
+        .next_chunk()
+        .map_err(|e| format!("cannot read the stream's tracking: {e}"))?
+    {
+        if !matches!(
+            slice.record.chunk_type,
+            ChunkType::TrackingDelta | ChunkType::TrackingSnapshot
+        ) {
+            continue;
+        }
+        let bytes = slice
+            .read()
+            .map_err(|e| format!("cannot read the stream's tracking: {e}"))?;
+        let chunk = warren_store::stream::Chunk::parse(&bytes).map_err(|e| e.to_string())?;
+        for (_, entry) in chunk.entries() {
+            if let Entry::Simple(b) = entry {
+                if !tracking.apply(b) {
+                    skipped += 1;
+                }
+            }
+        }
+    }
+    if skipped > 0 {
+        tracing::warn!(
+            skipped,
+            "stream tracking entries not understood were skipped"
+        );
+    }
+    Ok(tracking)
+}
+
+/// What [`StreamWriter::append_published`] did with a Publish frame's messages.
+pub struct Appended {
+    /// What their confirm waits for; `None`: nothing (every message a duplicate of one
+    /// already synced), confirm at once.
+    pub wait: Option<Wait>,
+    /// Messages dropped as duplicates of earlier publishing ids (they are confirmed too, as
+    /// RabbitMQ confirms them).
+    pub duplicates: usize,
 }
 
 /// What this node's member of a replicated stream owns, handed to it when it opens: its log
@@ -109,28 +248,33 @@ impl StreamWriter {
             .map_err(|e| format!("cannot open stream log {}: {e}", dir.display()))?;
         tracing::debug!(dir = %dir.display(), ?recovered, "stream log opened");
         stream.set_commit_end(stream.next_offset());
+        let tracking = recover_tracking(&stream.handle())?;
         let (committed_tx, committed) = watch::channel(stream.next_offset());
         let writer = Arc::new(StreamWriter {
             log,
             handle: stream.handle(),
             state: Mutex::new(State {
                 pending: Vec::new(),
+                tracking_pending: Tracking::default(),
                 pending_bytes: 0,
                 assigned: 0,
                 stop: None,
                 failed: false,
+                retention,
+                segment_bytes: None,
             }),
             wake: Condvar::new(),
             room: Condvar::new(),
             committed,
             thread: Mutex::new(None),
             rounds: None,
+            tracking: Mutex::new(tracking),
         });
         let run = writer.clone();
         let dir = dir.to_path_buf();
         let thread = std::thread::Builder::new()
             .name(format!("stream-{log:x}"))
-            .spawn(move || run.run(stream, dir, retention, committed_tx, durability))
+            .spawn(move || run.run(stream, dir, committed_tx, durability))
             .map_err(|e| format!("cannot start a stream writer: {e}"))?;
         *writer.thread.lock().expect("writer thread") = Some(thread);
         Ok(writer)
@@ -162,16 +306,22 @@ impl StreamWriter {
             handle: stream.handle(),
             state: Mutex::new(State {
                 pending: Vec::new(),
+                tracking_pending: Tracking::default(),
                 pending_bytes: 0,
                 assigned: 0,
                 stop: None,
                 failed: false,
+                // A member applies retention itself (`replicated.rs`).
+                retention: Retention::default(),
+                segment_bytes: None,
             }),
             wake: Condvar::new(),
             room: Condvar::new(),
             committed,
             thread: Mutex::new(None),
             rounds: Some(rounds.clone()),
+            // Not replicated yet: deduplication and stored offsets are a single node's.
+            tracking: Mutex::new(Tracking::default()),
         });
         let writer_id = rand::random::<u64>();
         let run = writer.clone();
@@ -204,11 +354,115 @@ impl StreamWriter {
         }
         st.assigned += 1;
         st.pending_bytes += message.body.len() + message.properties.len();
-        st.pending.push(message.clone());
+        st.pending.push(Pending::Amqp091(message.clone()));
         let seq = st.assigned;
         drop(st);
         self.wake.notify_one();
         Some(Wait::Stream { log: self.log, seq })
+    }
+
+    /// Hands a stream protocol Publish's messages (publishing id, AMQP 1.0 bytes) to the next
+    /// round. With a publisher `reference`, a message whose publishing id is not above the
+    /// last one this reference published is a resend: dropped, and confirmed with the rest
+    /// (osiris's deduplication). `None` when the writer takes no more.
+    pub fn append_published(
+        &self,
+        reference: Option<&str>,
+        messages: impl IntoIterator<Item = (u64, Bytes)>,
+    ) -> Option<Appended> {
+        let mut st = self.state.lock().expect("stream writer state");
+        while st.pending_bytes > PENDING_BYTES_MAX && !st.failed && st.stop.is_none() {
+            st = self.room.wait(st).expect("stream writer state");
+        }
+        if st.failed || st.stop.is_some() {
+            return None;
+        }
+        let mut tracking = self.tracking.lock().expect("stream tracking");
+        let mut last = reference.and_then(|r| tracking.sequences.get(r).copied());
+        let mut duplicates = 0;
+        let mut taken = 0;
+        for (publishing_id, message) in messages {
+            if reference.is_some() {
+                if last.is_some_and(|l| publishing_id <= l) {
+                    duplicates += 1;
+                    continue;
+                }
+                last = Some(publishing_id);
+            }
+            st.assigned += 1;
+            st.pending_bytes += message.len();
+            st.pending.push(Pending::Encoded(message));
+            taken += 1;
+        }
+        if let (Some(r), Some(l)) = (reference, last) {
+            if taken > 0 {
+                tracking.sequences.insert(r.to_string(), l);
+                st.tracking_pending.sequences.insert(r.to_string(), l);
+            }
+        }
+        drop(tracking);
+        // A resend waits for what was handed over before it (the original may not be synced
+        // yet); with nothing ever handed over, there is nothing to wait for.
+        let seq = st.assigned;
+        drop(st);
+        if taken > 0 {
+            self.wake.notify_one();
+        }
+        Some(Appended {
+            wait: (seq > 0).then_some(Wait::Stream { log: self.log, seq }),
+            duplicates,
+        })
+    }
+
+    /// Stores a named consumer's offset (the stream protocol's StoreOffset): known to
+    /// [`StreamWriter::tracking`] at once, written with the next round. `false` when the
+    /// writer takes no more.
+    pub fn store_offset(&self, reference: &str, offset: u64) -> bool {
+        let mut st = self.state.lock().expect("stream writer state");
+        if st.failed || st.stop.is_some() {
+            return false;
+        }
+        self.tracking
+            .lock()
+            .expect("stream tracking")
+            .offsets
+            .insert(reference.to_string(), offset);
+        st.tracking_pending
+            .offsets
+            .insert(reference.to_string(), offset);
+        drop(st);
+        self.wake.notify_one();
+        true
+    }
+
+    /// The last publishing id of publisher `reference`, if it ever published.
+    pub fn publisher_sequence(&self, reference: &str) -> Option<u64> {
+        self.tracking
+            .lock()
+            .expect("stream tracking")
+            .sequences
+            .get(reference)
+            .copied()
+    }
+
+    /// The offset consumer `reference` stored last, if it stored one.
+    pub fn stored_offset(&self, reference: &str) -> Option<u64> {
+        self.tracking
+            .lock()
+            .expect("stream tracking")
+            .offsets
+            .get(reference)
+            .copied()
+    }
+
+    /// Applies a new retention and segment size (a policy changed) from the writer's next
+    /// round or retention tick on.
+    pub fn reconfigure(&self, retention: Retention, segment_bytes: u64) {
+        let mut st = self.state.lock().expect("stream writer state");
+        st.retention = retention;
+        st.segment_bytes = Some(segment_bytes);
+        drop(st);
+        self.wake.notify_one();
     }
 
     /// A receiver of the committed end offset, for a consumer to wait on.
@@ -235,29 +489,66 @@ impl StreamWriter {
         &self,
         mut stream: StreamLog,
         dir: PathBuf,
-        retention: Retention,
         committed: watch::Sender<u64>,
         durability: Arc<Durability>,
     ) {
         let mut retained_at = Instant::now();
+        let mut retention_due = false;
         let mut entries: Vec<Bytes> = Vec::new();
         let stop = loop {
-            let (batch, upto) = {
+            let (batch, tracking, upto, retention) = {
                 let mut st = self.state.lock().expect("stream writer state");
-                while st.pending.is_empty() && st.stop.is_none() {
-                    st = self.wake.wait(st).expect("stream writer state");
+                while st.pending.is_empty() && st.tracking_pending.is_empty() && st.stop.is_none() {
+                    // Retention due since the last round is applied when the stream goes
+                    // quiet, not only when the next round comes; a max-age is due again
+                    // every interval, as time alone ages segments out (the clock is read
+                    // here, at the edge; the log is given the time).
+                    if !retention_due && st.retention.max_age_ms.is_none() {
+                        st = self.wake.wait(st).expect("stream writer state");
+                        continue;
+                    }
+                    let left = RETENTION_INTERVAL.saturating_sub(retained_at.elapsed());
+                    if left.is_zero() {
+                        break;
+                    }
+                    st = self
+                        .wake
+                        .wait_timeout(st, left)
+                        .expect("stream writer state")
+                        .0;
                 }
-                if st.stop == Some(Stop::Delete) || st.pending.is_empty() {
+                if st.pending.is_empty() && st.tracking_pending.is_empty() && st.stop.is_none() {
+                    let retention = st.retention;
+                    drop(st);
+                    retention_due = false;
+                    retained_at = Instant::now();
+                    retain(&mut stream, &retention, &dir);
+                    continue;
+                }
+                if st.stop == Some(Stop::Delete)
+                    || (st.pending.is_empty() && st.tracking_pending.is_empty())
+                {
                     break st.stop;
                 }
+                if let Some(bytes) = st.segment_bytes.take() {
+                    stream.set_segment_bytes_max(bytes);
+                }
                 st.pending_bytes = 0;
-                (std::mem::take(&mut st.pending), st.assigned)
+                (
+                    std::mem::take(&mut st.pending),
+                    std::mem::take(&mut st.tracking_pending),
+                    st.assigned,
+                    st.retention,
+                )
             };
             self.room.notify_all();
             entries.clear();
-            entries.extend(batch.iter().map(encode));
+            entries.extend(batch.iter().map(|p| match p {
+                Pending::Amqp091(m) => encode(m),
+                Pending::Encoded(b) => b.clone(),
+            }));
             drop(batch);
-            if let Err(e) = write_round(&mut stream, &entries) {
+            if let Err(e) = write_round(&mut stream, &entries, &tracking, &self.tracking) {
                 tracing::error!(dir = %dir.display(), error = %e,
                     "stream write failed: the stream takes no more messages until restarted");
                 self.state.lock().expect("stream writer state").failed = true;
@@ -267,13 +558,12 @@ impl StreamWriter {
             }
             durability.stream_synced(self.log, upto);
             committed.send_replace(stream.next_offset());
-            if (retention.max_bytes.is_some() || retention.max_age_ms.is_some())
-                && retained_at.elapsed() >= RETENTION_INTERVAL
-            {
+            let retains = retention.max_bytes.is_some() || retention.max_age_ms.is_some();
+            retention_due = retains;
+            if retains && retained_at.elapsed() >= RETENTION_INTERVAL {
+                retention_due = false;
                 retained_at = Instant::now();
-                if let Err(e) = stream.apply_retention(&retention, unix_ms()) {
-                    tracing::warn!(dir = %dir.display(), error = %e, "stream retention failed");
-                }
+                retain(&mut stream, &retention, &dir);
             }
         };
         durability.stream_stopped(self.log);
@@ -314,11 +604,16 @@ impl StreamWriter {
                     break;
                 }
                 st.pending_bytes = 0;
+                // Tracking (the stream protocol's) is not replicated yet: dropped here.
+                st.tracking_pending = Tracking::default();
                 (std::mem::take(&mut st.pending), st.assigned)
             };
             self.room.notify_all();
             entries.clear();
-            entries.extend(batch.iter().map(encode));
+            entries.extend(batch.iter().map(|p| match p {
+                Pending::Amqp091(m) => encode(m),
+                Pending::Encoded(b) => b.clone(),
+            }));
             drop(batch);
             round += 1;
             let parts = split_round(&entries);
@@ -384,8 +679,31 @@ fn split_round(entries: &[Bytes]) -> Vec<&[Bytes]> {
     parts
 }
 
-/// Writes a round's messages as chunks, syncs them and commits them.
-fn write_round(stream: &mut StreamLog, entries: &[Bytes]) -> warren_store::Result<()> {
+/// Applies `retention` now, logging what it removed or why it failed (the stream goes on
+/// either way: a failed deletion is tried again at the next tick).
+fn retain(stream: &mut StreamLog, retention: &Retention, dir: &Path) {
+    if retention.max_bytes.is_none() && retention.max_age_ms.is_none() {
+        return;
+    }
+    match stream.apply_retention(retention, unix_ms()) {
+        Ok(o) if o.segments_deleted > 0 => tracing::debug!(dir = %dir.display(),
+            segments = o.segments_deleted, first_offset = o.first_offset, "stream retention"),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "stream retention failed"),
+    }
+}
+
+/// Writes a round's messages as chunks, then its tracking changes as a tracking chunk, syncs
+/// them and commits them. When the round started a segment, the whole of the stream's
+/// `tracking` follows as a snapshot in it, so that retention, which deletes whole segments,
+/// never takes the only copy of a publisher's sequence or a consumer's offset.
+fn write_round(
+    stream: &mut StreamLog,
+    entries: &[Bytes],
+    tracking: &Tracking,
+    all_tracking: &Mutex<Tracking>,
+) -> warren_store::Result<()> {
+    let segments_before = stream.handle().overview().segments;
     let mut rest = entries;
     while !rest.is_empty() {
         let mut n = 0;
@@ -407,8 +725,39 @@ fn write_round(stream: &mut StreamLog, entries: &[Bytes]) -> warren_store::Resul
         )?;
         rest = &rest[n..];
     }
+    append_tracking(stream, ChunkType::TrackingDelta, tracking)?;
+    if stream.handle().overview().segments != segments_before {
+        let snapshot = all_tracking.lock().expect("stream tracking").clone();
+        append_tracking(stream, ChunkType::TrackingSnapshot, &snapshot)?;
+    }
     stream.sync()?;
     stream.set_commit_end(stream.next_offset());
+    Ok(())
+}
+
+/// Appends `t`'s entries as chunks of `chunk_type` (none when it is empty).
+fn append_tracking(
+    stream: &mut StreamLog,
+    chunk_type: ChunkType,
+    t: &Tracking,
+) -> warren_store::Result<()> {
+    if t.is_empty() {
+        return Ok(());
+    }
+    let encoded = t.encode();
+    for part in encoded.chunks(CHUNK_ENTRIES_MAX) {
+        let chunk: Vec<Entry<'_>> = part.iter().map(|b| Entry::Simple(b)).collect();
+        stream.append(
+            &AppendMeta {
+                chunk_type,
+                timestamp_ms: unix_ms(),
+                epoch: SINGLE_NODE_EPOCH,
+                filter: &[],
+                trailer: &[],
+            },
+            &chunk,
+        )?;
+    }
     Ok(())
 }
 
@@ -518,6 +867,20 @@ impl Streams {
         )?;
         open.insert(log, w.clone());
         Ok(w)
+    }
+
+    /// Hands stream `log`'s writer its new effective configuration (a policy changed it);
+    /// a log not open here takes it when it opens, from its queue.
+    pub fn reconfigure(&self, log: u64, config: &warren_broker::stream_args::StreamConfig) {
+        if let Some(w) = self.opened(log) {
+            w.reconfigure(
+                Retention {
+                    max_bytes: config.max_bytes,
+                    max_age_ms: config.max_age_ms,
+                },
+                config.segment_bytes,
+            );
+        }
     }
 
     /// The writer of stream `log` if it is open.

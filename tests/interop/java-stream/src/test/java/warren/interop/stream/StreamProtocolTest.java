@@ -197,7 +197,12 @@ class StreamProtocolTest {
   }
 
   private static List<String> warrenCtl() {
-    return List.of(System.getenv("WARREN_BIN"), "ctl", "--uri", System.getenv("WARREN_TEST_URI"));
+    // `warren ctl` talks to the management API, not to AMQP.
+    return List.of(
+        System.getenv("WARREN_BIN"),
+        "ctl",
+        "--uri",
+        env("WARREN_TEST_MANAGEMENT_URI", "http://guest:guest@127.0.0.1:15672"));
   }
 
   /** rabbitmq-streams (RabbitMQ) or `warren ctl` (warren, which has its commands too). */
