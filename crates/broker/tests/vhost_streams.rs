@@ -54,12 +54,21 @@ fn a_message_routed_to_a_stream_goes_to_its_writer_not_to_a_backlog() {
 }
 
 #[test]
-fn a_cluster_node_refuses_a_stream_until_streams_are_replicated() {
+fn a_stream_with_members_in_a_cluster_takes_the_stream_path_not_the_quorum_one() {
     let mut h = Harness::new();
     h.vh.set_local_node("n1".into());
-    let e = h.declare_with(1, "s", true, stream_args()).unwrap_err();
-    assert_eq!(e.code, 406);
-    assert!(e.text.contains("single-node"), "{}", e.text);
+    let log = declare_stream(&mut h, "s");
+    h.vh.set_queue_members("s", &["n1".to_string(), "n2".to_string()]);
+    // Its members open its group (the metadata finds it replicated) ...
+    assert_eq!(
+        h.vh.replicated_queue("s").map(|(l, m)| (l, m.len())),
+        Some((log, 2))
+    );
+    // ... but its publishes and consumers are a stream's, on every node.
+    assert_eq!(h.vh.quorum_log("s"), None);
+    assert_eq!(h.vh.remote_home("s"), None);
+    h.publish("", "s", "m");
+    assert_eq!(appended(&mut h), vec![(vec![log], "m".to_string())]);
 }
 
 #[test]

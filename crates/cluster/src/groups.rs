@@ -60,6 +60,9 @@ pub trait Machine: Send {
     /// has yet to apply (a delivery to a consumer a later entry found gone), so it may hold
     /// them back until it has applied those too.
     fn flush(&mut self, _caught_up: bool) {}
+    /// The group was removed here (its queue deleted, or this node no longer a member) and its
+    /// log deleted: a machine with files of its own (a stream's segments) deletes them.
+    fn removed(&mut self) {}
 }
 
 /// How long a member leaving its group waits, unspoken to, before it closes anyway.
@@ -692,8 +695,9 @@ impl Runner {
     }
 
     fn remove(&mut self, group: u64) {
-        if let Some(g) = self.groups.remove(&group) {
+        if let Some(mut g) = self.groups.remove(&group) {
             let _ = self.catch_up.send(CatchUpInput::Cancel(group));
+            g.machine.removed();
             g.raw.store().snapshot_file().close();
             let _ = self.store.delete_log(group);
             let _ = std::fs::remove_dir_all(self.group_dir(group));

@@ -252,6 +252,18 @@ impl Durability {
         self.taken_now(|t| &mut t.stream, log, upto);
     }
 
+    /// The messages `from..=upto` handed to the writer of replicated stream `log` were not
+    /// committed in time (no leader, or a leader change lost their proposal): their
+    /// publishers get nacks, though a late commit may still have stored them.
+    pub fn stream_refused(&self, log: u64, from: u64, upto: u64) {
+        self.remote
+            .lock()
+            .expect("remote lock")
+            .rejected
+            .extend((from..=upto).map(|seq| Wait::Stream { log, seq }));
+        self.generation.send_modify(|g| *g += 1);
+    }
+
     /// The writer of stream `log` stopped (a failed write or sync, or the stream was
     /// deleted): what it had not synced never will be, and its publishers get nacks.
     pub fn stream_stopped(&self, log: u64) {
@@ -277,7 +289,9 @@ impl Durability {
                 r.rejected.contains(w) || (r.ended.contains(link) && !taken.has(w))
             }
             Wait::Quorum { .. } => r.rejected.contains(w),
-            Wait::Stream { log, .. } => r.streams_stopped.contains(log) && !taken.has(w),
+            Wait::Stream { log, .. } => {
+                r.rejected.contains(w) || r.streams_stopped.contains(log) && !taken.has(w)
+            }
         })
     }
 

@@ -358,7 +358,11 @@ pub async fn serve(
     }
     tokio::spawn(node::alarms::monitor(alarms.clone()));
     let config_meta_dir = config.meta_dir();
-    let config_stream_dir = config.stream_dir();
+    let streams = if cluster.is_some() {
+        queues::stream::Streams::replicated(config.stream_dir())
+    } else {
+        queues::stream::Streams::new(config.stream_dir())
+    };
     // What the connections watch: turned on once the leaderships are handed over.
     let (shutdown_tx, shutdown) = watch::channel(false);
     let shared = Arc::new(Shared {
@@ -397,7 +401,7 @@ pub async fn serve(
         ),
         cluster,
         quorum: Default::default(),
-        streams: queues::stream::Streams::new(config_stream_dir),
+        streams,
         streams_consumers: Default::default(),
         stream_connections: Default::default(),
         stream_groups: Default::default(),

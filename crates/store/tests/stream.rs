@@ -639,3 +639,40 @@ fn a_second_writer_on_the_same_stream_is_refused() {
     drop(log);
     StreamLog::open(dir.path(), StreamConfig::default()).unwrap();
 }
+
+#[test]
+fn a_replica_behind_retention_restarts_at_the_first_kept_chunk_and_keeps_it_across_a_reopen() {
+    let dir = TempDir::new("stream-restart-at");
+    let (mut log, _) = StreamLog::open(dir.path(), small_segments()).unwrap();
+    fill(&mut log, 4, 3); // chunks 0..4, offsets 0..12
+    log.set_commit_end(12);
+    let mut consumer = log.reader(OffsetSpec::First).unwrap();
+    assert_eq!(drain(&mut consumer), expected(0..12));
+    // Backwards is refused: only a gap forward is what retention elsewhere leaves.
+    assert!(log.restart_at(9, 3).is_err());
+    log.restart_at(30, 10).unwrap();
+    assert_eq!((log.next_seq(), log.next_offset()), (10, 30));
+    assert_eq!(log.handle().segments().len(), 1);
+    fill(&mut log, 2, 3); // chunks 10..12, offsets 30..36
+    log.set_commit_end(36);
+    // The consumer that had read everything goes on at the new start.
+    assert_eq!(drain(&mut consumer), expected(30..36));
+    assert_eq!(
+        log.handle()
+            .chunk_by_seq(10)
+            .unwrap()
+            .map(|c| c.position() > 0),
+        Some(true)
+    );
+    drop(log);
+    let (log, report) = StreamLog::open(dir.path(), small_segments()).unwrap();
+    assert_eq!(report, Default::default());
+    assert_eq!((log.next_seq(), log.next_offset()), (12, 36));
+    log.set_commit_end(36);
+    assert_eq!(
+        drain(&mut log.reader(OffsetSpec::First).unwrap()),
+        expected(30..36)
+    );
+    let files = std::fs::read_dir(dir.path()).unwrap().count();
+    assert!(files <= 2 * 2, "old segments gone: {files} files");
+}

@@ -25,8 +25,8 @@ from test_management_api import Api
 from test_prometheus import host_base, read_metrics, value
 
 pytestmark = pytest.mark.skipif(
-    IN_CLUSTER_RUN, reason="warren's streams are single-node until they are replicated "
-    "(issue 36): a cluster refuses x-queue-type=stream with 406")
+    IN_CLUSTER_RUN, reason="pins a single node's behaviour; streams in a cluster are "
+    "test_streams_cluster.py's")
 
 STATS_WAIT_S = 20.0
 # Small segments, so that a few hundred bytes of messages span several and retention, which

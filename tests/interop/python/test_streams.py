@@ -17,8 +17,8 @@ from conftest import BROKER_KIND, IN_CLUSTER_RUN
 from helpers import expect_channel_error, expect_connection_error
 
 pytestmark = pytest.mark.skipif(
-    IN_CLUSTER_RUN, reason="warren's streams are single-node until they are replicated "
-    "(issue 36): a cluster refuses x-queue-type=stream with 406")
+    IN_CLUSTER_RUN, reason="pins a single node's behaviour; streams in a cluster are "
+    "test_streams_cluster.py's")
 
 STREAM = {"x-queue-type": "stream"}
 # How long a consumer is given to receive what it is owed; a stream never delivers what it does

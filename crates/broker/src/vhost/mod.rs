@@ -661,13 +661,6 @@ impl VHost {
             });
         }
         let config = QueueConfig::parse(&arguments, &name, &self.name)?;
-        if config.queue_type == QueueType::Stream && self.local_node.is_some() {
-            // Until streams are replicated, a stream lives on a single node only.
-            return Err(AmqpError::precondition(format!(
-                "streams are single-node for now: cannot declare stream '{name}' in vhost '{}'                  on a cluster node",
-                self.name
-            )));
-        }
         if let Some(p) = config
             .queue_type
             .refused_property(durable, exclusive, auto_delete)
@@ -1049,7 +1042,11 @@ fn check_arg_equivalence(
 /// takes its publishes, consumers and acks to its group. A node that is not a member reaches
 /// it as a classic queue hosted by its first member (its home).
 fn member_here(local: &Option<Arc<str>>, q: &Queue) -> bool {
-    q.is_replicated() && local.as_ref().is_some_and(|me| q.members.contains(me))
+    // A stream's members replicate its log, not a quorum queue's state: its publishes and
+    // consumers take the stream's own path (`RemoteEffect::StreamAppend`, its readers).
+    q.is_replicated()
+        && q.config.queue_type != QueueType::Stream
+        && local.as_ref().is_some_and(|me| q.members.contains(me))
 }
 
 /// Whether `q`'s messages live on the node named `local` (always, outside a cluster).

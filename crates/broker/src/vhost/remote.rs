@@ -40,7 +40,11 @@ impl VHost {
     /// The node hosting `queue`, when it exists and that is not this node.
     pub fn remote_home(&self, queue: &str) -> Option<Arc<str>> {
         let q = self.queues.get(self.queues_by_name.get(queue)?)?;
-        if hosts(&self.local_node, q) || member_here(&self.local_node, q) {
+        // A stream is read from, and published to through, this node's member of it.
+        if hosts(&self.local_node, q)
+            || member_here(&self.local_node, q)
+            || q.config.queue_type == QueueType::Stream
+        {
             None
         } else {
             q.home_node.clone()

@@ -129,13 +129,12 @@ impl Connection {
         if let Some(group) = self.quorum_group(queue) {
             return Box::new(quorum::QuorumMember { group });
         }
-        if self.shared.cluster.is_none()
-            && self
-                .vhost
-                .lock()
-                .expect("vhost lock")
-                .stream_of(queue)
-                .is_some()
+        if self
+            .vhost
+            .lock()
+            .expect("vhost lock")
+            .stream_of(queue)
+            .is_some()
         {
             return Box::new(stream::StreamQueue);
         }

@@ -9,7 +9,8 @@ use warren_broker::error::AmqpError;
 /// `x-queue-leader-locator` (or classic `x-queue-master-locator`), else the node's
 /// `queue_leader_locator`; and for a quorum queue, how many members it gets,
 /// `x-quorum-initial-group-size` (default 3, or every node if fewer), chosen by
-/// [`members`] once the member table names the voters. An exclusive queue lives with its
+/// [`members`] once the member table names the voters; for a stream, `x-initial-cluster-size`
+/// members (default: every node, as RabbitMQ). An exclusive queue lives with its
 /// connection, as in RabbitMQ.
 pub(crate) fn queue_placement(
     shared: &Shared,
@@ -18,12 +19,21 @@ pub(crate) fn queue_placement(
     exclusive: bool,
 ) -> Result<(String, Option<usize>), AmqpError> {
     let home = queue_home(shared, cluster, arguments, exclusive)?;
-    let quorum = arguments
+    let queue_type = arguments
         .inner()
         .get("x-queue-type")
-        .and_then(warren_broker::args::string)
-        .is_some_and(|t| t == "quorum");
-    if !quorum {
+        .and_then(warren_broker::args::string);
+    if queue_type.as_deref() == Some("stream") {
+        // RabbitMQ's default: a member on every node; more than there are means every node.
+        let size = arguments
+            .inner()
+            .get("x-initial-cluster-size")
+            .and_then(warren_broker::args::integer)
+            .filter(|n| *n > 0)
+            .map_or(usize::MAX, |n| n as usize);
+        return Ok((home, Some(size)));
+    }
+    if queue_type.as_deref() != Some("quorum") {
         return Ok((home, None));
     }
     let size = arguments

@@ -577,6 +577,50 @@ impl StreamLog {
         Ok(())
     }
 
+    /// Empties the stream and starts it again at chunk `first_seq`, offset `first_offset`, both
+    /// at or past its end: a replica whose group's other members deleted (by retention) the
+    /// chunks it lacks takes the next ones from there, as a snapshot install would. The old
+    /// segments go first (index before segment, as retention does), then the new one's headers
+    /// are synced: a crash in between leaves an empty stream, which the replica refills.
+    /// Readers in the deleted segments move to the new start, as after retention.
+    pub fn restart_at(&mut self, first_offset: u64, first_seq: u64) -> Result<()> {
+        self.check_writable()?;
+        if first_seq < self.next_seq || first_offset < self.next_offset {
+            return Err(self.out_of_order(first_offset, self.last_epoch));
+        }
+        let old: Vec<SegmentSummary> = self.shared.segments.read().expect("segments lock").clone();
+        for s in &old {
+            remove_if_present(&index::index_path(&self.shared.dir, s.first_offset))?;
+            remove_if_present(&index::segment_path(&self.shared.dir, s.first_offset))?;
+        }
+        let dir = &self.shared.dir;
+        let (segment, index) = create_segment(dir, first_offset, first_seq).map_err(write_error)?;
+        if let Err(e) = segment
+            .sync_data()
+            .and_then(|()| index.sync_data())
+            .and_then(|()| File::open(dir)?.sync_all())
+        {
+            return Err(self.poison(e));
+        }
+        self.segment = segment;
+        self.index = index;
+        self.segment_bytes = index::SEGMENT_HEADER_BYTES;
+        self.index_records = 0;
+        self.next_offset = first_offset;
+        self.next_seq = first_seq;
+        self.unsynced = false;
+        self.dir_unsynced = false;
+        *self.shared.segments.write().expect("segments lock") =
+            vec![SegmentSummary::empty(first_offset, first_seq)];
+        self.shared
+            .written_end
+            .store(first_offset, Ordering::Release);
+        self.shared
+            .commit_end
+            .fetch_max(first_offset, Ordering::AcqRel);
+        Ok(())
+    }
+
     /// Deletes the oldest segments that `retention` no longer wants, by whole segments and
     /// never the active one: a segment goes when the segments after it hold more than
     /// `max_bytes` together with it, or when its last chunk is older than `max_age_ms` before

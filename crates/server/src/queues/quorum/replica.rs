@@ -581,7 +581,7 @@ fn get_empty(v: &warren_broker::vhost::VHost, channel: u64) {
     }
 }
 
-/// Makes this node open replicas of the quorum queues it is a member of.
+/// Makes this node open replicas of the quorum queues (and streams) it is a member of.
 pub fn install(shared: &Arc<Shared>) {
     let Some(cluster) = &shared.cluster else {
         return;
@@ -591,6 +591,12 @@ pub fn install(shared: &Arc<Shared>) {
     let me_id = cluster.node_id();
     cluster.set_replica_factory(Box::new(move |r: &QueueReplica| {
         let shared = weak.upgrade();
+        if let Some(member) = shared
+            .as_ref()
+            .and_then(|s| crate::queues::stream::replicated::member(s, r))
+        {
+            return member;
+        }
         let config = shared
             .as_ref()
             .and_then(|s| queue_config(s, &r.vhost, &r.queue))

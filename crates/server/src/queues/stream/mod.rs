@@ -1,9 +1,13 @@
-//! A stream (`x-queue-type=stream`) over AMQP 0-9-1, on a single node: its log under the
-//! node's data dir, written by one writer per stream, read by one reader per consumer.
+//! A stream (`x-queue-type=stream`) over AMQP 0-9-1: its log under the node's data dir,
+//! written by one writer per stream, read by one reader per consumer; in a cluster, replicated
+//! by a Raft group per stream.
 //!
 //! The map:
 //! - [`writer`]: [`Streams`], the node's open streams, and each one's writer thread: publishes
-//!   appended in chunks by the round, one fsync per round before their confirms.
+//!   appended in chunks by the round, one fsync per round before their confirms; in a
+//!   cluster, the round proposed to the stream's group instead.
+//! - [`replicated`]: a stream in a cluster: the round entries its writers propose and the
+//!   member (the group's state machine) that appends each committed one to this node's files.
 //! - [`consumer`]: a consumer's reader task: credit from the prefetch, renewed by acks;
 //!   deliveries decoded back to 0-9-1 with `x-stream-offset`.
 //! - [`StreamQueue`]: the [`QueueBackend`]: consume and cancel here; declare and delete as
@@ -15,6 +19,7 @@
 //! the writer's round appends, syncs, commits -> consumers' readers wake and deliver.
 
 pub mod consumer;
+pub mod replicated;
 pub mod writer;
 
 pub use consumer::Consumers;
@@ -278,6 +283,10 @@ pub fn reconfigure_changed(shared: &Shared) {
 /// Opens every stream's log at start, after the topology was recovered: each reopens where
 /// it was, its torn tail (a chunk written but not synced before a crash) cut.
 pub fn open_all(shared: &Shared) {
+    if shared.cluster.is_some() {
+        // Each member opens with its stream's group (`replicated::member`).
+        return;
+    }
     for (name, v) in shared.broker.vhosts() {
         let streams = v.lock().expect("vhost lock").streams();
         for (queue, log, config) in streams {

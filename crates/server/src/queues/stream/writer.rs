@@ -9,6 +9,7 @@
 //! A message is encoded as RabbitMQ 3.10 stores a 0-9-1 publish (an AMQP 1.0 message, see
 //! `warren_protocol::amqp10::amqp091`) on this thread, off the publisher's path.
 
+use super::replicated::{RoundEntry, RoundOutcome, Rounds, ROUND_ENTRY_BYTES_TARGET};
 use crate::durability::{Durability, Wait};
 use bytes::Bytes;
 use std::path::{Path, PathBuf};
@@ -116,6 +117,8 @@ pub struct StreamWriter {
     /// Publisher sequences and consumer offsets as they stand (what was handed over, synced
     /// or not), for deduplication and the stream protocol's queries.
     tracking: Mutex<Tracking>,
+    /// In a cluster: what this node's member says of the writer's rounds.
+    rounds: Option<Arc<Rounds>>,
 }
 
 /// The stream's tracking: the last publishing id of each named publisher (deduplication)
@@ -236,6 +239,25 @@ pub struct Appended {
     pub duplicates: usize,
 }
 
+/// What this node's member of a replicated stream owns, handed to it when it opens: its log
+/// (the member alone writes it), where it lives, the committed offset's sender, and the
+/// writer's rounds, by the writer's id.
+pub struct MemberParts {
+    pub stream: StreamLog,
+    pub dir: PathBuf,
+    pub committed: watch::Sender<u64>,
+    pub rounds: Arc<Rounds>,
+    pub writer_id: u64,
+}
+
+/// How a replicated stream's writer hands its rounds to the stream's Raft group.
+pub struct Proposer {
+    /// Proposes an entry through this node's member; the callback says if it entered the log.
+    pub propose: Box<dyn Fn(Bytes, warren_cluster::groups::Proposed) + Send + Sync>,
+    /// The group's term as this node's member sees it: the epoch of the round's chunks.
+    pub term: Box<dyn Fn() -> u64 + Send + Sync>,
+}
+
 impl StreamWriter {
     /// Opens (creating it) the stream in `dir`: everything recovered is committed, as it was
     /// all synced or at least written before the restart, and the thread starts.
@@ -273,6 +295,7 @@ impl StreamWriter {
             room: Condvar::new(),
             committed,
             thread: Mutex::new(None),
+            rounds: None,
             tracking: Mutex::new(tracking),
         });
         let run = writer.clone();
@@ -283,6 +306,67 @@ impl StreamWriter {
             .map_err(|e| format!("cannot start a stream writer: {e}"))?;
         *writer.thread.lock().expect("writer thread") = Some(thread);
         Ok(writer)
+    }
+
+    /// Opens (creating it) the files of this node's member of a replicated stream and starts
+    /// the writer that proposes this node's publishes; returns the member (the group's state
+    /// machine, which owns the files). Everything recovered is committed: a member writes only
+    /// committed chunks.
+    pub fn open_replicated(
+        log: u64,
+        dir: &Path,
+        segment_bytes: u64,
+        durability: Arc<Durability>,
+        proposer: Proposer,
+    ) -> Result<(Arc<StreamWriter>, MemberParts), String> {
+        let config = LogConfig {
+            segment_bytes_max: segment_bytes,
+            ..LogConfig::default()
+        };
+        let (stream, recovered) = StreamLog::open(dir, config)
+            .map_err(|e| format!("cannot open stream log {}: {e}", dir.display()))?;
+        tracing::debug!(dir = %dir.display(), ?recovered, "stream member's log opened");
+        stream.set_commit_end(stream.next_offset());
+        let (committed_tx, committed) = watch::channel(stream.next_offset());
+        let rounds = Arc::new(Rounds::default());
+        let writer = Arc::new(StreamWriter {
+            log,
+            handle: stream.handle(),
+            state: Mutex::new(State {
+                pending: Vec::new(),
+                tracking_pending: Tracking::default(),
+                pending_bytes: 0,
+                assigned: 0,
+                stop: None,
+                failed: false,
+                // A member applies retention itself (`replicated.rs`).
+                retention: Retention::default(),
+                segment_bytes: None,
+            }),
+            wake: Condvar::new(),
+            room: Condvar::new(),
+            committed,
+            thread: Mutex::new(None),
+            rounds: Some(rounds.clone()),
+            // Not replicated yet: deduplication and stored offsets are a single node's.
+            tracking: Mutex::new(Tracking::default()),
+        });
+        let writer_id = rand::random::<u64>();
+        let run = writer.clone();
+        let run_rounds = rounds.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("stream-{log:x}"))
+            .spawn(move || run.run_replicated(writer_id, &run_rounds, &proposer, durability))
+            .map_err(|e| format!("cannot start a stream writer: {e}"))?;
+        *writer.thread.lock().expect("writer thread") = Some(thread);
+        let parts = MemberParts {
+            stream,
+            dir: dir.to_path_buf(),
+            committed: committed_tx,
+            rounds,
+            writer_id,
+        };
+        Ok((writer, parts))
     }
 
     /// Hands `message` to the next round; the wait is its publisher's confirm. `None` when the
@@ -424,6 +508,9 @@ impl StreamWriter {
         self.state.lock().expect("stream writer state").stop = Some(how);
         self.wake.notify_all();
         self.room.notify_all();
+        if let Some(rounds) = &self.rounds {
+            rounds.stop();
+        }
         let thread = self.thread.lock().expect("writer thread").take();
         if let Some(t) = thread {
             let _ = t.join();
@@ -521,6 +608,108 @@ impl StreamWriter {
             }
         }
     }
+}
+
+impl StreamWriter {
+    /// A replicated stream's writer: each round's publishes become entries of at most
+    /// [`ROUND_ENTRY_BYTES_TARGET`] (a chunk each), proposed together; their confirms go out
+    /// once this node's member applied every one (committed: a majority has them), or nacks
+    /// if the round was refused or not committed in time. One round in flight: what arrives
+    /// meanwhile is the next round, so a busy stream's rounds grow to fill the time a commit
+    /// takes.
+    fn run_replicated(
+        &self,
+        writer_id: u64,
+        rounds: &Rounds,
+        proposer: &Proposer,
+        durability: Arc<Durability>,
+    ) {
+        let mut round = 0u64;
+        let mut confirmed = 0u64;
+        let mut entries: Vec<Bytes> = Vec::new();
+        loop {
+            let (batch, upto) = {
+                let mut st = self.state.lock().expect("stream writer state");
+                while st.pending.is_empty() && st.stop.is_none() {
+                    st = self.wake.wait(st).expect("stream writer state");
+                }
+                if st.stop.is_some() {
+                    break;
+                }
+                st.pending_bytes = 0;
+                // Tracking (the stream protocol's) is not replicated yet: dropped here.
+                st.tracking_pending = Tracking::default();
+                (std::mem::take(&mut st.pending), st.assigned)
+            };
+            self.room.notify_all();
+            entries.clear();
+            entries.extend(batch.iter().map(|p| match p {
+                Pending::Amqp091(m) => encode(m),
+                Pending::Encoded(b) => b.clone(),
+            }));
+            drop(batch);
+            round += 1;
+            let parts = split_round(&entries);
+            let (timestamp_ms, epoch) = (unix_ms(), (proposer.term)());
+            for (part, messages) in parts.iter().enumerate() {
+                let data = RoundEntry {
+                    writer: writer_id,
+                    round,
+                    part: part as u32,
+                    parts: parts.len() as u32,
+                    timestamp_ms,
+                    epoch,
+                    messages: messages.iter().map(|m| &m[..]).collect(),
+                }
+                .encode();
+                let refused = self.rounds.clone();
+                (proposer.propose)(
+                    data,
+                    Box::new(move |r| {
+                        if let (Err(e), Some(rounds)) = (r, refused) {
+                            tracing::debug!(error = %e, "a stream round's proposal was refused");
+                            rounds.refused(round);
+                        }
+                    }),
+                );
+            }
+            match rounds.wait(round, parts.len() as u32) {
+                RoundOutcome::Committed => durability.stream_synced(self.log, upto),
+                RoundOutcome::Refused => {
+                    tracing::debug!(
+                        log = self.log,
+                        round,
+                        "a stream round was not committed in time: its publishes are nacked"
+                    );
+                    durability.stream_refused(self.log, confirmed + 1, upto);
+                }
+                RoundOutcome::Stopped => break,
+            }
+            confirmed = upto;
+        }
+        durability.stream_stopped(self.log);
+    }
+}
+
+/// A round's messages cut into entries of at most [`ROUND_ENTRY_BYTES_TARGET`] bytes and
+/// [`CHUNK_ENTRIES_MAX`] messages (one message larger than that is an entry of its own).
+fn split_round(entries: &[Bytes]) -> Vec<&[Bytes]> {
+    let mut parts = Vec::new();
+    let mut rest = entries;
+    while !rest.is_empty() {
+        let mut n = 0;
+        let mut bytes = 0;
+        while n < rest.len()
+            && n < CHUNK_ENTRIES_MAX
+            && (n == 0 || bytes + rest[n].len() <= ROUND_ENTRY_BYTES_TARGET)
+        {
+            bytes += rest[n].len();
+            n += 1;
+        }
+        parts.push(&rest[..n]);
+        rest = &rest[n..];
+    }
+    parts
 }
 
 /// Applies `retention` now, logging what it removed or why it failed (the stream goes on
@@ -627,6 +816,9 @@ fn unix_ms() -> i64 {
 pub struct Streams {
     dir: PathBuf,
     open: Mutex<warren_store::IdHashMap<u64, Arc<StreamWriter>>>,
+    /// In a cluster a stream is opened by this node's member of it, when its group opens
+    /// (`replicated.rs`), never on first use: a node without a member has none.
+    replicated: bool,
 }
 
 impl Streams {
@@ -634,6 +826,45 @@ impl Streams {
         Streams {
             dir,
             open: Mutex::new(Default::default()),
+            replicated: false,
+        }
+    }
+
+    /// A cluster node's streams: each opened by its member ([`Streams::open_member`]).
+    pub fn replicated(dir: PathBuf) -> Streams {
+        Streams {
+            replicated: true,
+            ..Streams::new(dir)
+        }
+    }
+
+    /// Opens this node's member of replicated stream `log`: its files, and the writer that
+    /// proposes this node's publishes. `None` when it is open already (the group is then open
+    /// too, and drops a second machine).
+    pub(super) fn open_member(
+        &self,
+        log: u64,
+        segment_bytes: u64,
+        durability: &Arc<Durability>,
+        proposer: Proposer,
+    ) -> Result<Option<MemberParts>, String> {
+        let mut open = self.open.lock().expect("streams lock");
+        if open.contains_key(&log) {
+            return Ok(None);
+        }
+        let dir = self.dir_of(log);
+        let (w, parts) =
+            StreamWriter::open_replicated(log, &dir, segment_bytes, durability.clone(), proposer)?;
+        open.insert(log, w);
+        Ok(Some(parts))
+    }
+
+    /// This node's member of stream `log` was removed: its writer stops (the member deletes
+    /// the files it owns).
+    pub(super) fn member_removed(&self, log: u64) {
+        let writer = self.open.lock().expect("streams lock").remove(&log);
+        if let Some(w) = writer {
+            w.stop(Stop::Delete);
         }
     }
 
@@ -652,6 +883,9 @@ impl Streams {
         let mut open = self.open.lock().expect("streams lock");
         if let Some(w) = open.get(&log) {
             return Ok(w.clone());
+        }
+        if self.replicated {
+            return Err("this node holds no member of the stream".into());
         }
         let retention = Retention {
             max_bytes: config.max_bytes,
