@@ -59,22 +59,22 @@ enum Pending {
 }
 
 /// An entry of a round, owned until its chunk is written.
-enum RoundEntry {
+enum OwnedEntry {
     Simple(Bytes),
     SubBatch(warren_protocol::stream::SubBatch, Bytes),
 }
 
-impl RoundEntry {
+impl OwnedEntry {
     fn len(&self) -> usize {
         match self {
-            RoundEntry::Simple(b) | RoundEntry::SubBatch(_, b) => b.len(),
+            OwnedEntry::Simple(b) | OwnedEntry::SubBatch(_, b) => b.len(),
         }
     }
 
     fn entry(&self) -> Entry<'_> {
         match self {
-            RoundEntry::Simple(b) => Entry::Simple(b),
-            RoundEntry::SubBatch(h, b) => Entry::SubBatch {
+            OwnedEntry::Simple(b) => Entry::Simple(b),
+            OwnedEntry::SubBatch(h, b) => Entry::SubBatch {
                 compression: h.compression,
                 records: h.records,
                 uncompressed_bytes: h.uncompressed_bytes,
@@ -526,7 +526,7 @@ impl StreamWriter {
     ) {
         let mut retained_at = Instant::now();
         let mut retention_due = false;
-        let mut entries: Vec<RoundEntry> = Vec::new();
+        let mut entries: Vec<OwnedEntry> = Vec::new();
         let stop = loop {
             let (batch, tracking, upto, retention) = {
                 let mut st = self.state.lock().expect("stream writer state");
@@ -576,9 +576,9 @@ impl StreamWriter {
             self.room.notify_all();
             entries.clear();
             entries.extend(batch.iter().map(|p| match p {
-                Pending::Amqp091(m) => RoundEntry::Simple(encode(m)),
-                Pending::Encoded(b) => RoundEntry::Simple(b.clone()),
-                Pending::SubBatch(h, b) => RoundEntry::SubBatch(*h, b.clone()),
+                Pending::Amqp091(m) => OwnedEntry::Simple(encode(m)),
+                Pending::Encoded(b) => OwnedEntry::Simple(b.clone()),
+                Pending::SubBatch(h, b) => OwnedEntry::SubBatch(*h, b.clone()),
             }));
             drop(batch);
             if let Err(e) = write_round(&mut stream, &entries, &tracking, &self.tracking) {
@@ -643,12 +643,34 @@ impl StreamWriter {
             };
             self.room.notify_all();
             entries.clear();
-            entries.extend(batch.iter().map(|p| match p {
-                Pending::Amqp091(m) => encode(m),
-                Pending::Encoded(b) => b.clone(),
-            }));
+            let mut compressed = false;
+            for p in &batch {
+                match p {
+                    Pending::Amqp091(m) => entries.push(encode(m)),
+                    Pending::Encoded(b) => entries.push(b.clone()),
+                    // A round entry holds plain messages: an uncompressed sub-batch is its
+                    // records, each an offset as on one node. A compressed one would have to
+                    // travel as it came, which round entries cannot carry yet.
+                    Pending::SubBatch(h, b) if h.compression == 0 => {
+                        match sub_batch_records(b, h.records) {
+                            Some(records) => entries.extend(records),
+                            None => compressed = true,
+                        }
+                    }
+                    Pending::SubBatch(..) => compressed = true,
+                }
+            }
             drop(batch);
             round += 1;
+            if compressed {
+                tracing::warn!(
+                    log = self.log,
+                    "a compressed (or malformed) sub-entry batch on a replicated stream: the round is nacked"
+                );
+                durability.stream_refused(self.log, confirmed + 1, upto);
+                confirmed = upto;
+                continue;
+            }
             let parts = split_round(&entries);
             let (timestamp_ms, epoch) = (unix_ms(), (proposer.term)());
             for (part, messages) in parts.iter().enumerate() {
@@ -689,6 +711,20 @@ impl StreamWriter {
         }
         durability.stream_stopped(self.log);
     }
+}
+
+/// An uncompressed sub-entry batch's records (each a 4-byte big-endian size and the message),
+/// `None` unless it holds exactly `records` of them and nothing else.
+fn sub_batch_records(mut body: &[u8], records: u16) -> Option<Vec<Bytes>> {
+    let mut out = Vec::with_capacity(records as usize);
+    while !body.is_empty() {
+        let (size, rest) = body.split_first_chunk::<4>()?;
+        let size = u32::from_be_bytes(*size) as usize;
+        let message = rest.get(..size)?;
+        out.push(Bytes::copy_from_slice(message));
+        body = &rest[size..];
+    }
+    (out.len() == records as usize).then_some(out)
 }
 
 /// A round's messages cut into entries of at most [`ROUND_ENTRY_BYTES_TARGET`] bytes and
@@ -732,7 +768,7 @@ fn retain(stream: &mut StreamLog, retention: &Retention, dir: &Path) {
 /// never takes the only copy of a publisher's sequence or a consumer's offset.
 fn write_round(
     stream: &mut StreamLog,
-    entries: &[RoundEntry],
+    entries: &[OwnedEntry],
     tracking: &Tracking,
     all_tracking: &Mutex<Tracking>,
 ) -> warren_store::Result<()> {
@@ -745,7 +781,7 @@ fn write_round(
             bytes += rest[n].len();
             n += 1;
         }
-        let chunk: Vec<Entry<'_>> = rest[..n].iter().map(RoundEntry::entry).collect();
+        let chunk: Vec<Entry<'_>> = rest[..n].iter().map(OwnedEntry::entry).collect();
         stream.append(
             &AppendMeta {
                 chunk_type: ChunkType::User,
@@ -951,5 +987,29 @@ impl Streams {
         for w in writers {
             w.stop(Stop::Close);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sub_batch_records;
+
+    #[test]
+    fn an_uncompressed_sub_batch_is_its_records_and_nothing_else() {
+        let body = [&[0, 0, 0, 2][..], b"ab", &[0, 0, 0, 0], &[0, 0, 0, 1], b"c"].concat();
+        let records = sub_batch_records(&body, 3).expect("three records");
+        assert_eq!(records, vec![&b"ab"[..], b"", b"c"]);
+        assert_eq!(
+            sub_batch_records(&body, 2),
+            None,
+            "a count it does not hold"
+        );
+        assert_eq!(
+            sub_batch_records(&body[..body.len() - 1], 3),
+            None,
+            "a record cut short"
+        );
+        assert_eq!(sub_batch_records(&body[..2], 0), None, "a size cut short");
+        assert_eq!(sub_batch_records(&[], 0), Some(vec![]));
     }
 }
