@@ -8,6 +8,8 @@
 //! - [`channel`]: what each method on an open channel does: decoding, permission checks and
 //!   RabbitMQ's reply codes, then one call to the queue's [`crate::queues`] implementation or
 //!   to the vhost.
+//! - `publish`: a channel's publish path: a complete publish checked, held in a transaction or
+//!   routed through the vhost, returned when unroutable and mandatory, confirmed or nacked.
 //! - [`access`]: where the handshake and channels enforce limits (`max-connections`,
 //!   `max-channels`) and topic permissions; [`registry`]: the node's open connections, which
 //!   it counts and the management API lists and closes.
@@ -17,7 +19,7 @@
 //!   stops being read past a bound.
 //! - [`writer`]: drains a connection's outbox into its socket, sends heartbeats.
 //!
-//! A publish flows: socket -> `connection` (frames, content) -> `channel` (permissions, route
+//! A publish flows: socket -> `connection` (frames, content) -> `publish` (checks, route
 //! through the vhost, its appends, forwards and proposals by [`crate::queues::effects`]) ->
 //! `confirms` once [`crate::durability`] says it is stored -> the outbox -> `writer` -> socket.
 //! A delivery is written by whoever produced it (the vhost's dispatch, a peer's relay, a quorum
@@ -30,6 +32,7 @@ pub mod connection;
 pub mod flow;
 mod frames;
 pub(crate) mod handshake;
+mod publish;
 pub mod registry;
 pub mod transactions;
 pub mod writer;

@@ -103,7 +103,7 @@ impl Connection {
             TxOp::Publish { .. } => unreachable!("settle takes acks only"),
         };
         if let Some(quorum) = quorum {
-            quorum.extend(v.vhost.take_quorum_settles());
+            quorum.extend(crate::queues::effects::take_quorum_settles(&mut v.vhost));
         }
         result
     }

@@ -3,7 +3,7 @@
 //! [`detailed`]), in the names, labels and types of RabbitMQ 3.10's
 //! `rabbitmq_prometheus` plugin, so its Grafana dashboards ("RabbitMQ-Overview",
 //! "RabbitMQ-Quorum-Queues-Raft") work unchanged; warren's own engine metrics keep `warren_`
-//! names. Unauthenticated, as RabbitMQ's plugin is.
+//! names (in `engine`). Unauthenticated, as RabbitMQ's plugin is.
 //!
 //! A scrape reads atomic counters and the snapshot [`super::node_stats`] takes every 5 s; it
 //! takes no lock the data path waits on. The text is encoded by `prometheus-client` in the
@@ -27,6 +27,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 mod detailed;
+mod engine;
 pub use detailed::metrics_detailed;
 
 /// The RabbitMQ release whose plugin's metrics these are (as clients are told, see README).
@@ -709,156 +710,10 @@ impl Node {
         }
         Ok(())
     }
-
-    /// warren's own: the engine, memory, TLS and logins.
-    fn encode_warren(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
-        let r = &self.readings;
-        counter(
-            enc,
-            "warren_messages_published",
-            "Messages published",
-            r.published,
-        )?;
-        counter(
-            enc,
-            "warren_messages_confirmed",
-            "Publishes confirmed",
-            r.confirmed,
-        )?;
-        counter(
-            enc,
-            "warren_messages_unroutable",
-            "Publishes no queue took",
-            r.unroutable,
-        )?;
-        counter(
-            enc,
-            "warren_auth_attempts_failed",
-            "Logins refused",
-            r.auth_failures,
-        )?;
-        counter(
-            enc,
-            "warren_handshake_timeouts",
-            "Connections closed for outlasting handshake_timeout",
-            r.handshake_timeouts,
-        )?;
-        gauge(
-            enc,
-            "warren_connections",
-            "AMQP connections open",
-            r.connections,
-        )?;
-        gauge(
-            enc,
-            "warren_connections_flow",
-            "AMQP connections held back by publisher flow control (now or within the last second)",
-            r.connections_flow,
-        )?;
-        for (name, on) in r.alarms {
-            let metric = format!("warren_alarms_{name}");
-            gauge(
-                enc,
-                &metric,
-                "1 while the alarm is in effect",
-                u64::from(on),
-            )?;
-        }
-        gauge(
-            enc,
-            "warren_process_resident_memory_bytes",
-            "Resident memory",
-            r.rss_bytes,
-        )?;
-        if let Some((used, limit)) = r.message_memory {
-            gauge(
-                enc,
-                "warren_message_memory_bytes",
-                "Message bodies held in memory",
-                used,
-            )?;
-            gauge(
-                enc,
-                "warren_message_memory_limit_bytes",
-                "The budget for message bodies in memory",
-                limit,
-            )?;
-        }
-        if let Some(tls) = &r.tls {
-            let failures = tls
-                .failures
-                .iter()
-                .map(|(reason, n)| ([("reason", *reason)], *n));
-            family(
-                enc,
-                "warren_tls_handshake_failures",
-                "TLS handshakes refused, by reason",
-                MetricType::Counter,
-                failures,
-            )?;
-            counter(
-                enc,
-                "warren_tls_certificate_reloads",
-                "Certificate reloads",
-                tls.reloads,
-            )?;
-            counter(
-                enc,
-                "warren_tls_certificate_reload_failures",
-                "Certificate reloads that failed",
-                tls.reload_failures,
-            )?;
-        }
-        if let Some(st) = &r.store {
-            encode_store(enc, st)?;
-        }
-        Ok(())
-    }
 }
 
 /// Consumer deliveries with manual ack: every delivery that was neither a get nor to a no-ack
 /// consumer (a quorum queue's replica reports no split: its deliveries all count here).
 fn consume_manual(s: &warren_broker::queue::QueueStats) -> u64 {
     s.deliver_get.saturating_sub(s.get + s.deliver_no_ack)
-}
-
-/// The storage engine's counters since the process started: how hard the WAL works (syncs per
-/// append tell how well group commit batches), what reaches the disk (bytes written per payload
-/// byte is the write amplification), and what happens to rolled WAL files.
-fn encode_store(enc: &mut DescriptorEncoder, st: &warren_store::Stats) -> fmt::Result {
-    let counters = [
-        ("wal_appends", st.appends),
-        ("wal_syncs", st.wal_syncs),
-        ("wal_written_bytes", st.wal_bytes),
-        ("segment_written_bytes", st.segment_bytes),
-        ("sidecar_written_bytes", st.adopted_index_bytes),
-        ("checkpoint_written_bytes", st.checkpoint_bytes),
-        ("wal_files_copied", st.wal_files_flushed),
-        ("wal_files_adopted", st.wal_files_adopted),
-        ("wal_files_recycled", st.wal_files_recycled),
-        ("adopted_files_deleted", st.adopted_files_deleted),
-        ("adopted_files_compacted", st.adopted_files_compacted),
-        ("segments_deleted", st.segments_deleted),
-        ("segments_compacted", st.segments_compacted),
-    ];
-    for (name, v) in counters {
-        counter(
-            enc,
-            &format!("warren_store_{name}"),
-            "Storage engine counter",
-            v,
-        )?;
-    }
-    for (name, v) in [
-        ("cache_bytes", st.cache_bytes),
-        ("pending_records", st.pending_records),
-    ] {
-        gauge(
-            enc,
-            &format!("warren_store_{name}"),
-            "Storage engine gauge",
-            v,
-        )?;
-    }
-    Ok(())
 }

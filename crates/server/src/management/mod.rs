@@ -17,7 +17,7 @@
 //!   channels, consumers; [`clients`] gathers them from every node), [`settings`] (alarm
 //!   limits, certificate reloads), [`maintenance`] (`warren ctl drain` / `revive`),
 //!   [`faults`] (test-only fault injection), [`metrics`] (RabbitMQ's Prometheus names, read from
-//!   [`node_stats`]' snapshot); [`paging`]:
+//!   [`node_stats`]' snapshot, and warren's own `warren_*` in its `engine`); [`paging`]:
 //!   `?page=..&name=..` of listings; [`ui`]: the web UI at `/`;
 //!   [`stats`]: `message_stats` counts and rates.
 //!

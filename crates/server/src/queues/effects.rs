@@ -10,7 +10,9 @@
 //!
 //! [`carry_out`] does both. A caller that must not hold the vhost's lock while it proposes to
 //! a Raft group (a quorum replica applying entries on the groups' thread) calls [`store_now`]
-//! under the lock and sends what it leaves after it.
+//! under the lock and sends what it leaves after it. A transaction's commit takes the
+//! settlements of quorum queue deliveries out first ([`take_quorum_settles`]), to propose them
+//! and wait until they are applied before tx.commit-ok.
 
 use crate::durability::Wait;
 use crate::storage::NotStored;
@@ -77,6 +79,14 @@ fn store(shared: &Shared, vhost: &mut VHost) -> Result<Vec<Wait>, NotStored> {
     };
     vhost.page_out();
     stored
+}
+
+/// The settlements of quorum queue deliveries `vhost` recorded, taken out of its work for
+/// queues elsewhere (the rest stays, in order, for [`carry_out`]): a transaction's commit
+/// proposes them itself and waits until they are applied
+/// ([`crate::queues::quorum::client::settle_applied`]).
+pub fn take_quorum_settles(vhost: &mut VHost) -> Vec<RemoteEffect> {
+    vhost.take_quorum_settles()
 }
 
 /// The storage work `vhost` recorded carried out now (call under its lock), and its work for
