@@ -129,7 +129,7 @@ stream_suites() {
   echo "[interop] java stream suite (stream-client) against $BROKER" >&2
   (cd tests/interop/java-stream && mvn -B -ntp test) || status=1
   if [ -z "${WARREN_TEST_STREAM_PORT:-}" ]; then
-    echo "[interop] rust stream suite skipped: warren has no stream listener yet (issue 36)" >&2
+    echo "[interop] rust stream suite skipped: no stream endpoint (WARREN_TEST_STREAM_PORT): scripts/cluster.sh nodes serve no stream listener yet" >&2
     return
   fi
   echo "[interop] rust stream suite (rabbitmq-stream-client) against $BROKER" >&2
