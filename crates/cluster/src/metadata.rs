@@ -727,18 +727,7 @@ impl MetadataGroup {
             _ => None,
         };
         let outcome = self.broker.execute(command);
-        let vhost = match command {
-            Command::Meta { .. } => None,
-            Command::ExchangeDeclare { vhost, .. }
-            | Command::ExchangeDelete { vhost, .. }
-            | Command::QueueDeclare { vhost, .. }
-            | Command::QueueDelete { vhost, .. }
-            | Command::QueueBind { vhost, .. }
-            | Command::QueueUnbind { vhost, .. }
-            | Command::ExchangeBind { vhost, .. }
-            | Command::ExchangeUnbind { vhost, .. }
-            | Command::QueueMembers { vhost, .. } => Some(vhost),
-        };
+        let vhost = command.vhost();
         let mut replica = None;
         let mut new_voters = None;
         if let Some(v) = vhost.and_then(|v| self.broker.vhost(v)) {
